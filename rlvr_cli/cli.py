@@ -1,0 +1,132 @@
+"""The `rlvr` command line: parse arguments, call one function, turn its result into output.
+
+Exit codes (every command): 0 success, 1 the input is invalid or a check failed,
+2 usage error or unreadable path, 3 internal error (a bug: please report it).
+Heavy libraries (torch, transformers, fastapi) are imported inside the commands that use them.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+from rlvr_cli.errors import RlvrError
+
+app = typer.Typer(
+    name="rlvr",
+    help="Reinforcement learning with verifiable rewards, run exactly as the contract says.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+F = TypeVar("F", bound=Callable[..., Any])
+EXIT_INTERNAL = 3
+
+
+def err(message: str) -> None:
+    """Progress, logs and errors go to stderr; stdout carries the report only."""
+    print(message, file=sys.stderr)
+
+
+def guarded(fn: F) -> F:
+    """Map domain errors to their exit code and anything unexpected to exit 3, no traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (typer.Exit, typer.Abort, SystemExit):
+            raise
+        except RlvrError as exc:
+            err(f"error: {exc}")
+            raise typer.Exit(exc.exit_code) from None
+        except KeyboardInterrupt:
+            err("interrupted")
+            raise typer.Exit(130) from None
+        except Exception as exc:  # noqa: BLE001 - the last line of defence
+            err(f"internal error: {type(exc).__name__}: {exc}\n"
+                "This is a bug in rlvr; rerun with RLVR_DEBUG=1 for the traceback.")
+            import os
+
+            if os.environ.get("RLVR_DEBUG"):
+                raise
+            raise typer.Exit(EXIT_INTERNAL) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+class Format(str, Enum):
+    text = "text"
+    json = "json"
+    github = "github"
+
+
+@app.command()
+@guarded
+def validate(
+    paths: Annotated[list[Path], typer.Argument(help="Contract files, or folders searched for *.rlvr.yaml.")],
+    format: Annotated[Format, typer.Option("--format", "-f", help="Report format.")] = Format.text,
+    deep: Annotated[bool, typer.Option(help="Also load tokenizer, data and lock files from disk.")] = False,
+    strict: Annotated[bool, typer.Option(help="Warnings fail too (exit 1).")] = False,
+) -> None:
+    """Check contracts: exit 0 valid, 1 invalid (or warnings with --strict), 2 unreadable path."""
+    from rlvr_cli.commands.validate import run_validate
+
+    code = run_validate(paths, format.value, deep=deep, strict=strict)
+    raise typer.Exit(code)
+
+
+@app.command()
+@guarded
+def schema() -> None:
+    """Print the contract's JSON Schema (the committed copy is schemas/contract.schema.json)."""
+    from rlvr_cli.contract.schema import contract_schema_text
+
+    sys.stdout.write(contract_schema_text())
+
+
+@app.command()
+@guarded
+def lock(
+    contract: Annotated[Path, typer.Argument(help="The contract whose files to pin.")],
+) -> None:
+    """Write the lock file: the sha256 of every artifact, data split and chat template."""
+    from rlvr_cli.commands.lock import run_lock
+
+    run_lock(contract)
+
+
+@app.command()
+@guarded
+def init(
+    folder: Annotated[Path | None, typer.Argument(help="Experiment folder to create.")] = None,
+    template: Annotated[str, typer.Option("--template", "-t", help="Template name (see --list).")] = "single-turn",
+    force: Annotated[bool, typer.Option(help="Write into a non-empty folder (never overwrites a file).")] = False,
+    list_: Annotated[bool, typer.Option("--list", help="List the templates and exit.")] = False,
+    model: Annotated[bool, typer.Option(help="Build the tiny local model and tokenizer (needs the train extra).")] = True,
+) -> None:
+    """Create an experiment folder from a template: contract, data, verifier, README, hook."""
+    from rlvr_cli.commands.init import list_templates, run_init
+
+    if list_:
+        sys.stdout.write(list_templates())
+        return
+    if folder is None:
+        err("error: give the folder to create, or --list")
+        raise typer.Exit(2)
+    run_init(folder, template, force=force, build_model=model)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,65 @@
+"""`rlvr validate`: expand paths, check each contract, print one report, pick the exit code."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+from rlvr_cli.contract.load import CheckResult, check_file
+from rlvr_cli.contract.report import REPORTERS, summary, use_color
+
+EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
+PATTERNS = ("*.rlvr.yaml", "*.rlvr.yml")
+
+
+def expand(paths: list[Path]) -> tuple[list[Path], list[str]]:
+    """Files to check, and the problems with paths that could not be used."""
+    files: list[Path] = []
+    problems: list[str] = []
+    for path in paths:
+        if path.is_dir():
+            found = sorted({p for pattern in PATTERNS for p in path.rglob(pattern) if p.is_file()})
+            if not found:
+                problems.append(f"{path}: no *.rlvr.yaml file in this folder")
+            files.extend(found)
+        elif path.is_file():
+            files.append(path)
+        elif path.exists():
+            problems.append(f"{path}: not a regular file")
+        else:
+            problems.append(f"{path}: no such file or folder")
+    return files, problems
+
+
+def _readable(files: list[Path]) -> Iterator[tuple[Path, str | None]]:
+    for path in files:
+        try:
+            with path.open("rb"):
+                pass
+        except OSError as exc:
+            yield path, exc.strerror or str(exc)
+        else:
+            yield path, None
+
+
+def run_validate(paths: list[Path], fmt: str, *, deep: bool, strict: bool) -> int:
+    files, problems = expand(paths)
+    results: list[CheckResult] = []
+    for path, problem in _readable(files):
+        if problem:
+            problems.append(f"{path}: cannot be read ({problem})")
+        else:
+            results.append(check_file(path, deep=deep))
+    report = REPORTERS[fmt](results, use_color() and fmt == "text")
+    if report:
+        print(report)
+    for problem in problems:
+        print(f"error: {problem}", file=sys.stderr)
+    if results:
+        print(summary(results), file=sys.stderr)
+    if problems:
+        return EXIT_USAGE
+    failed = any(not r.valid for r in results)
+    warned = any(d.severity == "warning" for r in results for d in r.diagnostics)
+    return EXIT_INVALID if failed or (strict and warned) else EXIT_OK

@@ -1,0 +1,228 @@
+"""`rlvr validate --deep`: read the files the contract names (never the network).
+
+RLV901 when an artifact, data file, chat template, stop token or verifier cannot be found or
+loaded; RLV104 when a file no longer matches its sha256 (lock file or `sha256:` keys);
+RLV401 when the sealed evaluation split carries the hint field.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+from rlvr_cli.contract import lock
+from rlvr_cli.contract.diagnostics import Finding
+from rlvr_cli.contract.models import Contract
+from rlvr_cli.contract.rules import error
+
+
+def run_all(contract: Contract, folder: Path, contract_path: Path) -> list[Finding]:
+    checks = (_artifacts, _tokenizer, _data, _verifier)
+    findings = [f for check in checks for f in check(contract, folder)]
+    findings.extend(_lock(contract, contract_path))
+    return findings
+
+
+def _model_folder(path: str | None, folder: Path, where: tuple, what: str) -> Iterator[Finding]:
+    if path is None:
+        return
+    root = folder / path
+    if not root.is_dir():
+        yield error("RLV901", where, f"{what} folder {path} does not exist")
+    elif not (root / "config.json").is_file():
+        yield error("RLV901", where, f"{what} folder {path} has no config.json")
+
+
+def _artifacts(c: Contract, folder: Path) -> Iterator[Finding]:
+    yield from _model_folder(c.artifacts.policy.path, folder, ("artifacts", "policy", "path"), "policy")
+    ref = c.artifacts.reference
+    if ref is not None:
+        yield from _model_folder(ref.path, folder, ("artifacts", "reference", "path"), "reference")
+
+
+def _tokenizer(c: Contract, folder: Path) -> Iterator[Finding]:
+    tok = c.artifacts.tokenizer
+    if tok.path is None:  # a hub id: nothing on disk to check without the network
+        return
+    root = folder / tok.path
+    where = ("artifacts", "tokenizer")
+    if not (root / "tokenizer.json").is_file():
+        yield error("RLV901", (*where, "path"), f"no tokenizer.json in {tok.path}")
+        return
+    try:
+        vocab = _vocabulary(root / "tokenizer.json")
+    except (OSError, ValueError) as exc:
+        yield error("RLV901", (*where, "path"), f"tokenizer.json cannot be loaded: {exc}")
+        return
+    for i, stop in enumerate(c.length.stop_tokens):
+        if stop not in vocab:
+            yield error("RLV901", ("length", "stop_tokens", i),
+                        f"stop token {stop!r} is not a single token of the tokenizer")
+    yield from _chat_template(tok.chat_template, root, folder, (*where, "chat_template"))
+
+
+def _vocabulary(path: Path) -> set[str]:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    vocab = {t["content"] for t in data.get("added_tokens", [])}
+    model_vocab = (data.get("model") or {}).get("vocab") or {}
+    if isinstance(model_vocab, dict):
+        vocab.update(model_vocab)
+    else:  # Unigram: [[piece, score], ...]
+        vocab.update(piece for piece, _ in model_vocab)
+    return vocab
+
+
+def native_template(root: Path) -> str | None:
+    """The tokenizer's own chat template as transformers would load it, or None."""
+    jinja = root / "chat_template.jinja"
+    if jinja.is_file():
+        return jinja.read_text(encoding="utf-8")
+    config = root / "tokenizer_config.json"
+    if config.is_file():
+        template = json.loads(config.read_text(encoding="utf-8")).get("chat_template")
+        if isinstance(template, list):  # named templates: the default one renders chats
+            named = {t.get("name"): t.get("template") for t in template}
+            template = named.get("default")
+        if isinstance(template, str) and template.strip():
+            return template
+    return None
+
+
+def _chat_template(spec: str, root: Path, folder: Path, where: tuple) -> Iterator[Finding]:
+    if spec == "native":
+        try:
+            source = native_template(root)
+        except (OSError, ValueError) as exc:
+            yield error("RLV901", where, f"tokenizer_config.json cannot be read: {exc}")
+            return
+        if source is None:
+            yield error("RLV901", where, "chat_template is native but the tokenizer has none")
+            return
+    else:
+        path = folder / spec
+        if not path.is_file():
+            yield error("RLV901", where, f"chat template file {spec} does not exist")
+            return
+        source = path.read_text(encoding="utf-8")
+    yield from _compile_template(source, where)
+
+
+def _compile_template(source: str, where: tuple) -> Iterator[Finding]:
+    try:
+        import jinja2
+    except ImportError:  # jinja2 arrives with the train extra; without it we only check presence
+        return
+    try:
+        jinja2.Environment().parse(source)
+    except jinja2.TemplateSyntaxError as exc:
+        yield error("RLV901", where, f"chat template does not compile (line {exc.lineno}): {exc.message}")
+
+
+def _data(c: Contract, folder: Path) -> Iterator[Finding]:
+    for i, source in enumerate(c.data.sources):
+        yield from _file_hash(folder, source.path, source.sha256, ("data", "sources", i))
+    hint_field = c.data.hints.field if c.data.hints and c.data.hints.used else None
+    for name in ("train", "holdout", "sealed_eval"):
+        split = getattr(c.data.splits, name)
+        where = ("data", "splits", name)
+        found = list(_file_hash(folder, split.path, split.sha256, where))
+        yield from found
+        if not found:
+            yield from _jsonl(folder / split.path, where, hint_field if name == "sealed_eval" else None)
+
+
+def _file_hash(folder: Path, rel: str, sha: str | None, where: tuple) -> Iterator[Finding]:
+    path = folder / rel
+    if not path.is_file():
+        yield error("RLV901", (*where, "path"), f"{rel} does not exist")
+    elif sha is not None and lock.sha256_file(path) != sha:
+        yield error("RLV104", (*where, "sha256"), f"{rel} no longer matches its sha256")
+
+
+def _jsonl(path: Path, where: tuple, hint_field: str | None) -> Iterator[Finding]:
+    rows = 0
+    with path.open(encoding="utf-8", errors="replace") as fh:
+        for number, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            problem = _task_problem(line)
+            if problem:
+                yield error("RLV901", (*where, "path"), f"{path.name} line {number}: {problem}")
+                return
+            rows += 1
+            if hint_field and hint_field in json.loads(line):
+                yield error("RLV401", (*where, "path"),
+                            f"{path.name} line {number} carries the hint field '{hint_field}'; "
+                            "sealed_eval must be hint-free")
+                return
+    if rows == 0:
+        yield error("RLV901", (*where, "path"), f"{path.name} holds no task")
+
+
+def _task_problem(line: str) -> str | None:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as exc:
+        return f"not JSON ({exc.msg})"
+    if not isinstance(row, dict):
+        return "a task is a JSON object"
+    missing = [k for k in ("id", "prompt") if k not in row]
+    if missing:
+        return f"task lacks {' and '.join(missing)}"
+    if not isinstance(row["prompt"], (str, list)):
+        return "prompt must be a string or a list of chat messages"
+    return None
+
+
+def _verifier(c: Contract, folder: Path) -> Iterator[Finding]:
+    spec = c.environment.verifier
+    if spec is None:
+        return
+    module, function = spec.split(":", 1)
+    where = ("environment", "verifier")
+    candidates = [folder / f"{module.replace('.', '/')}.py", folder / module.replace(".", "/") / "__init__.py"]
+    path = next((p for p in candidates if p.is_file()), None)
+    if path is None:
+        if _importable(module):
+            return
+        yield error("RLV901", where, f"verifier module '{module}' is not found beside the contract")
+        return
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    except SyntaxError as exc:
+        yield error("RLV901", where, f"{path.name} line {exc.lineno}: {exc.msg}")
+        return
+    names = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    names |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+    if function not in names:
+        yield error("RLV901", where, f"{path.name} defines no '{function}'")
+
+
+def _importable(module: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _lock(c: Contract, contract_path: Path) -> Iterator[Finding]:
+    path = lock.lock_path(c, contract_path)
+    if not path.is_file():
+        if c.artifacts.lock:
+            yield error("RLV901", ("artifacts", "lock"), f"lock file {c.artifacts.lock} does not exist")
+        return
+    try:
+        locked = json.loads(path.read_text(encoding="utf-8"))["files"]
+        current = lock.compute(c, contract_path.resolve().parent)["files"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        yield error("RLV104", ("artifacts",), f"lock file {path.name} cannot be checked: {exc}", at_key=True)
+        return
+    for name in sorted(set(locked) | set(current)):
+        if locked.get(name) != current.get(name):
+            state = "is new" if name not in locked else "is gone" if name not in current else "changed"
+            yield error("RLV104", ("artifacts",), f"{name} {state} since {path.name} was written",
+                        at_key=True)

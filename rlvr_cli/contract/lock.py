@@ -1,0 +1,97 @@
+"""`rlvr lock`: the sha256 of every file a contract names, so drift is caught (RLV104)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from rlvr_cli.contract.models import Contract
+
+LOCK_VERSION = 1
+_CHUNK = 1 << 20
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        while chunk := fh.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def default_lock_path(contract_path: Path) -> Path:
+    """`foo.rlvr.yaml` → `foo.lock.json` beside it."""
+    name = contract_path.name
+    for suffix in (".rlvr.yaml", ".rlvr.yml", ".yaml", ".yml"):
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+            break
+    return contract_path.parent / f"{name}.lock.json"
+
+
+def lock_path(contract: Contract, contract_path: Path) -> Path:
+    if contract.artifacts.lock:
+        return contract_path.parent / contract.artifacts.lock
+    return default_lock_path(contract_path)
+
+
+def locked_paths(contract: Contract) -> dict[str, str]:
+    """Role → path (relative to the contract) of every local artifact and data file."""
+    a, d = contract.artifacts, contract.data
+    roles: dict[str, str | None] = {
+        "policy": a.policy.path,
+        "tokenizer": a.tokenizer.path,
+        "reference": a.reference.path if a.reference else None,
+        "chat_template": None if a.tokenizer.chat_template == "native" else a.tokenizer.chat_template,
+        "splits.train": d.splits.train.path,
+        "splits.holdout": d.splits.holdout.path,
+        "splits.sealed_eval": d.splits.sealed_eval.path,
+    }
+    for source in d.sources:
+        roles[f"sources.{source.name}"] = source.path
+    verifier = contract.environment.verifier
+    if verifier:
+        module = verifier.split(":", 1)[0].replace(".", "/")
+        roles["verifier"] = f"{module}.py"
+    return {role: path for role, path in roles.items() if path}
+
+
+def files_under(root: Path) -> list[Path]:
+    """`root` itself when it is a file, else every file below it, sorted, hidden ones kept."""
+    if root.is_file():
+        return [root]
+    found = []
+    for folder, dirs, files in os.walk(root):
+        dirs.sort()
+        found.extend(Path(folder) / f for f in sorted(files))
+    return found
+
+
+def compute(contract: Contract, folder: Path) -> dict:
+    """The lock document: every file's sha256, keyed by its path relative to the contract."""
+    artifacts: dict[str, list[str]] = {}
+    files: dict[str, str] = {}
+    for role, rel in locked_paths(contract).items():
+        root = folder / rel
+        if not root.exists():
+            raise FileNotFoundError(f"{role}: {rel} does not exist")
+        names = []
+        for path in files_under(root):
+            name = path.relative_to(folder).as_posix() if path.is_relative_to(folder) else str(path)
+            files[name] = sha256_file(path)
+            names.append(name)
+        artifacts[role] = names
+    return {"lock_version": LOCK_VERSION, "contract": contract.name,
+            "artifacts": artifacts, "files": dict(sorted(files.items()))}
+
+
+def write(contract: Contract, contract_path: Path) -> Path:
+    """Write the lock file atomically and return its path."""
+    target = lock_path(contract, contract_path)
+    document = compute(contract, contract_path.resolve().parent)
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, target)
+    return target

@@ -1,0 +1,384 @@
+"""The semantic rules of CONTRACT.md, one small function per code, over the typed contract.
+
+Each rule yields `Finding`s (code, severity, path, message); `load.py` attaches positions.
+Rules read nothing from disk: paths are compared as written, relative to the contract.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rlvr_cli.contract.diagnostics import UNWAIVABLE, Finding
+from rlvr_cli.contract.models import CHECKPOINT_PARTS, Contract, ModelRef, ReferenceRef
+
+if TYPE_CHECKING:
+    from rlvr_cli.contract.load import CheckResult
+
+Rule = Callable[[Contract, Path], Iterator[Finding]]
+RULES: list[Rule] = []
+HEX40 = re.compile(r"^[0-9a-f]{40}$")
+
+# Metrics the trainer writes to metrics.jsonl, and what each one needs to exist.
+METRICS = (
+    "loss", "kl", "entropy", "clip_fraction", "ratio_max", "grad_norm", "nonfinite_count",
+    "response_length_mean", "truncation_rate", "reward_mean", "reward_std", "holdout_reward",
+    "zero_std_fraction", "all_correct_fraction", "all_wrong_fraction", "verifier_error_rate",
+    "policy_lag", "reward_holdout_divergence", "tokens_per_s",
+)
+WATCHED = ("entropy", "response_length_mean", "verifier_error_rate")
+
+
+def rule(fn: Rule) -> Rule:
+    RULES.append(fn)
+    return fn
+
+
+def error(code: str, path: tuple, message: str, **kw: object) -> Finding:
+    return Finding(code, "error", path, message, **kw)  # type: ignore[arg-type]
+
+
+def warning(code: str, path: tuple, message: str, **kw: object) -> Finding:
+    return Finding(code, "warning", path, message, **kw)  # type: ignore[arg-type]
+
+
+def run_all(contract: Contract, folder: Path) -> list[Finding]:
+    return [finding for check in RULES for finding in check(contract, folder)]
+
+
+def _same_path(a: str, b: str) -> bool:
+    return os.path.normpath(a) == os.path.normpath(b)
+
+
+def _has_reference(c: Contract) -> bool:
+    return c.artifacts.reference is not None and not c.artifacts.reference.is_none
+
+
+def _kl_on(c: Contract) -> bool:
+    return c.objective.kl.coef > 0
+
+
+# ── RLV003: keys required by another key's value ──────────────────────────────────────
+
+
+def _required(path: tuple, key: str, when: str) -> Finding:
+    return error("RLV003", path, f"missing required key '{key}' (required when {when})")
+
+
+@rule
+def conditional_keys(c: Contract, _: Path) -> Iterator[Finding]:
+    env, adv, kl = c.environment, c.objective.advantage, c.objective.kl
+    if env.kind == "single_turn" and env.verifier is None:
+        yield _required(("environment",), "verifier", "kind is single_turn")
+    if env.kind == "tool_use":
+        for key in ("server", "max_steps"):
+            if getattr(env, key) is None:
+                yield _required(("environment",), key, "kind is tool_use")
+    if adv.scale != "none" and adv.epsilon is None:
+        yield _required(("objective", "advantage"), "epsilon", f"scale is {adv.scale}")
+    if kl.coef > 0:
+        for key in ("estimator", "placement"):
+            if getattr(kl, key) is None:
+                yield _required(("objective", "kl"), key, "kl.coef > 0")
+    hints = c.data.hints
+    if hints is not None and hints.used:
+        for key in ("source", "field"):
+            if getattr(hints, key) is None:
+                yield _required(("data", "hints"), key, "hints.used is true")
+
+
+# ── RLV1xx: artifacts ─────────────────────────────────────────────────────────────────
+
+
+@rule
+def rlv101_kl_needs_reference(c: Contract, _: Path) -> Iterator[Finding]:
+    if _kl_on(c) and not _has_reference(c):
+        what = "is missing" if c.artifacts.reference is None else "is 'none'"
+        yield error("RLV101", ("objective", "kl", "coef"),
+                    f"kl.coef is {c.objective.kl.coef} but artifacts.reference {what}; "
+                    "the KL term needs a frozen reference")
+
+
+@rule
+def rlv102_reference_is_policy(c: Contract, _: Path) -> Iterator[Finding]:
+    ref, policy = c.artifacts.reference, c.artifacts.policy
+    if ref is None or ref.same_as_policy:
+        return
+    same_files = ref.path is not None and policy.path is not None and _same_path(ref.path, policy.path)
+    same_hub = ref.id is not None and (ref.id, ref.revision) == (policy.id, policy.revision)
+    if same_files or same_hub:
+        yield warning("RLV102", ("artifacts", "reference"),
+                      "reference points at the same files as the policy; write "
+                      "'same_as_policy: true' if a frozen copy of the starting policy is intended")
+
+
+@rule
+def rlv103_unpinned_hub_id(c: Contract, _: Path) -> Iterator[Finding]:
+    refs: list[tuple[str, ModelRef | ReferenceRef | None]] = [
+        ("policy", c.artifacts.policy), ("tokenizer", c.artifacts.tokenizer),
+        ("reference", c.artifacts.reference),
+    ]
+    for name, ref in refs:
+        if ref is not None and ref.id is not None and not HEX40.match(ref.revision or ""):
+            yield warning("RLV103", ("artifacts", name, "revision" if ref.revision else "id"),
+                          f"hub id '{ref.id}' is not pinned to a 40-hex commit revision; "
+                          "a moving branch makes the run irreproducible")
+
+
+# ── RLV2xx: objective ─────────────────────────────────────────────────────────────────
+
+
+@rule
+def rlv201_scale_needs_std(c: Contract, _: Path) -> Iterator[Finding]:
+    adv = c.objective.advantage
+    if adv.scale != "none" and adv.std is None:
+        yield error("RLV201", ("objective", "advantage"),
+                    f"advantage.scale is {adv.scale} but advantage.std is missing; "
+                    "say 'population' or 'sample'")
+
+
+@rule
+def rlv202_clip_range(c: Contract, _: Path) -> Iterator[Finding]:
+    clip = c.objective.clip
+    for key in ("low", "high"):
+        value = getattr(clip, key)
+        if not 0 < value < 1:
+            yield error("RLV202", ("objective", "clip", key), f"clip.{key} is {value}; it must be in (0, 1)")
+    if clip.high < clip.low:
+        yield error("RLV202", ("objective", "clip", "high"),
+                    f"clip.high ({clip.high}) is below clip.low ({clip.low}); clip-higher means high > low")
+
+
+@rule
+def rlv203_unit_vs_kind(c: Contract, _: Path) -> Iterator[Finding]:
+    unit = c.objective.reward.unit
+    if unit in ("session", "trajectory") and c.environment.kind == "single_turn":
+        yield error("RLV203", ("objective", "reward", "unit"),
+                    f"reward.unit '{unit}' needs a multi-step environment, but environment.kind is single_turn")
+
+
+@rule
+def rlv204_reference_unused(c: Contract, _: Path) -> Iterator[Finding]:
+    if c.objective.kl.coef == 0 and _has_reference(c):
+        yield warning("RLV204", ("artifacts", "reference"),
+                      "kl.coef is 0, so the reference is loaded for nothing; "
+                      "write 'none: <reason>' or drop it")
+
+
+# ── RLV3xx: batch shapes ──────────────────────────────────────────────────────────────
+
+
+@rule
+def rlv301_group_size(c: Contract, _: Path) -> Iterator[Finding]:
+    size = c.hyperparameters.group_size
+    if size < 2:
+        yield error("RLV301", ("hyperparameters", "group_size"),
+                    f"group_size is {size}; a group-relative advantage needs at least 2 samples")
+
+
+@rule
+def rlv302_micro_batches(c: Contract, _: Path) -> Iterator[Finding]:
+    hp = c.hyperparameters
+    total = hp.prompts_per_step * hp.group_size
+    if hp.micro_batch_sequences and total % hp.micro_batch_sequences:
+        yield error("RLV302", ("hyperparameters", "micro_batch_sequences"),
+                    f"prompts_per_step × group_size = {total} sequences is not divisible by "
+                    f"micro_batch_sequences = {hp.micro_batch_sequences}")
+
+
+# ── RLV4xx: data ──────────────────────────────────────────────────────────────────────
+
+
+@rule
+def rlv401_hints_need_sealed_eval(c: Contract, _: Path) -> Iterator[Finding]:
+    hints = c.data.hints
+    if hints is None or not hints.used:
+        return
+    if hints.leak_check is not True:
+        yield error("RLV401", ("data", "hints"),
+                    "hints.used is true without 'leak_check: true'; assisted rollouts need a "
+                    "leak check against the hint-free sealed_eval")
+    if hints.source and _same_path(hints.source, c.data.splits.sealed_eval.path):
+        yield error("RLV401", ("data", "hints", "source"),
+                    "hints come from the sealed_eval split, so sealed_eval is not hint-free")
+
+
+@rule
+def rlv402_dedup_before_split(c: Contract, _: Path) -> Iterator[Finding]:
+    if c.data.dedup.stage != "before_split":
+        yield error("RLV402", ("data", "dedup", "stage"),
+                    f"dedup.stage is {c.data.dedup.stage}; deduplicate before splitting or "
+                    "near-copies leak across splits")
+
+
+@rule
+def rlv403_distinct_splits(c: Contract, _: Path) -> Iterator[Finding]:
+    names = ("train", "holdout", "sealed_eval")
+    seen: dict[str, str] = {}
+    for name in names:
+        path = os.path.normpath(getattr(c.data.splits, name).path)
+        if path in seen:
+            yield error("RLV403", ("data", "splits", name, "path"),
+                        f"splits.{name} is the same file as splits.{seen[path]}")
+        else:
+            seen[path] = name
+
+
+@rule
+def rlv404_source_provenance(c: Contract, _: Path) -> Iterator[Finding]:
+    for i, source in enumerate(c.data.sources):
+        missing = [k for k in ("license", "consent") if getattr(source, k) is None]
+        if missing:
+            yield warning("RLV404", ("data", "sources", i),
+                          f"source '{source.name}' lacks {' and '.join(missing)}")
+
+
+# ── RLV5xx: length ────────────────────────────────────────────────────────────────────
+
+
+@rule
+def rlv501_penalty_value(c: Contract, _: Path) -> Iterator[Finding]:
+    if c.length.on_truncated == "penalize" and c.length.truncation_penalty is None:
+        yield error("RLV501", ("length", "on_truncated"),
+                    "on_truncated is penalize but truncation_penalty is missing")
+
+
+@rule
+def rlv502_dynamic_sampling_logs(c: Contract, _: Path) -> Iterator[Finding]:
+    ds = c.length.dynamic_sampling
+    if ds is not None and ds.drop_uniform_groups and not ds.log_by:
+        yield error("RLV502", ("length", "dynamic_sampling"),
+                    "drop_uniform_groups changes the training distribution; name 'log_by' "
+                    "fields (e.g. [domain, difficulty]) so acceptance rates are recorded")
+
+
+@rule
+def rlv503_packing_isolation(c: Contract, _: Path) -> Iterator[Finding]:
+    packing = c.length.packing
+    if packing is not None and packing.enabled and not packing.isolate_episodes:
+        yield error("RLV503", ("length", "packing", "isolate_episodes"),
+                    "packed episodes must not attend to each other; set isolate_episodes: true")
+
+
+# ── RLV6xx: monitoring ────────────────────────────────────────────────────────────────
+
+
+@rule
+def rlv601_rule_owner_window(c: Contract, _: Path) -> Iterator[Finding]:
+    for i, r in enumerate(c.monitoring.rules):
+        missing = [k for k in ("owner", "window") if getattr(r, k) is None]
+        if missing:
+            yield error("RLV601", ("monitoring", "rules", i),
+                        f"rule '{r.name}' has no {' and no '.join(missing)}")
+
+
+@rule
+def rlv602_nonfinite_abort(c: Contract, _: Path) -> Iterator[Finding]:
+    if not any(r.metric == "nonfinite_count" and r.action == "abort" for r in c.monitoring.rules):
+        yield error("RLV602", ("monitoring", "rules"),
+                    "no rule aborts on nonfinite_count; a NaN would train on silently",
+                    at_key=True)
+
+
+@rule
+def rlv603_unwatched(c: Contract, _: Path) -> Iterator[Finding]:
+    watched = {r.metric for r in c.monitoring.rules}
+    wanted = list(WATCHED) + (["kl"] if _kl_on(c) else [])
+    for metric in wanted:
+        if metric not in watched:
+            yield warning("RLV603", ("monitoring", "rules"), f"no rule watches '{metric}'", at_key=True)
+
+
+def unavailable_metric(c: Contract, metric: str) -> str | None:
+    """Why this run cannot produce `metric`, or None when it can."""
+    if metric not in METRICS:
+        return "is not a metric rlvr produces"
+    if metric == "kl" and not (_kl_on(c) and _has_reference(c)):
+        return "needs kl.coef > 0 and a reference"
+    if metric in ("holdout_reward", "reward_holdout_divergence") and c.monitoring.holdout_every is None:
+        return "needs holdout evaluations (monitoring.holdout_every)"
+    return None
+
+
+@rule
+def rlv604_metric_exists(c: Contract, _: Path) -> Iterator[Finding]:
+    import difflib
+
+    for i, r in enumerate(c.monitoring.rules):
+        why = unavailable_metric(c, r.metric)
+        if why:
+            close = difflib.get_close_matches(r.metric, METRICS, n=1)
+            yield error("RLV604", ("monitoring", "rules", i, "metric"),
+                        f"metric '{r.metric}' {why}", suggestion=close[0] if close and close[0] != r.metric else None)
+
+
+# ── RLV7xx, RLV8xx: checkpoint and acceptance ─────────────────────────────────────────
+
+
+@rule
+def rlv701_checkpoint_parts(c: Contract, _: Path) -> Iterator[Finding]:
+    missing = [p for p in CHECKPOINT_PARTS if p not in c.checkpoint.include]
+    if missing:
+        yield error("RLV701", ("checkpoint", "include"),
+                    f"checkpoint.include misses {', '.join(missing)}; resume would not be exact")
+
+
+@rule
+def rlv801_gate_threshold(c: Contract, _: Path) -> Iterator[Finding]:
+    splits = ("train", "holdout", "sealed_eval")
+    for i, gate in enumerate(c.acceptance.gates):
+        if all(getattr(gate, k) is None for k in ("min", "max", "min_delta", "max_drop")):
+            yield error("RLV801", ("acceptance", "gates", i),
+                        f"gate '{gate.name}' names no threshold (min, max, min_delta or max_drop)")
+        if gate.split not in splits:
+            yield error("RLV801", ("acceptance", "gates", i, "split"),
+                        f"gate '{gate.name}' names split '{gate.split}', which data.splits lacks",
+                        suggestion=next((s for s in splits if s.startswith(gate.split[:3])), None))
+
+
+@rule
+def rlv802_critical_gate(c: Contract, _: Path) -> Iterator[Finding]:
+    if not any(g.critical for g in c.acceptance.gates):
+        yield warning("RLV802", ("acceptance", "gates"),
+                      "no gate is critical; a regression hidden by the average would still ship",
+                      at_key=True)
+
+
+# ── waivers ───────────────────────────────────────────────────────────────────────────
+
+
+def apply_waivers(result: CheckResult, *, today: str | None = None) -> None:
+    """Turn waived diagnostics into visible 'waived' lines; report stale waivers."""
+    contract = result.contract
+    if contract is None or not contract.waivers:
+        return
+    day = dt.date.fromisoformat(today) if today else dt.date.today()
+    for i, waiver in enumerate(contract.waivers):
+        finding = _apply_one(result, i, waiver, day)
+        if finding is not None:
+            result.add(finding)
+
+
+def _apply_one(result: CheckResult, i: int, waiver, day: dt.date) -> Finding | None:  # noqa: ANN001
+    where = ("waivers", i)
+    if waiver.rule in UNWAIVABLE:
+        return warning("RLV005", (*where, "rule"), f"{waiver.rule} is structural and cannot be waived")
+    if waiver.expires is not None:
+        try:
+            expires = dt.date.fromisoformat(waiver.expires)
+        except ValueError:
+            return error("RLV003", (*where, "expires"), f"'{waiver.expires}' is not a real date")
+        if expires < day:
+            return warning("RLV004", (*where, "expires"),
+                           f"waiver for {waiver.rule} expired on {waiver.expires}; it no longer waives")
+    matched = [d for d in result.diagnostics if d.code == waiver.rule and d.severity != "waived"]
+    for diag in matched:
+        diag.waiver = {"reason": waiver.reason, "expires": waiver.expires, "severity": diag.severity}
+        diag.severity = "waived"
+    if not matched:
+        return warning("RLV005", (*where, "rule"), f"waiver for {waiver.rule} matches no diagnostic")
+    return None
