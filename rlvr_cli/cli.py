@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -62,25 +61,18 @@ def guarded(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-class Format(str, Enum):
-    text = "text"
-    json = "json"
-    github = "github"
+@app.command(
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []},
+    add_help_option=False,
+)
+def validate(ctx: typer.Context) -> None:
+    """Check contracts: exit 0 valid, 1 invalid (or warnings with --strict), 2 unreadable path.
 
+    PATH... [--format text|json|github] [--deep] [--strict]; see `rlvr validate --help`.
+    """
+    from rlvr_cli.commands.validate import main as validate_main
 
-@app.command()
-@guarded
-def validate(
-    paths: Annotated[list[Path], typer.Argument(help="Contract files, or folders searched for *.rlvr.yaml.")],
-    format: Annotated[Format, typer.Option("--format", "-f", help="Report format.")] = Format.text,
-    deep: Annotated[bool, typer.Option(help="Also load tokenizer, data and lock files from disk.")] = False,
-    strict: Annotated[bool, typer.Option(help="Warnings fail too (exit 1).")] = False,
-) -> None:
-    """Check contracts: exit 0 valid, 1 invalid (or warnings with --strict), 2 unreadable path."""
-    from rlvr_cli.commands.validate import run_validate
-
-    code = run_validate(paths, format.value, deep=deep, strict=strict)
-    raise typer.Exit(code)
+    raise typer.Exit(validate_main(ctx.args))
 
 
 @app.command()
@@ -122,11 +114,3 @@ def init(
         err("error: give the folder to create, or --list")
         raise typer.Exit(2)
     run_init(folder, template, force=force, build_model=model)
-
-
-def main() -> None:
-    app()
-
-
-if __name__ == "__main__":
-    main()

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
+import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from rlvr_cli.contract.load import CheckResult, check_file
@@ -63,3 +65,33 @@ def run_validate(paths: list[Path], fmt: str, *, deep: bool, strict: bool) -> in
     failed = any(not r.valid for r in results)
     warned = any(d.severity == "warning" for r in results for d in r.diagnostics)
     return EXIT_INVALID if failed or (strict and warned) else EXIT_OK
+
+
+def parser() -> argparse.ArgumentParser:
+    """The one definition of validate's options (argparse: it runs on every commit, so no
+    framework import is paid before the first contract is read)."""
+    p = argparse.ArgumentParser(
+        prog="rlvr validate",
+        description="Check contracts. Exit 0 valid (warnings allowed), 1 invalid (or warnings "
+        "with --strict), 2 usage error or unreadable path, 3 internal error.",
+    )
+    p.add_argument("paths", nargs="+", type=Path, metavar="PATH",
+                   help="contract files, or folders searched for *.rlvr.yaml")
+    p.add_argument("--format", "-f", choices=sorted(REPORTERS), default="text", help="report format")
+    p.add_argument("--deep", action="store_true",
+                   help="also load tokenizer, data, verifier and lock files from disk (no network)")
+    p.add_argument("--strict", action="store_true", help="warnings fail too (exit 1)")
+    return p
+
+
+def main(argv: Sequence[str]) -> int:
+    """`rlvr validate ARGV...` → exit code; the internal-error net lives here too."""
+    args = parser().parse_args(list(argv))  # exits 2 on a usage error, as argparse does
+    try:
+        return run_validate(args.paths, args.format, deep=args.deep, strict=args.strict)
+    except Exception as exc:  # noqa: BLE001 - a bug must not look like "invalid contract"
+        if os.environ.get("RLVR_DEBUG"):
+            raise
+        print(f"internal error: {type(exc).__name__}: {exc}\n"
+              "This is a bug in rlvr; rerun with RLVR_DEBUG=1 for the traceback.", file=sys.stderr)
+        return 3

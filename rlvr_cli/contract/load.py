@@ -6,7 +6,6 @@ Nothing here prints; the CLI chooses a reporter.
 
 from __future__ import annotations
 
-import difflib
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -224,6 +223,8 @@ def suggest_key(key: str, parent: tuple[str | int, ...]) -> str | None:
     model = _model_at(parent)
     if model is None:
         return None
+    import difflib  # only on the error path
+
     siblings = _keys_of(model)
     close = difflib.get_close_matches(key, siblings, n=1, cutoff=0.6)
     if close:

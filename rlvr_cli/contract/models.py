@@ -6,7 +6,7 @@ another key (e.g. `kl.estimator` when `kl.coef > 0`) are checked by `rules.py` a
 mirrored in the schema with `if`/`then` so that both agree.
 """
 
-from __future__ import annotations
+
 
 from typing import Any, Literal
 
@@ -64,7 +64,7 @@ class ModelRef(Section):
     revision: str | None = Field(None, min_length=1, description="40-hex commit of `id`.")
 
     @model_validator(mode="after")
-    def _one_source(self) -> ModelRef:
+    def _one_source(self) -> "ModelRef":
         _exactly_one(self, {"path": "path", "id": "id"}, "a model reference")
         return self
 
@@ -95,7 +95,7 @@ class ReferenceRef(Section):
     )
 
     @model_validator(mode="after")
-    def _one_source(self) -> ReferenceRef:
+    def _one_source(self) -> "ReferenceRef":
         _exactly_one(
             self,
             {"path": "path", "id": "id", "same_as_policy": "same_as_policy", "none": "none_"},

@@ -15,22 +15,13 @@ from typing import Any
 
 import yaml
 
-try:  # libyaml is in every PyYAML wheel; the pure-Python parser is a slow fallback
-    from yaml import CParser as _Parser
-except ImportError:  # pragma: no cover
-    from yaml.parser import Parser as _ParserBase
-    from yaml.reader import Reader
-    from yaml.scanner import Scanner
-
-    class _Parser(Reader, Scanner, _ParserBase):  # type: ignore[no-redef]
-        def __init__(self, stream: str) -> None:
-            Reader.__init__(self, stream)
-            Scanner.__init__(self)
-            _ParserBase.__init__(self)
+# libyaml is in every PyYAML wheel; the pure-Python parser is a slow fallback. Only the
+# event stream is used: scalars are resolved below with YAML 1.2 rules.
+_Parser = getattr(yaml, "CBaseLoader", yaml.BaseLoader)
 
 
 MAX_DEPTH = 64
-MAX_NODES = 100_000  # counted with aliases expanded: bounds "billion laughs"
+MAX_NODES = 50_000  # counted with aliases expanded: bounds "billion laughs"
 
 Path = tuple[str | int, ...]
 
@@ -170,7 +161,7 @@ class _Builder:
         self.total += size
         if self.total > MAX_NODES:
             raise YamlError(
-                f"document expands to more than {MAX_NODES} nodes (an alias bomb?)", pos
+                f"document has more than {MAX_NODES} nodes with aliases expanded (too large, or an alias bomb)", pos
             )
         if anchor is not None:
             self.anchors[anchor] = (value, size)
@@ -221,7 +212,7 @@ class _Builder:
         if is_key:  # keys stay the text as written: `1e-5:` names the key "1e-5"
             self.add(event.value, 1, pos, event.anchor)
             return
-        plain = event.implicit[0] and event.style is None
+        plain = event.implicit[0] and not event.style  # libyaml says "" for plain, PyYAML None
         try:
             value = resolve_scalar(event.value, plain=plain, tag=tag)
         except ValueError as exc:
