@@ -219,10 +219,9 @@ def _lock(c: Contract, contract_path: Path) -> Iterator[Finding]:
         locked = json.loads(path.read_text(encoding="utf-8"))["files"]
         current = lock.compute(c, contract_path.resolve().parent)["files"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        yield error("RLV104", ("artifacts",), f"lock file {path.name} cannot be checked: {exc}", at_key=True)
+        yield error("RLV104", ("artifacts",), f"lock file {path.name} cannot be checked: {exc}")
         return
     for name in sorted(set(locked) | set(current)):
         if locked.get(name) != current.get(name):
             state = "is new" if name not in locked else "is gone" if name not in current else "changed"
-            yield error("RLV104", ("artifacts",), f"{name} {state} since {path.name} was written",
-                        at_key=True)
+            yield error("RLV104", ("artifacts",), f"{name} {state} since {path.name} was written")

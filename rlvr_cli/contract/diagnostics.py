@@ -38,7 +38,6 @@ class Finding:
     path: tuple[str | int, ...]
     message: str
     suggestion: str | None = None
-    at_key: bool = False  # point at the key rather than its value
 
 
 def dotted(path: tuple[str | int, ...]) -> str:

@@ -53,10 +53,7 @@ class CheckResult:
     def add(self, finding: Finding) -> None:
         """Attach a position to a rule's finding and keep it."""
         doc = self.document
-        if doc is None:
-            pos = yaml12.Pos(1, 1)
-        else:
-            pos = doc.key_pos(finding.path) if finding.at_key else doc.value_pos(finding.path)
+        pos = doc.anchor_pos(finding.path) if doc is not None else yaml12.Pos(1, 1)
         self.diagnostics.append(
             Diagnostic(
                 code=finding.code, severity=finding.severity, path=dotted(finding.path),
@@ -160,10 +157,10 @@ def _from_pydantic(error: Any, document: yaml12.Document) -> Diagnostic:
         pos = document.key_pos(loc)
         code, message = "RLV002", f"unknown key '{key}'"
     elif kind == "missing":
-        pos = document.value_pos(loc[:-1])
+        pos = document.key_pos(loc[:-1]) if loc[:-1] else document.value_pos(())
         code, message, suggestion = "RLV003", f"missing required key '{loc[-1]}'", None
     else:
-        pos = document.value_pos(loc)
+        pos = document.anchor_pos(loc)
         code, message, suggestion = "RLV003", _type_message(error), None
     return Diagnostic(code, "error", dotted(loc), pos.line, pos.column, message, suggestion)
 

@@ -280,8 +280,7 @@ def rlv601_rule_owner_window(c: Contract, _: Path) -> Iterator[Finding]:
 def rlv602_nonfinite_abort(c: Contract, _: Path) -> Iterator[Finding]:
     if not any(r.metric == "nonfinite_count" and r.action == "abort" for r in c.monitoring.rules):
         yield error("RLV602", ("monitoring", "rules"),
-                    "no rule aborts on nonfinite_count; a NaN would train on silently",
-                    at_key=True)
+                    "no rule aborts on nonfinite_count; a NaN would train on silently")
 
 
 @rule
@@ -290,7 +289,7 @@ def rlv603_unwatched(c: Contract, _: Path) -> Iterator[Finding]:
     wanted = list(WATCHED) + (["kl"] if _kl_on(c) else [])
     for metric in wanted:
         if metric not in watched:
-            yield warning("RLV603", ("monitoring", "rules"), f"no rule watches '{metric}'", at_key=True)
+            yield warning("RLV603", ("monitoring", "rules"), f"no rule watches '{metric}'")
 
 
 def unavailable_metric(c: Contract, metric: str) -> str | None:
@@ -344,8 +343,7 @@ def rlv801_gate_threshold(c: Contract, _: Path) -> Iterator[Finding]:
 def rlv802_critical_gate(c: Contract, _: Path) -> Iterator[Finding]:
     if not any(g.critical for g in c.acceptance.gates):
         yield warning("RLV802", ("acceptance", "gates"),
-                      "no gate is critical; a regression hidden by the average would still ship",
-                      at_key=True)
+                      "no gate is critical; a regression hidden by the average would still ship")
 
 
 # ── waivers ───────────────────────────────────────────────────────────────────────────

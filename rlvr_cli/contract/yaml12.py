@@ -67,6 +67,23 @@ class Document:
         """Position of the value at `path`, or of its nearest ancestor we know."""
         return _nearest(self.values, path)
 
+    def get(self, path: Path) -> Any:
+        """The value at `path`, or None when the path does not exist."""
+        node = self.data
+        for part in path:
+            try:
+                node = node[part]
+            except (KeyError, IndexError, TypeError):
+                return None
+        return node
+
+    def anchor_pos(self, path: Path) -> Pos:
+        """Where a diagnostic about `path` should point: the key for a mapping or list
+        (a block mapping's own position is its first child), the value otherwise."""
+        if isinstance(self.get(path), (dict, list)):
+            return self.key_pos(path)
+        return self.value_pos(path)
+
     def key_pos(self, path: Path) -> Pos:
         """Position of the key that names `path` (the value's position for list items)."""
         if path in self.keys:
@@ -233,6 +250,11 @@ class _Builder:
         self.add(value, size, pos, None)
 
 
+def _char_at(text: str, line: int, column: int) -> str:
+    lines = text.split("\n", line + 1)
+    return lines[line][column : column + 1] if line < len(lines) else ""
+
+
 def parse(text: str) -> Document:
     """Parse exactly one YAML document; raise YamlError with a position on any problem."""
     builder: _Builder | None = None
@@ -265,6 +287,8 @@ def parse(text: str) -> Document:
         mark = exc.problem_mark or exc.context_mark
         where = _pos(mark) if mark is not None else Pos(1, 1)
         what = exc.problem or exc.context or "invalid YAML"
+        if mark is not None and _char_at(text, mark.line, mark.column) == "\t":
+            what = "a tab character; YAML indents with spaces only"
         raise YamlError(f"YAML syntax error: {what}", where) from None
     except yaml.YAMLError as exc:
         raise YamlError(f"YAML error: {exc}", Pos(1, 1)) from None
