@@ -1,0 +1,71 @@
+"""Build a tiny tokenizer and a tiny causal LM with random weights in a local folder.
+
+Tests, examples and `rlvr init` use these instead of downloaded checkpoints; they load
+with `from_pretrained` exactly as a real model would. Needs the `train` extra.
+"""
+
+from __future__ import annotations
+
+import string
+from pathlib import Path
+
+from rlvr_cli.chat.templates import FAMILIES, SPECIAL_TOKENS
+
+PRINTABLE = string.printable.replace("\x0b", "").replace("\x0c", "").replace("\r", "")
+ARITHMETIC = string.ascii_lowercase + string.digits + "+-*=?:. \n"
+
+
+def build_tokenizer(folder: Path, family: str = "chatml", alphabet: str = PRINTABLE,
+                    chat_template: str | None = None):  # noqa: ANN201 - transformers type
+    """A character-level tokenizer with the family's special tokens and chat template."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models
+    from transformers import PreTrainedTokenizerFast
+
+    template, specials = FAMILIES[family]
+    chars = sorted(set(alphabet))
+    vocab = {tok: i for i, tok in enumerate([*SPECIAL_TOKENS, *chars])}
+    core = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
+    core.decoder = decoders.Fuse()
+    core.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=core, unk_token="<unk>", pad_token=specials["pad"],
+        eos_token=specials["eos"], bos_token=specials["bos"],
+    )
+    tokenizer.chat_template = chat_template or template
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer.save_pretrained(folder)
+    return tokenizer
+
+
+def build_model(folder: Path, vocab_size: int, *, eos_id: int, pad_id: int, bos_id: int | None,
+                hidden: int = 64, layers: int = 2, heads: int = 4, seed: int = 0):  # noqa: ANN201
+    """A Llama-architecture causal LM with random weights, saved as safetensors."""
+    import torch
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=vocab_size, hidden_size=hidden, intermediate_size=hidden * 2,
+        num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=heads,
+        max_position_embeddings=512, tie_word_embeddings=True,
+        eos_token_id=eos_id, pad_token_id=pad_id, bos_token_id=bos_id,
+    )
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config)
+    model.generation_config = GenerationConfig(eos_token_id=eos_id, pad_token_id=pad_id, bos_token_id=bos_id)
+    model.save_pretrained(folder)
+    return model
+
+
+def build_tiny(folder: str | Path, family: str = "chatml", *, alphabet: str = PRINTABLE,
+               chat_template: str | None = None, seed: int = 0, hidden: int = 64, layers: int = 2) -> Path:
+    """Tokenizer and model in one folder, loadable with `from_pretrained(folder)`."""
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()
+    folder = Path(folder)
+    tokenizer = build_tokenizer(folder, family, alphabet, chat_template)
+    build_model(
+        folder, len(tokenizer), eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
+        bos_id=tokenizer.bos_token_id, hidden=hidden, layers=layers, seed=seed,
+    )
+    return folder

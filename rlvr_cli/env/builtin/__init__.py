@@ -1,0 +1,1 @@
+"""Environments shipped with rlvr: toy arithmetic (single turn)."""
