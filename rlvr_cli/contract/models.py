@@ -8,9 +8,9 @@ mirrored in the schema with `if`/`then` so that both agree.
 
 
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
 SHA256 = r"^[0-9a-f]{64}$"
@@ -20,6 +20,16 @@ CHECKPOINT_PARTS = (
     "model", "optimizer", "scheduler", "rng", "sampler", "data_cursor", "rollout_cursor",
 )
 Handling = Literal["none_present", "scrubbed", "scanned_clean"]
+
+
+def _integral(value: Any) -> Any:
+    """`1.0e3` is the integer 1000, as JSON Schema's `integer` says; `2.5` stays an error."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+Int = Annotated[int, BeforeValidator(_integral)]
 
 
 class Section(BaseModel):
@@ -139,7 +149,7 @@ class Environment(Section):
     server: str | None = Field(
         None, min_length=1, description="`module:app` or URL of a resources server (tool_use)."
     )
-    max_steps: int | None = Field(None, ge=1, description="Model calls per episode (tool_use).")
+    max_steps: Int | None = Field(None, ge=1, description="Model calls per episode (tool_use).")
     tools: list[str] | None = Field(None, description="Tools offered to the policy.")
     forbidden_tools: list[str] | None = Field(
         None, description="Tools whose use fails the episode whatever the final state."
@@ -207,7 +217,7 @@ class Objective(Section):
 class Sampling(Section):
     temperature: float = Field(ge=0)
     top_p: float = Field(gt=0, le=1)
-    top_k: int = Field(ge=0, description="0 disables top-k.")
+    top_k: Int = Field(ge=0, description="0 disables top-k.")
 
 
 class Optimizer(Section):
@@ -220,20 +230,20 @@ class Optimizer(Section):
 
 class Schedule(Section):
     name: Literal["constant", "linear", "cosine"]
-    warmup_steps: int = Field(0, ge=0)
+    warmup_steps: Int = Field(0, ge=0)
 
 
 class Hyperparameters(Section):
-    group_size: int = Field(description="Samples per prompt (≥ 2).")
-    prompts_per_step: int = Field(ge=1)
-    micro_batch_sequences: int | None = Field(None, ge=1)
-    updates_per_batch: int = Field(ge=1, description="Optimizer passes over one rollout batch.")
-    max_policy_lag: int = Field(ge=0, description="How many optimizer steps old a rollout may be.")
+    group_size: Int = Field(description="Samples per prompt (≥ 2).")
+    prompts_per_step: Int = Field(ge=1)
+    micro_batch_sequences: Int | None = Field(None, ge=1)
+    updates_per_batch: Int = Field(ge=1, description="Optimizer passes over one rollout batch.")
+    max_policy_lag: Int = Field(ge=0, description="How many optimizer steps old a rollout may be.")
     sampling: Sampling
     optimizer: Optimizer
     schedule: Schedule | None = None
-    max_steps: int = Field(ge=1)
-    seed: int = Field(ge=0)
+    max_steps: Int = Field(ge=1)
+    seed: Int = Field(ge=0)
     precision: Literal["fp32", "bf16", "fp16"]
 
 
@@ -302,15 +312,15 @@ class Packing(Section):
 
 class DynamicSampling(Section):
     drop_uniform_groups: bool
-    max_rounds: int = Field(1, ge=1)
+    max_rounds: Int = Field(1, ge=1)
     log_by: list[str] | None = None
 
 
 class Length(Section):
     """What counts as an answer."""
 
-    max_prompt_tokens: int = Field(ge=1)
-    max_response_tokens: int = Field(ge=1)
+    max_prompt_tokens: Int = Field(ge=1)
+    max_response_tokens: Int = Field(ge=1)
     prompt_truncation: Literal["left", "error"]
     on_truncated: Literal["exclude", "penalize", "keep"]
     truncation_penalty: float | None = None
@@ -329,31 +339,31 @@ class Rule(Section):
     name: str = Field(min_length=1)
     metric: str = Field(min_length=1)
     when: str = Field(pattern=WHEN, description='"> x", "< x", ">= x", "<= x" or "nonfinite".')
-    window: int | None = Field(None, ge=1, description="Consecutive evaluations that must hold.")
+    window: Int | None = Field(None, ge=1, description="Consecutive evaluations that must hold.")
     action: Literal["pause", "abort"]
     owner: str | None = Field(None, min_length=1, description="Who is called when it fires.")
 
 
 class Monitoring(Section):
     rules: list[Rule]
-    holdout_every: int | None = Field(None, ge=1, description="Steps between holdout evaluations.")
+    holdout_every: Int | None = Field(None, ge=1, description="Steps between holdout evaluations.")
 
 
 class Checkpoint(Section):
-    every_steps: int = Field(ge=1)
-    keep_last: int = Field(ge=1)
+    every_steps: Int = Field(ge=1)
+    keep_last: Int = Field(ge=1)
     include: list[Literal[CHECKPOINT_PARTS]]  # type: ignore[valid-type]
 
 
 class Records(Section):
     format: Literal["parquet"] = "parquet"
-    shard_rows: int = Field(4096, ge=1)
+    shard_rows: Int = Field(4096, ge=1)
 
 
 class Budget(Section):
-    max_rollouts: int | None = Field(None, ge=1)
-    max_verifier_calls: int | None = Field(None, ge=1)
-    max_tokens: int | None = Field(None, ge=1)
+    max_rollouts: Int | None = Field(None, ge=1)
+    max_verifier_calls: Int | None = Field(None, ge=1)
+    max_tokens: Int | None = Field(None, ge=1)
 
 
 class Gate(Section):

@@ -1,0 +1,41 @@
+"""Shared helpers: run the real `rlvr` command, find example files."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "tests" / "contracts"
+
+
+@dataclass
+class Run:
+    code: int
+    stdout: str
+    stderr: str
+
+    def json(self) -> dict:
+        return json.loads(self.stdout)
+
+
+def rlvr(*args: str | Path, cwd: Path | None = None, timeout: float = 120, env: dict | None = None) -> Run:
+    """Run `rlvr ARGS...` in a subprocess, exactly as a user would."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "rlvr_cli", *map(str, args)],
+        capture_output=True, text=True, cwd=cwd, timeout=timeout, env=env,
+    )
+    return Run(proc.returncode, proc.stdout, proc.stderr)
+
+
+@pytest.fixture(scope="session")
+def tiny_chatml(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny ChatML tokenizer + model folder, built once per test session."""
+    from rlvr_cli.chat.tiny import build_tiny
+
+    return build_tiny(tmp_path_factory.mktemp("tiny") / "model", "chatml")

@@ -1,0 +1,65 @@
+"""The JSON Schema is generated from the models, committed, and agrees with them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from rlvr_cli.contract import yaml12
+from rlvr_cli.contract.schema import contract_schema, contract_schema_text
+from tests.conftest import EXAMPLES, ROOT, rlvr
+from tests.contract.test_examples import INVALID, expected, valid_contracts
+
+# Codes that mean "the structure is wrong": exactly what the schema must reject too.
+STRUCTURAL = {"RLV002", "RLV003", "RLV201", "RLV501", "RLV502", "RLV601"}
+
+
+def schema_errors(data: object) -> list[str]:
+    validator = jsonschema.Draft202012Validator(contract_schema())
+    return [e.message for e in validator.iter_errors(data)]
+
+
+def test_committed_schema_is_current() -> None:
+    committed = (ROOT / "schemas" / "contract.schema.json").read_text()
+    assert committed == contract_schema_text(), "run: rlvr schema > schemas/contract.schema.json"
+
+
+def test_schema_command_prints_the_schema() -> None:
+    run = rlvr("schema")
+    assert run.code == 0
+    assert json.loads(run.stdout) == contract_schema()
+
+
+def test_schema_is_a_valid_draft_2020_12_schema() -> None:
+    jsonschema.Draft202012Validator.check_schema(contract_schema())
+
+
+def test_valid_examples_pass_the_schema(tmp_path: Path) -> None:
+    for path in valid_contracts(tmp_path):
+        assert schema_errors(yaml12.parse(path.read_text()).data) == [], path
+
+
+PARSED = [p for p in INVALID if not p.name.startswith("RLV001")]  # RLV001: no data to compare
+
+
+@pytest.mark.parametrize("path", PARSED, ids=lambda p: p.name.removesuffix(".rlvr.yaml"))
+def test_schema_and_models_agree_on_each_example(path: Path) -> None:
+    codes = {line.split()[0] for line in expected(path)}
+    errors = schema_errors(yaml12.parse(path.read_text()).data)
+    assert bool(errors) == bool(codes & STRUCTURAL), (codes, errors)
+
+
+def test_check_jsonschema_reads_yaml_contracts_like_rlvr(tmp_path: Path) -> None:
+    """The external tool the benchmark compares against accepts our schema and examples."""
+    import subprocess
+    import sys
+
+    good = ROOT / "contracts" / "grpo-cpu.rlvr.yaml"
+    bad = EXAMPLES / "invalid" / "RLV003-missing-key.rlvr.yaml"
+    schema = ROOT / "schemas" / "contract.schema.json"
+    tool = [sys.executable, "-m", "check_jsonschema", "--schemafile", str(schema)]
+    assert subprocess.run([*tool, str(good)], capture_output=True).returncode == 0
+    assert subprocess.run([*tool, str(bad)], capture_output=True).returncode == 1
