@@ -1,0 +1,159 @@
+"""`rlvr init`, `rlvr validate --deep` and `rlvr lock` on a real experiment folder."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import rlvr
+
+
+@pytest.fixture(scope="module")
+def scaffold(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("init") / "my-exp"
+    run = rlvr("init", folder, "--template", "single-turn")
+    assert run.code == 0, run.stderr
+    return folder
+
+
+@pytest.fixture
+def experiment(scaffold: Path, tmp_path: Path) -> Path:
+    target = tmp_path / "exp"
+    shutil.copytree(scaffold, target)
+    return target
+
+
+def contract(folder: Path) -> Path:
+    return folder / "experiment.rlvr.yaml"
+
+
+def edit(folder: Path, old: str, new: str) -> None:
+    path = contract(folder)
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new))
+
+
+def deep(folder: Path) -> tuple[int, list[dict]]:
+    run = rlvr("validate", "--deep", "--format", "json", contract(folder))
+    return run.code, run.json()["files"][0]["diagnostics"]
+
+
+def test_init_creates_a_folder_that_validates_deeply(scaffold: Path) -> None:
+    names = {p.relative_to(scaffold).as_posix() for p in scaffold.rglob("*") if p.is_file()}
+    for expected in ("experiment.rlvr.yaml", "verifier.py", "README.md", ".pre-commit-config.yaml",
+                     "contract.schema.json", "data/train.jsonl", "data/holdout.jsonl",
+                     "data/sealed_eval.jsonl", "model/config.json", "model/tokenizer.json"):
+        assert expected in names
+    text = contract(scaffold).read_text()
+    assert text.startswith("# yaml-language-server: $schema=contract.schema.json\n")
+    assert "name: my-exp\n" in text
+    assert rlvr("validate", "--deep", "--strict", contract(scaffold)).code == 0
+
+
+def test_init_model_loads_with_from_pretrained(scaffold: Path) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(scaffold / "model")
+    model = AutoModelForCausalLM.from_pretrained(scaffold / "model")
+    assert tokenizer.eos_token == "<|im_end|>"
+    assert model.config.vocab_size == len(tokenizer)
+
+
+def test_init_tool_use_template_validates(tmp_path: Path) -> None:
+    folder = tmp_path / "agent"
+    assert rlvr("init", folder, "-t", "tool-use", "--no-model").code == 0
+    assert rlvr("validate", "--strict", contract(folder)).code == 0
+
+
+def test_init_refuses_non_empty_folder_and_never_overwrites(experiment: Path, tmp_path: Path) -> None:
+    before = contract(experiment).read_text()
+    refused = rlvr("init", experiment, "--no-model")
+    assert refused.code == 2 and "not empty" in refused.stderr
+    forced = rlvr("init", experiment, "--force", "--no-model")
+    assert forced.code == 2 and "would be overwritten" in forced.stderr
+    assert contract(experiment).read_text() == before
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    assert rlvr("init", other, "--force", "--no-model").code == 0
+    assert (other / "notes.txt").read_text() == "mine"
+
+
+def test_init_lists_templates_and_rejects_unknown_ones(tmp_path: Path) -> None:
+    listing = rlvr("init", "--list").stdout
+    assert "single-turn" in listing and "tool-use" in listing
+    bad = rlvr("init", tmp_path / "x", "--template", "nope")
+    assert bad.code == 2 and "single-turn" in bad.stderr
+
+
+def test_deep_finds_a_missing_stop_token(experiment: Path) -> None:
+    edit(experiment, 'stop_tokens: ["<|im_end|>"]', 'stop_tokens: ["<|im_end|>", "<|eot|>"]')
+    code, diags = deep(experiment)
+    assert code == 1
+    assert [(d["code"], d["path"]) for d in diags] == [("RLV901", "length.stop_tokens[1]")]
+    assert "'<|eot|>'" in diags[0]["message"]
+
+
+def test_deep_finds_a_missing_chat_template(experiment: Path) -> None:
+    (experiment / "model" / "chat_template.jinja").unlink()
+    config = experiment / "model" / "tokenizer_config.json"
+    data = json.loads(config.read_text())
+    data.pop("chat_template", None)
+    config.write_text(json.dumps(data))
+    code, diags = deep(experiment)
+    assert code == 1 and diags[0]["path"] == "artifacts.tokenizer.chat_template"
+
+
+def test_deep_compiles_a_template_file(experiment: Path) -> None:
+    (experiment / "broken.jinja").write_text("{% for m in messages %}{{ m.content }")
+    edit(experiment, "chat_template: native", "chat_template: broken.jinja")
+    code, diags = deep(experiment)
+    assert code == 1 and "does not compile" in diags[0]["message"]
+
+
+def test_deep_finds_missing_paths_and_bad_rows(experiment: Path) -> None:
+    (experiment / "data" / "holdout.jsonl").unlink()
+    with (experiment / "data" / "train.jsonl").open("a") as fh:
+        fh.write('{"id": "x"}\n')
+    edit(experiment, "verifier: verifier:verify", "verifier: verifier:check")
+    code, diags = deep(experiment)
+    messages = {d["path"]: d["message"] for d in diags}
+    assert code == 1
+    assert "does not exist" in messages["data.splits.holdout.path"]
+    assert "line 36: task lacks prompt" in messages["data.splits.train.path"]
+    assert "defines no 'check'" in messages["environment.verifier"]
+
+
+def test_deep_checks_declared_sha256(experiment: Path) -> None:
+    edit(experiment, "    train: {path: data/train.jsonl}", "    train: {path: data/train.jsonl, sha256: " + "ab" * 32 + "}")
+    code, diags = deep(experiment)
+    assert code == 1 and [d["code"] for d in diags] == ["RLV104"]
+
+
+def test_lock_then_drift_is_rlv104(experiment: Path) -> None:
+    run = rlvr("lock", contract(experiment))
+    assert run.code == 0, run.stderr
+    lock = json.loads((experiment / "experiment.lock.json").read_text())
+    assert "model/model.safetensors" in lock["files"] and "data/train.jsonl" in lock["files"]
+    assert "verifier.py" in lock["files"]
+    assert deep(experiment)[0] == 0
+    assert rlvr("validate", contract(experiment)).code == 0  # without --deep no file is read
+    with (experiment / "data" / "holdout.jsonl").open("a") as fh:
+        fh.write('{"id": "new", "prompt": "1+1=", "answer": "2"}\n')
+    (experiment / "model" / "extra.bin").write_bytes(b"x")
+    code, diags = deep(experiment)
+    assert code == 1
+    assert sorted(d["message"].split(" since")[0] for d in diags if d["code"] == "RLV104") == [
+        "data/holdout.jsonl changed", "model/extra.bin is new"]
+
+
+def test_lock_refuses_an_invalid_contract(experiment: Path) -> None:
+    edit(experiment, "group_size: 8", "group_size: 1")
+    run = rlvr("lock", contract(experiment))
+    assert run.code == 1 and "RLV301" in run.stderr
+    assert not (experiment / "experiment.lock.json").exists()
+    assert rlvr("lock", experiment / "missing.rlvr.yaml").code == 2
