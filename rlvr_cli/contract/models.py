@@ -30,6 +30,8 @@ def _integral(value: Any) -> Any:
 
 
 Int = Annotated[int, BeforeValidator(_integral)]
+# The bound sits inside the type so that `PositiveInt | None` keeps it in the JSON Schema.
+PositiveInt = Annotated[int, Field(ge=1), BeforeValidator(_integral)]
 
 
 class Section(BaseModel):
@@ -149,7 +151,7 @@ class Environment(Section):
     server: str | None = Field(
         None, min_length=1, description="`module:app` or URL of a resources server (tool_use)."
     )
-    max_steps: Int | None = Field(None, ge=1, description="Model calls per episode (tool_use).")
+    max_steps: PositiveInt | None = Field(None, description="Model calls per episode (tool_use).")
     tools: list[str] | None = Field(None, description="Tools offered to the policy.")
     forbidden_tools: list[str] | None = Field(
         None, description="Tools whose use fails the episode whatever the final state."
@@ -236,7 +238,7 @@ class Schedule(Section):
 class Hyperparameters(Section):
     group_size: Int = Field(description="Samples per prompt (≥ 2).")
     prompts_per_step: Int = Field(ge=1)
-    micro_batch_sequences: Int | None = Field(None, ge=1)
+    micro_batch_sequences: PositiveInt | None = None
     updates_per_batch: Int = Field(ge=1, description="Optimizer passes over one rollout batch.")
     max_policy_lag: Int = Field(ge=0, description="How many optimizer steps old a rollout may be.")
     sampling: Sampling
@@ -339,14 +341,14 @@ class Rule(Section):
     name: str = Field(min_length=1)
     metric: str = Field(min_length=1)
     when: str = Field(pattern=WHEN, description='"> x", "< x", ">= x", "<= x" or "nonfinite".')
-    window: Int | None = Field(None, ge=1, description="Consecutive evaluations that must hold.")
+    window: PositiveInt | None = Field(None, description="Consecutive evaluations that must hold.")
     action: Literal["pause", "abort"]
     owner: str | None = Field(None, min_length=1, description="Who is called when it fires.")
 
 
 class Monitoring(Section):
     rules: list[Rule]
-    holdout_every: Int | None = Field(None, ge=1, description="Steps between holdout evaluations.")
+    holdout_every: PositiveInt | None = Field(None, description="Steps between holdout evaluations.")
 
 
 class Checkpoint(Section):
@@ -361,9 +363,9 @@ class Records(Section):
 
 
 class Budget(Section):
-    max_rollouts: Int | None = Field(None, ge=1)
-    max_verifier_calls: Int | None = Field(None, ge=1)
-    max_tokens: Int | None = Field(None, ge=1)
+    max_rollouts: PositiveInt | None = None
+    max_verifier_calls: PositiveInt | None = None
+    max_tokens: PositiveInt | None = None
 
 
 class Gate(Section):

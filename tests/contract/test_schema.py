@@ -63,3 +63,31 @@ def test_check_jsonschema_reads_yaml_contracts_like_rlvr(tmp_path: Path) -> None
     tool = [sys.executable, "-m", "check_jsonschema", "--schemafile", str(schema)]
     assert subprocess.run([*tool, str(good)], capture_output=True).returncode == 0
     assert subprocess.run([*tool, str(bad)], capture_output=True).returncode == 1
+
+
+JSON_SCHEMA_KEYWORDS = {
+    "$schema", "$defs", "$ref", "title", "description", "type", "properties", "required",
+    "additionalProperties", "items", "prefixItems", "anyOf", "oneOf", "allOf", "not", "if", "then",
+    "enum", "const", "default", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+    "minLength", "maxLength", "minItems", "maxItems", "pattern",
+}
+
+
+def _keywords(node: object, inside_properties: bool = False) -> set[str]:
+    found: set[str] = set()
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if not inside_properties:
+                found.add(key)
+            if key in ("default", "const", "enum") and not inside_properties:
+                continue  # values, not schemas
+            found |= _keywords(value, inside_properties=key in ("properties", "$defs") and not inside_properties)
+    elif isinstance(node, list):
+        for value in node:
+            found |= _keywords(value)
+    return found
+
+
+def test_schema_uses_only_json_schema_keywords() -> None:
+    """A constraint pydantic cannot translate (e.g. `ge`) would be silently ignored by validators."""
+    assert _keywords(contract_schema()) - JSON_SCHEMA_KEYWORDS == set()

@@ -1,0 +1,222 @@
+"""Template traps, each a code, a severity and a message that says where.
+
+| code   | severity | fires when |
+|--------|----------|------------|
+| RLT001 | error    | the template emits BOS and tokenizing with special tokens adds another |
+| RLT002 | error    | an assistant turn has no stop token |
+| RLT003 | error    | a stop token that ends an assistant turn is outside the loss mask |
+| RLT004 | error    | a stop token is the pad token (padding would look like stopping) |
+| RLT005 | warning  | `add_generation_prompt` adds nothing |
+| RLT006 | error    | the generation prompt is not the start of the rendered assistant turn |
+| RLT007 | error    | appending a turn changes the tokens of earlier turns (history rewriting) |
+| RLT008 | warning  | decoding then re-encoding a turn's ids gives other ids (retokenization drift) |
+| RLT009 | warning  | the template depends on the date or time |
+| RLT010 | warning  | the template injects a default system prompt |
+| RLT011 | error    | a system message the template cannot express (raises or drops it) |
+| RLT012 | error    | the prompt exceeds max_prompt_tokens and truncation would cut the generation prompt (or is refused) |
+| RLT013 | error    | the template fails to render the conversation |
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+from rlvr_cli.chat.render import Check
+
+if TYPE_CHECKING:
+    from rlvr_cli.chat.masks import Located
+    from rlvr_cli.chat.render import ChatRenderer, Conversation, Rendered
+
+CheckFn = Callable[["ChatRenderer", "Conversation", "Located", "Rendered"], Iterator[Check]]
+CHECKS: list[CheckFn] = []
+_CLOCK = re.compile(r"strftime_now|date_string|\bnow\s*\(|\btoday\b")
+_PROBE_SYSTEM = "rlvr-probe-system"
+_PROBE_USER = "rlvr-probe-user"
+
+
+def check(fn: CheckFn) -> CheckFn:
+    CHECKS.append(fn)
+    return fn
+
+
+def run_all(renderer: ChatRenderer, conv: Conversation, located: Located, rendered: Rendered) -> list[Check]:
+    found = list(template_checks(renderer))
+    for fn in CHECKS:
+        found.extend(fn(renderer, conv, located, rendered))
+    return found
+
+
+def _turn(conv: Conversation, k: int) -> str:
+    return f"turn {k} ({conv.messages[k]['role']})"
+
+
+# ── per conversation ──────────────────────────────────────────────────────────────────
+
+
+@check
+def double_bos(renderer: ChatRenderer, conv: Conversation, located: Located, _: Rendered) -> Iterator[Check]:
+    tok = renderer.tokenizer
+    bos = tok.bos_token_id
+    if bos is None or not located.ids or located.ids[0] != bos:
+        return
+    with_specials = tok(located.text, add_special_tokens=True)["input_ids"]
+    if with_specials[:2] == [bos, bos]:
+        yield Check("RLT001", "error",
+                    f"double BOS at tokens 0-1: the template already emits {tok.bos_token!r} and "
+                    "tokenizing with add_special_tokens=True adds another; encode rendered text "
+                    "with add_special_tokens=False")
+
+
+@check
+def stop_tokens(renderer: ChatRenderer, conv: Conversation, located: Located, rendered: Rendered) -> Iterator[Check]:
+    for problem in located.problems:
+        if problem.kind == "no_stop":
+            yield Check("RLT002", "error",
+                        f"{_turn(conv, problem.turn)} ends at token {problem.position} without a stop token "
+                        f"({', '.join(renderer.stop_tokens)}); the policy would never learn to stop")
+    stops = set(renderer.stop_ids)
+    for span in rendered.spans:
+        if span.part != "content" or span.end <= span.start:
+            continue
+        last = span.end - 1
+        if rendered.input_ids[last] in stops and rendered.loss_mask[last] != 1:
+            yield Check("RLT003", "error", f"the stop token at {last} ending {_turn(conv, span.turn)} is outside the loss mask")
+
+
+@check
+def generation_prompt(renderer: ChatRenderer, conv: Conversation, located: Located, _: Rendered) -> Iterator[Check]:
+    for problem in located.problems:
+        if problem.kind == "generation_prompt":
+            yield Check("RLT006", "error",
+                        f"the generation prompt (add_generation_prompt=True before {_turn(conv, problem.turn)}) "
+                        f"is not the start of the rendered assistant turn at token {problem.position}; "
+                        "the policy would be sampled from a prompt it is not trained on")
+
+
+@check
+def history_rewriting(renderer: ChatRenderer, conv: Conversation, located: Located, _: Rendered) -> Iterator[Check]:
+    for problem in located.problems:
+        if problem.kind == "rewrite":
+            yield Check("RLT007", "error",
+                        f"history rewriting: rendering later turns changes the tokens of {_turn(conv, problem.turn)}; "
+                        f"first diverging token {problem.position}. That turn is not trained in the full "
+                        "rendering; multi-turn episodes must keep the tokens as generated")
+        elif problem.kind == "split_token":
+            yield Check("RLT008", "warning", f"{problem.detail}: turn boundaries and tokens disagree")
+
+
+@check
+def retokenization(renderer: ChatRenderer, conv: Conversation, located: Located, rendered: Rendered) -> Iterator[Check]:
+    tok = renderer.tokenizer
+    for span in rendered.spans:
+        if span.part != "content":
+            continue
+        ids = rendered.input_ids[span.start : span.end]
+        again = renderer.encode(tok.decode(ids, skip_special_tokens=False))[0]
+        if again != ids:
+            at = next((i for i, (a, b) in enumerate(zip(ids, again, strict=False)) if a != b), min(len(ids), len(again)))
+            yield Check("RLT008", "warning",
+                        f"retokenization drift in {_turn(conv, span.turn)}: decoding then re-encoding its ids "
+                        f"differs at token {span.start + at}; train on sampled ids, never on re-encoded text")
+
+
+@check
+def system_message(renderer: ChatRenderer, conv: Conversation, located: Located, _: Rendered) -> Iterator[Check]:
+    for k, message in enumerate(conv.messages):
+        if message["role"] == "system" and message.get("content") and message["content"] not in located.text:
+            yield Check("RLT011", "error", f"the template drops the system message of turn {k}")
+
+
+@check
+def prompt_length(renderer: ChatRenderer, conv: Conversation, located: Located, _: Rendered) -> Iterator[Check]:
+    limit = renderer.max_prompt_tokens
+    turns = [k for k, m in enumerate(conv.messages) if m["role"] == "assistant"]
+    if limit is None or not turns:
+        return
+    prompt = located.generation[turns[-1]]
+    size = len(renderer.encode(prompt)[0])
+    if size <= limit:
+        return
+    before = located.plain[turns[-1] - 1] if turns[-1] > 0 else ""
+    opening = size - len(renderer.encode(before)[0])  # the tokens add_generation_prompt appends
+    if renderer.prompt_truncation == "error":
+        yield Check("RLT012", "error", f"the prompt of {_turn(conv, turns[-1])} is {size} tokens, over "
+                    f"max_prompt_tokens={limit}; prompt_truncation: error refuses it")
+    elif opening > limit:
+        yield Check("RLT012", "error", f"left truncation to {limit} tokens would cut the {opening}-token generation prompt")
+
+
+# ── per template (computed once per renderer) ─────────────────────────────────────────
+
+
+def template_checks(renderer: ChatRenderer) -> list[Check]:
+    if renderer._template_checks is None:
+        renderer._template_checks = [*_pad_stop(renderer), *_clock(renderer), *_default_system(renderer),
+                                     *_ignored_generation_prompt(renderer)]
+    return renderer._template_checks
+
+
+def _pad_stop(renderer: ChatRenderer) -> Iterator[Check]:
+    pad = renderer.tokenizer.pad_token_id
+    for token, token_id in zip(renderer.stop_tokens, renderer.stop_ids, strict=True):
+        if pad is not None and token_id == pad:
+            yield Check("RLT004", "error", f"stop token {token!r} is also the pad token; padding would look like "
+                        "stopping and the stop token would be masked as padding")
+
+
+def _clock(renderer: ChatRenderer) -> Iterator[Check]:
+    match = _CLOCK.search(renderer.template)
+    if match:
+        yield Check("RLT009", "warning", f"the template depends on the date or time ({match.group(0)!r}): the same "
+                    "conversation renders differently on different days")
+
+
+def _probe(renderer: ChatRenderer, *conversations: list[dict]) -> list[str] | None:
+    try:
+        return renderer.texts(list(conversations), None, add_generation_prompt=False)
+    except Exception:  # noqa: BLE001 - a template that cannot render the probe has other checks
+        return None
+
+
+def _default_system(renderer: ChatRenderer) -> Iterator[Check]:
+    system = {"role": "system", "content": _PROBE_SYSTEM}
+    user = {"role": "user", "content": _PROBE_USER}
+    texts = _probe(renderer, [user], [system], [system, user])
+    if texts is None:
+        return
+    alone, system_only, both = texts
+    if not both.startswith(system_only):
+        return
+    user_part = both[len(system_only):]
+    if not alone.endswith(user_part):
+        return
+    extra = alone[: len(alone) - len(user_part)]
+    bos = renderer.tokenizer.bos_token or ""
+    if extra.startswith(bos):
+        extra = extra[len(bos):]
+    if extra.strip():
+        yield Check("RLT010", "warning", f"without a system message the template injects one: {extra.strip()[:80]!r}")
+
+
+def _ignored_generation_prompt(renderer: ChatRenderer) -> Iterator[Check]:
+    user = [{"role": "user", "content": _PROBE_USER}]
+    try:
+        plain, opened = (renderer.texts([user], None, False)[0], renderer.texts([user], None, True)[0])
+    except Exception:  # noqa: BLE001
+        return
+    if plain == opened:
+        yield Check("RLT005", "warning", "add_generation_prompt=True adds nothing after a user turn: the template "
+                    "itself opens the assistant turn, so prompts and trained turns must start there")
+
+
+def template_failure(renderer: ChatRenderer, conv: Conversation, exc: Exception) -> list[Check]:
+    """The template raised: a system message it cannot express, or another failure."""
+    message = f"{type(exc).__name__}: {exc}"
+    has_system = any(m["role"] == "system" for m in conv.messages)
+    if has_system:
+        rest = [m for m in conv.messages if m["role"] != "system"]
+        if rest and _probe(renderer, rest) is not None:
+            return [Check("RLT011", "error", f"the template cannot express a system message ({message})")]
+    return [Check("RLT013", "error", f"the template fails to render this conversation ({message})")]

@@ -1,0 +1,222 @@
+"""Render conversations with a tokenizer's own chat template and find every turn's tokens.
+
+Turns are located by rendering growing prefixes of the conversation and comparing them,
+never by searching for a message's content: prefix k-1 must be a prefix of prefix k, and
+the tokens between the two are turn k. For an assistant turn, rendering the conversation
+before it with `add_generation_prompt=True` says where the generated part starts; the
+first stop token after that ends the trainable part (the stop token is trained, template
+glue after it is not). Everything is rendered through transformers' own Jinja environment
+(`render_jinja_template`, as `apply_chat_template` does) and tokenized once, explicitly with
+`add_special_tokens=False`, with character offsets that map turn boundaries to tokens.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlvr_cli.errors import RlvrError, UsageProblem
+
+ROLES = ("system", "user", "assistant", "tool", "ipython")
+
+
+class RenderError(RlvrError):
+    """A conversation or tokenizer that cannot be rendered: exit 1 with where and why."""
+
+
+@dataclass
+class Span:
+    role: str
+    turn: int
+    start: int
+    end: int  # exclusive, token indices
+    trainable: bool
+    part: str  # header | content | glue | turn | rewritten
+
+
+@dataclass
+class Check:
+    code: str
+    severity: str  # error | warning
+    message: str
+
+
+@dataclass
+class Rendered:
+    input_ids: list[int]
+    tokens: list[str]
+    loss_mask: list[int]
+    spans: list[Span]
+    checks: list[Check] = field(default_factory=list)
+    text: str = ""
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "input_ids": self.input_ids, "tokens": self.tokens, "loss_mask": self.loss_mask,
+            "spans": [asdict(s) for s in self.spans], "checks": [asdict(c) for c in self.checks],
+        }
+
+
+@dataclass
+class Conversation:
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None = None
+    line: int = 0  # 1-based line in the JSONL file; 0 when built in code
+
+
+def read_conversations(path: Path) -> list[Conversation]:
+    """One conversation per JSONL line: `{"messages": [...], "tools"?: [...]}`."""
+    if not path.is_file():
+        raise UsageProblem(f"{path}: no such conversations file")
+    conversations = []
+    with path.open(encoding="utf-8", errors="strict") as fh:
+        try:
+            lines = list(fh)
+        except UnicodeDecodeError as exc:
+            raise RenderError(f"{path}: not UTF-8 text ({exc.reason})") from None
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise RenderError(f"{path}:{number}: not JSON ({exc.msg} at column {exc.colno})") from None
+        conversations.append(parse_conversation(row, f"{path}:{number}", number))
+    if not conversations:
+        raise RenderError(f"{path}: holds no conversation")
+    return conversations
+
+
+def parse_conversation(row: Any, where: str, line: int = 0) -> Conversation:
+    """Check the shape of one conversation; raise RenderError naming `where`."""
+    if not isinstance(row, dict) or not isinstance(row.get("messages"), list):
+        raise RenderError(f"{where}: expected an object with a 'messages' list")
+    unknown = set(row) - {"messages", "tools"}
+    if unknown:
+        raise RenderError(f"{where}: unknown keys {sorted(unknown)}; expected 'messages' and 'tools'")
+    messages = row["messages"]
+    if not messages:
+        raise RenderError(f"{where}: the conversation is empty")
+    for i, message in enumerate(messages):
+        _check_message(message, f"{where}: messages[{i}]")
+    tools = row.get("tools")
+    if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
+        raise RenderError(f"{where}: 'tools' must be a list of objects")
+    return Conversation(messages, tools, line)
+
+
+def _check_message(message: Any, where: str) -> None:
+    if not isinstance(message, dict):
+        raise RenderError(f"{where}: a message is an object with 'role' and 'content'")
+    role = message.get("role")
+    if role not in ROLES:
+        raise RenderError(f"{where}: unknown role {role!r}; expected one of {', '.join(ROLES)}")
+    content = message.get("content")
+    calls = message.get("tool_calls")
+    if content is not None and not isinstance(content, str):
+        raise RenderError(f"{where}: content must be a string")
+    if calls is not None:
+        if role != "assistant":
+            raise RenderError(f"{where}: only assistant messages carry tool_calls")
+        for call in calls if isinstance(calls, list) else [None]:
+            function = call.get("function") if isinstance(call, dict) else None
+            if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+                raise RenderError(f"{where}: tool_calls items are {{type: function, function: {{name, arguments}}}}")
+    if content is None and not calls:
+        raise RenderError(f"{where}: a message needs content (or tool_calls)")
+
+
+class ChatRenderer:
+    """A tokenizer plus the chat template and stop tokens the contract names."""
+
+    def __init__(self, tokenizer: Any, template: str, stop_tokens: list[str], *,
+                 max_prompt_tokens: int | None = None, prompt_truncation: str = "error") -> None:
+        if not template:
+            raise RenderError("the tokenizer has no chat template and the contract names no template file")
+        self.tokenizer = tokenizer
+        self.template = template
+        self.stop_tokens = list(stop_tokens)
+        self.stop_ids = [self._token_id(t) for t in stop_tokens]
+        self.max_prompt_tokens = max_prompt_tokens
+        self.prompt_truncation = prompt_truncation
+        self._template_checks: list[Check] | None = None
+
+    def _token_id(self, token: str) -> int:
+        ids = self.tokenizer.convert_tokens_to_ids([token])
+        unk = self.tokenizer.unk_token_id
+        if not ids or ids[0] is None or (ids[0] == unk and token != self.tokenizer.unk_token):
+            raise RenderError(f"stop token {token!r} is not a token of the tokenizer")
+        return int(ids[0])
+
+    @classmethod
+    def from_contract(cls, contract: Any, folder: Path) -> ChatRenderer:
+        """Load the tokenizer from disk (never the network) with the contract's template."""
+        ref = contract.artifacts.tokenizer
+        tokenizer = load_tokenizer(folder / ref.path if ref.path else None, ref.id, ref.revision)
+        if ref.chat_template == "native":
+            template = tokenizer.chat_template
+        else:
+            path = folder / ref.chat_template
+            if not path.is_file():
+                raise RenderError(f"chat template file {ref.chat_template} does not exist")
+            template = path.read_text(encoding="utf-8")
+        length = contract.length
+        return cls(tokenizer, template, length.stop_tokens, max_prompt_tokens=length.max_prompt_tokens,
+                   prompt_truncation=length.prompt_truncation)
+
+    def texts(self, conversations: list[list[dict[str, Any]]], tools: list[dict] | None,
+              add_generation_prompt: bool) -> list[str]:
+        """Render several conversations in one call; an empty conversation renders as ''."""
+        from transformers.utils.chat_template_utils import render_jinja_template
+
+        if not conversations:
+            return []
+        out = ["" for _ in conversations]
+        todo = [i for i, c in enumerate(conversations) if c]
+        if todo:
+            rendered, _ = render_jinja_template(
+                conversations=[conversations[i] for i in todo], tools=tools, chat_template=self.template,
+                add_generation_prompt=add_generation_prompt, **self.tokenizer.special_tokens_map,
+            )
+            for i, text in zip(todo, rendered, strict=True):
+                out[i] = text
+        return out
+
+    def encode(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        """Token ids and character offsets, explicitly without added special tokens."""
+        enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True,
+                             return_attention_mask=False)
+        return list(enc["input_ids"]), [tuple(o) for o in enc["offset_mapping"]]
+
+    def prompt_ids(self, messages: list[dict[str, Any]], tools: list[dict] | None = None) -> list[int]:
+        """The tokens a policy continues from: the conversation plus the generation prompt."""
+        text = self.texts([messages], tools, add_generation_prompt=True)[0]
+        return self.encode(text)[0]
+
+    def render(self, conversation: Conversation) -> Rendered:
+        from rlvr_cli.chat import checks, masks
+
+        try:
+            located = masks.locate(self, conversation)
+        except Exception as exc:  # noqa: BLE001 - a template's raise_exception() or any Jinja error
+            return Rendered([], [], [], [], checks.template_failure(self, conversation, exc))
+        rendered = masks.to_rendered(self, located)
+        rendered.checks = checks.run_all(self, conversation, located, rendered)
+        return rendered
+
+
+def load_tokenizer(path: Path | None, hub_id: str | None = None, revision: str | None = None) -> Any:
+    """AutoTokenizer from a local folder, or from the local hub cache; never downloads."""
+    from transformers import AutoTokenizer
+    from transformers.utils import logging
+
+    logging.set_verbosity_error()
+    source = str(path) if path is not None else hub_id
+    if path is not None and not path.is_dir():
+        raise UsageProblem(f"tokenizer folder {path} does not exist")
+    try:
+        return AutoTokenizer.from_pretrained(source, revision=revision, local_files_only=True)
+    except (OSError, ValueError) as exc:
+        raise RenderError(f"the tokenizer at {source} cannot be loaded: {exc}") from None
