@@ -97,6 +97,22 @@ def lock(
 
 @app.command()
 @guarded
+def render(
+    contract: Annotated[Path, typer.Argument(help="The contract: tokenizer, chat template, stop tokens, limits.")],
+    conversations: Annotated[Path, typer.Option("--conversations", "-c", help="JSONL, one {messages, tools?} per line.")],
+    format: Annotated[str, typer.Option("--format", "-f", help="text or json.")] = "text",
+) -> None:
+    """Show what the model sees, which tokens are trained, and the template's traps (exit 1 on an error check)."""
+    from rlvr_cli.commands.render import run_render
+    from rlvr_cli.errors import UsageProblem
+
+    if format not in ("text", "json"):
+        raise UsageProblem(f"--format must be text or json, not {format!r}")
+    raise typer.Exit(run_render(contract, conversations, format))
+
+
+@app.command()
+@guarded
 def init(
     folder: Annotated[Path | None, typer.Argument(help="Experiment folder to create.")] = None,
     template: Annotated[str, typer.Option("--template", "-t", help="Template name (see --list).")] = "single-turn",

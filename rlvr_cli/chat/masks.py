@@ -138,7 +138,7 @@ def to_rendered(renderer: ChatRenderer, located: Located) -> Rendered:
         if span.trainable:
             mask[span.start : span.end] = [1] * (span.end - span.start)
     tokens = renderer.tokenizer.convert_ids_to_tokens(located.ids)
-    return Rendered(located.ids, tokens, mask, located.spans, [], located.text)
+    return Rendered(located.ids, tokens, mask, located.spans, [], located.text, located.offsets)
 
 
 def sampled_mask(sampled: Sequence[int], stop_ids: Sequence[int]) -> tuple[list[int], str]:

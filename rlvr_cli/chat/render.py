@@ -51,6 +51,15 @@ class Rendered:
     spans: list[Span]
     checks: list[Check] = field(default_factory=list)
     text: str = ""
+    offsets: list[tuple[int, int]] = field(default_factory=list)
+
+    def text_of(self, start: int, end: int) -> str:
+        """The rendered text of tokens [start, end)."""
+        if start >= end:
+            return ""
+        first = self.offsets[start][0]
+        last = self.offsets[end][0] if end < len(self.offsets) else len(self.text)
+        return self.text[first:last]
 
     def as_json(self) -> dict[str, Any]:
         return {

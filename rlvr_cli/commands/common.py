@@ -1,0 +1,25 @@
+"""Helpers shared by the commands that start from a contract."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from rlvr_cli.contract.diagnostics import ContractError
+from rlvr_cli.contract.models import Contract
+from rlvr_cli.errors import RlvrError, UsageProblem
+
+
+def load_valid_contract(path: Path) -> Contract:
+    """The typed contract, or exit: 2 when the file is missing, 1 (with the report) when invalid."""
+    from rlvr_cli.contract.load import load
+    from rlvr_cli.contract.report import text_line
+
+    if not path.is_file():
+        raise UsageProblem(f"{path}: no such contract file")
+    try:
+        return load(path)
+    except ContractError as exc:
+        for diag in exc.diagnostics:
+            print(text_line(str(path), diag), file=sys.stderr)
+        raise RlvrError(f"{path} is not a valid contract; `rlvr validate {path}` says why") from None
