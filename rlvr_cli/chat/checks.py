@@ -23,6 +23,7 @@ import re
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
+from rlvr_cli.chat.masks import common_prefix as _common_prefix
 from rlvr_cli.chat.render import Check
 
 if TYPE_CHECKING:
@@ -192,10 +193,8 @@ def _default_system(renderer: ChatRenderer) -> Iterator[Check]:
     user_part = both[len(system_only):]
     if not alone.endswith(user_part):
         return
-    extra = alone[: len(alone) - len(user_part)]
-    bos = renderer.tokenizer.bos_token or ""
-    if extra.startswith(bos):
-        extra = extra[len(bos):]
+    preamble = _common_prefix(alone, both)  # emitted whatever the messages (BOS, a date line)
+    extra = alone[preamble : len(alone) - len(user_part)]
     if extra.strip():
         yield Check("RLT010", "warning", f"without a system message the template injects one: {extra.strip()[:80]!r}")
 

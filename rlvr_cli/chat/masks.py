@@ -55,7 +55,7 @@ class _Tokens:
         return index, not inside
 
 
-def _common_prefix(a: str, b: str) -> int:
+def common_prefix(a: str, b: str) -> int:
     n = min(len(a), len(b))
     i = 0
     while i < n and a[i] == b[i]:
@@ -100,7 +100,7 @@ def _boundaries(located: Located, tokens: _Tokens) -> list[int | None]:
                                                 f"the end of turn {k} falls inside token {index - 1}"))
             bounds.append(index)
         else:
-            diverge = _common_prefix(prefix, full)
+            diverge = common_prefix(prefix, full)
             located.problems.append(Problem("rewrite", k, tokens.at(diverge)[0] - (not tokens.at(diverge)[1])))
             bounds.append(None)
     bounds[-1] = len(located.ids)  # the full rendering always ends the last turn
@@ -115,7 +115,11 @@ def _turn_spans(renderer: ChatRenderer, located: Located, tokens: _Tokens, k: in
     first_char = len(located.plain[k - 1]) if k > 0 else 0
     head = start
     if located.text.startswith(prompt) and first_char <= len(prompt) <= len(located.plain[k]):
-        head = min(max(tokens.at(len(prompt))[0], start), end)
+        index, aligned = tokens.at(len(prompt))
+        head = min(max(index, start), end)
+        if not aligned:
+            located.problems.append(Problem("split_token", k, index - 1,
+                                            f"the generation prompt of turn {k} ends inside token {index - 1}"))
     else:
         located.problems.append(Problem("generation_prompt", k, start))
     stops = set(renderer.stop_ids)
