@@ -110,12 +110,11 @@ def history_rewriting(renderer: ChatRenderer, conv: Conversation, located: Locat
 
 @check
 def retokenization(renderer: ChatRenderer, conv: Conversation, located: Located, rendered: Rendered) -> Iterator[Check]:
+    spans = [s for s in rendered.spans if s.part == "content" and s.end > s.start]
     tok = renderer.tokenizer
-    for span in rendered.spans:
-        if span.part != "content":
-            continue
+    texts = [tok.decode(rendered.input_ids[s.start : s.end], skip_special_tokens=False) for s in spans]
+    for span, (again, _) in zip(spans, renderer.encode_many(texts), strict=True):
         ids = rendered.input_ids[span.start : span.end]
-        again = renderer.encode(tok.decode(ids, skip_special_tokens=False))[0]
         if again != ids:
             at = next((i for i, (a, b) in enumerate(zip(ids, again, strict=False)) if a != b), min(len(ids), len(again)))
             yield Check("RLT008", "warning",

@@ -141,7 +141,7 @@ def to_rendered(renderer: ChatRenderer, located: Located) -> Rendered:
     for span in located.spans:
         if span.trainable:
             mask[span.start : span.end] = [1] * (span.end - span.start)
-    tokens = renderer.tokenizer.convert_ids_to_tokens(located.ids)
+    tokens = renderer.tokens(located.ids)
     return Rendered(located.ids, tokens, mask, located.spans, [], located.text, located.offsets)
 
 

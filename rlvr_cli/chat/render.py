@@ -151,6 +151,7 @@ class ChatRenderer:
         self.max_prompt_tokens = max_prompt_tokens
         self.prompt_truncation = prompt_truncation
         self._template_checks: list[Check] | None = None
+        self._vocab: list[str] | None = None
 
     def _token_id(self, token: str) -> int:
         ids = self.tokenizer.convert_tokens_to_ids([token])
@@ -195,9 +196,25 @@ class ChatRenderer:
 
     def encode(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
         """Token ids and character offsets, explicitly without added special tokens."""
-        enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True,
+        return self.encode_many([text])[0]
+
+    def encode_many(self, texts: list[str]) -> list[tuple[list[int], list[tuple[int, int]]]]:
+        backend = getattr(self.tokenizer, "backend_tokenizer", None)
+        if backend is not None:  # the Rust tokenizer itself: one batched call, no Python per-token work
+            encodings = backend.encode_batch(texts, add_special_tokens=False)
+            return [(e.ids, e.offsets) for e in encodings]
+        enc = self.tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True,
                              return_attention_mask=False)
-        return list(enc["input_ids"]), [tuple(o) for o in enc["offset_mapping"]]
+        return [(list(i), [tuple(o) for o in off]) for i, off in zip(enc["input_ids"], enc["offset_mapping"], strict=True)]
+
+    def tokens(self, ids: list[int]) -> list[str]:
+        """Token strings for ids, from a vocabulary table built once."""
+        if self._vocab is None:
+            size = max(len(self.tokenizer), max(ids, default=0) + 1)
+            self._vocab = self.tokenizer.convert_ids_to_tokens(list(range(size)))
+        if ids and max(ids) >= len(self._vocab):
+            return self.tokenizer.convert_ids_to_tokens(ids)
+        return [self._vocab[i] for i in ids]
 
     def prompt_ids(self, messages: list[dict[str, Any]], tools: list[dict] | None = None) -> list[int]:
         """The tokens a policy continues from: the conversation plus the generation prompt."""
