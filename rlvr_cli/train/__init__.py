@@ -1,0 +1,1 @@
+"""Training: objective, rollouts, the loop, records, monitoring and checkpoints."""

@@ -1,0 +1,212 @@
+"""The GRPO-family objective, one small function per term, as CONTRACT.md writes it.
+
+advantages → ratio → clipped surrogate (asymmetric, optional dual clip) → + β·KL (loss
+placement) − entropy bonus → aggregation over the optimizer batch. Shapes: B sequences,
+T response tokens; `mask` is the loss mask (1 on trained tokens).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from rlvr_cli.contract.models import Objective
+
+
+# ── advantages ────────────────────────────────────────────────────────────────────────
+
+
+def advantages(rewards: torch.Tensor, group_size: int, objective: Objective) -> torch.Tensor:
+    """Group-relative advantages for rewards `(N,)` ordered group by group.
+
+    A = r - mean(group r), divided by the std of the group (`group_std`), of every reward in
+    the batch (`batch_std`), or by nothing (`none`); `epsilon` is added to the std. A NaN
+    reward marks an excluded sample: it is left out of means and stds and gets A = 0. A
+    group whose rewards are all equal gets exactly zero: epsilon creates no signal.
+    """
+    adv = objective.advantage
+    if rewards.ndim != 1 or rewards.numel() % group_size:
+        raise ValueError(f"rewards must be (N,) with N a multiple of group_size={group_size}")
+    groups = rewards.double().view(-1, group_size)  # (G, K)
+    valid = ~torch.isnan(groups)  # (G, K)
+    filled = torch.where(valid, groups, torch.zeros_like(groups))
+    count = valid.sum(dim=1, keepdim=True).clamp(min=1)  # (G, 1)
+    mean = filled.sum(dim=1, keepdim=True) / count  # (G, 1)
+    centered = torch.where(valid, groups - mean, torch.zeros_like(groups))  # (G, K)
+    uniform = uniform_groups(groups)  # (G,)
+    centered[uniform] = 0.0
+    if adv.scale == "group_std":
+        centered = centered / (_std(centered, valid, adv.std, dim=1) + adv.epsilon)
+    elif adv.scale == "batch_std":
+        batch_centered = torch.where(valid, groups - _masked_mean(groups, valid), torch.zeros_like(groups))
+        centered = centered / (_std(batch_centered.view(1, -1), valid.view(1, -1), adv.std, dim=1) + adv.epsilon)
+    return centered.view(-1).to(rewards.dtype)  # (N,)
+
+
+def _masked_mean(values: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    return torch.where(valid, values, torch.zeros_like(values)).sum() / valid.sum().clamp(min=1)
+
+
+def _std(centered: torch.Tensor, valid: torch.Tensor, kind: str | None, dim: int) -> torch.Tensor:
+    """Population (÷n) or sample (÷(n-1)) std of already-centered values, NaN-free."""
+    n = valid.sum(dim=dim, keepdim=True)
+    denom = (n - 1).clamp(min=1) if kind == "sample" else n.clamp(min=1)
+    return (centered.pow(2).sum(dim=dim, keepdim=True) / denom).sqrt()
+
+
+def uniform_groups(groups: torch.Tensor) -> torch.Tensor:
+    """`(G,)` True where every valid reward of the group is equal (zero-std groups)."""
+    valid = ~torch.isnan(groups)
+    high = torch.where(valid, groups, torch.full_like(groups, -torch.inf)).amax(dim=1)
+    low = torch.where(valid, groups, torch.full_like(groups, torch.inf)).amin(dim=1)
+    return (high == low) | (valid.sum(dim=1) <= 1)
+
+
+# ── per-token terms ───────────────────────────────────────────────────────────────────
+
+
+def ratio(logp: torch.Tensor, old_logp: torch.Tensor) -> torch.Tensor:
+    """π_θ / π_old per token, from log-probs `(B, T)`."""
+    return torch.exp(logp - old_logp)
+
+
+def clipped_surrogate(ratio_: torch.Tensor, adv: torch.Tensor, low: float, high: float,
+                      dual: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO's pessimistic clipped loss per token, and where clipping was active.
+
+    ℓ = max(-A·r, -A·clip(r, 1-low, 1+high)); with dual clip c, for A < 0 the loss is
+    further bounded by -A·c (Ye et al. 2020, https://arxiv.org/abs/1912.09729).
+    """
+    adv = adv[:, None]  # (B, 1)
+    unclipped = -adv * ratio_  # (B, T)
+    clipped = -adv * torch.clamp(ratio_, 1.0 - low, 1.0 + high)  # (B, T)
+    loss = torch.maximum(unclipped, clipped)
+    was_clipped = clipped > unclipped
+    if dual is not None:
+        bound = -adv * dual  # (B, 1)
+        dual_loss = torch.minimum(loss, bound)
+        was_clipped = was_clipped | ((adv < 0) & (loss > bound))
+        loss = torch.where(adv < 0, dual_loss, loss)
+    return loss, was_clipped
+
+
+def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str) -> torch.Tensor:
+    """Per-token estimate of KL(π_θ ‖ π_ref) from samples of π_θ (Schulman, "Approximating KL
+    divergence", http://joschu.net/blog/kl-approx.html): k1 = log r, k2 = ½(log r)², k3 =
+    (1/r) - 1 + log r, with r = π_θ/π_ref."""
+    log_r = logp - ref_logp  # (B, T)
+    if estimator == "k1":
+        return log_r
+    if estimator == "k2":
+        return 0.5 * log_r.pow(2)
+    if estimator == "k3":
+        return torch.exp(-log_r) - 1.0 + log_r
+    raise ValueError(f"unknown KL estimator {estimator!r}")
+
+
+# ── aggregation ───────────────────────────────────────────────────────────────────────
+
+
+def aggregate(per_token: torch.Tensor, mask: torch.Tensor, how: str, *, max_response_tokens: int,
+              total_tokens: float | None = None, total_sequences: float | None = None) -> torch.Tensor:
+    """Masked per-token losses `(B, T)` → one number, dividing by optimizer-batch totals.
+
+    `total_tokens` / `total_sequences` are the counts of the whole optimizer batch (every
+    micro-batch, every rank); by default this batch's own. Summing the results of the
+    micro-batches then gives the loss of the whole batch, whatever the accumulation.
+    """
+    mask = mask.to(per_token.dtype)
+    tokens = mask.sum() if total_tokens is None else total_tokens
+    sequences = mask.shape[0] if total_sequences is None else total_sequences
+    masked = per_token * mask  # (B, T)
+    if how == "token_mean":
+        return masked.sum() / max(float(tokens), 1.0)
+    if how == "seq_mean_token_mean":
+        per_seq = masked.sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)  # (B,)
+        return per_seq.sum() / max(float(sequences), 1.0)
+    if how == "seq_mean_token_sum":
+        return masked.sum() / max(float(sequences), 1.0)
+    if how == "constant_norm":
+        return masked.sum() / (max(float(sequences), 1.0) * max_response_tokens)
+    raise ValueError(f"unknown aggregation {how!r}")
+
+
+# ── the loss ──────────────────────────────────────────────────────────────────────────
+
+
+@dataclass
+class LossStats:
+    """What one call measured, as sums over its trained tokens so micro-batches add up."""
+
+    tokens: float
+    clipped: float
+    ratio_max: float
+    kl_sum: float
+    entropy_sum: float
+    pg_loss: float
+
+    def add(self, other: LossStats) -> LossStats:
+        return LossStats(self.tokens + other.tokens, self.clipped + other.clipped,
+                         max(self.ratio_max, other.ratio_max), self.kl_sum + other.kl_sum,
+                         self.entropy_sum + other.entropy_sum, self.pg_loss + other.pg_loss)
+
+
+def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tensor | None,
+                advantages: torch.Tensor, mask: torch.Tensor, objective: Objective, *,
+                max_response_tokens: int, total_tokens: float | None = None,
+                total_sequences: float | None = None,
+                entropy: torch.Tensor | None = None) -> tuple[torch.Tensor, LossStats]:
+    """The contract's loss for one (micro-)batch: `logp`, `old_logp`, `ref_logp`, `mask`,
+    `entropy` are `(B, T)`, `advantages` `(B,)`. KL enters the loss only with
+    `kl.placement: loss` (with `reward` it was subtracted from the rewards at rollout)."""
+    clip, kl = objective.clip, objective.kl
+    r = ratio(logp, old_logp)  # (B, T)
+    per_token, was_clipped = clipped_surrogate(r, advantages, clip.low, clip.high, clip.dual)
+    pg_loss = aggregate(per_token, mask, objective.aggregation, max_response_tokens=max_response_tokens,
+                        total_tokens=total_tokens, total_sequences=total_sequences)
+    loss = pg_loss
+    m = mask.to(logp.dtype)
+    kl_sum = 0.0
+    if ref_logp is not None and kl.estimator is not None:
+        kl_tok = kl_estimate(logp, ref_logp, kl.estimator)  # (B, T)
+        kl_sum = float((kl_tok.detach() * m).sum())
+        if kl.coef > 0 and kl.placement == "loss":
+            loss = loss + kl.coef * aggregate(kl_tok, mask, objective.aggregation,
+                                              max_response_tokens=max_response_tokens,
+                                              total_tokens=total_tokens, total_sequences=total_sequences)
+    entropy_sum = 0.0
+    if entropy is not None:
+        entropy_sum = float((entropy.detach() * m).sum())
+        if objective.entropy_coef > 0:
+            loss = loss - objective.entropy_coef * aggregate(
+                entropy, mask, objective.aggregation, max_response_tokens=max_response_tokens,
+                total_tokens=total_tokens, total_sequences=total_sequences)
+    trained = mask.bool()
+    stats = LossStats(
+        tokens=float(m.sum()), clipped=float((was_clipped & trained).sum()),
+        ratio_max=float(r.detach()[trained].max()) if trained.any() else 1.0,
+        kl_sum=kl_sum, entropy_sum=entropy_sum, pg_loss=float(pg_loss.detach()),
+    )
+    return loss, stats
+
+
+def sequence_kl(logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor, estimator: str) -> torch.Tensor:
+    """`(B,)` summed per-token KL of each response, for `kl.placement: reward`."""
+    return (kl_estimate(logp, ref_logp, estimator) * mask.to(logp.dtype)).sum(dim=1)
+
+
+def group_outcomes(rewards: torch.Tensor, group_size: int, best: float) -> dict[str, int]:
+    """Count zero-std groups, split into `all_correct` (every sample earned `best`, the
+    highest reward the components allow), `all_wrong` (every sample earned ≤ 0) and other
+    uniform groups. Saturation and under-exploration need different fixes."""
+    groups = rewards.double().view(-1, group_size)
+    uniform = uniform_groups(groups)
+    valid = ~torch.isnan(groups)
+    value = torch.where(valid, groups, torch.zeros_like(groups)).sum(dim=1) / valid.sum(dim=1).clamp(min=1)
+    all_correct = int((uniform & (value >= best)).sum())
+    all_wrong = int((uniform & (value <= 0)).sum())
+    return {"groups": groups.shape[0], "zero_std": int(uniform.sum()),
+            "all_correct": all_correct, "all_wrong": all_wrong}
