@@ -113,6 +113,21 @@ def render(
 
 @app.command()
 @guarded
+def train(
+    contract: Annotated[Path, typer.Argument(help="The contract to run.")],
+    run_dir: Annotated[Path | None, typer.Option("--run-dir", help="Run folder (default: runs/<name>/ beside the contract).")] = None,
+    max_steps: Annotated[int | None, typer.Option("--max-steps", help="Stop after this step (the contract is unchanged).")] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue from the newest complete checkpoint.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="With --resume: continue an aborted run.")] = False,
+) -> None:
+    """Train as the contract says: exit 0 finished, 1 refused or failed, 4 paused by a rule, 5 aborted."""
+    from rlvr_cli.train.run import run_train
+
+    raise typer.Exit(run_train(contract, run_dir, max_steps, resume, force))
+
+
+@app.command()
+@guarded
 def init(
     folder: Annotated[Path | None, typer.Argument(help="Experiment folder to create.")] = None,
     template: Annotated[str, typer.Option("--template", "-t", help="Template name (see --list).")] = "single-turn",

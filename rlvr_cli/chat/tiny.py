@@ -69,3 +69,24 @@ def build_tiny(folder: str | Path, family: str = "chatml", *, alphabet: str = PR
         bos_id=tokenizer.bos_token_id, hidden=hidden, layers=layers, seed=seed,
     )
     return folder
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m rlvr_cli.chat.tiny DIR [--family F] [--alphabet arithmetic|printable]`."""
+    import argparse
+
+    from rlvr_cli.chat.templates import FAMILIES
+
+    parser = argparse.ArgumentParser(prog="python -m rlvr_cli.chat.tiny",
+                                     description="Build a tiny random-weight model and tokenizer in DIR.")
+    parser.add_argument("folder", type=Path)
+    parser.add_argument("--family", choices=sorted(FAMILIES), default="chatml")
+    parser.add_argument("--alphabet", choices=["arithmetic", "printable"], default="printable")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    alphabet = ARITHMETIC if args.alphabet == "arithmetic" else PRINTABLE
+    print(build_tiny(args.folder, args.family, alphabet=alphabet, seed=args.seed))
+
+
+if __name__ == "__main__":
+    main()

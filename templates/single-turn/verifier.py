@@ -14,6 +14,6 @@ def verify(task: dict, response: str) -> Verdict:
     text = response.strip()
     number = text[: len(text) - len(text.lstrip("0123456789"))]
     if not number:
-        return Verdict("format_error", 0.0, {"correct": 0.0}, "no number at the start")
+        return Verdict("format_error", 0.0, {"correct": 0.0, "format": 0.0}, "no number at the start")
     correct = float(int(number) == int(task["answer"]))
-    return Verdict("ok", correct, {"correct": correct})
+    return Verdict("ok", correct, {"correct": correct, "format": 1.0})

@@ -14,7 +14,8 @@ from rlvr_cli.env.verdict import Verdict
 
 
 def verify(task: dict[str, Any], response: str) -> Verdict:
-    """Reward 1 when the response opens with the right number, 0 otherwise."""
+    """`correct`: 1 when the response opens with the right number; `format`: 1 when it opens
+    with a number at all (a dense signal a tiny random model finds first)."""
     text = response.strip()
     digits = ""
     for char in text:
@@ -22,9 +23,9 @@ def verify(task: dict[str, Any], response: str) -> Verdict:
             break
         digits += char
     if not digits:
-        return Verdict("format_error", 0.0, {"correct": 0.0}, "response does not start with a number")
+        return Verdict("format_error", 0.0, {"correct": 0.0, "format": 0.0}, "response does not start with a number")
     correct = float(int(digits) == int(task["answer"]))
-    return Verdict("ok", correct, {"correct": correct})
+    return Verdict("ok", correct, {"correct": correct, "format": 1.0})
 
 
 def tasks() -> list[dict[str, Any]]:

@@ -1,0 +1,386 @@
+"""The training loop as a short story: rollout → score → advantages → update → log →
+check rules → checkpoint. The plumbing lives in the helpers below and in sibling modules."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlvr_cli.chat.render import ChatRenderer
+from rlvr_cli.contract.models import Contract
+from rlvr_cli.env.single_turn import VerifierPool
+from rlvr_cli.errors import RlvrError
+from rlvr_cli.train import objective as obj
+from rlvr_cli.train.data import Sampler, messages_of, read_split
+from rlvr_cli.train.records import RecordStore
+from rlvr_cli.train.rollout import Batch, generate, make_batch, token_logprobs
+from rlvr_cli.train.score import Sample, best_reward, score
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass
+class StepResult:
+    """What one step produced: accepted groups for the update, every sample for the records."""
+
+    accepted: list[list[Sample]] = field(default_factory=list)
+    generated: list[Sample] = field(default_factory=list)
+    rounds: int = 0
+    seconds: dict[str, float] = field(default_factory=lambda: {"generate": 0.0, "score": 0.0, "update": 0.0})
+
+
+class Trainer:
+    """Holds the models, optimizer, data cursor and record store of one run."""
+
+    def __init__(self, contract: Contract, folder: Path, run_dir: Path) -> None:
+        from transformers.utils import logging
+
+        logging.set_verbosity_error()
+        logging.disable_progress_bar()
+        self.c, self.folder, self.run_dir = contract, folder, run_dir
+        hp = contract.hyperparameters
+        if hp.precision == "fp16" and not torch.cuda.is_available():
+            raise RlvrError("precision fp16 needs a GPU; use fp32 or bf16 on CPU")
+        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        self.dtype = DTYPES[hp.precision]
+        torch.manual_seed(hp.seed)
+        self.renderer = ChatRenderer.from_contract(contract, folder)
+        self.tokenizer = self.renderer.tokenizer
+        self.pad_id = self._pad_id()
+        self.policy = self._load_model(self._artifact_path(contract.artifacts.policy, "policy"))
+        self.reference = self._load_reference()
+        self.optimizer = self._optimizer()
+        self.scheduler = self._scheduler()
+        splits = contract.data.splits
+        self.train_tasks = read_split(folder / splits.train.path, "train")
+        self.holdout_tasks = read_split(folder / splits.holdout.path, "holdout")
+        self.sampler = Sampler(len(self.train_tasks), hp.seed)
+        self.records = RecordStore(run_dir / "records", contract.records.shard_rows)
+        self.step = 0
+        self.optimizer_steps = 0
+        self.totals = {"rollouts": 0, "verifier_calls": 0, "tokens": 0}
+        self.holdout_history: list[tuple[int, float, float]] = []  # (step, train reward, holdout reward)
+        self.monitor_state: list[list[Any]] = []
+        self._prompt_cache: dict[str, list[int]] = {}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Counters and cursors from a checkpoint (weights, optimizer and RNG are restored by it)."""
+        self.step, self.optimizer_steps = state["step"], state["optimizer_steps"]
+        self.totals = dict(state["totals"])
+        sampler = state["sampler"]
+        if sampler["size"] != len(self.train_tasks):
+            raise RlvrError("the train split changed size since the checkpoint; resume would not be exact")
+        self.sampler.epoch, self.sampler.position = sampler["epoch"], sampler["position"]
+        self.holdout_history = [tuple(h) for h in state["holdout_history"]]
+        self.monitor_state = state["monitor"]
+
+    # ── set-up helpers ────────────────────────────────────────────────────────────────
+
+    def _artifact_path(self, ref: Any, what: str) -> str:
+        if ref.path is not None:
+            path = self.folder / ref.path
+            if not (path / "config.json").is_file():
+                raise RlvrError(f"{what} folder {path} has no config.json")
+            return str(path)
+        return ref.id
+
+    def _load_model(self, source: str, revision: str | None = None) -> Any:
+        from transformers import AutoModelForCausalLM
+
+        try:
+            model = AutoModelForCausalLM.from_pretrained(source, revision=revision, dtype=self.dtype,
+                                                         local_files_only=True)
+        except (OSError, ValueError) as exc:
+            raise RlvrError(f"cannot load the model at {source}: {exc}") from None
+        return model.to(self.device).eval()  # eval: no dropout, rollout and update see the same network
+
+    def _load_reference(self) -> Any | None:
+        ref = self.c.artifacts.reference
+        if self.c.objective.kl.coef == 0 or ref is None or ref.is_none:
+            return None
+        if ref.same_as_policy:
+            source = self._artifact_path(self.c.artifacts.policy, "policy")
+        else:
+            source = self._artifact_path(ref, "reference")
+        model = self._load_model(source, ref.revision)
+        for p in model.parameters():
+            p.requires_grad_(False)
+        return model
+
+    def _pad_id(self) -> int:
+        tok = self.tokenizer
+        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        if pad is None:
+            raise RlvrError("the tokenizer has neither a pad nor an eos token to pad with")
+        return int(pad)
+
+    def _optimizer(self) -> torch.optim.Optimizer:
+        o = self.c.hyperparameters.optimizer
+        params = [p for p in self.policy.parameters() if p.requires_grad]
+        if o.name == "sgd":
+            return torch.optim.SGD(params, lr=o.lr, weight_decay=o.weight_decay)
+        cls = torch.optim.AdamW if o.name == "adamw" else torch.optim.Adam
+        return cls(params, lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay)
+
+    def _scheduler(self) -> torch.optim.lr_scheduler.LambdaLR:
+        s = self.c.hyperparameters.schedule
+        total = self.c.hyperparameters.max_steps * self.c.hyperparameters.updates_per_batch
+        name, warmup = (s.name, s.warmup_steps) if s else ("constant", 0)
+
+        def factor(step: int) -> float:
+            if step < warmup:  # 1. linear warm-up
+                return (step + 1) / warmup
+            progress = min(1.0, (step - warmup) / max(1, total - warmup))
+            if name == "linear":  # 2a. linear decay to 0
+                return 1.0 - progress
+            if name == "cosine":  # 2b. cosine decay to 0
+                return 0.5 * (1.0 + math.cos(math.pi * progress))
+            return 1.0  # 2c. constant
+
+        return torch.optim.lr_scheduler.LambdaLR(self.optimizer, factor)
+
+    # ── rollout and scoring ───────────────────────────────────────────────────────────
+
+    def prompt_ids(self, task: dict[str, Any]) -> list[int]:
+        key = str(task["id"])
+        if key not in self._prompt_cache:
+            ids = self.renderer.prompt_ids(messages_of(task))
+            limit = self.c.length.max_prompt_tokens
+            if len(ids) > limit:
+                if self.c.length.prompt_truncation == "error":
+                    raise RlvrError(f"task {key}: the prompt is {len(ids)} tokens, over max_prompt_tokens={limit} "
+                                    "(length.prompt_truncation: error)")
+                ids = ids[-limit:]
+            self._prompt_cache[key] = ids
+        return self._prompt_cache[key]
+
+    def sample_groups(self, tasks: list[dict[str, Any]], seed: int, round_: int, first_group: int) -> list[Sample]:
+        hp, length = self.c.hyperparameters, self.c.length
+        prompts = [self.prompt_ids(t) for t in tasks for _ in range(hp.group_size)]
+        gens = generate(self.policy, prompts, max_new_tokens=length.max_response_tokens,
+                        temperature=hp.sampling.temperature, top_p=hp.sampling.top_p, top_k=hp.sampling.top_k,
+                        stop_ids=self.renderer.stop_ids, pad_id=self.pad_id, seed=seed)
+        samples = []
+        for i, gen in enumerate(gens):
+            task = tasks[i // hp.group_size]
+            sample = Sample(task, first_group + i // hp.group_size, i % hp.group_size, prompts[i],
+                            gen.response_ids, gen.mask, gen.finish, seed, round_)
+            sample.text = self._response_text(gen.response_ids, gen.finish)
+            samples.append(sample)
+        return samples
+
+    def _response_text(self, ids: list[int], finish: str) -> str:
+        content = ids[:-1] if finish == "stop" else ids  # the verifier sees the answer, not the stop token
+        return self.tokenizer.decode(content, skip_special_tokens=False)
+
+    def collect(self, pool: VerifierPool) -> StepResult:
+        """Rollout and score `prompts_per_step` groups; with dynamic sampling, drop all-equal
+        groups and sample again, up to `max_rounds` rounds."""
+        hp = self.c.hyperparameters
+        ds = self.c.length.dynamic_sampling
+        drop = bool(ds and ds.drop_uniform_groups)
+        rounds = ds.max_rounds if drop else 1
+        result = StepResult()
+        for round_ in range(rounds):
+            missing = hp.prompts_per_step - len(result.accepted)
+            if missing <= 0:
+                break
+            tasks = [self.train_tasks[i] for i in self.sampler.take(missing)]
+            seed = hp.seed * 1_000_003 + self.step * 101 + round_
+            start = time.perf_counter()
+            samples = self.sample_groups(tasks, seed, round_, len(result.generated) // hp.group_size)
+            result.seconds["generate"] += time.perf_counter() - start
+            start = time.perf_counter()
+            for sample in samples:
+                score(self.c, sample, pool.verify)
+            result.seconds["score"] += time.perf_counter() - start
+            result.generated += samples
+            result.rounds = round_ + 1
+            for g in range(len(tasks)):
+                group = samples[g * hp.group_size : (g + 1) * hp.group_size]
+                if drop and _uniform(group):
+                    for s in group:
+                        s.kept, s.reason = False, s.reason or "uniform_group"
+                else:
+                    result.accepted.append(group)
+        return result
+
+    # ── the update ────────────────────────────────────────────────────────────────────
+
+    def forward_batches(self, samples: list[Sample]) -> tuple[Batch, list[torch.Tensor]]:
+        """One rectangle for all kept samples, cut into the micro-batches of every forward."""
+        batch = make_batch([s.prompt_ids for s in samples], [s.response_ids for s in samples],
+                           [s.mask for s in samples], self.pad_id)
+        size = self.c.hyperparameters.micro_batch_sequences or len(samples)
+        return batch, list(torch.arange(len(samples)).split(size))
+
+    @staticmethod
+    def rows(batch: Batch, index: torch.Tensor) -> Batch:
+        return Batch(batch.input_ids[index], batch.attention_mask[index], batch.prompt_width,
+                     batch.response_mask[index])
+
+    @torch.no_grad()
+    def logprobs(self, model: Any, batch: Batch, parts: list[torch.Tensor]) -> torch.Tensor:
+        temperature = self.c.hyperparameters.sampling.temperature
+        return torch.cat([token_logprobs(model, self.rows(batch, part), temperature)[0] for part in parts])
+
+    def update(self, samples: list[Sample], advantages: torch.Tensor, batch: Batch,
+               parts: list[torch.Tensor], old: torch.Tensor, ref: torch.Tensor | None) -> dict[str, float]:
+        hp, o = self.c.hyperparameters, self.c.objective
+        mask = batch.response_mask
+        totals = {"total_tokens": float(mask.sum()), "total_sequences": float(len(samples))}
+        temperature = hp.sampling.temperature
+        metrics: dict[str, float] = {"nonfinite_count": 0.0}
+        for _ in range(hp.updates_per_batch):
+            self.optimizer.zero_grad(set_to_none=True)
+            stats, loss_sum = None, 0.0
+            for part in parts:
+                mb = self.rows(batch, part)
+                logp, entropy = token_logprobs(self.policy, mb, temperature, with_entropy=True)
+                loss, st = obj.policy_loss(
+                    logp, old[part], None if ref is None else ref[part], advantages[part], mb.response_mask, o,
+                    max_response_tokens=self.c.length.max_response_tokens, entropy=entropy, **totals)
+                loss = self.fault_hook(loss)
+                metrics["nonfinite_count"] += float(not torch.isfinite(loss)) + float((~torch.isfinite(logp)).sum())
+                loss.backward()
+                loss_sum += float(loss.detach())
+                stats = st if stats is None else stats.add(st)
+            grads = [p.grad for p in self.policy.parameters() if p.grad is not None]
+            bad_grads = sum(int((~torch.isfinite(g)).sum()) for g in grads)
+            metrics["nonfinite_count"] += float(bad_grads)
+            limit = hp.optimizer.grad_clip or float("inf")
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.policy.parameters(), limit))
+            if metrics["nonfinite_count"] == 0:  # never let a NaN into the weights
+                self.optimizer.step()
+                self.scheduler.step()
+                self.optimizer_steps += 1
+        tokens = max(stats.tokens, 1.0) if stats else 1.0
+        metrics.update({
+            "loss": loss_sum, "pg_loss": stats.pg_loss if stats else 0.0,
+            "kl": stats.kl_sum / tokens if stats and ref is not None else 0.0,
+            "entropy": stats.entropy_sum / tokens if stats else 0.0,
+            "clip_fraction": stats.clipped / tokens if stats else 0.0,
+            "ratio_max": stats.ratio_max if stats else 1.0, "grad_norm": grad_norm,
+            "lr": self.scheduler.get_last_lr()[0],
+        })
+        return metrics
+
+    def fault_hook(self, loss: torch.Tensor) -> torch.Tensor:
+        """Tests poison one step's loss through RLVR_FAULT=nan_loss@STEP (see train/monitor)."""
+        from rlvr_cli.train.faults import poison
+
+        return poison(loss, self.step)
+
+    # ── one step ──────────────────────────────────────────────────────────────────────
+
+    def train_step(self, pool: VerifierPool) -> tuple[dict[str, float], list[Sample]]:
+        started = time.perf_counter()
+        result = self.collect(pool)
+        kept = [s for group in result.accepted for s in group if s.kept]
+        metrics = self.rollout_metrics(result)
+        start = time.perf_counter()
+        if kept:
+            metrics.update(self.learn(result.accepted))
+        result.seconds["update"] = time.perf_counter() - start
+        wall = time.perf_counter() - started
+        generated_tokens = sum(len(s.response_ids) for s in result.generated)
+        metrics.update({f"time_{k}_s": v for k, v in result.seconds.items()})
+        metrics.update({"tokens_per_s": generated_tokens / max(wall, 1e-9), "step_seconds": wall,
+                        "policy_lag": float(self.c.hyperparameters.updates_per_batch - 1)})
+        self.totals["rollouts"] += len(result.generated)
+        self.totals["verifier_calls"] += sum(s.verdict is not None for s in result.generated)
+        self.totals["tokens"] += generated_tokens
+        metrics.update({f"total_{k}": float(v) for k, v in self.totals.items()})
+        return metrics, result.generated
+
+    def learn(self, groups: list[list[Sample]]) -> dict[str, float]:
+        """Advantages over the accepted groups, old and reference log-probs, the update.
+
+        Old log-probs come from the same rows, micro-batches and padding as the update, so
+        the first pass sees a ratio of exactly 1."""
+        hp, o = self.c.hyperparameters, self.c.objective
+        flat = [s for g in groups for s in g]
+        index = torch.tensor([i for i, s in enumerate(flat) if s.kept])
+        trained = [flat[i] for i in index.tolist()]
+        batch, parts = self.forward_batches(trained)
+        old = self.logprobs(self.policy, batch, parts)  # (B, T)
+        ref = self.logprobs(self.reference, batch, parts) if self.reference is not None else None
+        rewards = torch.tensor([s.reward if s.kept else math.nan for s in flat], dtype=torch.float64)  # (N,)
+        if ref is not None and o.kl.placement == "reward" and o.kl.coef > 0:
+            rewards[index] -= o.kl.coef * obj.sequence_kl(old, ref, batch.response_mask, o.kl.estimator).double()
+        adv = obj.advantages(rewards, hp.group_size, o).float()  # (N,)
+        for s, a in zip(flat, adv.tolist(), strict=True):
+            s.advantage = a
+        for s, lp in zip(trained, old.tolist(), strict=True):
+            s.old_logp = lp[: len(s.response_ids)]
+        return self.update(trained, adv[index], batch, parts, old, ref)
+
+    def rollout_metrics(self, result: StepResult) -> dict[str, float]:
+        gen = result.generated
+        valid = [s.reward for s in gen if s.valid]
+        scored = [s for s in gen if s.verdict is not None]
+        rewards = torch.tensor([s.reward for s in gen], dtype=torch.float64)
+        outcomes = obj.group_outcomes(rewards, self.c.hyperparameters.group_size, best_reward(self.c))
+        groups = max(outcomes["groups"], 1)
+        mean = sum(valid) / len(valid) if valid else math.nan
+        var = sum((r - mean) ** 2 for r in valid) / len(valid) if valid else math.nan
+        return {
+            "reward_mean": mean, "reward_std": math.sqrt(var) if valid else math.nan,
+            "response_length_mean": sum(len(s.response_ids) for s in gen) / max(len(gen), 1),
+            "truncation_rate": sum(s.finish == "length" for s in gen) / max(len(gen), 1),
+            "zero_std_fraction": outcomes["zero_std"] / groups,
+            "all_correct_fraction": outcomes["all_correct"] / groups,
+            "all_wrong_fraction": outcomes["all_wrong"] / groups,
+            "verifier_error_rate": sum(not s.verdict.valid for s in scored) / max(len(scored), 1),
+            "groups_generated": float(outcomes["groups"]), "groups_accepted": float(len(result.accepted)),
+            "dynamic_sampling_rounds": float(result.rounds),
+            "samples_kept": float(sum(s.kept for g in result.accepted for s in g)),
+        }
+
+    @torch.no_grad()
+    def evaluate_holdout(self, pool: VerifierPool) -> float:
+        """Greedy answer to every holdout task (never with hints); the mean reward."""
+        prompts = [self.prompt_ids(t) for t in self.holdout_tasks]
+        gens = generate(self.policy, prompts, max_new_tokens=self.c.length.max_response_tokens, temperature=0.0,
+                        top_p=1.0, top_k=0, stop_ids=self.renderer.stop_ids, pad_id=self.pad_id, seed=0)
+        rewards = []
+        for task, gen in zip(self.holdout_tasks, gens, strict=True):
+            sample = Sample(task, 0, 0, [], gen.response_ids, gen.mask, gen.finish, 0, 0,
+                            text=self._response_text(gen.response_ids, gen.finish))
+            score(self.c, sample, pool.verify)
+            rewards.append(sample.reward if sample.valid else 0.0)
+        return sum(rewards) / len(rewards)
+
+    def record_rows(self, samples: list[Sample], run: str) -> list[dict[str, Any]]:
+        sampling = json.dumps(self.c.hyperparameters.sampling.model_dump())
+        filters = self.c.data.filters
+        return [{
+            "run": run, "step": self.step, "round": s.round, "prompt_id": str(s.task.get("id")),
+            "group": s.group, "sample": s.index, "session_id": f"{run}/{self.step}/{s.group}/{s.index}",
+            "parent_session_id": None, "policy_revision": self.optimizer_steps,
+            "prompt_ids": s.prompt_ids, "response_ids": s.response_ids, "loss_mask": s.mask,
+            "old_logprobs": s.old_logp or None, "sampling": sampling, "seed": s.seed,
+            "response_text": s.text, "finish_reason": s.finish, "transcript": None,
+            "status": s.verdict.status if s.verdict else None,
+            "reward": s.reward if s.valid else None,
+            "verifier_reward": s.verdict.reward if s.verdict else None,
+            "components": json.dumps(s.verdict.components) if s.verdict else None,
+            "advantage": s.advantage, "kept": s.kept, "discard_reason": s.reason,
+            "hint": None, "filters": filters, "domain": _str(s.task.get("domain")),
+            "difficulty": _str(s.task.get("difficulty")), "split": "train", "verify_seconds": s.verify_seconds,
+        } for s in samples]
+
+
+def _uniform(group: list[Sample]) -> bool:
+    rewards = [s.reward for s in group if s.valid]
+    return len(rewards) <= 1 or max(rewards) == min(rewards)
+
+
+def _str(value: Any) -> str | None:
+    return None if value is None else str(value)

@@ -1,0 +1,97 @@
+"""The resolved plan of a run: every objective choice in words, batch shapes, and where
+records, metrics and checkpoints go. Printed before the first rollout, saved as plan.json."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+from rlvr_cli.contract.models import Contract
+
+_SCALE = {
+    "group_std": "divided by the std of its group's rewards",
+    "batch_std": "divided by the std of every reward in the optimizer batch",
+    "none": "not divided by any std",
+}
+_AGGREGATION = {
+    "token_mean": "token_mean: sum of masked token losses / trained tokens of the whole optimizer batch (long answers weigh more)",
+    "seq_mean_token_mean": "seq_mean_token_mean: mean over answers of each answer's mean token loss (every answer weighs the same)",
+    "seq_mean_token_sum": "seq_mean_token_sum: mean over answers of each answer's summed token loss",
+    "constant_norm": "constant_norm: sum of masked token losses / (answers × max_response_tokens)",
+}
+
+
+def contract_hash(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def objective_words(c: Contract) -> list[str]:
+    o, length = c.objective, c.length
+    adv = o.advantage
+    std = f" ({adv.std} std, + epsilon {adv.epsilon})" if adv.scale != "none" else ""
+    clip = f"ratio clipped to [1 - {o.clip.low}, 1 + {o.clip.high}]"
+    if o.clip.dual:
+        clip += f", dual clip c = {o.clip.dual} for negative advantages"
+    kl = "no KL term" if o.kl.coef == 0 else (
+        f"KL to the frozen reference, β = {o.kl.coef}, estimator {o.kl.estimator}, "
+        + ("added to the loss" if o.kl.placement == "loss" else "subtracted from each response's reward"))
+    weights = " + ".join(f"{w.weight}·{w.name}" for w in o.reward.components)
+    truncated = {"exclude": "dropped from the loss (recorded)", "keep": "verified and trained like any answer",
+                 "penalize": f"given reward {length.truncation_penalty}"}[length.on_truncated]
+    return [
+        f"reward per {o.reward.unit} = {weights}",
+        f"invalid verdicts (verifier_error, timeout, sandbox_error): {'excluded and recorded' if o.reward.on_invalid == 'exclude' else 'stop the run'}",
+        f"advantage = reward - group mean, {_SCALE[adv.scale]}{std}; all-equal groups get 0",
+        clip,
+        kl,
+        f"entropy bonus {o.entropy_coef}" if o.entropy_coef else "no entropy bonus",
+        f"aggregation {_AGGREGATION[o.aggregation]}",
+        f"responses that hit {length.max_response_tokens} tokens are {truncated}",
+    ]
+
+
+def build_plan(c: Contract, contract_path: Path, run_dir: Path, max_steps: int, device: str) -> dict[str, Any]:
+    hp = c.hyperparameters
+    sequences = hp.prompts_per_step * hp.group_size
+    ds = c.length.dynamic_sampling
+    return {
+        "contract": str(contract_path), "contract_sha256": contract_hash(contract_path), "name": c.name,
+        "objective": objective_words(c),
+        "shapes": {
+            "prompts_per_step": hp.prompts_per_step, "group_size": hp.group_size,
+            "sequences_per_step": sequences, "micro_batch_sequences": hp.micro_batch_sequences or sequences,
+            "updates_per_batch": hp.updates_per_batch, "max_prompt_tokens": c.length.max_prompt_tokens,
+            "max_response_tokens": c.length.max_response_tokens,
+        },
+        "dynamic_sampling": None if not ds or not ds.drop_uniform_groups else {
+            "max_rounds": ds.max_rounds, "log_by": ds.log_by},
+        "steps": {"contract_max_steps": hp.max_steps, "this_run_max_steps": max_steps},
+        "sampling": hp.sampling.model_dump(), "optimizer": hp.optimizer.model_dump(),
+        "precision": hp.precision, "device": device, "seed": hp.seed,
+        "holdout": "greedy decoding of every holdout task every "
+                   f"{c.monitoring.holdout_every} steps" if c.monitoring.holdout_every else "none",
+        "paths": {"run_dir": str(run_dir), "metrics": str(run_dir / "metrics.jsonl"),
+                  "records": str(run_dir / "records"), "checkpoints": str(run_dir / "checkpoints"),
+                  "final": str(run_dir / "final"), "status": str(run_dir / "status.json")},
+    }
+
+
+def plan_text(plan: dict[str, Any]) -> str:
+    s = plan["shapes"]
+    lines = [f"plan for {plan['name']} ({plan['contract']})", "objective:"]
+    lines += [f"  - {w}" for w in plan["objective"]]
+    lines.append(f"shapes: {s['prompts_per_step']} prompts × {s['group_size']} samples = {s['sequences_per_step']} "
+                 f"sequences per step, micro-batches of {s['micro_batch_sequences']}, {s['updates_per_batch']} "
+                 f"optimizer pass(es) per batch, prompts ≤ {s['max_prompt_tokens']} tokens, responses ≤ "
+                 f"{s['max_response_tokens']} tokens")
+    if plan["dynamic_sampling"]:
+        lines.append(f"dynamic sampling: drop all-equal groups, up to {plan['dynamic_sampling']['max_rounds']} rounds, "
+                     f"acceptance logged by {', '.join(plan['dynamic_sampling']['log_by'])}")
+    st = plan["steps"]
+    lines.append(f"steps: {st['this_run_max_steps']} (contract: {st['contract_max_steps']}), seed {plan['seed']}, "
+                 f"{plan['precision']} on {plan['device']}; holdout: {plan['holdout']}")
+    p = plan["paths"]
+    lines.append(f"writes: metrics {p['metrics']}, records {p['records']}, checkpoints {p['checkpoints']}, "
+                 f"final policy {p['final']}")
+    return "\n".join(lines)

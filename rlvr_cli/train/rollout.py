@@ -1,0 +1,101 @@
+"""Sampling groups of responses from the current policy, and the log-probs of any response.
+
+`token_logprobs` is the one forward used everywhere: at rollout time (under no_grad) for the
+old log-probs and the reference, and in the update (with grad). Same code, same dtype, same
+micro-batch shapes, so the importance ratio is exactly 1 at the first update.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from rlvr_cli.chat.masks import sampled_mask
+
+
+@dataclass
+class Batch:
+    """Left-padded prompts and right-padded responses, as tensors for one forward."""
+
+    input_ids: torch.Tensor  # (B, P + T)
+    attention_mask: torch.Tensor  # (B, P + T)
+    prompt_width: int  # P
+    response_mask: torch.Tensor  # (B, T) loss mask over the response slots
+
+    @property
+    def response_ids(self) -> torch.Tensor:
+        return self.input_ids[:, self.prompt_width :]  # (B, T)
+
+
+def make_batch(prompts: list[list[int]], responses: list[list[int]], masks: list[list[int]],
+               pad_id: int, width: int | None = None, response_width: int | None = None) -> Batch:
+    """Pack prompts (left padding) and responses (right padding) into one rectangle."""
+    P = width or max(len(p) for p in prompts)
+    T = response_width or max(1, max(len(r) for r in responses))
+    B = len(prompts)
+    ids = torch.full((B, P + T), pad_id, dtype=torch.long)
+    attn = torch.zeros((B, P + T), dtype=torch.long)
+    loss = torch.zeros((B, T), dtype=torch.long)
+    for i, (p, r, m) in enumerate(zip(prompts, responses, masks, strict=True)):
+        ids[i, P - len(p) : P] = torch.tensor(p)
+        attn[i, P - len(p) : P] = 1
+        if r:
+            ids[i, P : P + len(r)] = torch.tensor(r)
+            attn[i, P : P + len(r)] = 1
+            loss[i, : len(m)] = torch.tensor(m)
+    return Batch(ids, attn, P, loss)
+
+
+def token_logprobs(model: Any, batch: Batch, temperature: float,
+                   with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs `(B, T)` of the response tokens under softmax(logits / temperature), the
+    distribution they were sampled from, and optionally the per-token entropy `(B, T)`."""
+    position_ids = (batch.attention_mask.cumsum(dim=1) - 1).clamp(min=0)  # (B, P + T)
+    out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                position_ids=position_ids, use_cache=False)
+    P = batch.prompt_width
+    logits = out.logits[:, P - 1 : -1].float()  # (B, T, V): position t predicts token t + 1
+    if temperature > 0 and temperature != 1.0:
+        logits = logits / temperature
+    logp_all = torch.log_softmax(logits, dim=-1)  # (B, T, V)
+    logp = logp_all.gather(-1, batch.response_ids.unsqueeze(-1)).squeeze(-1)  # (B, T)
+    entropy = None
+    if with_entropy:
+        entropy = -(logp_all.exp() * logp_all).sum(dim=-1)  # (B, T)
+    return logp, entropy
+
+
+@dataclass
+class Generation:
+    """One sampled response, trimmed after its first stop token."""
+
+    response_ids: list[int]
+    mask: list[int]
+    finish: str  # stop | length
+    seed: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@torch.no_grad()
+def generate(model: Any, prompts: list[list[int]], *, max_new_tokens: int, temperature: float,
+             top_p: float, top_k: int, stop_ids: list[int], pad_id: int, seed: int) -> list[Generation]:
+    """Batched sampling with the KV cache; `seed` fixes the draw for exact resume."""
+    batch = make_batch(prompts, [[] for _ in prompts], [[] for _ in prompts], pad_id, response_width=1)
+    P = batch.prompt_width
+    input_ids, attention = batch.input_ids[:, :P], batch.attention_mask[:, :P]
+    torch.manual_seed(seed)
+    greedy = temperature == 0
+    out = model.generate(
+        input_ids=input_ids, attention_mask=attention, max_new_tokens=max_new_tokens,
+        do_sample=not greedy, temperature=None if greedy else temperature,
+        top_p=None if greedy else top_p, top_k=(top_k or None) if not greedy else None,
+        eos_token_id=list(stop_ids), pad_token_id=pad_id, use_cache=True,
+    )
+    results = []
+    for row in out[:, P:].tolist():
+        mask, finish = sampled_mask(row, stop_ids)
+        kept = sum(mask)  # through the first stop token, or every token when truncated
+        results.append(Generation(row[:kept], mask[:kept], finish, seed))
+    return results

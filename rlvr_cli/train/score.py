@@ -1,0 +1,81 @@
+"""From sampled responses to rewards: truncation, verification, invalid verdicts, weights."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlvr_cli.contract.models import Contract
+from rlvr_cli.env.verdict import Verdict
+from rlvr_cli.errors import RlvrError
+
+
+class InvalidVerdictStop(RlvrError):
+    """`on_invalid: fail` met an invalid verdict: the run stops (aborted, with the verdict)."""
+
+
+@dataclass
+class Sample:
+    """One generated response and everything learned about it."""
+
+    task: dict[str, Any]
+    group: int
+    index: int
+    prompt_ids: list[int]
+    response_ids: list[int]
+    mask: list[int]
+    finish: str
+    seed: int
+    round: int
+    text: str = ""
+    verdict: Verdict | None = None
+    reward: float = math.nan  # NaN: excluded from the objective
+    verify_seconds: float = 0.0
+    kept: bool = True
+    reason: str | None = None
+    old_logp: list[float] = field(default_factory=list)
+    advantage: float = 0.0
+
+    @property
+    def valid(self) -> bool:
+        return not math.isnan(self.reward)
+
+
+def weighted_reward(contract: Contract, verdict: Verdict) -> float:
+    """The contract's reward: Σ weight · component; a missing component is the verifier's bug."""
+    total = 0.0
+    for part in contract.objective.reward.components:
+        if part.name not in verdict.components:
+            raise KeyError(part.name)
+        total += part.weight * float(verdict.components[part.name])
+    return total
+
+
+def best_reward(contract: Contract) -> float:
+    """The highest reward 0/1 components can give: what `all_correct` means."""
+    return sum(max(p.weight, 0.0) for p in contract.objective.reward.components)
+
+
+def score(contract: Contract, sample: Sample, verify: Any) -> None:
+    """Fill in verdict, reward and kept/reason for one sample, following the contract."""
+    length = contract.length
+    if sample.finish == "length" and length.on_truncated != "keep":
+        if length.on_truncated == "exclude":
+            sample.kept, sample.reason = False, "truncated"
+        else:
+            sample.reward = float(length.truncation_penalty)  # type: ignore[arg-type]
+        return
+    verdict, seconds = verify(sample.task, sample.text)
+    sample.verify_seconds = seconds
+    if verdict.valid:
+        try:
+            sample.reward = weighted_reward(contract, verdict)
+        except KeyError as missing:
+            verdict = Verdict("verifier_error", detail=f"verdict lacks component {missing}")
+    sample.verdict = verdict
+    if not verdict.valid:
+        if contract.objective.reward.on_invalid == "fail":
+            raise InvalidVerdictStop(f"task {sample.task.get('id')}: verdict {verdict.status} ({verdict.detail}); "
+                                     "objective.reward.on_invalid is fail")
+        sample.kept, sample.reason = False, verdict.status
