@@ -1,0 +1,175 @@
+"""`rlvr train` end to end on a tiny local model, as a user runs it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from rlvr_cli.contract.rules import METRICS
+from tests.conftest import rlvr
+
+CONTRACT = "experiment.rlvr.yaml"
+
+
+@pytest.fixture(scope="module")
+def scaffold(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("train") / "arith"
+    assert rlvr("init", folder).code == 0
+    return folder
+
+
+@pytest.fixture
+def experiment(scaffold: Path, tmp_path: Path) -> Path:
+    folder = tmp_path / "exp"
+    shutil.copytree(scaffold, folder)
+    return folder
+
+
+def edit(folder: Path, old: str, new: str) -> None:
+    path = folder / CONTRACT
+    text = path.read_text()
+    assert old in text, old
+    path.write_text(text.replace(old, new))
+
+
+def metrics(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def learned(scaffold: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, object]:
+    """One shortened run of the shipped single-turn example, shared by the assertions below."""
+    run_dir = tmp_path_factory.mktemp("run") / "r"
+    result = rlvr("train", scaffold / CONTRACT, "--run-dir", run_dir, "--max-steps", "40", timeout=600)
+    return run_dir, result
+
+
+def test_mean_reward_rises(learned: tuple[Path, object]) -> None:
+    run_dir, result = learned
+    assert result.code == 0, result.stderr[-2000:]
+    rows = metrics(run_dir)
+    assert [r["step"] for r in rows] == list(range(40))
+    first = sum(r["reward_mean"] for r in rows[:5]) / 5
+    last = sum(r["reward_mean"] for r in rows[-10:]) / 10
+    assert last > first + 0.05, (first, last)
+
+
+def test_run_folder_layout_and_status(learned: tuple[Path, object]) -> None:
+    run_dir, result = learned
+    for name in ("plan.json", "metrics.jsonl", "records/manifest.json", "final/config.json",
+                 "final/model.safetensors", "final/tokenizer.json", "status.json"):
+        assert (run_dir / name).is_file(), name
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["state"] == "finished" and status["step"] == 40
+    plan = json.loads((run_dir / "plan.json").read_text())
+    assert any("seq_mean_token_mean" in line for line in plan["objective"])
+    assert plan["steps"] == {"contract_max_steps": 200, "this_run_max_steps": 40}
+    assert "plan for" in result.stderr and "aggregation seq_mean_token_mean" in result.stderr
+
+
+def test_every_contract_metric_is_logged(learned: tuple[Path, object]) -> None:
+    run_dir, _ = learned
+    rows = metrics(run_dir)
+    keys = set().union(*rows)
+    missing = [m for m in METRICS if m not in keys]
+    assert missing == []  # holdout metrics appear on holdout steps
+    assert all(k in rows[0] for k in ("time_generate_s", "time_score_s", "time_update_s", "tokens_per_s"))
+    holdout_steps = [r["step"] for r in rows if r.get("holdout_reward") is not None]
+    assert holdout_steps == [9, 19, 29, 39]
+
+
+def test_the_first_update_sees_a_ratio_of_exactly_one(learned: tuple[Path, object]) -> None:
+    """Old log-probs come from the same forward, dtype and micro-batches as the update."""
+    run_dir, _ = learned
+    assert all(r["ratio_max"] == 1.0 and r["clip_fraction"] == 0.0 for r in metrics(run_dir))
+
+
+def test_records_are_listed_with_checksums(learned: tuple[Path, object]) -> None:
+    import pyarrow.parquet as pq
+
+    run_dir, _ = learned
+    manifest = json.loads((run_dir / "records" / "manifest.json").read_text())
+    rows = 0
+    for shard in manifest["shards"]:
+        data = (run_dir / "records" / shard["file"]).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == shard["sha256"]
+        rows += shard["rows"]
+    assert rows == 40 * 64
+    table = pq.read_table(run_dir / "records" / manifest["shards"][0]["file"]).to_pylist()
+    row = table[0]
+    for key in ("run", "step", "prompt_id", "group", "sample", "session_id", "policy_revision", "prompt_ids",
+                "response_ids", "loss_mask", "old_logprobs", "sampling", "seed", "response_text",
+                "finish_reason", "status", "reward", "components", "kept"):
+        assert key in row
+    assert len(row["old_logprobs"]) == len(row["response_ids"]) == len(row["loss_mask"])
+    assert row["finish_reason"] in ("stop", "length")
+
+
+def test_final_policy_loads_with_from_pretrained(learned: tuple[Path, object]) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    run_dir, _ = learned
+    assert AutoModelForCausalLM.from_pretrained(run_dir / "final") is not None
+    assert AutoTokenizer.from_pretrained(run_dir / "final").eos_token == "<|im_end|>"
+
+
+def test_refuses_an_invalid_contract_and_an_existing_run(experiment: Path, learned: tuple[Path, object]) -> None:
+    edit(experiment, "group_size: 8", "group_size: 1")
+    run = rlvr("train", experiment / CONTRACT)
+    assert run.code == 1 and "RLV301" in run.stderr and not (experiment / "runs").exists()
+    run_dir, _ = learned
+    again = rlvr("train", experiment / CONTRACT, "--run-dir", run_dir)
+    assert again.code in (1, 2) and "Traceback" not in again.stderr
+
+
+VERIFIERS = {
+    "raises": "def verify(task, response):\n    raise ValueError('broken verifier')\n",
+    "hangs": "import time\ndef verify(task, response):\n    time.sleep(60)\n",
+    "garbage": "def verify(task, response):\n    return 42\n",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(VERIFIERS))
+def test_broken_verifiers_are_recorded_never_reward_zero(experiment: Path, kind: str) -> None:
+    (experiment / "verifier.py").write_text(VERIFIERS[kind])
+    edit(experiment, "timeout_s: 5", "timeout_s: 0.5")
+    edit(experiment, "prompts_per_step: 8", "prompts_per_step: 1")
+    edit(experiment, "group_size: 8", "group_size: 2")
+    edit(experiment, "micro_batch_sequences: 16", "micro_batch_sequences: 2")
+    run = rlvr("train", experiment / CONTRACT, "--max-steps", "1", timeout=300)
+    # verifier-broken (error rate > 0.1 for 2 evaluations) has not fired after one step
+    assert run.code == 0, run.stderr[-2000:]
+    import pyarrow.parquet as pq
+
+    records = pq.read_table(experiment / "runs" / "arith" / "records" / "shard-000000.parquet").to_pylist()
+    expected = "timeout" if kind == "hangs" else "verifier_error"
+    assert {r["status"] for r in records} == {expected}
+    assert all(r["reward"] is None and not r["kept"] and r["discard_reason"] == expected for r in records)
+    row = metrics(experiment / "runs" / "arith")[0]
+    assert row["verifier_error_rate"] == 1.0
+
+
+def test_on_invalid_fail_aborts_the_run(experiment: Path) -> None:
+    (experiment / "verifier.py").write_text(VERIFIERS["raises"])
+    edit(experiment, "on_invalid: exclude", "on_invalid: fail")
+    run = rlvr("train", experiment / CONTRACT, "--max-steps", "1", timeout=300)
+    assert run.code == 5, run.stderr[-2000:]
+    status = json.loads((experiment / "runs" / "arith" / "status.json").read_text())
+    assert status["state"] == "aborted" and "broken verifier" in status["reason"]
+
+
+def test_tokenizer_without_the_stop_token_is_refused(experiment: Path) -> None:
+    edit(experiment, 'stop_tokens: ["<|im_end|>"]', 'stop_tokens: ["<|eot_id|>", "<eos>"]')
+    run = rlvr("train", experiment / CONTRACT, "--max-steps", "1")
+    assert run.code == 1 and "'<eos>' is not a token of the tokenizer" in run.stderr
+    assert "Traceback" not in run.stderr
+
+
+def test_empty_dataset_is_refused(experiment: Path) -> None:
+    (experiment / "data" / "train.jsonl").write_text("")
+    run = rlvr("train", experiment / CONTRACT, "--max-steps", "1")
+    assert run.code == 1 and "holds no task" in run.stderr
