@@ -17,10 +17,14 @@ install: $(STAMP)
 
 demo: $(STAMP)
 	rm -rf $(DEMO)
-	$(BIN)/rlvr init $(DEMO) --template single-turn
-	$(BIN)/rlvr validate --deep $(DEMO)/experiment.rlvr.yaml
-	$(BIN)/rlvr lock $(DEMO)/experiment.rlvr.yaml
-	$(BIN)/rlvr validate --deep --strict $(DEMO)/experiment.rlvr.yaml contracts/
+	$(BIN)/rlvr init $(DEMO)/my-exp --template single-turn
+	$(BIN)/rlvr validate --deep $(DEMO)/my-exp/experiment.rlvr.yaml
+	$(BIN)/rlvr lock $(DEMO)/my-exp/experiment.rlvr.yaml
+	test -f contracts/arith/model/config.json || \
+	  $(BIN)/python -m rlvr_cli.chat.tiny contracts/arith/model --alphabet arithmetic
+	$(BIN)/rlvr validate --deep --strict contracts/
+	$(BIN)/rlvr render contracts/grpo-cpu.rlvr.yaml --conversations contracts/arith/conversations.jsonl
+	$(BIN)/rlvr train contracts/grpo-cpu.rlvr.yaml --run-dir $(DEMO)/grpo-cpu
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 --durations=15

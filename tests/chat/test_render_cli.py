@@ -30,7 +30,7 @@ def experiment(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("render") / "exp"
     assert rlvr("init", folder).code == 0
     contract = folder / "experiment.rlvr.yaml"
-    contract.write_text(contract.read_text().replace("max_prompt_tokens: 32", "max_prompt_tokens: 512"))
+    contract.write_text(contract.read_text().replace("max_prompt_tokens: 64", "max_prompt_tokens: 512"))
     (folder / "conversations.jsonl").write_text("".join(json.dumps(c) + "\n" for c in CONVERSATIONS))
     return folder
 
