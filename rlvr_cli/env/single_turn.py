@@ -43,16 +43,21 @@ def _worker(spec: str, folder: str, conn: Any) -> None:  # runs in the child pro
     conn.send(("ready", None))
     while True:
         try:
-            task, response = conn.recv()
+            batch = conn.recv()  # a list of (task, response); one answer is sent per item
         except EOFError:
             return
-        try:
-            verdict = Verdict.coerce(fn(task, response))
-            conn.send(("ok", (verdict.status, verdict.reward, dict(verdict.components), verdict.detail)))
-        except Exception as exc:  # noqa: BLE001 - the verifier's bug becomes a verdict
-            last = traceback.extract_tb(exc.__traceback__)[-1:]
-            where = f" at {Path(last[0].filename).name}:{last[0].lineno}" if last else ""
-            conn.send(("error", f"{type(exc).__name__}: {exc}{where}"))
+        for task, response in batch:
+            conn.send(_call(fn, task, response))
+
+
+def _call(fn: Callable[[dict, str], Any], task: dict, response: str) -> tuple[str, Any]:
+    try:
+        verdict = Verdict.coerce(fn(task, response))
+        return "ok", (verdict.status, verdict.reward, dict(verdict.components), verdict.detail)
+    except Exception as exc:  # noqa: BLE001 - the verifier's bug becomes a verdict
+        last = traceback.extract_tb(exc.__traceback__)[-1:]
+        where = f" at {Path(last[0].filename).name}:{last[0].lineno}" if last else ""
+        return "error", f"{type(exc).__name__}: {exc}{where}"
 
 
 class VerifierPool:
@@ -96,22 +101,42 @@ class VerifierPool:
 
     def verify(self, task: dict[str, Any], response: str) -> tuple[Verdict, float]:
         """The verdict and the seconds it took."""
+        return self.verify_many([(task, response)])[0]
+
+    def verify_many(self, items: list[tuple[dict[str, Any], str]]) -> list[tuple[Verdict, float]]:
+        """Send a batch at once; each answer is awaited for at most `timeout_s`. After a
+        timeout the worker is killed and the rest of the batch goes to a fresh one."""
+        results: list[tuple[Verdict, float]] = []
+        while len(results) < len(items):
+            results += self._run_batch(items[len(results) :])
+        return results
+
+    def _run_batch(self, items: list[tuple[dict[str, Any], str]]) -> list[tuple[Verdict, float]]:
         if self._proc is None or not self._proc.is_alive():
             self._start()
-        self.calls += 1
+        self.calls += len(items)
+        out: list[tuple[Verdict, float]] = []
         start = time.monotonic()
         try:
-            self._conn.send((task, response))
-            ready = self._conn.poll(self.timeout_s)
-            if not ready:
-                self.close()  # kill the hung verifier; the next call starts a fresh one
-                return Verdict("timeout", detail=f"no verdict within {self.timeout_s} s"), time.monotonic() - start
-            kind, payload = self._conn.recv()
+            self._conn.send(items)
+            for _ in items:
+                if not self._conn.poll(self.timeout_s):
+                    self.close()  # kill the hung verifier; the next item starts a fresh one
+                    out.append((Verdict("timeout", detail=f"no verdict within {self.timeout_s} s"),
+                                time.monotonic() - start))
+                    return out
+                kind, payload = self._conn.recv()
+                now = time.monotonic()
+                out.append((_verdict(kind, payload), now - start))
+                start = now
         except (EOFError, BrokenPipeError, ConnectionResetError, OSError) as exc:
             self.close()
-            return Verdict("verifier_error", detail=f"verifier process died: {exc}"), time.monotonic() - start
-        elapsed = time.monotonic() - start
-        if kind == "ok":
-            status, reward, components, detail = payload
-            return Verdict(status, reward, components, detail), elapsed
-        return Verdict("verifier_error", detail=payload), elapsed
+            out.append((Verdict("verifier_error", detail=f"verifier process died: {exc}"), time.monotonic() - start))
+        return out
+
+
+def _verdict(kind: str, payload: Any) -> Verdict:
+    if kind == "ok":
+        status, reward, components, detail = payload
+        return Verdict(status, reward, components, detail)
+    return Verdict("verifier_error", detail=payload)

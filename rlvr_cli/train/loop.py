@@ -20,7 +20,7 @@ from rlvr_cli.train import objective as obj
 from rlvr_cli.train.data import Sampler, messages_of, read_split
 from rlvr_cli.train.records import RecordStore
 from rlvr_cli.train.rollout import Batch, generate, make_batch, token_logprobs
-from rlvr_cli.train.score import Sample, best_reward, score
+from rlvr_cli.train.score import Sample, best_reward, score_all
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -197,8 +197,7 @@ class Trainer:
             samples = self.sample_groups(tasks, seed, round_, len(result.generated) // hp.group_size)
             result.seconds["generate"] += time.perf_counter() - start
             start = time.perf_counter()
-            for sample in samples:
-                score(self.c, sample, pool.verify)
+            score_all(self.c, samples, pool)
             result.seconds["score"] += time.perf_counter() - start
             result.generated += samples
             result.rounds = round_ + 1
@@ -230,36 +229,43 @@ class Trainer:
         temperature = self.c.hyperparameters.sampling.temperature
         return torch.cat([token_logprobs(model, self.rows(batch, part), temperature)[0] for part in parts])
 
-    def update(self, samples: list[Sample], advantages: torch.Tensor, batch: Batch,
-               parts: list[torch.Tensor], old: torch.Tensor, ref: torch.Tensor | None) -> dict[str, float]:
+    def update(self, samples: list[Sample], advantages: torch.Tensor, batch: Batch, parts: list[torch.Tensor],
+               old: torch.Tensor | None, ref: torch.Tensor | None) -> dict[str, float]:
+        """`updates_per_batch` optimizer passes over the micro-batches.
+
+        Without precomputed old log-probs, the first pass's own log-probs (detached) are the
+        old ones: they come from the policy that sampled, before any optimizer step, through
+        the same forward — so the first ratio is exactly 1 and no extra forward is paid."""
         hp, o = self.c.hyperparameters, self.c.objective
-        mask = batch.response_mask
-        totals = {"total_tokens": float(mask.sum()), "total_sequences": float(len(samples))}
-        temperature = hp.sampling.temperature
+        totals = {"total_tokens": float(batch.response_mask.sum()), "total_sequences": float(len(samples))}
+        olds: list[torch.Tensor | None] = [None if old is None else old[part] for part in parts]
         metrics: dict[str, float] = {"nonfinite_count": 0.0}
         for _ in range(hp.updates_per_batch):
             self.optimizer.zero_grad(set_to_none=True)
             stats, loss_sum = None, 0.0
-            for part in parts:
+            for i, part in enumerate(parts):
                 mb = self.rows(batch, part)
-                logp, entropy = token_logprobs(self.policy, mb, temperature, with_entropy=True)
+                logp, entropy = token_logprobs(self.policy, mb, hp.sampling.temperature, with_entropy=True)
+                if olds[i] is None:
+                    olds[i] = logp.detach()
                 loss, st = obj.policy_loss(
-                    logp, old[part], None if ref is None else ref[part], advantages[part], mb.response_mask, o,
+                    logp, olds[i], None if ref is None else ref[part], advantages[part], mb.response_mask, o,
                     max_response_tokens=self.c.length.max_response_tokens, entropy=entropy, **totals)
                 loss = self.fault_hook(loss)
                 metrics["nonfinite_count"] += float(not torch.isfinite(loss)) + float((~torch.isfinite(logp)).sum())
                 loss.backward()
                 loss_sum += float(loss.detach())
                 stats = st if stats is None else stats.add(st)
-            grads = [p.grad for p in self.policy.parameters() if p.grad is not None]
-            bad_grads = sum(int((~torch.isfinite(g)).sum()) for g in grads)
-            metrics["nonfinite_count"] += float(bad_grads)
-            limit = hp.optimizer.grad_clip or float("inf")
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.policy.parameters(), limit))
+            metrics["nonfinite_count"] += float(sum(int((~torch.isfinite(p.grad)).sum())
+                                                    for p in self.policy.parameters() if p.grad is not None))
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.policy.parameters(),
+                                                             hp.optimizer.grad_clip or float("inf")))
             if metrics["nonfinite_count"] == 0:  # never let a NaN into the weights
                 self.optimizer.step()
                 self.scheduler.step()
                 self.optimizer_steps += 1
+        for sample, lp in zip(samples, torch.cat(olds).tolist(), strict=True):  # type: ignore[arg-type]
+            sample.old_logp = lp[: len(sample.response_ids)]
         tokens = max(stats.tokens, 1.0) if stats else 1.0
         metrics.update({
             "loss": loss_sum, "pg_loss": stats.pg_loss if stats else 0.0,
@@ -300,25 +306,21 @@ class Trainer:
         return metrics, result.generated
 
     def learn(self, groups: list[list[Sample]]) -> dict[str, float]:
-        """Advantages over the accepted groups, old and reference log-probs, the update.
-
-        Old log-probs come from the same rows, micro-batches and padding as the update, so
-        the first pass sees a ratio of exactly 1."""
+        """Advantages over the accepted groups, reference log-probs, the update."""
         hp, o = self.c.hyperparameters, self.c.objective
         flat = [s for g in groups for s in g]
         index = torch.tensor([i for i, s in enumerate(flat) if s.kept])
         trained = [flat[i] for i in index.tolist()]
         batch, parts = self.forward_batches(trained)
-        old = self.logprobs(self.policy, batch, parts)  # (B, T)
-        ref = self.logprobs(self.reference, batch, parts) if self.reference is not None else None
+        ref = self.logprobs(self.reference, batch, parts) if self.reference is not None else None  # (B, T)
         rewards = torch.tensor([s.reward if s.kept else math.nan for s in flat], dtype=torch.float64)  # (N,)
+        old = None
         if ref is not None and o.kl.placement == "reward" and o.kl.coef > 0:
+            old = self.logprobs(self.policy, batch, parts)  # the KL penalty must exist before advantages
             rewards[index] -= o.kl.coef * obj.sequence_kl(old, ref, batch.response_mask, o.kl.estimator).double()
         adv = obj.advantages(rewards, hp.group_size, o).float()  # (N,)
         for s, a in zip(flat, adv.tolist(), strict=True):
             s.advantage = a
-        for s, lp in zip(trained, old.tolist(), strict=True):
-            s.old_logp = lp[: len(s.response_ids)]
         return self.update(trained, adv[index], batch, parts, old, ref)
 
     def rollout_metrics(self, result: StepResult) -> dict[str, float]:
@@ -349,13 +351,11 @@ class Trainer:
         prompts = [self.prompt_ids(t) for t in self.holdout_tasks]
         gens = generate(self.policy, prompts, max_new_tokens=self.c.length.max_response_tokens, temperature=0.0,
                         top_p=1.0, top_k=0, stop_ids=self.renderer.stop_ids, pad_id=self.pad_id, seed=0)
-        rewards = []
-        for task, gen in zip(self.holdout_tasks, gens, strict=True):
-            sample = Sample(task, 0, 0, [], gen.response_ids, gen.mask, gen.finish, 0, 0,
-                            text=self._response_text(gen.response_ids, gen.finish))
-            score(self.c, sample, pool.verify)
-            rewards.append(sample.reward if sample.valid else 0.0)
-        return sum(rewards) / len(rewards)
+        samples = [Sample(task, 0, 0, [], gen.response_ids, gen.mask, gen.finish, 0, 0,
+                          text=self._response_text(gen.response_ids, gen.finish))
+                   for task, gen in zip(self.holdout_tasks, gens, strict=True)]
+        score_all(self.c, samples, pool)
+        return sum(s.reward if s.valid else 0.0 for s in samples) / len(samples)
 
     def record_rows(self, samples: list[Sample], run: str) -> list[dict[str, Any]]:
         sampling = json.dumps(self.c.hyperparameters.sampling.model_dump())

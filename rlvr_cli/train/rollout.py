@@ -34,17 +34,15 @@ def make_batch(prompts: list[list[int]], responses: list[list[int]], masks: list
     """Pack prompts (left padding) and responses (right padding) into one rectangle."""
     P = width or max(len(p) for p in prompts)
     T = response_width or max(1, max(len(r) for r in responses))
-    B = len(prompts)
-    ids = torch.full((B, P + T), pad_id, dtype=torch.long)
-    attn = torch.zeros((B, P + T), dtype=torch.long)
-    loss = torch.zeros((B, T), dtype=torch.long)
-    for i, (p, r, m) in enumerate(zip(prompts, responses, masks, strict=True)):
-        ids[i, P - len(p) : P] = torch.tensor(p)
-        attn[i, P - len(p) : P] = 1
-        if r:
-            ids[i, P : P + len(r)] = torch.tensor(r)
-            attn[i, P : P + len(r)] = 1
-            loss[i, : len(m)] = torch.tensor(m)
+    rows, attention, losses = [], [], []
+    for p, r, m in zip(prompts, responses, masks, strict=True):
+        pad_left, pad_right = P - len(p), T - len(r)
+        rows.append([pad_id] * pad_left + list(p) + list(r) + [pad_id] * pad_right)
+        attention.append([0] * pad_left + [1] * (len(p) + len(r)) + [0] * pad_right)
+        losses.append(list(m) + [0] * (T - len(m)))
+    ids = torch.tensor(rows, dtype=torch.long)  # (B, P + T)
+    attn = torch.tensor(attention, dtype=torch.long)  # (B, P + T)
+    loss = torch.tensor(losses, dtype=torch.long)  # (B, T)
     return Batch(ids, attn, P, loss)
 
 

@@ -57,16 +57,20 @@ def best_reward(contract: Contract) -> float:
     return sum(max(p.weight, 0.0) for p in contract.objective.reward.components)
 
 
-def score(contract: Contract, sample: Sample, verify: Any) -> None:
-    """Fill in verdict, reward and kept/reason for one sample, following the contract."""
+def needs_verdict(contract: Contract, sample: Sample) -> bool:
+    """Truncated responses are excluded or penalized without a verifier call (unless `keep`)."""
     length = contract.length
     if sample.finish == "length" and length.on_truncated != "keep":
         if length.on_truncated == "exclude":
             sample.kept, sample.reason = False, "truncated"
         else:
             sample.reward = float(length.truncation_penalty)  # type: ignore[arg-type]
-        return
-    verdict, seconds = verify(sample.task, sample.text)
+        return False
+    return True
+
+
+def apply_verdict(contract: Contract, sample: Sample, verdict: Verdict, seconds: float) -> None:
+    """Reward from the verdict; an invalid verdict is excluded or stops the run."""
     sample.verify_seconds = seconds
     if verdict.valid:
         try:
@@ -79,3 +83,11 @@ def score(contract: Contract, sample: Sample, verify: Any) -> None:
             raise InvalidVerdictStop(f"task {sample.task.get('id')}: verdict {verdict.status} ({verdict.detail}); "
                                      "objective.reward.on_invalid is fail")
         sample.kept, sample.reason = False, verdict.status
+
+
+def score_all(contract: Contract, samples: list[Sample], pool: Any) -> None:
+    """Score a batch of samples with one round trip to the verifier worker."""
+    todo = [s for s in samples if needs_verdict(contract, s)]
+    verdicts = pool.verify_many([(s.task, s.text) for s in todo]) if todo else []
+    for sample, (verdict, seconds) in zip(todo, verdicts, strict=True):
+        apply_verdict(contract, sample, verdict, seconds)
