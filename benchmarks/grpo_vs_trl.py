@@ -30,10 +30,14 @@ def build(folder: Path) -> tuple[Path, Path]:
     build_tiny(folder / "model", "chatml", alphabet=ARITHMETIC)
     arith.write_splits(folder / "data")
     contract = (Path(__file__).resolve().parent.parent / "contracts" / "dr-grpo-cpu.rlvr.yaml").read_text()
-    contract = (contract.replace("arith/model", "model").replace("arith/", "data/")
-                .replace("name: dr-grpo-cpu", "name: bench").replace("aggregation: constant_norm", "aggregation: token_mean")
-                .replace("micro_batch_sequences: 16", "micro_batch_sequences: 64")
-                .replace("holdout_every: 10", "holdout_every: 100000"))
+    contract = (
+        contract.replace("arith/model", "model")
+        .replace("arith/", "data/")
+        .replace("name: dr-grpo-cpu", "name: bench")
+        .replace("aggregation: constant_norm", "aggregation: token_mean")
+        .replace("micro_batch_sequences: 16", "micro_batch_sequences: 64")
+        .replace("holdout_every: 10", "holdout_every: 100000")
+    )
     path = folder / "bench.rlvr.yaml"
     path.write_text(contract)
     return path, folder / "data" / "train.jsonl"
@@ -42,8 +46,21 @@ def build(folder: Path) -> tuple[Path, Path]:
 def run_rlvr(folder: Path, steps: int) -> dict:
     contract, _ = build(folder)
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "rlvr_cli", "train", str(contract), "--max-steps", str(steps),
-                           "--run-dir", str(folder / "run")], capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rlvr_cli",
+            "train",
+            str(contract),
+            "--max-steps",
+            str(steps),
+            "--run-dir",
+            str(folder / "run"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     wall = time.perf_counter() - start
     if proc.returncode != 0:
         raise SystemExit(proc.stderr[-3000:])
@@ -62,12 +79,13 @@ def run_trl(folder: Path, steps: int) -> dict:
 
     _, train = build(folder)
     tasks = [json.loads(line) for line in train.read_text().splitlines()]
-    data = Dataset.from_list([{"prompt": [{"role": "user", "content": t["prompt"]}], "answer": t["answer"]}
-                              for t in tasks])
+    data = Dataset.from_list(
+        [{"prompt": [{"role": "user", "content": t["prompt"]}], "answer": t["answer"]} for t in tasks]
+    )
     rewards_log: list[float] = []
     tokens = [0]
 
-    def reward(completions, answer, **_: object) -> list[float]:  # noqa: ANN001
+    def reward(completions, answer, **_: object) -> list[float]:
         out = []
         for completion, ans in zip(completions, answer, strict=True):
             text = completion[0]["content"] if isinstance(completion, list) else completion
@@ -81,25 +99,45 @@ def run_trl(folder: Path, steps: int) -> dict:
             self.start = None
             self.steps: list[float] = []
 
-        def on_step_begin(self, *a, **k):  # noqa: ANN002, ANN003, ANN201
+        def on_step_begin(self, *a, **k):
             self.start = time.perf_counter()
 
-        def on_step_end(self, *a, **k):  # noqa: ANN002, ANN003, ANN201
+        def on_step_end(self, *a, **k):
             self.steps.append(time.perf_counter() - self.start)
 
     model = AutoModelForCausalLM.from_pretrained(folder / "model")
     tokenizer = AutoTokenizer.from_pretrained(folder / "model")
     config = GRPOConfig(
-        output_dir=str(folder / "trl"), max_steps=steps, per_device_train_batch_size=PROMPTS * GROUP,
-        gradient_accumulation_steps=1, num_generations=GROUP, max_completion_length=MAX_TOKENS,
-        learning_rate=LR, beta=0.0, gradient_checkpointing=False, use_cpu=True, logging_steps=1,
-        report_to=[], temperature=1.0, top_p=1.0, seed=SEED, save_strategy="no", lr_scheduler_type="constant",
-        warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0, adam_beta1=0.9, adam_beta2=0.99,
-        loss_type="dapo", scale_rewards="group", dataloader_num_workers=0,
+        output_dir=str(folder / "trl"),
+        max_steps=steps,
+        per_device_train_batch_size=PROMPTS * GROUP,
+        gradient_accumulation_steps=1,
+        num_generations=GROUP,
+        max_completion_length=MAX_TOKENS,
+        learning_rate=LR,
+        beta=0.0,
+        gradient_checkpointing=False,
+        use_cpu=True,
+        logging_steps=1,
+        report_to=[],
+        temperature=1.0,
+        top_p=1.0,
+        seed=SEED,
+        save_strategy="no",
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=0.0,
+        max_grad_norm=1.0,
+        adam_beta1=0.9,
+        adam_beta2=0.99,
+        loss_type="dapo",
+        scale_rewards="group",
+        dataloader_num_workers=0,
     )
     timer = Timer()
-    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=config, train_dataset=data,
-                          processing_class=tokenizer, callbacks=[timer])
+    trainer = GRPOTrainer(
+        model=model, reward_funcs=reward, args=config, train_dataset=data, processing_class=tokenizer, callbacks=[timer]
+    )
     start = time.perf_counter()
     trainer.train()
     wall = time.perf_counter() - start
@@ -127,8 +165,9 @@ def main() -> None:
         return
     results = {}
     for which in ("rlvr", "trl"):
-        proc = subprocess.run([sys.executable, __file__, "--child", which, "--steps", str(args.steps)],
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            [sys.executable, __file__, "--child", which, "--steps", str(args.steps)], capture_output=True, text=True
+        )
         if proc.returncode != 0:
             raise SystemExit(f"{which} failed:\n{proc.stderr[-3000:]}")
         results[which] = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -138,8 +177,10 @@ def main() -> None:
     print(f"{'':8}{'steps/s':>10}{'tokens/s':>10}{'peak MB':>10}{'reward first5':>15}{'reward last5':>14}")
     for name, res in (("rlvr", r), ("trl", t)):
         rw = res["rewards"]
-        print(f"{name:8}{args.steps / res['train_s']:10.2f}{res['tokens'] / res['train_s']:10.0f}{peak[name]:10.0f}"
-              f"{sum(rw[:5]) / 5:15.3f}{sum(rw[-5:]) / 5:14.3f}")
+        print(
+            f"{name:8}{args.steps / res['train_s']:10.2f}{res['tokens'] / res['train_s']:10.0f}{peak[name]:10.0f}"
+            f"{sum(rw[:5]) / 5:15.3f}{sum(rw[-5:]) / 5:14.3f}"
+        )
     print(f"throughput ratio rlvr/trl (steps/s): {t['train_s'] / r['train_s']:.2f}")
 
 

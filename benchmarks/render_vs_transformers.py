@@ -34,7 +34,7 @@ def conversations(n: int, max_turns: int = 4, seed: int = 0) -> list[list[dict]]
     return out
 
 
-def best_of(repeat: int, fn) -> float:  # noqa: ANN001
+def best_of(repeat: int, fn) -> float:
     times = []
     for _ in range(repeat):
         start = time.perf_counter()
@@ -67,8 +67,9 @@ def main() -> None:
             for k in range(1, len(messages) + 1):
                 tok.apply_chat_template(messages[:k], tokenize=True, return_dict=True)
                 if messages[k - 1]["role"] == "assistant":
-                    tok.apply_chat_template(messages[: k - 1], tokenize=True, return_dict=True,
-                                            add_generation_prompt=True)
+                    tok.apply_chat_template(
+                        messages[: k - 1], tokenize=True, return_dict=True, add_generation_prompt=True
+                    )
 
     ours(), theirs(), prefixes()  # warm the template caches
     t_ours, t_theirs = best_of(args.repeat, ours), best_of(args.repeat, theirs)

@@ -49,9 +49,11 @@ def guarded(fn: F) -> F:
         except KeyboardInterrupt:
             err("interrupted")
             raise typer.Exit(130) from None
-        except Exception as exc:  # noqa: BLE001 - the last line of defence
-            err(f"internal error: {type(exc).__name__}: {exc}\n"
-                "This is a bug in rlvr; rerun with RLVR_DEBUG=1 for the traceback.")
+        except Exception as exc:
+            err(
+                f"internal error: {type(exc).__name__}: {exc}\n"
+                "This is a bug in rlvr; rerun with RLVR_DEBUG=1 for the traceback."
+            )
             import os
 
             if os.environ.get("RLVR_DEBUG"):
@@ -99,7 +101,9 @@ def lock(
 @guarded
 def render(
     contract: Annotated[Path, typer.Argument(help="The contract: tokenizer, chat template, stop tokens, limits.")],
-    conversations: Annotated[Path, typer.Option("--conversations", "-c", help="JSONL, one {messages, tools?} per line.")],
+    conversations: Annotated[
+        Path, typer.Option("--conversations", "-c", help="JSONL, one {messages, tools?} per line.")
+    ],
     format: Annotated[str, typer.Option("--format", "-f", help="text or json.")] = "text",
 ) -> None:
     """Show what the model sees, which tokens are trained, and the template's traps (exit 1 on an error check)."""
@@ -115,8 +119,12 @@ def render(
 @guarded
 def train(
     contract: Annotated[Path, typer.Argument(help="The contract to run.")],
-    run_dir: Annotated[Path | None, typer.Option("--run-dir", help="Run folder (default: runs/<name>/ beside the contract).")] = None,
-    max_steps: Annotated[int | None, typer.Option("--max-steps", help="Stop after this step (the contract is unchanged).")] = None,
+    run_dir: Annotated[
+        Path | None, typer.Option("--run-dir", help="Run folder (default: runs/<name>/ beside the contract).")
+    ] = None,
+    max_steps: Annotated[
+        int | None, typer.Option("--max-steps", help="Stop after this step (the contract is unchanged).")
+    ] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue from the newest complete checkpoint.")] = False,
     force: Annotated[bool, typer.Option("--force", help="With --resume: continue an aborted run.")] = False,
 ) -> None:
@@ -128,12 +136,23 @@ def train(
 
 @app.command()
 @guarded
+def status(run_dir: Annotated[Path, typer.Argument(help="A run folder written by rlvr train.")]) -> None:
+    """Where a run stands: step, last metrics, last checkpoint, fired rules, and what to do next."""
+    from rlvr_cli.commands.status import run_status
+
+    raise typer.Exit(run_status(run_dir))
+
+
+@app.command()
+@guarded
 def init(
     folder: Annotated[Path | None, typer.Argument(help="Experiment folder to create.")] = None,
     template: Annotated[str, typer.Option("--template", "-t", help="Template name (see --list).")] = "single-turn",
     force: Annotated[bool, typer.Option(help="Write into a non-empty folder (never overwrites a file).")] = False,
     list_: Annotated[bool, typer.Option("--list", help="List the templates and exit.")] = False,
-    model: Annotated[bool, typer.Option(help="Build the tiny local model and tokenizer (needs the train extra).")] = True,
+    model: Annotated[
+        bool, typer.Option(help="Build the tiny local model and tokenizer (needs the train extra).")
+    ] = True,
 ) -> None:
     """Create an experiment folder from a template: contract, data, verifier, README, hook."""
     from rlvr_cli.commands.init import list_templates, run_init

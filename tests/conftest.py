@@ -28,7 +28,11 @@ def rlvr(*args: str | Path, cwd: Path | None = None, timeout: float = 120, env: 
     """Run `rlvr ARGS...` in a subprocess, exactly as a user would."""
     proc = subprocess.run(
         [sys.executable, "-m", "rlvr_cli", *map(str, args)],
-        capture_output=True, text=True, cwd=cwd, timeout=timeout, env=env,
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=timeout,
+        env=env,
     )
     return Run(proc.returncode, proc.stdout, proc.stderr)
 

@@ -64,46 +64,60 @@ def double_bos(renderer: ChatRenderer, conv: Conversation, located: Located, _: 
         return
     with_specials = tok(located.text, add_special_tokens=True)["input_ids"]
     if with_specials[:2] == [bos, bos]:
-        yield Check("RLT001", "error",
-                    f"double BOS at tokens 0-1: the template already emits {tok.bos_token!r} and "
-                    "tokenizing with add_special_tokens=True adds another; encode rendered text "
-                    "with add_special_tokens=False")
+        yield Check(
+            "RLT001",
+            "error",
+            f"double BOS at tokens 0-1: the template already emits {tok.bos_token!r} and "
+            "tokenizing with add_special_tokens=True adds another; encode rendered text "
+            "with add_special_tokens=False",
+        )
 
 
 @check
 def stop_tokens(renderer: ChatRenderer, conv: Conversation, located: Located, rendered: Rendered) -> Iterator[Check]:
     for problem in located.problems:
         if problem.kind == "no_stop":
-            yield Check("RLT002", "error",
-                        f"{_turn(conv, problem.turn)} ends at token {problem.position} without a stop token "
-                        f"({', '.join(renderer.stop_tokens)}); the policy would never learn to stop")
+            yield Check(
+                "RLT002",
+                "error",
+                f"{_turn(conv, problem.turn)} ends at token {problem.position} without a stop token "
+                f"({', '.join(renderer.stop_tokens)}); the policy would never learn to stop",
+            )
     stops = set(renderer.stop_ids)
     for span in rendered.spans:
         if span.part != "content" or span.end <= span.start:
             continue
         last = span.end - 1
         if rendered.input_ids[last] in stops and rendered.loss_mask[last] != 1:
-            yield Check("RLT003", "error", f"the stop token at {last} ending {_turn(conv, span.turn)} is outside the loss mask")
+            yield Check(
+                "RLT003", "error", f"the stop token at {last} ending {_turn(conv, span.turn)} is outside the loss mask"
+            )
 
 
 @check
 def generation_prompt(renderer: ChatRenderer, conv: Conversation, located: Located, _: Rendered) -> Iterator[Check]:
     for problem in located.problems:
         if problem.kind == "generation_prompt":
-            yield Check("RLT006", "error",
-                        f"the generation prompt (add_generation_prompt=True before {_turn(conv, problem.turn)}) "
-                        f"is not the start of the rendered assistant turn at token {problem.position}; "
-                        "the policy would be sampled from a prompt it is not trained on")
+            yield Check(
+                "RLT006",
+                "error",
+                f"the generation prompt (add_generation_prompt=True before {_turn(conv, problem.turn)}) "
+                f"is not the start of the rendered assistant turn at token {problem.position}; "
+                "the policy would be sampled from a prompt it is not trained on",
+            )
 
 
 @check
 def history_rewriting(renderer: ChatRenderer, conv: Conversation, located: Located, _: Rendered) -> Iterator[Check]:
     for problem in located.problems:
         if problem.kind == "rewrite":
-            yield Check("RLT007", "error",
-                        f"history rewriting: rendering later turns changes the tokens of {_turn(conv, problem.turn)}; "
-                        f"first diverging token {problem.position}. That turn is not trained in the full "
-                        "rendering; multi-turn episodes must keep the tokens as generated")
+            yield Check(
+                "RLT007",
+                "error",
+                f"history rewriting: rendering later turns changes the tokens of {_turn(conv, problem.turn)}; "
+                f"first diverging token {problem.position}. That turn is not trained in the full "
+                "rendering; multi-turn episodes must keep the tokens as generated",
+            )
         elif problem.kind == "split_token":
             yield Check("RLT008", "warning", f"{problem.detail}: turn boundaries and tokens disagree")
 
@@ -116,10 +130,15 @@ def retokenization(renderer: ChatRenderer, conv: Conversation, located: Located,
     for span, (again, _) in zip(spans, renderer.encode_many(texts), strict=True):
         ids = rendered.input_ids[span.start : span.end]
         if again != ids:
-            at = next((i for i, (a, b) in enumerate(zip(ids, again, strict=False)) if a != b), min(len(ids), len(again)))
-            yield Check("RLT008", "warning",
-                        f"retokenization drift in {_turn(conv, span.turn)}: decoding then re-encoding its ids "
-                        f"differs at token {span.start + at}; train on sampled ids, never on re-encoded text")
+            at = next(
+                (i for i, (a, b) in enumerate(zip(ids, again, strict=False)) if a != b), min(len(ids), len(again))
+            )
+            yield Check(
+                "RLT008",
+                "warning",
+                f"retokenization drift in {_turn(conv, span.turn)}: decoding then re-encoding its ids "
+                f"differs at token {span.start + at}; train on sampled ids, never on re-encoded text",
+            )
 
 
 @check
@@ -142,10 +161,16 @@ def prompt_length(renderer: ChatRenderer, conv: Conversation, located: Located, 
     before = located.plain[turns[-1] - 1] if turns[-1] > 0 else ""
     opening = size - len(renderer.encode(before)[0])  # the tokens add_generation_prompt appends
     if renderer.prompt_truncation == "error":
-        yield Check("RLT012", "error", f"the prompt of {_turn(conv, turns[-1])} is {size} tokens, over "
-                    f"max_prompt_tokens={limit}; prompt_truncation: error refuses it")
+        yield Check(
+            "RLT012",
+            "error",
+            f"the prompt of {_turn(conv, turns[-1])} is {size} tokens, over "
+            f"max_prompt_tokens={limit}; prompt_truncation: error refuses it",
+        )
     elif opening > limit:
-        yield Check("RLT012", "error", f"left truncation to {limit} tokens would cut the {opening}-token generation prompt")
+        yield Check(
+            "RLT012", "error", f"left truncation to {limit} tokens would cut the {opening}-token generation prompt"
+        )
 
 
 # ── per template (computed once per renderer) ─────────────────────────────────────────
@@ -153,8 +178,12 @@ def prompt_length(renderer: ChatRenderer, conv: Conversation, located: Located, 
 
 def template_checks(renderer: ChatRenderer) -> list[Check]:
     if renderer._template_checks is None:
-        renderer._template_checks = [*_pad_stop(renderer), *_clock(renderer), *_default_system(renderer),
-                                     *_ignored_generation_prompt(renderer)]
+        renderer._template_checks = [
+            *_pad_stop(renderer),
+            *_clock(renderer),
+            *_default_system(renderer),
+            *_ignored_generation_prompt(renderer),
+        ]
     return renderer._template_checks
 
 
@@ -162,21 +191,29 @@ def _pad_stop(renderer: ChatRenderer) -> Iterator[Check]:
     pad = renderer.tokenizer.pad_token_id
     for token, token_id in zip(renderer.stop_tokens, renderer.stop_ids, strict=True):
         if pad is not None and token_id == pad:
-            yield Check("RLT004", "error", f"stop token {token!r} is also the pad token; padding would look like "
-                        "stopping and the stop token would be masked as padding")
+            yield Check(
+                "RLT004",
+                "error",
+                f"stop token {token!r} is also the pad token; padding would look like "
+                "stopping and the stop token would be masked as padding",
+            )
 
 
 def _clock(renderer: ChatRenderer) -> Iterator[Check]:
     match = _CLOCK.search(renderer.template)
     if match:
-        yield Check("RLT009", "warning", f"the template depends on the date or time ({match.group(0)!r}): the same "
-                    "conversation renders differently on different days")
+        yield Check(
+            "RLT009",
+            "warning",
+            f"the template depends on the date or time ({match.group(0)!r}): the same "
+            "conversation renders differently on different days",
+        )
 
 
 def _probe(renderer: ChatRenderer, *conversations: list[dict]) -> list[str] | None:
     try:
         return renderer.texts(list(conversations), None, add_generation_prompt=False)
-    except Exception:  # noqa: BLE001 - a template that cannot render the probe has other checks
+    except Exception:
         return None
 
 
@@ -189,7 +226,7 @@ def _default_system(renderer: ChatRenderer) -> Iterator[Check]:
     alone, system_only, both = texts
     if not both.startswith(system_only):
         return
-    user_part = both[len(system_only):]
+    user_part = both[len(system_only) :]
     if not alone.endswith(user_part):
         return
     preamble = _common_prefix(alone, both)  # emitted whatever the messages (BOS, a date line)
@@ -202,11 +239,15 @@ def _ignored_generation_prompt(renderer: ChatRenderer) -> Iterator[Check]:
     user = [{"role": "user", "content": _PROBE_USER}]
     try:
         plain, opened = (renderer.texts([user], None, False)[0], renderer.texts([user], None, True)[0])
-    except Exception:  # noqa: BLE001
+    except Exception:
         return
     if plain == opened:
-        yield Check("RLT005", "warning", "add_generation_prompt=True adds nothing after a user turn: the template "
-                    "itself opens the assistant turn, so prompts and trained turns must start there")
+        yield Check(
+            "RLT005",
+            "warning",
+            "add_generation_prompt=True adds nothing after a user turn: the template "
+            "itself opens the assistant turn, so prompts and trained turns must start there",
+        )
 
 
 def template_failure(renderer: ChatRenderer, conv: Conversation, exc: Exception) -> list[Check]:

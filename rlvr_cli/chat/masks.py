@@ -96,8 +96,9 @@ def _boundaries(located: Located, tokens: _Tokens) -> list[int | None]:
         if full.startswith(prefix):
             index, aligned = tokens.at(len(prefix))
             if not aligned:
-                located.problems.append(Problem("split_token", k, index - 1,
-                                                f"the end of turn {k} falls inside token {index - 1}"))
+                located.problems.append(
+                    Problem("split_token", k, index - 1, f"the end of turn {k} falls inside token {index - 1}")
+                )
             bounds.append(index)
         else:
             diverge = common_prefix(prefix, full)
@@ -107,8 +108,9 @@ def _boundaries(located: Located, tokens: _Tokens) -> list[int | None]:
     return bounds
 
 
-def _turn_spans(renderer: ChatRenderer, located: Located, tokens: _Tokens, k: int, role: str,
-                start: int, end: int) -> list[Span]:
+def _turn_spans(
+    renderer: ChatRenderer, located: Located, tokens: _Tokens, k: int, role: str, start: int, end: int
+) -> list[Span]:
     if role != "assistant":
         return [Span(role, k, start, end, False, "turn")]
     prompt = located.generation[k]
@@ -118,8 +120,9 @@ def _turn_spans(renderer: ChatRenderer, located: Located, tokens: _Tokens, k: in
         index, aligned = tokens.at(len(prompt))
         head = min(max(index, start), end)
         if not aligned:
-            located.problems.append(Problem("split_token", k, index - 1,
-                                            f"the generation prompt of turn {k} ends inside token {index - 1}"))
+            located.problems.append(
+                Problem("split_token", k, index - 1, f"the generation prompt of turn {k} ends inside token {index - 1}")
+            )
     else:
         located.problems.append(Problem("generation_prompt", k, start))
     stops = set(renderer.stop_ids)

@@ -20,7 +20,7 @@ class Pack:
     episode: list[int]  # which episode each token belongs to (-1: padding)
     bounds: list[tuple[int, int]]  # (start, end) of each episode in the row
 
-    def attention_mask(self, dtype=None):  # noqa: ANN001, ANN201 - torch is imported lazily
+    def attention_mask(self, dtype=None):
         """(1, 1, T, T) additive mask: 0 where a token may attend, the dtype's minimum elsewhere."""
         import torch
 
@@ -34,8 +34,7 @@ class Pack:
         return mask[None, None]  # (1, 1, T, T)
 
 
-def pack(episodes: Sequence[tuple[Sequence[int], Sequence[int]]], max_tokens: int,
-         pad_id: int = 0) -> list[Pack]:
+def pack(episodes: Sequence[tuple[Sequence[int], Sequence[int]]], max_tokens: int, pad_id: int = 0) -> list[Pack]:
     """Greedy first-fit packing of (ids, loss_mask) episodes into rows of `max_tokens`."""
     packs: list[Pack] = []
     for index, (ids, mask) in enumerate(episodes):

@@ -63,8 +63,11 @@ class Rendered:
 
     def as_json(self) -> dict[str, Any]:
         return {
-            "input_ids": self.input_ids, "tokens": self.tokens, "loss_mask": self.loss_mask,
-            "spans": [asdict(s) for s in self.spans], "checks": [asdict(c) for c in self.checks],
+            "input_ids": self.input_ids,
+            "tokens": self.tokens,
+            "loss_mask": self.loss_mask,
+            "spans": [asdict(s) for s in self.spans],
+            "checks": [asdict(c) for c in self.checks],
         }
 
 
@@ -140,8 +143,15 @@ def _check_message(message: Any, where: str) -> None:
 class ChatRenderer:
     """A tokenizer plus the chat template and stop tokens the contract names."""
 
-    def __init__(self, tokenizer: Any, template: str, stop_tokens: list[str], *,
-                 max_prompt_tokens: int | None = None, prompt_truncation: str = "error") -> None:
+    def __init__(
+        self,
+        tokenizer: Any,
+        template: str,
+        stop_tokens: list[str],
+        *,
+        max_prompt_tokens: int | None = None,
+        prompt_truncation: str = "error",
+    ) -> None:
         if not template:
             raise RenderError("the tokenizer has no chat template and the contract names no template file")
         self.tokenizer = tokenizer
@@ -173,11 +183,17 @@ class ChatRenderer:
                 raise RenderError(f"chat template file {ref.chat_template} does not exist")
             template = path.read_text(encoding="utf-8")
         length = contract.length
-        return cls(tokenizer, template, length.stop_tokens, max_prompt_tokens=length.max_prompt_tokens,
-                   prompt_truncation=length.prompt_truncation)
+        return cls(
+            tokenizer,
+            template,
+            length.stop_tokens,
+            max_prompt_tokens=length.max_prompt_tokens,
+            prompt_truncation=length.prompt_truncation,
+        )
 
-    def texts(self, conversations: list[list[dict[str, Any]]], tools: list[dict] | None,
-              add_generation_prompt: bool) -> list[str]:
+    def texts(
+        self, conversations: list[list[dict[str, Any]]], tools: list[dict] | None, add_generation_prompt: bool
+    ) -> list[str]:
         """Render several conversations in one call; an empty conversation renders as ''."""
         from transformers.utils.chat_template_utils import render_jinja_template
 
@@ -187,8 +203,11 @@ class ChatRenderer:
         todo = [i for i, c in enumerate(conversations) if c]
         if todo:
             rendered, _ = render_jinja_template(
-                conversations=[conversations[i] for i in todo], tools=tools, chat_template=self.template,
-                add_generation_prompt=add_generation_prompt, **self.tokenizer.special_tokens_map,
+                conversations=[conversations[i] for i in todo],
+                tools=tools,
+                chat_template=self.template,
+                add_generation_prompt=add_generation_prompt,
+                **self.tokenizer.special_tokens_map,
             )
             for i, text in zip(todo, rendered, strict=True):
                 out[i] = text
@@ -203,9 +222,10 @@ class ChatRenderer:
         if backend is not None:  # the Rust tokenizer itself: one batched call, no Python per-token work
             encodings = backend.encode_batch(texts, add_special_tokens=False)
             return [(e.ids, e.offsets) for e in encodings]
-        enc = self.tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True,
-                             return_attention_mask=False)
-        return [(list(i), [tuple(o) for o in off]) for i, off in zip(enc["input_ids"], enc["offset_mapping"], strict=True)]
+        enc = self.tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True, return_attention_mask=False)
+        return [
+            (list(i), [tuple(o) for o in off]) for i, off in zip(enc["input_ids"], enc["offset_mapping"], strict=True)
+        ]
 
     def tokens(self, ids: list[int]) -> list[str]:
         """Token strings for ids, from a vocabulary table built once."""
@@ -226,7 +246,7 @@ class ChatRenderer:
 
         try:
             located = masks.locate(self, conversation)
-        except Exception as exc:  # noqa: BLE001 - a template's raise_exception() or any Jinja error
+        except Exception as exc:
             return Rendered([], [], [], [], checks.template_failure(self, conversation, exc))
         rendered = masks.to_rendered(self, located)
         rendered.checks = checks.run_all(self, conversation, located, rendered)

@@ -26,12 +26,9 @@ _TOOL_CALLS = (
 )
 
 CHATML = (
-    _TOOLS_SYSTEM
-    + "{%- for message in messages -%}"
+    _TOOLS_SYSTEM + "{%- for message in messages -%}"
     "{%- if not (loop.first and ns.skip) -%}"
-    "{{- '<|im_start|>' + message.role + '\\n' + (message.content or '') -}}"
-    + _TOOL_CALLS
-    + "{{- '<|im_end|>\\n' -}}"
+    "{{- '<|im_start|>' + message.role + '\\n' + (message.content or '') -}}" + _TOOL_CALLS + "{{- '<|im_end|>\\n' -}}"
     "{%- endif -%}"
     "{%- endfor -%}"
     "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}"
@@ -39,8 +36,7 @@ CHATML = (
 
 # ChatML with {% generation %} tags, so transformers can return the assistant-token mask.
 CHATML_GENERATION = (
-    _TOOLS_SYSTEM
-    + "{%- for message in messages -%}"
+    _TOOLS_SYSTEM + "{%- for message in messages -%}"
     "{%- if not (loop.first and ns.skip) -%}"
     "{{- '<|im_start|>' + message.role + '\\n' -}}"
     "{%- if message.role == 'assistant' -%}"
@@ -117,7 +113,23 @@ FAMILIES: dict[str, tuple[str, dict[str, str | None]]] = {
 }
 
 SPECIAL_TOKENS = (
-    "<unk>", "<pad>", "<s>", "</s>", "<|im_start|>", "<|im_end|>", "<|begin_of_text|>",
-    "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "[INST]", "[/INST]", "<bos>",
-    "<start_of_turn>", "<end_of_turn>", "<think>", "</think>", "<tool_call>", "</tool_call>",
+    "<unk>",
+    "<pad>",
+    "<s>",
+    "</s>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|begin_of_text|>",
+    "<|start_header_id|>",
+    "<|end_header_id|>",
+    "<|eot_id|>",
+    "[INST]",
+    "[/INST]",
+    "<bos>",
+    "<start_of_turn>",
+    "<end_of_turn>",
+    "<think>",
+    "</think>",
+    "<tool_call>",
+    "</tool_call>",
 )

@@ -15,8 +15,7 @@ PRINTABLE = string.printable.replace("\x0b", "").replace("\x0c", "").replace("\r
 ARITHMETIC = string.ascii_lowercase + string.digits + "+-*=?:. \n"
 
 
-def build_tokenizer(folder: Path, family: str = "chatml", alphabet: str = PRINTABLE,
-                    chat_template: str | None = None):  # noqa: ANN201 - transformers type
+def build_tokenizer(folder: Path, family: str = "chatml", alphabet: str = PRINTABLE, chat_template: str | None = None):
     """A character-level tokenizer with the family's special tokens and chat template."""
     from tokenizers import AddedToken, Tokenizer, decoders, models
     from transformers import PreTrainedTokenizerFast
@@ -28,8 +27,11 @@ def build_tokenizer(folder: Path, family: str = "chatml", alphabet: str = PRINTA
     core.decoder = decoders.Fuse()
     core.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
     tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=core, unk_token="<unk>", pad_token=specials["pad"],
-        eos_token=specials["eos"], bos_token=specials["bos"],
+        tokenizer_object=core,
+        unk_token="<unk>",
+        pad_token=specials["pad"],
+        eos_token=specials["eos"],
+        bos_token=specials["bos"],
     )
     tokenizer.chat_template = chat_template or template
     folder.mkdir(parents=True, exist_ok=True)
@@ -37,17 +39,34 @@ def build_tokenizer(folder: Path, family: str = "chatml", alphabet: str = PRINTA
     return tokenizer
 
 
-def build_model(folder: Path, vocab_size: int, *, eos_id: int, pad_id: int, bos_id: int | None,
-                hidden: int = 64, layers: int = 2, heads: int = 4, seed: int = 0):  # noqa: ANN201
+def build_model(
+    folder: Path,
+    vocab_size: int,
+    *,
+    eos_id: int,
+    pad_id: int,
+    bos_id: int | None,
+    hidden: int = 64,
+    layers: int = 2,
+    heads: int = 4,
+    seed: int = 0,
+):
     """A Llama-architecture causal LM with random weights, saved as safetensors."""
     import torch
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(
-        vocab_size=vocab_size, hidden_size=hidden, intermediate_size=hidden * 2,
-        num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=heads,
-        max_position_embeddings=512, tie_word_embeddings=True,
-        eos_token_id=eos_id, pad_token_id=pad_id, bos_token_id=bos_id,
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        intermediate_size=hidden * 2,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
+        eos_token_id=eos_id,
+        pad_token_id=pad_id,
+        bos_token_id=bos_id,
     )
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config)
@@ -56,8 +75,16 @@ def build_model(folder: Path, vocab_size: int, *, eos_id: int, pad_id: int, bos_
     return model
 
 
-def build_tiny(folder: str | Path, family: str = "chatml", *, alphabet: str = PRINTABLE,
-               chat_template: str | None = None, seed: int = 0, hidden: int = 64, layers: int = 2) -> Path:
+def build_tiny(
+    folder: str | Path,
+    family: str = "chatml",
+    *,
+    alphabet: str = PRINTABLE,
+    chat_template: str | None = None,
+    seed: int = 0,
+    hidden: int = 64,
+    layers: int = 2,
+) -> Path:
     """Tokenizer and model in one folder, loadable with `from_pretrained(folder)`."""
     from transformers.utils import logging
 
@@ -65,8 +92,14 @@ def build_tiny(folder: str | Path, family: str = "chatml", *, alphabet: str = PR
     folder = Path(folder)
     tokenizer = build_tokenizer(folder, family, alphabet, chat_template)
     build_model(
-        folder, len(tokenizer), eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
-        bos_id=tokenizer.bos_token_id, hidden=hidden, layers=layers, seed=seed,
+        folder,
+        len(tokenizer),
+        eos_id=tokenizer.eos_token_id,
+        pad_id=tokenizer.pad_token_id,
+        bos_id=tokenizer.bos_token_id,
+        hidden=hidden,
+        layers=layers,
+        seed=seed,
     )
     return folder
 
@@ -77,8 +110,9 @@ def main(argv: list[str] | None = None) -> None:
 
     from rlvr_cli.chat.templates import FAMILIES
 
-    parser = argparse.ArgumentParser(prog="python -m rlvr_cli.chat.tiny",
-                                     description="Build a tiny random-weight model and tokenizer in DIR.")
+    parser = argparse.ArgumentParser(
+        prog="python -m rlvr_cli.chat.tiny", description="Build a tiny random-weight model and tokenizer in DIR."
+    )
     parser.add_argument("folder", type=Path)
     parser.add_argument("--family", choices=sorted(FAMILIES), default="chatml")
     parser.add_argument("--alphabet", choices=["arithmetic", "printable"], default="printable")

@@ -57,8 +57,9 @@ def run_init(folder: Path, template: str, *, force: bool, build_model: bool) -> 
     if folder.exists() and not folder.is_dir():
         raise UsageProblem(f"{folder} exists and is not a folder")
     if folder.is_dir() and any(folder.iterdir()) and not force:
-        raise UsageProblem(f"{folder} is not empty; use --force to add the template's files "
-                           "(existing files are never overwritten)")
+        raise UsageProblem(
+            f"{folder} is not empty; use --force to add the template's files (existing files are never overwritten)"
+        )
     meta = templates[template]
     pairs = _plan(templates_root() / template, folder)
     generated = [folder / "contract.schema.json", folder / "model"]
@@ -102,9 +103,11 @@ def _build_model(target: Path, spec: dict) -> None:
         import torch  # noqa: F401
         import transformers  # noqa: F401
     except ImportError:
-        print("note: torch/transformers are not installed (pip install 'rlvr-cli[train]'), so "
-              f"no model was built; put a checkpoint in {target} or rerun with the train extra",
-              file=sys.stderr)
+        print(
+            "note: torch/transformers are not installed (pip install 'rlvr-cli[train]'), so "
+            f"no model was built; put a checkpoint in {target} or rerun with the train extra",
+            file=sys.stderr,
+        )
         return
     alphabet = tiny.ARITHMETIC if spec.get("alphabet") == "arithmetic" else tiny.PRINTABLE
     tiny.build_tiny(target, spec.get("family", "chatml"), alphabet=alphabet)

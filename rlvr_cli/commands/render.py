@@ -44,8 +44,9 @@ def _print_text(results: list[Rendered], lines: list[int]) -> None:
             state = "trained" if span.trainable else "not trained"
             header = f"[turn {span.turn} {span.role} {span.part}, tokens {span.start}-{span.end}, {state}]"
             console.print(Text(header, style="bold" if span.trainable else "dim"))
-            console.print(Text(_visible(result.text_of(span.start, span.end)),
-                               style="green" if span.trainable else "dim"))
+            console.print(
+                Text(_visible(result.text_of(span.start, span.end)), style="green" if span.trainable else "dim")
+            )
         for check in result.checks:
             style = "bold red" if check.severity == "error" else "yellow"
             console.print(Text(f"{check.severity}[{check.code}] {check.message}", style=style))

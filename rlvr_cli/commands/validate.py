@@ -75,11 +75,13 @@ def parser() -> argparse.ArgumentParser:
         description="Check contracts. Exit 0 valid (warnings allowed), 1 invalid (or warnings "
         "with --strict), 2 usage error or unreadable path, 3 internal error.",
     )
-    p.add_argument("paths", nargs="+", type=Path, metavar="PATH",
-                   help="contract files, or folders searched for *.rlvr.yaml")
+    p.add_argument(
+        "paths", nargs="+", type=Path, metavar="PATH", help="contract files, or folders searched for *.rlvr.yaml"
+    )
     p.add_argument("--format", "-f", choices=sorted(REPORTERS), default="text", help="report format")
-    p.add_argument("--deep", action="store_true",
-                   help="also load tokenizer, data, verifier and lock files from disk (no network)")
+    p.add_argument(
+        "--deep", action="store_true", help="also load tokenizer, data, verifier and lock files from disk (no network)"
+    )
     p.add_argument("--strict", action="store_true", help="warnings fail too (exit 1)")
     return p
 
@@ -89,9 +91,12 @@ def main(argv: Sequence[str]) -> int:
     args = parser().parse_args(list(argv))  # exits 2 on a usage error, as argparse does
     try:
         return run_validate(args.paths, args.format, deep=args.deep, strict=args.strict)
-    except Exception as exc:  # noqa: BLE001 - a bug must not look like "invalid contract"
+    except Exception as exc:
         if os.environ.get("RLVR_DEBUG"):
             raise
-        print(f"internal error: {type(exc).__name__}: {exc}\n"
-              "This is a bug in rlvr; rerun with RLVR_DEBUG=1 for the traceback.", file=sys.stderr)
+        print(
+            f"internal error: {type(exc).__name__}: {exc}\n"
+            "This is a bug in rlvr; rerun with RLVR_DEBUG=1 for the traceback.",
+            file=sys.stderr,
+        )
         return 3

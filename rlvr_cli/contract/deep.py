@@ -58,8 +58,9 @@ def _tokenizer(c: Contract, folder: Path) -> Iterator[Finding]:
         return
     for i, stop in enumerate(c.length.stop_tokens):
         if stop not in vocab:
-            yield error("RLV901", ("length", "stop_tokens", i),
-                        f"stop token {stop!r} is not a single token of the tokenizer")
+            yield error(
+                "RLV901", ("length", "stop_tokens", i), f"stop token {stop!r} is not a single token of the tokenizer"
+            )
     yield from _chat_template(tok.chat_template, root, folder, (*where, "chat_template"))
 
 
@@ -153,9 +154,11 @@ def _jsonl(path: Path, where: tuple, hint_field: str | None) -> Iterator[Finding
                 return
             rows += 1
             if hint_field and hint_field in json.loads(line):
-                yield error("RLV401", (*where, "path"),
-                            f"{path.name} line {number} carries the hint field '{hint_field}'; "
-                            "sealed_eval must be hint-free")
+                yield error(
+                    "RLV401",
+                    (*where, "path"),
+                    f"{path.name} line {number} carries the hint field '{hint_field}'; sealed_eval must be hint-free",
+                )
                 return
     if rows == 0:
         yield error("RLV901", (*where, "path"), f"{path.name} holds no task")

@@ -20,16 +20,27 @@ from rlvr_cli.contract.models import Contract
 MAX_BYTES = 1 << 20  # a contract is a few KiB; a megabyte is a mistake or an attack
 
 _YAML_TYPES = {
-    str: "string", int: "integer", float: "number", bool: "boolean",
-    type(None): "null", dict: "mapping", list: "list",
+    str: "string",
+    int: "integer",
+    float: "number",
+    bool: "boolean",
+    type(None): "null",
+    dict: "mapping",
+    list: "list",
 }
 _EXPECTED = {
-    "float_type": "expected a number", "float_parsing": "expected a number",
-    "int_type": "expected an integer", "int_from_float": "expected an integer",
-    "bool_type": "expected true or false", "string_type": "expected a string",
-    "dict_type": "expected a mapping", "model_type": "expected a mapping",
-    "model_attributes_type": "expected a mapping", "list_type": "expected a list",
-    "literal_error": "expected {expected}", "finite_number": "expected a finite number",
+    "float_type": "expected a number",
+    "float_parsing": "expected a number",
+    "int_type": "expected an integer",
+    "int_from_float": "expected an integer",
+    "bool_type": "expected true or false",
+    "string_type": "expected a string",
+    "dict_type": "expected a mapping",
+    "model_type": "expected a mapping",
+    "model_attributes_type": "expected a mapping",
+    "list_type": "expected a list",
+    "literal_error": "expected {expected}",
+    "finite_number": "expected a finite number",
 }
 
 
@@ -56,8 +67,12 @@ class CheckResult:
         pos = doc.anchor_pos(finding.path) if doc is not None else yaml12.Pos(1, 1)
         self.diagnostics.append(
             Diagnostic(
-                code=finding.code, severity=finding.severity, path=dotted(finding.path),
-                line=pos.line, column=pos.column, message=finding.message,
+                code=finding.code,
+                severity=finding.severity,
+                path=dotted(finding.path),
+                line=pos.line,
+                column=pos.column,
+                message=finding.message,
                 suggestion=finding.suggestion,
             )
         )
@@ -137,13 +152,16 @@ def _structural(result: CheckResult, code: str, message: str, pos: yaml12.Pos) -
 def _check_top_level(result: CheckResult, document: yaml12.Document) -> bool:
     data = document.data
     if data is None:
-        _structural(result, "RLV003", "the file is empty; a contract is a YAML mapping "
-                    "starting with 'contract_version: 1'", yaml12.Pos(1, 1))
+        _structural(
+            result,
+            "RLV003",
+            "the file is empty; a contract is a YAML mapping starting with 'contract_version: 1'",
+            yaml12.Pos(1, 1),
+        )
         return False
     if not isinstance(data, dict):
         kind = _YAML_TYPES.get(type(data), type(data).__name__)
-        _structural(result, "RLV003", f"a contract is a mapping of sections, got a {kind}",
-                    document.value_pos(()))
+        _structural(result, "RLV003", f"a contract is a mapping of sections, got a {kind}", document.value_pos(()))
         return False
     return True
 

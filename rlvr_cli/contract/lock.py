@@ -83,8 +83,12 @@ def compute(contract: Contract, folder: Path) -> dict:
             files[name] = sha256_file(path)
             names.append(name)
         artifacts[role] = names
-    return {"lock_version": LOCK_VERSION, "contract": contract.name,
-            "artifacts": artifacts, "files": dict(sorted(files.items()))}
+    return {
+        "lock_version": LOCK_VERSION,
+        "contract": contract.name,
+        "artifacts": artifacts,
+        "files": dict(sorted(files.items())),
+    }
 
 
 def write(contract: Contract, contract_path: Path) -> Path:

@@ -6,8 +6,6 @@ another key (e.g. `kl.estimator` when `kl.coef > 0`) are checked by `rules.py` a
 mirrored in the schema with `if`/`then` so that both agree.
 """
 
-
-
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
@@ -17,7 +15,13 @@ SHA256 = r"^[0-9a-f]{64}$"
 DATE = r"^\d{4}-\d{2}-\d{2}$"
 ENTRYPOINT = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
 CHECKPOINT_PARTS = (
-    "model", "optimizer", "scheduler", "rng", "sampler", "data_cursor", "rollout_cursor",
+    "model",
+    "optimizer",
+    "scheduler",
+    "rng",
+    "sampler",
+    "data_cursor",
+    "rollout_cursor",
 )
 Handling = Literal["none_present", "scrubbed", "scanned_clean"]
 
@@ -57,11 +61,7 @@ def _exactly_one(model: BaseModel, fields: dict[str, str], what: str) -> None:
 
 def _one_of_required(*keys: str) -> dict[str, Any]:
     """JSON Schema twin of `_exactly_one`: exactly one of `keys` present and not null."""
-    return {
-        "oneOf": [
-            {"required": [k], "properties": {k: {"not": {"type": "null"}}}} for k in keys
-        ]
-    }
+    return {"oneOf": [{"required": [k], "properties": {k: {"not": {"type": "null"}}}} for k in keys]}
 
 
 # ── artifacts ─────────────────────────────────────────────────────────────────────────
@@ -93,18 +93,14 @@ class TokenizerRef(ModelRef):
 class ReferenceRef(Section):
     """The frozen KL anchor: a checkpoint, a frozen copy of the policy, or an explicit none."""
 
-    model_config = ConfigDict(
-        json_schema_extra=_one_of_required("path", "id", "same_as_policy", "none")
-    )
+    model_config = ConfigDict(json_schema_extra=_one_of_required("path", "id", "same_as_policy", "none"))
     path: str | None = Field(None, min_length=1, description="Local folder.")
     id: str | None = Field(None, min_length=1, description="Hub id.")
     revision: str | None = Field(None, min_length=1, description="40-hex commit of `id`.")
     same_as_policy: Literal[True] | None = Field(
         None, description="A frozen copy of the starting policy is the intended anchor."
     )
-    none_: str | None = Field(
-        None, alias="none", min_length=1, description="Why no reference is used."
-    )
+    none_: str | None = Field(None, alias="none", min_length=1, description="Why no reference is used.")
 
     @model_validator(mode="after")
     def _one_source(self) -> "ReferenceRef":
@@ -123,7 +119,8 @@ class ReferenceRef(Section):
 class VerifierRef(Section):
     version: str = Field(min_length=1, description="Version string of the verifier code.")
     container: str | None = Field(
-        None, pattern=r"^[^@\s]+@sha256:[0-9a-f]{64}$",
+        None,
+        pattern=r"^[^@\s]+@sha256:[0-9a-f]{64}$",
         description="Container image pinned by digest (`name@sha256:...`).",
     )
 
@@ -145,12 +142,8 @@ class Environment(Section):
     """Where rewards come from."""
 
     kind: Literal["single_turn", "tool_use"]
-    verifier: str | None = Field(
-        None, pattern=ENTRYPOINT, description="`module:function` (required for single_turn)."
-    )
-    server: str | None = Field(
-        None, min_length=1, description="`module:app` or URL of a resources server (tool_use)."
-    )
+    verifier: str | None = Field(None, pattern=ENTRYPOINT, description="`module:function` (required for single_turn).")
+    server: str | None = Field(None, min_length=1, description="`module:app` or URL of a resources server (tool_use).")
     max_steps: PositiveInt | None = Field(None, description="Model calls per episode (tool_use).")
     tools: list[str] | None = Field(None, description="Tools offered to the policy.")
     forbidden_tools: list[str] | None = Field(
@@ -168,9 +161,7 @@ class RewardComponent(Section):
 
 
 class Reward(Section):
-    unit: Literal["response", "session", "trajectory", "set"] = Field(
-        description="What one reward is attached to."
-    )
+    unit: Literal["response", "session", "trajectory", "set"] = Field(description="What one reward is attached to.")
     components: list[RewardComponent] = Field(
         min_length=1, description="The reward is the weighted sum of these verifier components."
     )
@@ -182,9 +173,7 @@ class Reward(Section):
 class Advantage(Section):
     baseline: Literal["group_mean"]
     scale: Literal["group_std", "batch_std", "none"]
-    std: Literal["population", "sample"] | None = Field(
-        None, description="Required unless scale is none."
-    )
+    std: Literal["population", "sample"] | None = Field(None, description="Required unless scale is none.")
     epsilon: float | None = Field(None, gt=0, description="Added to the std; > 0.")
 
 
@@ -197,9 +186,7 @@ class Clip(Section):
 class KL(Section):
     coef: float = Field(ge=0, description="β ≥ 0.")
     estimator: Literal["k1", "k2", "k3"] | None = Field(None, description="Required when coef > 0.")
-    placement: Literal["loss", "reward"] | None = Field(
-        None, description="Required when coef > 0."
-    )
+    placement: Literal["loss", "reward"] | None = Field(None, description="Required when coef > 0.")
 
 
 class Objective(Section):

@@ -25,10 +25,25 @@ HEX40 = re.compile(r"^[0-9a-f]{40}$")
 
 # Metrics the trainer writes to metrics.jsonl, and what each one needs to exist.
 METRICS = (
-    "loss", "kl", "entropy", "clip_fraction", "ratio_max", "grad_norm", "nonfinite_count",
-    "response_length_mean", "truncation_rate", "reward_mean", "reward_std", "holdout_reward",
-    "zero_std_fraction", "all_correct_fraction", "all_wrong_fraction", "verifier_error_rate",
-    "policy_lag", "reward_holdout_divergence", "tokens_per_s",
+    "loss",
+    "kl",
+    "entropy",
+    "clip_fraction",
+    "ratio_max",
+    "grad_norm",
+    "nonfinite_count",
+    "response_length_mean",
+    "truncation_rate",
+    "reward_mean",
+    "reward_std",
+    "holdout_reward",
+    "zero_std_fraction",
+    "all_correct_fraction",
+    "all_wrong_fraction",
+    "verifier_error_rate",
+    "policy_lag",
+    "reward_holdout_divergence",
+    "tokens_per_s",
 )
 WATCHED = ("entropy", "response_length_mean", "verifier_error_rate")
 
@@ -98,9 +113,11 @@ def conditional_keys(c: Contract, _: Path) -> Iterator[Finding]:
 def rlv101_kl_needs_reference(c: Contract, _: Path) -> Iterator[Finding]:
     if _kl_on(c) and not _has_reference(c):
         what = "is missing" if c.artifacts.reference is None else "is 'none'"
-        yield error("RLV101", ("objective", "kl", "coef"),
-                    f"kl.coef is {c.objective.kl.coef} but artifacts.reference {what}; "
-                    "the KL term needs a frozen reference")
+        yield error(
+            "RLV101",
+            ("objective", "kl", "coef"),
+            f"kl.coef is {c.objective.kl.coef} but artifacts.reference {what}; the KL term needs a frozen reference",
+        )
 
 
 @rule
@@ -111,22 +128,29 @@ def rlv102_reference_is_policy(c: Contract, _: Path) -> Iterator[Finding]:
     same_files = ref.path is not None and policy.path is not None and _same_path(ref.path, policy.path)
     same_hub = ref.id is not None and (ref.id, ref.revision) == (policy.id, policy.revision)
     if same_files or same_hub:
-        yield warning("RLV102", ("artifacts", "reference"),
-                      "reference points at the same files as the policy; write "
-                      "'same_as_policy: true' if a frozen copy of the starting policy is intended")
+        yield warning(
+            "RLV102",
+            ("artifacts", "reference"),
+            "reference points at the same files as the policy; write "
+            "'same_as_policy: true' if a frozen copy of the starting policy is intended",
+        )
 
 
 @rule
 def rlv103_unpinned_hub_id(c: Contract, _: Path) -> Iterator[Finding]:
     refs: list[tuple[str, ModelRef | ReferenceRef | None]] = [
-        ("policy", c.artifacts.policy), ("tokenizer", c.artifacts.tokenizer),
+        ("policy", c.artifacts.policy),
+        ("tokenizer", c.artifacts.tokenizer),
         ("reference", c.artifacts.reference),
     ]
     for name, ref in refs:
         if ref is not None and ref.id is not None and not HEX40.match(ref.revision or ""):
-            yield warning("RLV103", ("artifacts", name, "revision" if ref.revision else "id"),
-                          f"hub id '{ref.id}' is not pinned to a 40-hex commit revision; "
-                          "a moving branch makes the run irreproducible")
+            yield warning(
+                "RLV103",
+                ("artifacts", name, "revision" if ref.revision else "id"),
+                f"hub id '{ref.id}' is not pinned to a 40-hex commit revision; "
+                "a moving branch makes the run irreproducible",
+            )
 
 
 # ── RLV2xx: objective ─────────────────────────────────────────────────────────────────
@@ -136,9 +160,11 @@ def rlv103_unpinned_hub_id(c: Contract, _: Path) -> Iterator[Finding]:
 def rlv201_scale_needs_std(c: Contract, _: Path) -> Iterator[Finding]:
     adv = c.objective.advantage
     if adv.scale != "none" and adv.std is None:
-        yield error("RLV201", ("objective", "advantage"),
-                    f"advantage.scale is {adv.scale} but advantage.std is missing; "
-                    "say 'population' or 'sample'")
+        yield error(
+            "RLV201",
+            ("objective", "advantage"),
+            f"advantage.scale is {adv.scale} but advantage.std is missing; say 'population' or 'sample'",
+        )
 
 
 @rule
@@ -149,24 +175,32 @@ def rlv202_clip_range(c: Contract, _: Path) -> Iterator[Finding]:
         if not 0 < value < 1:
             yield error("RLV202", ("objective", "clip", key), f"clip.{key} is {value}; it must be in (0, 1)")
     if clip.high < clip.low:
-        yield error("RLV202", ("objective", "clip", "high"),
-                    f"clip.high ({clip.high}) is below clip.low ({clip.low}); clip-higher means high > low")
+        yield error(
+            "RLV202",
+            ("objective", "clip", "high"),
+            f"clip.high ({clip.high}) is below clip.low ({clip.low}); clip-higher means high > low",
+        )
 
 
 @rule
 def rlv203_unit_vs_kind(c: Contract, _: Path) -> Iterator[Finding]:
     unit = c.objective.reward.unit
     if unit in ("session", "trajectory") and c.environment.kind == "single_turn":
-        yield error("RLV203", ("objective", "reward", "unit"),
-                    f"reward.unit '{unit}' needs a multi-step environment, but environment.kind is single_turn")
+        yield error(
+            "RLV203",
+            ("objective", "reward", "unit"),
+            f"reward.unit '{unit}' needs a multi-step environment, but environment.kind is single_turn",
+        )
 
 
 @rule
 def rlv204_reference_unused(c: Contract, _: Path) -> Iterator[Finding]:
     if c.objective.kl.coef == 0 and _has_reference(c):
-        yield warning("RLV204", ("artifacts", "reference"),
-                      "kl.coef is 0, so the reference is loaded for nothing; "
-                      "write 'none: <reason>' or drop it")
+        yield warning(
+            "RLV204",
+            ("artifacts", "reference"),
+            "kl.coef is 0, so the reference is loaded for nothing; write 'none: <reason>' or drop it",
+        )
 
 
 # ── RLV3xx: batch shapes ──────────────────────────────────────────────────────────────
@@ -176,8 +210,11 @@ def rlv204_reference_unused(c: Contract, _: Path) -> Iterator[Finding]:
 def rlv301_group_size(c: Contract, _: Path) -> Iterator[Finding]:
     size = c.hyperparameters.group_size
     if size < 2:
-        yield error("RLV301", ("hyperparameters", "group_size"),
-                    f"group_size is {size}; a group-relative advantage needs at least 2 samples")
+        yield error(
+            "RLV301",
+            ("hyperparameters", "group_size"),
+            f"group_size is {size}; a group-relative advantage needs at least 2 samples",
+        )
 
 
 @rule
@@ -185,9 +222,12 @@ def rlv302_micro_batches(c: Contract, _: Path) -> Iterator[Finding]:
     hp = c.hyperparameters
     total = hp.prompts_per_step * hp.group_size
     if hp.micro_batch_sequences and total % hp.micro_batch_sequences:
-        yield error("RLV302", ("hyperparameters", "micro_batch_sequences"),
-                    f"prompts_per_step × group_size = {total} sequences is not divisible by "
-                    f"micro_batch_sequences = {hp.micro_batch_sequences}")
+        yield error(
+            "RLV302",
+            ("hyperparameters", "micro_batch_sequences"),
+            f"prompts_per_step × group_size = {total} sequences is not divisible by "
+            f"micro_batch_sequences = {hp.micro_batch_sequences}",
+        )
 
 
 # ── RLV4xx: data ──────────────────────────────────────────────────────────────────────
@@ -199,20 +239,28 @@ def rlv401_hints_need_sealed_eval(c: Contract, _: Path) -> Iterator[Finding]:
     if hints is None or not hints.used:
         return
     if hints.leak_check is not True:
-        yield error("RLV401", ("data", "hints"),
-                    "hints.used is true without 'leak_check: true'; assisted rollouts need a "
-                    "leak check against the hint-free sealed_eval")
+        yield error(
+            "RLV401",
+            ("data", "hints"),
+            "hints.used is true without 'leak_check: true'; assisted rollouts need a "
+            "leak check against the hint-free sealed_eval",
+        )
     if hints.source and _same_path(hints.source, c.data.splits.sealed_eval.path):
-        yield error("RLV401", ("data", "hints", "source"),
-                    "hints come from the sealed_eval split, so sealed_eval is not hint-free")
+        yield error(
+            "RLV401",
+            ("data", "hints", "source"),
+            "hints come from the sealed_eval split, so sealed_eval is not hint-free",
+        )
 
 
 @rule
 def rlv402_dedup_before_split(c: Contract, _: Path) -> Iterator[Finding]:
     if c.data.dedup.stage != "before_split":
-        yield error("RLV402", ("data", "dedup", "stage"),
-                    f"dedup.stage is {c.data.dedup.stage}; deduplicate before splitting or "
-                    "near-copies leak across splits")
+        yield error(
+            "RLV402",
+            ("data", "dedup", "stage"),
+            f"dedup.stage is {c.data.dedup.stage}; deduplicate before splitting or near-copies leak across splits",
+        )
 
 
 @rule
@@ -222,8 +270,9 @@ def rlv403_distinct_splits(c: Contract, _: Path) -> Iterator[Finding]:
     for name in names:
         path = os.path.normpath(getattr(c.data.splits, name).path)
         if path in seen:
-            yield error("RLV403", ("data", "splits", name, "path"),
-                        f"splits.{name} is the same file as splits.{seen[path]}")
+            yield error(
+                "RLV403", ("data", "splits", name, "path"), f"splits.{name} is the same file as splits.{seen[path]}"
+            )
         else:
             seen[path] = name
 
@@ -233,8 +282,7 @@ def rlv404_source_provenance(c: Contract, _: Path) -> Iterator[Finding]:
     for i, source in enumerate(c.data.sources):
         missing = [k for k in ("license", "consent") if getattr(source, k) is None]
         if missing:
-            yield warning("RLV404", ("data", "sources", i),
-                          f"source '{source.name}' lacks {' and '.join(missing)}")
+            yield warning("RLV404", ("data", "sources", i), f"source '{source.name}' lacks {' and '.join(missing)}")
 
 
 # ── RLV5xx: length ────────────────────────────────────────────────────────────────────
@@ -243,25 +291,30 @@ def rlv404_source_provenance(c: Contract, _: Path) -> Iterator[Finding]:
 @rule
 def rlv501_penalty_value(c: Contract, _: Path) -> Iterator[Finding]:
     if c.length.on_truncated == "penalize" and c.length.truncation_penalty is None:
-        yield error("RLV501", ("length", "on_truncated"),
-                    "on_truncated is penalize but truncation_penalty is missing")
+        yield error("RLV501", ("length", "on_truncated"), "on_truncated is penalize but truncation_penalty is missing")
 
 
 @rule
 def rlv502_dynamic_sampling_logs(c: Contract, _: Path) -> Iterator[Finding]:
     ds = c.length.dynamic_sampling
     if ds is not None and ds.drop_uniform_groups and not ds.log_by:
-        yield error("RLV502", ("length", "dynamic_sampling"),
-                    "drop_uniform_groups changes the training distribution; name 'log_by' "
-                    "fields (e.g. [domain, difficulty]) so acceptance rates are recorded")
+        yield error(
+            "RLV502",
+            ("length", "dynamic_sampling"),
+            "drop_uniform_groups changes the training distribution; name 'log_by' "
+            "fields (e.g. [domain, difficulty]) so acceptance rates are recorded",
+        )
 
 
 @rule
 def rlv503_packing_isolation(c: Contract, _: Path) -> Iterator[Finding]:
     packing = c.length.packing
     if packing is not None and packing.enabled and not packing.isolate_episodes:
-        yield error("RLV503", ("length", "packing", "isolate_episodes"),
-                    "packed episodes must not attend to each other; set isolate_episodes: true")
+        yield error(
+            "RLV503",
+            ("length", "packing", "isolate_episodes"),
+            "packed episodes must not attend to each other; set isolate_episodes: true",
+        )
 
 
 # ── RLV6xx: monitoring ────────────────────────────────────────────────────────────────
@@ -272,15 +325,15 @@ def rlv601_rule_owner_window(c: Contract, _: Path) -> Iterator[Finding]:
     for i, r in enumerate(c.monitoring.rules):
         missing = [k for k in ("owner", "window") if getattr(r, k) is None]
         if missing:
-            yield error("RLV601", ("monitoring", "rules", i),
-                        f"rule '{r.name}' has no {' and no '.join(missing)}")
+            yield error("RLV601", ("monitoring", "rules", i), f"rule '{r.name}' has no {' and no '.join(missing)}")
 
 
 @rule
 def rlv602_nonfinite_abort(c: Contract, _: Path) -> Iterator[Finding]:
     if not any(r.metric == "nonfinite_count" and r.action == "abort" for r in c.monitoring.rules):
-        yield error("RLV602", ("monitoring", "rules"),
-                    "no rule aborts on nonfinite_count; a NaN would train on silently")
+        yield error(
+            "RLV602", ("monitoring", "rules"), "no rule aborts on nonfinite_count; a NaN would train on silently"
+        )
 
 
 @rule
@@ -311,8 +364,12 @@ def rlv604_metric_exists(c: Contract, _: Path) -> Iterator[Finding]:
         why = unavailable_metric(c, r.metric)
         if why:
             close = difflib.get_close_matches(r.metric, METRICS, n=1)
-            yield error("RLV604", ("monitoring", "rules", i, "metric"),
-                        f"metric '{r.metric}' {why}", suggestion=close[0] if close and close[0] != r.metric else None)
+            yield error(
+                "RLV604",
+                ("monitoring", "rules", i, "metric"),
+                f"metric '{r.metric}' {why}",
+                suggestion=close[0] if close and close[0] != r.metric else None,
+            )
 
 
 # ── RLV7xx, RLV8xx: checkpoint and acceptance ─────────────────────────────────────────
@@ -322,8 +379,11 @@ def rlv604_metric_exists(c: Contract, _: Path) -> Iterator[Finding]:
 def rlv701_checkpoint_parts(c: Contract, _: Path) -> Iterator[Finding]:
     missing = [p for p in CHECKPOINT_PARTS if p not in c.checkpoint.include]
     if missing:
-        yield error("RLV701", ("checkpoint", "include"),
-                    f"checkpoint.include misses {', '.join(missing)}; resume would not be exact")
+        yield error(
+            "RLV701",
+            ("checkpoint", "include"),
+            f"checkpoint.include misses {', '.join(missing)}; resume would not be exact",
+        )
 
 
 @rule
@@ -331,19 +391,28 @@ def rlv801_gate_threshold(c: Contract, _: Path) -> Iterator[Finding]:
     splits = ("train", "holdout", "sealed_eval")
     for i, gate in enumerate(c.acceptance.gates):
         if all(getattr(gate, k) is None for k in ("min", "max", "min_delta", "max_drop")):
-            yield error("RLV801", ("acceptance", "gates", i),
-                        f"gate '{gate.name}' names no threshold (min, max, min_delta or max_drop)")
+            yield error(
+                "RLV801",
+                ("acceptance", "gates", i),
+                f"gate '{gate.name}' names no threshold (min, max, min_delta or max_drop)",
+            )
         if gate.split not in splits:
-            yield error("RLV801", ("acceptance", "gates", i, "split"),
-                        f"gate '{gate.name}' names split '{gate.split}', which data.splits lacks",
-                        suggestion=next((s for s in splits if s.startswith(gate.split[:3])), None))
+            yield error(
+                "RLV801",
+                ("acceptance", "gates", i, "split"),
+                f"gate '{gate.name}' names split '{gate.split}', which data.splits lacks",
+                suggestion=next((s for s in splits if s.startswith(gate.split[:3])), None),
+            )
 
 
 @rule
 def rlv802_critical_gate(c: Contract, _: Path) -> Iterator[Finding]:
     if not any(g.critical for g in c.acceptance.gates):
-        yield warning("RLV802", ("acceptance", "gates"),
-                      "no gate is critical; a regression hidden by the average would still ship")
+        yield warning(
+            "RLV802",
+            ("acceptance", "gates"),
+            "no gate is critical; a regression hidden by the average would still ship",
+        )
 
 
 # ── waivers ───────────────────────────────────────────────────────────────────────────
@@ -361,7 +430,7 @@ def apply_waivers(result: CheckResult, *, today: str | None = None) -> None:
             result.add(finding)
 
 
-def _apply_one(result: CheckResult, i: int, waiver, day: dt.date) -> Finding | None:  # noqa: ANN001
+def _apply_one(result: CheckResult, i: int, waiver, day: dt.date) -> Finding | None:
     where = ("waivers", i)
     if waiver.rule in UNWAIVABLE:
         return warning("RLV005", (*where, "rule"), f"{waiver.rule} is structural and cannot be waived")
@@ -371,8 +440,11 @@ def _apply_one(result: CheckResult, i: int, waiver, day: dt.date) -> Finding | N
         except ValueError:
             return error("RLV003", (*where, "expires"), f"'{waiver.expires}' is not a real date")
         if expires < day:
-            return warning("RLV004", (*where, "expires"),
-                           f"waiver for {waiver.rule} expired on {waiver.expires}; it no longer waives")
+            return warning(
+                "RLV004",
+                (*where, "expires"),
+                f"waiver for {waiver.rule} expired on {waiver.expires}; it no longer waives",
+            )
     matched = [d for d in result.diagnostics if d.code == waiver.rule and d.severity != "waived"]
     for diag in matched:
         diag.waiver = {"reason": waiver.reason, "expires": waiver.expires, "severity": diag.severity}

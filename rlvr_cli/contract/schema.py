@@ -12,6 +12,7 @@ from typing import Any
 
 from rlvr_cli.contract.models import Contract
 
+
 def _present(*keys: str) -> dict[str, Any]:
     return {"required": list(keys), "properties": {k: {"not": {"type": "null"}} for k in keys}}
 

@@ -33,9 +33,16 @@ _INT16 = re.compile(r"^0x[0-9a-fA-F]+$")
 _FLOAT = re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?$")
 _INF = re.compile(r"^[-+]?\.(?:inf|Inf|INF)$")
 _NAN = re.compile(r"^\.(?:nan|NaN|NAN)$")
-_STD_TAGS = {"tag:yaml.org,2002:str", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float",
-             "tag:yaml.org,2002:bool", "tag:yaml.org,2002:null", "tag:yaml.org,2002:map",
-             "tag:yaml.org,2002:seq", "!"}
+_STD_TAGS = {
+    "tag:yaml.org,2002:str",
+    "tag:yaml.org,2002:int",
+    "tag:yaml.org,2002:float",
+    "tag:yaml.org,2002:bool",
+    "tag:yaml.org,2002:null",
+    "tag:yaml.org,2002:map",
+    "tag:yaml.org,2002:seq",
+    "!",
+}
 
 
 @dataclass(frozen=True)
@@ -208,9 +215,8 @@ class _Builder:
         if len(self.stack) >= MAX_DEPTH:
             raise YamlError(f"nesting deeper than {MAX_DEPTH} levels", pos)
         path: Path = self.child_path() if self.stack else ()
-        if self.stack and isinstance(self.stack[-1].container, dict):
-            if self.stack[-1].pending_key is None:
-                raise YamlError("a mapping key must be a plain scalar", pos)
+        if self.stack and isinstance(self.stack[-1].container, dict) and self.stack[-1].pending_key is None:
+            raise YamlError("a mapping key must be a plain scalar", pos)
         self.doc.values[path] = pos
         self.stack.append(_Frame(container, path, anchor))
 
@@ -242,9 +248,8 @@ class _Builder:
         if event.anchor not in self.anchors:
             raise YamlError(f"unknown alias *{event.anchor}", pos)
         value, size = self.anchors[event.anchor]
-        if self.stack and isinstance(self.stack[-1].container, dict):
-            if self.stack[-1].pending_key is None:
-                raise YamlError("an alias cannot be used as a mapping key", pos)
+        if self.stack and isinstance(self.stack[-1].container, dict) and self.stack[-1].pending_key is None:
+            raise YamlError("an alias cannot be used as a mapping key", pos)
         if self.stack:
             self.doc.values[self.child_path()] = pos
         self.add(value, size, pos, None)

@@ -37,7 +37,7 @@ def resolve(spec: str, folder: Path) -> Callable[[dict, str], Any]:
 def _worker(spec: str, folder: str, conn: Any) -> None:  # runs in the child process
     try:
         fn = resolve(spec, Path(folder))
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         conn.send(("load_error", f"{type(exc).__name__}: {exc}"))
         return
     conn.send(("ready", None))
@@ -54,7 +54,7 @@ def _call(fn: Callable[[dict, str], Any], task: dict, response: str) -> tuple[st
     try:
         verdict = Verdict.coerce(fn(task, response))
         return "ok", (verdict.status, verdict.reward, dict(verdict.components), verdict.detail)
-    except Exception as exc:  # noqa: BLE001 - the verifier's bug becomes a verdict
+    except Exception as exc:
         last = traceback.extract_tb(exc.__traceback__)[-1:]
         where = f" at {Path(last[0].filename).name}:{last[0].lineno}" if last else ""
         return "error", f"{type(exc).__name__}: {exc}{where}"
@@ -122,8 +122,9 @@ class VerifierPool:
             for _ in items:
                 if not self._conn.poll(self.timeout_s):
                     self.close()  # kill the hung verifier; the next item starts a fresh one
-                    out.append((Verdict("timeout", detail=f"no verdict within {self.timeout_s} s"),
-                                time.monotonic() - start))
+                    out.append(
+                        (Verdict("timeout", detail=f"no verdict within {self.timeout_s} s"), time.monotonic() - start)
+                    )
                     return out
                 kind, payload = self._conn.recv()
                 now = time.monotonic()

@@ -80,15 +80,23 @@ def save_checkpoint(trainer: Any, run_dir: Path, contract: Any, contract_path: P
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     trainer.policy.save_pretrained(tmp / "model")  # safetensors, loadable by transformers
-    torch.save({"optimizer": trainer.optimizer.state_dict(), "scheduler": trainer.scheduler.state_dict(),
-                "rng": rng_state()}, tmp / "state.pt")
+    torch.save(
+        {"optimizer": trainer.optimizer.state_dict(), "scheduler": trainer.scheduler.state_dict(), "rng": rng_state()},
+        tmp / "state.pt",
+    )
     state = {
-        "step": trainer.step, "optimizer_steps": trainer.optimizer_steps, "totals": trainer.totals,
-        "sampler": trainer.sampler.state(), "records_cursor": trainer.records.cursor,
-        "records_last_step": trainer.records.last_step, "holdout_history": trainer.holdout_history,
-        "monitor": trainer.monitor_state, "contract_sha256": contract_hash(contract_path),
+        "step": trainer.step,
+        "optimizer_steps": trainer.optimizer_steps,
+        "totals": trainer.totals,
+        "sampler": trainer.sampler.state(),
+        "records_cursor": trainer.records.cursor,
+        "records_last_step": trainer.records.last_step,
+        "holdout_history": trainer.holdout_history,
+        "monitor": trainer.monitor_state,
+        "contract_sha256": contract_hash(contract_path),
         "reference": contract.artifacts.reference.model_dump(by_alias=True) if contract.artifacts.reference else None,
-        "verifier": contract.artifacts.verifier.model_dump(), "lock_sha256": _lock_hash(contract, contract_path),
+        "verifier": contract.artifacts.verifier.model_dump(),
+        "lock_sha256": _lock_hash(contract, contract_path),
     }
     (tmp / "trainer.json").write_text(json.dumps(state, indent=1, default=str), encoding="utf-8")
     sums = {p.relative_to(tmp).as_posix(): _sha256(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
@@ -149,8 +157,10 @@ def load_latest(trainer: Any, run_dir: Path, contract: Any, contract_path: Path)
     verify(path)
     state = json.loads((path / "trainer.json").read_text(encoding="utf-8"))
     if state["contract_sha256"] != contract_hash(contract_path):
-        raise RlvrError(f"the contract changed since checkpoint {path.name}; resume refuses a different "
-                        "experiment (start a new run with --run-dir)")
+        raise RlvrError(
+            f"the contract changed since checkpoint {path.name}; resume refuses a different "
+            "experiment (start a new run with --run-dir)"
+        )
     if state.get("lock_sha256") != _lock_hash(contract, contract_path):
         raise RlvrError(f"the lock file changed since checkpoint {path.name}; the locked artifacts differ")
     weights = {}

@@ -94,8 +94,9 @@ class Trainer:
         from transformers import AutoModelForCausalLM
 
         try:
-            model = AutoModelForCausalLM.from_pretrained(source, revision=revision, dtype=self.dtype,
-                                                         local_files_only=True)
+            model = AutoModelForCausalLM.from_pretrained(
+                source, revision=revision, dtype=self.dtype, local_files_only=True
+            )
         except (OSError, ValueError) as exc:
             raise RlvrError(f"cannot load the model at {source}: {exc}") from None
         return model.to(self.device).eval()  # eval: no dropout, rollout and update see the same network
@@ -154,8 +155,10 @@ class Trainer:
             limit = self.c.length.max_prompt_tokens
             if len(ids) > limit:
                 if self.c.length.prompt_truncation == "error":
-                    raise RlvrError(f"task {key}: the prompt is {len(ids)} tokens, over max_prompt_tokens={limit} "
-                                    "(length.prompt_truncation: error)")
+                    raise RlvrError(
+                        f"task {key}: the prompt is {len(ids)} tokens, over max_prompt_tokens={limit} "
+                        "(length.prompt_truncation: error)"
+                    )
                 ids = ids[-limit:]
             self._prompt_cache[key] = ids
         return self._prompt_cache[key]
@@ -163,14 +166,31 @@ class Trainer:
     def sample_groups(self, tasks: list[dict[str, Any]], seed: int, round_: int, first_group: int) -> list[Sample]:
         hp, length = self.c.hyperparameters, self.c.length
         prompts = [self.prompt_ids(t) for t in tasks for _ in range(hp.group_size)]
-        gens = generate(self.policy, prompts, max_new_tokens=length.max_response_tokens,
-                        temperature=hp.sampling.temperature, top_p=hp.sampling.top_p, top_k=hp.sampling.top_k,
-                        stop_ids=self.renderer.stop_ids, pad_id=self.pad_id, seed=seed)
+        gens = generate(
+            self.policy,
+            prompts,
+            max_new_tokens=length.max_response_tokens,
+            temperature=hp.sampling.temperature,
+            top_p=hp.sampling.top_p,
+            top_k=hp.sampling.top_k,
+            stop_ids=self.renderer.stop_ids,
+            pad_id=self.pad_id,
+            seed=seed,
+        )
         samples = []
         for i, gen in enumerate(gens):
             task = tasks[i // hp.group_size]
-            sample = Sample(task, first_group + i // hp.group_size, i % hp.group_size, prompts[i],
-                            gen.response_ids, gen.mask, gen.finish, seed, round_)
+            sample = Sample(
+                task,
+                first_group + i // hp.group_size,
+                i % hp.group_size,
+                prompts[i],
+                gen.response_ids,
+                gen.mask,
+                gen.finish,
+                seed,
+                round_,
+            )
             sample.text = self._response_text(gen.response_ids, gen.finish)
             samples.append(sample)
         return samples
@@ -214,23 +234,32 @@ class Trainer:
 
     def forward_batches(self, samples: list[Sample]) -> tuple[Batch, list[torch.Tensor]]:
         """One rectangle for all kept samples, cut into the micro-batches of every forward."""
-        batch = make_batch([s.prompt_ids for s in samples], [s.response_ids for s in samples],
-                           [s.mask for s in samples], self.pad_id)
+        batch = make_batch(
+            [s.prompt_ids for s in samples], [s.response_ids for s in samples], [s.mask for s in samples], self.pad_id
+        )
         size = self.c.hyperparameters.micro_batch_sequences or len(samples)
         return batch, list(torch.arange(len(samples)).split(size))
 
     @staticmethod
     def rows(batch: Batch, index: torch.Tensor) -> Batch:
-        return Batch(batch.input_ids[index], batch.attention_mask[index], batch.prompt_width,
-                     batch.response_mask[index])
+        return Batch(
+            batch.input_ids[index], batch.attention_mask[index], batch.prompt_width, batch.response_mask[index]
+        )
 
     @torch.no_grad()
     def logprobs(self, model: Any, batch: Batch, parts: list[torch.Tensor]) -> torch.Tensor:
         temperature = self.c.hyperparameters.sampling.temperature
         return torch.cat([token_logprobs(model, self.rows(batch, part), temperature)[0] for part in parts])
 
-    def update(self, samples: list[Sample], advantages: torch.Tensor, batch: Batch, parts: list[torch.Tensor],
-               old: torch.Tensor | None, ref: torch.Tensor | None) -> dict[str, float]:
+    def update(
+        self,
+        samples: list[Sample],
+        advantages: torch.Tensor,
+        batch: Batch,
+        parts: list[torch.Tensor],
+        old: torch.Tensor | None,
+        ref: torch.Tensor | None,
+    ) -> dict[str, float]:
         """`updates_per_batch` optimizer passes over the micro-batches.
 
         Without precomputed old log-probs, the first pass's own log-probs (detached) are the
@@ -249,17 +278,27 @@ class Trainer:
                 if olds[i] is None:
                     olds[i] = logp.detach()
                 loss, st = obj.policy_loss(
-                    logp, olds[i], None if ref is None else ref[part], advantages[part], mb.response_mask, o,
-                    max_response_tokens=self.c.length.max_response_tokens, entropy=entropy, **totals)
+                    logp,
+                    olds[i],
+                    None if ref is None else ref[part],
+                    advantages[part],
+                    mb.response_mask,
+                    o,
+                    max_response_tokens=self.c.length.max_response_tokens,
+                    entropy=entropy,
+                    **totals,
+                )
                 loss = self.fault_hook(loss)
                 metrics["nonfinite_count"] += float(not torch.isfinite(loss)) + float((~torch.isfinite(logp)).sum())
                 loss.backward()
                 loss_sum += float(loss.detach())
                 stats = st if stats is None else stats.add(st)
-            metrics["nonfinite_count"] += float(sum(int((~torch.isfinite(p.grad)).sum())
-                                                    for p in self.policy.parameters() if p.grad is not None))
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.policy.parameters(),
-                                                             hp.optimizer.grad_clip or float("inf")))
+            metrics["nonfinite_count"] += float(
+                sum(int((~torch.isfinite(p.grad)).sum()) for p in self.policy.parameters() if p.grad is not None)
+            )
+            grad_norm = float(
+                torch.nn.utils.clip_grad_norm_(self.policy.parameters(), hp.optimizer.grad_clip or float("inf"))
+            )
             if metrics["nonfinite_count"] == 0:  # never let a NaN into the weights
                 self.optimizer.step()
                 self.scheduler.step()
@@ -267,14 +306,18 @@ class Trainer:
         for sample, lp in zip(samples, torch.cat(olds).tolist(), strict=True):  # type: ignore[arg-type]
             sample.old_logp = lp[: len(sample.response_ids)]
         tokens = max(stats.tokens, 1.0) if stats else 1.0
-        metrics.update({
-            "loss": loss_sum, "pg_loss": stats.pg_loss if stats else 0.0,
-            "kl": stats.kl_sum / tokens if stats and ref is not None else 0.0,
-            "entropy": stats.entropy_sum / tokens if stats else 0.0,
-            "clip_fraction": stats.clipped / tokens if stats else 0.0,
-            "ratio_max": stats.ratio_max if stats else 1.0, "grad_norm": grad_norm,
-            "lr": self.scheduler.get_last_lr()[0],
-        })
+        metrics.update(
+            {
+                "loss": loss_sum,
+                "pg_loss": stats.pg_loss if stats else 0.0,
+                "kl": stats.kl_sum / tokens if stats and ref is not None else 0.0,
+                "entropy": stats.entropy_sum / tokens if stats else 0.0,
+                "clip_fraction": stats.clipped / tokens if stats else 0.0,
+                "ratio_max": stats.ratio_max if stats else 1.0,
+                "grad_norm": grad_norm,
+                "lr": self.scheduler.get_last_lr()[0],
+            }
+        )
         return metrics
 
     def fault_hook(self, loss: torch.Tensor) -> torch.Tensor:
@@ -297,8 +340,13 @@ class Trainer:
         wall = time.perf_counter() - started
         generated_tokens = sum(len(s.response_ids) for s in result.generated)
         metrics.update({f"time_{k}_s": v for k, v in result.seconds.items()})
-        metrics.update({"tokens_per_s": generated_tokens / max(wall, 1e-9), "step_seconds": wall,
-                        "policy_lag": float(self.c.hyperparameters.updates_per_batch - 1)})
+        metrics.update(
+            {
+                "tokens_per_s": generated_tokens / max(wall, 1e-9),
+                "step_seconds": wall,
+                "policy_lag": float(self.c.hyperparameters.updates_per_batch - 1),
+            }
+        )
         self.totals["rollouts"] += len(result.generated)
         self.totals["verifier_calls"] += sum(s.verdict is not None for s in result.generated)
         self.totals["tokens"] += generated_tokens
@@ -333,14 +381,16 @@ class Trainer:
         mean = sum(valid) / len(valid) if valid else math.nan
         var = sum((r - mean) ** 2 for r in valid) / len(valid) if valid else math.nan
         return {
-            "reward_mean": mean, "reward_std": math.sqrt(var) if valid else math.nan,
+            "reward_mean": mean,
+            "reward_std": math.sqrt(var) if valid else math.nan,
             "response_length_mean": sum(len(s.response_ids) for s in gen) / max(len(gen), 1),
             "truncation_rate": sum(s.finish == "length" for s in gen) / max(len(gen), 1),
             "zero_std_fraction": outcomes["zero_std"] / groups,
             "all_correct_fraction": outcomes["all_correct"] / groups,
             "all_wrong_fraction": outcomes["all_wrong"] / groups,
             "verifier_error_rate": sum(not s.verdict.valid for s in scored) / max(len(scored), 1),
-            "groups_generated": float(outcomes["groups"]), "groups_accepted": float(len(result.accepted)),
+            "groups_generated": float(outcomes["groups"]),
+            "groups_accepted": float(len(result.accepted)),
             "dynamic_sampling_rounds": float(result.rounds),
             "samples_kept": float(sum(s.kept for g in result.accepted for s in g)),
         }
@@ -349,32 +399,74 @@ class Trainer:
     def evaluate_holdout(self, pool: VerifierPool) -> float:
         """Greedy answer to every holdout task (never with hints); the mean reward."""
         prompts = [self.prompt_ids(t) for t in self.holdout_tasks]
-        gens = generate(self.policy, prompts, max_new_tokens=self.c.length.max_response_tokens, temperature=0.0,
-                        top_p=1.0, top_k=0, stop_ids=self.renderer.stop_ids, pad_id=self.pad_id, seed=0)
-        samples = [Sample(task, 0, 0, [], gen.response_ids, gen.mask, gen.finish, 0, 0,
-                          text=self._response_text(gen.response_ids, gen.finish))
-                   for task, gen in zip(self.holdout_tasks, gens, strict=True)]
+        gens = generate(
+            self.policy,
+            prompts,
+            max_new_tokens=self.c.length.max_response_tokens,
+            temperature=0.0,
+            top_p=1.0,
+            top_k=0,
+            stop_ids=self.renderer.stop_ids,
+            pad_id=self.pad_id,
+            seed=0,
+        )
+        samples = [
+            Sample(
+                task,
+                0,
+                0,
+                [],
+                gen.response_ids,
+                gen.mask,
+                gen.finish,
+                0,
+                0,
+                text=self._response_text(gen.response_ids, gen.finish),
+            )
+            for task, gen in zip(self.holdout_tasks, gens, strict=True)
+        ]
         score_all(self.c, samples, pool)
         return sum(s.reward if s.valid else 0.0 for s in samples) / len(samples)
 
     def record_rows(self, samples: list[Sample], run: str) -> list[dict[str, Any]]:
         sampling = json.dumps(self.c.hyperparameters.sampling.model_dump())
         filters = self.c.data.filters
-        return [{
-            "run": run, "step": self.step, "round": s.round, "prompt_id": str(s.task.get("id")),
-            "group": s.group, "sample": s.index, "session_id": f"{run}/{self.step}/{s.group}/{s.index}",
-            "parent_session_id": None, "policy_revision": self.optimizer_steps,
-            "prompt_ids": s.prompt_ids, "response_ids": s.response_ids, "loss_mask": s.mask,
-            "old_logprobs": s.old_logp or None, "sampling": sampling, "seed": s.seed,
-            "response_text": s.text, "finish_reason": s.finish, "transcript": None,
-            "status": s.verdict.status if s.verdict else None,
-            "reward": s.reward if s.valid else None,
-            "verifier_reward": s.verdict.reward if s.verdict else None,
-            "components": json.dumps(s.verdict.components) if s.verdict else None,
-            "advantage": s.advantage, "kept": s.kept, "discard_reason": s.reason,
-            "hint": None, "filters": filters, "domain": _str(s.task.get("domain")),
-            "difficulty": _str(s.task.get("difficulty")), "split": "train", "verify_seconds": s.verify_seconds,
-        } for s in samples]
+        return [
+            {
+                "run": run,
+                "step": self.step,
+                "round": s.round,
+                "prompt_id": str(s.task.get("id")),
+                "group": s.group,
+                "sample": s.index,
+                "session_id": f"{run}/{self.step}/{s.group}/{s.index}",
+                "parent_session_id": None,
+                "policy_revision": self.optimizer_steps,
+                "prompt_ids": s.prompt_ids,
+                "response_ids": s.response_ids,
+                "loss_mask": s.mask,
+                "old_logprobs": s.old_logp or None,
+                "sampling": sampling,
+                "seed": s.seed,
+                "response_text": s.text,
+                "finish_reason": s.finish,
+                "transcript": None,
+                "status": s.verdict.status if s.verdict else None,
+                "reward": s.reward if s.valid else None,
+                "verifier_reward": s.verdict.reward if s.verdict else None,
+                "components": json.dumps(s.verdict.components) if s.verdict else None,
+                "advantage": s.advantage,
+                "kept": s.kept,
+                "discard_reason": s.reason,
+                "hint": None,
+                "filters": filters,
+                "domain": _str(s.task.get("domain")),
+                "difficulty": _str(s.task.get("difficulty")),
+                "split": "train",
+                "verify_seconds": s.verify_seconds,
+            }
+            for s in samples
+        ]
 
 
 def _uniform(group: list[Sample]) -> bool:

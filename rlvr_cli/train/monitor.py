@@ -45,13 +45,27 @@ class Monitor:
             if rule.metric not in row:
                 continue
             value = row[rule.metric]
-            state.values = [*state.values, value][-(rule.window or 1):] if holds(rule.when, value) else []
+            state.values = [*state.values, value][-(rule.window or 1) :] if holds(rule.when, value) else []
             if len(state.values) >= (rule.window or 1):
-                fired.append({"name": rule.name, "metric": rule.metric, "when": rule.when, "window": rule.window,
-                              "action": rule.action, "owner": rule.owner, "values": state.values,
-                              "step": row.get("step")})
+                fired.append(
+                    {
+                        "name": rule.name,
+                        "metric": rule.metric,
+                        "when": rule.when,
+                        "window": rule.window,
+                        "action": rule.action,
+                        "owner": rule.owner,
+                        "values": state.values,
+                        "step": row.get("step"),
+                    }
+                )
         fired.sort(key=lambda f: f["action"] != "abort")
         return fired[0] if fired else None
+
+    def acknowledge(self, name: str) -> None:
+        for state in self.states:
+            if state.rule.name == name:
+                state.values = []
 
     def state(self) -> list[list[Any]]:
         return [s.values for s in self.states]

@@ -73,8 +73,9 @@ def ratio(logp: torch.Tensor, old_logp: torch.Tensor) -> torch.Tensor:
     return torch.exp(logp - old_logp)
 
 
-def clipped_surrogate(ratio_: torch.Tensor, adv: torch.Tensor, low: float, high: float,
-                      dual: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def clipped_surrogate(
+    ratio_: torch.Tensor, adv: torch.Tensor, low: float, high: float, dual: float | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """PPO's pessimistic clipped loss per token, and where clipping was active.
 
     ℓ = max(-A·r, -A·clip(r, 1-low, 1+high)); with dual clip c, for A < 0 the loss is
@@ -110,8 +111,15 @@ def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str) -> t
 # ── aggregation ───────────────────────────────────────────────────────────────────────
 
 
-def aggregate(per_token: torch.Tensor, mask: torch.Tensor, how: str, *, max_response_tokens: int,
-              total_tokens: float | None = None, total_sequences: float | None = None) -> torch.Tensor:
+def aggregate(
+    per_token: torch.Tensor,
+    mask: torch.Tensor,
+    how: str,
+    *,
+    max_response_tokens: int,
+    total_tokens: float | None = None,
+    total_sequences: float | None = None,
+) -> torch.Tensor:
     """Masked per-token losses `(B, T)` → one number, dividing by optimizer-batch totals.
 
     `total_tokens` / `total_sequences` are the counts of the whole optimizer batch (every
@@ -149,24 +157,43 @@ class LossStats:
     pg_loss: float
 
     def add(self, other: LossStats) -> LossStats:
-        return LossStats(self.tokens + other.tokens, self.clipped + other.clipped,
-                         max(self.ratio_max, other.ratio_max), self.kl_sum + other.kl_sum,
-                         self.entropy_sum + other.entropy_sum, self.pg_loss + other.pg_loss)
+        return LossStats(
+            self.tokens + other.tokens,
+            self.clipped + other.clipped,
+            max(self.ratio_max, other.ratio_max),
+            self.kl_sum + other.kl_sum,
+            self.entropy_sum + other.entropy_sum,
+            self.pg_loss + other.pg_loss,
+        )
 
 
-def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tensor | None,
-                advantages: torch.Tensor, mask: torch.Tensor, objective: Objective, *,
-                max_response_tokens: int, total_tokens: float | None = None,
-                total_sequences: float | None = None,
-                entropy: torch.Tensor | None = None) -> tuple[torch.Tensor, LossStats]:
+def policy_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    ref_logp: torch.Tensor | None,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    objective: Objective,
+    *,
+    max_response_tokens: int,
+    total_tokens: float | None = None,
+    total_sequences: float | None = None,
+    entropy: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, LossStats]:
     """The contract's loss for one (micro-)batch: `logp`, `old_logp`, `ref_logp`, `mask`,
     `entropy` are `(B, T)`, `advantages` `(B,)`. KL enters the loss only with
     `kl.placement: loss` (with `reward` it was subtracted from the rewards at rollout)."""
     clip, kl = objective.clip, objective.kl
     r = ratio(logp, old_logp)  # (B, T)
     per_token, was_clipped = clipped_surrogate(r, advantages, clip.low, clip.high, clip.dual)
-    pg_loss = aggregate(per_token, mask, objective.aggregation, max_response_tokens=max_response_tokens,
-                        total_tokens=total_tokens, total_sequences=total_sequences)
+    pg_loss = aggregate(
+        per_token,
+        mask,
+        objective.aggregation,
+        max_response_tokens=max_response_tokens,
+        total_tokens=total_tokens,
+        total_sequences=total_sequences,
+    )
     loss = pg_loss
     m = mask.to(logp.dtype)
     kl_sum = 0.0
@@ -174,21 +201,34 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tens
         kl_tok = kl_estimate(logp, ref_logp, kl.estimator)  # (B, T)
         kl_sum = float((kl_tok.detach() * m).sum())
         if kl.coef > 0 and kl.placement == "loss":
-            loss = loss + kl.coef * aggregate(kl_tok, mask, objective.aggregation,
-                                              max_response_tokens=max_response_tokens,
-                                              total_tokens=total_tokens, total_sequences=total_sequences)
+            loss = loss + kl.coef * aggregate(
+                kl_tok,
+                mask,
+                objective.aggregation,
+                max_response_tokens=max_response_tokens,
+                total_tokens=total_tokens,
+                total_sequences=total_sequences,
+            )
     entropy_sum = 0.0
     if entropy is not None:
         entropy_sum = float((entropy.detach() * m).sum())
         if objective.entropy_coef > 0:
             loss = loss - objective.entropy_coef * aggregate(
-                entropy, mask, objective.aggregation, max_response_tokens=max_response_tokens,
-                total_tokens=total_tokens, total_sequences=total_sequences)
+                entropy,
+                mask,
+                objective.aggregation,
+                max_response_tokens=max_response_tokens,
+                total_tokens=total_tokens,
+                total_sequences=total_sequences,
+            )
     trained = mask.bool()
     stats = LossStats(
-        tokens=float(m.sum()), clipped=float((was_clipped & trained).sum()),
+        tokens=float(m.sum()),
+        clipped=float((was_clipped & trained).sum()),
         ratio_max=float(r.detach()[trained].max()) if trained.any() else 1.0,
-        kl_sum=kl_sum, entropy_sum=entropy_sum, pg_loss=float(pg_loss.detach()),
+        kl_sum=kl_sum,
+        entropy_sum=entropy_sum,
+        pg_loss=float(pg_loss.detach()),
     )
     return loss, stats
 
@@ -208,5 +248,9 @@ def group_outcomes(rewards: torch.Tensor, group_size: int, best: float) -> dict[
     value = torch.where(valid, groups, torch.zeros_like(groups)).sum(dim=1) / valid.sum(dim=1).clamp(min=1)
     all_correct = int((uniform & (value >= best)).sum())
     all_wrong = int((uniform & (value <= 0)).sum())
-    return {"groups": groups.shape[0], "zero_std": int(uniform.sum()),
-            "all_correct": all_correct, "all_wrong": all_wrong}
+    return {
+        "groups": groups.shape[0],
+        "zero_std": int(uniform.sum()),
+        "all_correct": all_correct,
+        "all_wrong": all_wrong,
+    }

@@ -33,12 +33,20 @@ def objective_words(c: Contract) -> list[str]:
     clip = f"ratio clipped to [1 - {o.clip.low}, 1 + {o.clip.high}]"
     if o.clip.dual:
         clip += f", dual clip c = {o.clip.dual} for negative advantages"
-    kl = "no KL term" if o.kl.coef == 0 else (
-        f"KL to the frozen reference, β = {o.kl.coef}, estimator {o.kl.estimator}, "
-        + ("added to the loss" if o.kl.placement == "loss" else "subtracted from each response's reward"))
+    kl = (
+        "no KL term"
+        if o.kl.coef == 0
+        else (
+            f"KL to the frozen reference, β = {o.kl.coef}, estimator {o.kl.estimator}, "
+            + ("added to the loss" if o.kl.placement == "loss" else "subtracted from each response's reward")
+        )
+    )
     weights = " + ".join(f"{w.weight}·{w.name}" for w in o.reward.components)
-    truncated = {"exclude": "dropped from the loss (recorded)", "keep": "verified and trained like any answer",
-                 "penalize": f"given reward {length.truncation_penalty}"}[length.on_truncated]
+    truncated = {
+        "exclude": "dropped from the loss (recorded)",
+        "keep": "verified and trained like any answer",
+        "penalize": f"given reward {length.truncation_penalty}",
+    }[length.on_truncated]
     return [
         f"reward per {o.reward.unit} = {weights}",
         f"invalid verdicts (verifier_error, timeout, sandbox_error): {'excluded and recorded' if o.reward.on_invalid == 'exclude' else 'stop the run'}",
@@ -56,24 +64,39 @@ def build_plan(c: Contract, contract_path: Path, run_dir: Path, max_steps: int, 
     sequences = hp.prompts_per_step * hp.group_size
     ds = c.length.dynamic_sampling
     return {
-        "contract": str(contract_path), "contract_sha256": contract_hash(contract_path), "name": c.name,
+        "contract": str(contract_path),
+        "contract_sha256": contract_hash(contract_path),
+        "name": c.name,
         "objective": objective_words(c),
         "shapes": {
-            "prompts_per_step": hp.prompts_per_step, "group_size": hp.group_size,
-            "sequences_per_step": sequences, "micro_batch_sequences": hp.micro_batch_sequences or sequences,
-            "updates_per_batch": hp.updates_per_batch, "max_prompt_tokens": c.length.max_prompt_tokens,
+            "prompts_per_step": hp.prompts_per_step,
+            "group_size": hp.group_size,
+            "sequences_per_step": sequences,
+            "micro_batch_sequences": hp.micro_batch_sequences or sequences,
+            "updates_per_batch": hp.updates_per_batch,
+            "max_prompt_tokens": c.length.max_prompt_tokens,
             "max_response_tokens": c.length.max_response_tokens,
         },
-        "dynamic_sampling": None if not ds or not ds.drop_uniform_groups else {
-            "max_rounds": ds.max_rounds, "log_by": ds.log_by},
+        "dynamic_sampling": None
+        if not ds or not ds.drop_uniform_groups
+        else {"max_rounds": ds.max_rounds, "log_by": ds.log_by},
         "steps": {"contract_max_steps": hp.max_steps, "this_run_max_steps": max_steps},
-        "sampling": hp.sampling.model_dump(), "optimizer": hp.optimizer.model_dump(),
-        "precision": hp.precision, "device": device, "seed": hp.seed,
-        "holdout": "greedy decoding of every holdout task every "
-                   f"{c.monitoring.holdout_every} steps" if c.monitoring.holdout_every else "none",
-        "paths": {"run_dir": str(run_dir), "metrics": str(run_dir / "metrics.jsonl"),
-                  "records": str(run_dir / "records"), "checkpoints": str(run_dir / "checkpoints"),
-                  "final": str(run_dir / "final"), "status": str(run_dir / "status.json")},
+        "sampling": hp.sampling.model_dump(),
+        "optimizer": hp.optimizer.model_dump(),
+        "precision": hp.precision,
+        "device": device,
+        "seed": hp.seed,
+        "holdout": f"greedy decoding of every holdout task every {c.monitoring.holdout_every} steps"
+        if c.monitoring.holdout_every
+        else "none",
+        "paths": {
+            "run_dir": str(run_dir),
+            "metrics": str(run_dir / "metrics.jsonl"),
+            "records": str(run_dir / "records"),
+            "checkpoints": str(run_dir / "checkpoints"),
+            "final": str(run_dir / "final"),
+            "status": str(run_dir / "status.json"),
+        },
     }
 
 
@@ -81,17 +104,25 @@ def plan_text(plan: dict[str, Any]) -> str:
     s = plan["shapes"]
     lines = [f"plan for {plan['name']} ({plan['contract']})", "objective:"]
     lines += [f"  - {w}" for w in plan["objective"]]
-    lines.append(f"shapes: {s['prompts_per_step']} prompts × {s['group_size']} samples = {s['sequences_per_step']} "
-                 f"sequences per step, micro-batches of {s['micro_batch_sequences']}, {s['updates_per_batch']} "
-                 f"optimizer pass(es) per batch, prompts ≤ {s['max_prompt_tokens']} tokens, responses ≤ "
-                 f"{s['max_response_tokens']} tokens")
+    lines.append(
+        f"shapes: {s['prompts_per_step']} prompts × {s['group_size']} samples = {s['sequences_per_step']} "
+        f"sequences per step, micro-batches of {s['micro_batch_sequences']}, {s['updates_per_batch']} "
+        f"optimizer pass(es) per batch, prompts ≤ {s['max_prompt_tokens']} tokens, responses ≤ "
+        f"{s['max_response_tokens']} tokens"
+    )
     if plan["dynamic_sampling"]:
-        lines.append(f"dynamic sampling: drop all-equal groups, up to {plan['dynamic_sampling']['max_rounds']} rounds, "
-                     f"acceptance logged by {', '.join(plan['dynamic_sampling']['log_by'])}")
+        lines.append(
+            f"dynamic sampling: drop all-equal groups, up to {plan['dynamic_sampling']['max_rounds']} rounds, "
+            f"acceptance logged by {', '.join(plan['dynamic_sampling']['log_by'])}"
+        )
     st = plan["steps"]
-    lines.append(f"steps: {st['this_run_max_steps']} (contract: {st['contract_max_steps']}), seed {plan['seed']}, "
-                 f"{plan['precision']} on {plan['device']}; holdout: {plan['holdout']}")
+    lines.append(
+        f"steps: {st['this_run_max_steps']} (contract: {st['contract_max_steps']}), seed {plan['seed']}, "
+        f"{plan['precision']} on {plan['device']}; holdout: {plan['holdout']}"
+    )
     p = plan["paths"]
-    lines.append(f"writes: metrics {p['metrics']}, records {p['records']}, checkpoints {p['checkpoints']}, "
-                 f"final policy {p['final']}")
+    lines.append(
+        f"writes: metrics {p['metrics']}, records {p['records']}, checkpoints {p['checkpoints']}, "
+        f"final policy {p['final']}"
+    )
     return "\n".join(lines)

@@ -19,19 +19,41 @@ import pyarrow.parquet as pq
 
 MANIFEST = "manifest.json"
 
-SCHEMA = pa.schema([
-    ("run", pa.string()), ("step", pa.int64()), ("round", pa.int64()), ("prompt_id", pa.string()),
-    ("group", pa.int64()), ("sample", pa.int64()), ("session_id", pa.string()),
-    ("parent_session_id", pa.string()), ("policy_revision", pa.int64()),
-    ("prompt_ids", pa.list_(pa.int32())), ("response_ids", pa.list_(pa.int32())),
-    ("loss_mask", pa.list_(pa.int8())), ("old_logprobs", pa.list_(pa.float32())),
-    ("sampling", pa.string()), ("seed", pa.int64()), ("response_text", pa.string()),
-    ("finish_reason", pa.string()), ("transcript", pa.string()), ("status", pa.string()),
-    ("reward", pa.float64()), ("verifier_reward", pa.float64()), ("components", pa.string()),
-    ("advantage", pa.float64()), ("kept", pa.bool_()), ("discard_reason", pa.string()),
-    ("hint", pa.string()), ("filters", pa.string()), ("domain", pa.string()), ("difficulty", pa.string()),
-    ("split", pa.string()), ("verify_seconds", pa.float64()),
-])
+SCHEMA = pa.schema(
+    [
+        ("run", pa.string()),
+        ("step", pa.int64()),
+        ("round", pa.int64()),
+        ("prompt_id", pa.string()),
+        ("group", pa.int64()),
+        ("sample", pa.int64()),
+        ("session_id", pa.string()),
+        ("parent_session_id", pa.string()),
+        ("policy_revision", pa.int64()),
+        ("prompt_ids", pa.list_(pa.int32())),
+        ("response_ids", pa.list_(pa.int32())),
+        ("loss_mask", pa.list_(pa.int8())),
+        ("old_logprobs", pa.list_(pa.float32())),
+        ("sampling", pa.string()),
+        ("seed", pa.int64()),
+        ("response_text", pa.string()),
+        ("finish_reason", pa.string()),
+        ("transcript", pa.string()),
+        ("status", pa.string()),
+        ("reward", pa.float64()),
+        ("verifier_reward", pa.float64()),
+        ("components", pa.string()),
+        ("advantage", pa.float64()),
+        ("kept", pa.bool_()),
+        ("discard_reason", pa.string()),
+        ("hint", pa.string()),
+        ("filters", pa.string()),
+        ("domain", pa.string()),
+        ("difficulty", pa.string()),
+        ("split", pa.string()),
+        ("verify_seconds", pa.float64()),
+    ]
+)
 
 
 def _fsync_write(path: Path, data: bytes) -> None:
@@ -98,8 +120,7 @@ class RecordStore:
         tmp = self.folder / (name + ".tmp")
         _fsync_write(tmp, data)
         os.replace(tmp, self.folder / name)
-        self.shards.append({"file": name, "rows": len(rows), "sha256": hashlib.sha256(data).hexdigest(),
-                            "step": step})
+        self.shards.append({"file": name, "rows": len(rows), "sha256": hashlib.sha256(data).hexdigest(), "step": step})
         self._write_manifest()
 
     def _write_manifest(self) -> None:

@@ -29,8 +29,14 @@ class Batch:
         return self.input_ids[:, self.prompt_width :]  # (B, T)
 
 
-def make_batch(prompts: list[list[int]], responses: list[list[int]], masks: list[list[int]],
-               pad_id: int, width: int | None = None, response_width: int | None = None) -> Batch:
+def make_batch(
+    prompts: list[list[int]],
+    responses: list[list[int]],
+    masks: list[list[int]],
+    pad_id: int,
+    width: int | None = None,
+    response_width: int | None = None,
+) -> Batch:
     """Pack prompts (left padding) and responses (right padding) into one rectangle."""
     P = width or max(len(p) for p in prompts)
     T = response_width or max(1, max(len(r) for r in responses))
@@ -46,13 +52,15 @@ def make_batch(prompts: list[list[int]], responses: list[list[int]], masks: list
     return Batch(ids, attn, P, loss)
 
 
-def token_logprobs(model: Any, batch: Batch, temperature: float,
-                   with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+def token_logprobs(
+    model: Any, batch: Batch, temperature: float, with_entropy: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs `(B, T)` of the response tokens under softmax(logits / temperature), the
     distribution they were sampled from, and optionally the per-token entropy `(B, T)`."""
     position_ids = (batch.attention_mask.cumsum(dim=1) - 1).clamp(min=0)  # (B, P + T)
-    out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                position_ids=position_ids, use_cache=False)
+    out = model(
+        input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=position_ids, use_cache=False
+    )
     P = batch.prompt_width
     logits = out.logits[:, P - 1 : -1].float()  # (B, T, V): position t predicts token t + 1
     if temperature > 0 and temperature != 1.0:
@@ -77,8 +85,18 @@ class Generation:
 
 
 @torch.no_grad()
-def generate(model: Any, prompts: list[list[int]], *, max_new_tokens: int, temperature: float,
-             top_p: float, top_k: int, stop_ids: list[int], pad_id: int, seed: int) -> list[Generation]:
+def generate(
+    model: Any,
+    prompts: list[list[int]],
+    *,
+    max_new_tokens: int,
+    temperature: float,
+    top_p: float,
+    top_k: int,
+    stop_ids: list[int],
+    pad_id: int,
+    seed: int,
+) -> list[Generation]:
     """Batched sampling with the KV cache; `seed` fixes the draw for exact resume."""
     batch = make_batch(prompts, [[] for _ in prompts], [[] for _ in prompts], pad_id, response_width=1)
     P = batch.prompt_width
@@ -86,10 +104,16 @@ def generate(model: Any, prompts: list[list[int]], *, max_new_tokens: int, tempe
     torch.manual_seed(seed)
     greedy = temperature == 0
     out = model.generate(
-        input_ids=input_ids, attention_mask=attention, max_new_tokens=max_new_tokens,
-        do_sample=not greedy, temperature=None if greedy else temperature,
-        top_p=None if greedy else top_p, top_k=(top_k or None) if not greedy else None,
-        eos_token_id=list(stop_ids), pad_token_id=pad_id, use_cache=True,
+        input_ids=input_ids,
+        attention_mask=attention,
+        max_new_tokens=max_new_tokens,
+        do_sample=not greedy,
+        temperature=None if greedy else temperature,
+        top_p=None if greedy else top_p,
+        top_k=(top_k or None) if not greedy else None,
+        eos_token_id=list(stop_ids),
+        pad_token_id=pad_id,
+        use_cache=True,
     )
     results = []
     for row in out[:, P:].tolist():

@@ -28,8 +28,10 @@ def write_json(path: Path, data: Any) -> None:
 
 
 def set_status(run_dir: Path, state: str, **details: Any) -> None:
-    write_json(run_dir / "status.json", {"state": state, "updated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                                         **details})
+    write_json(
+        run_dir / "status.json",
+        {"state": state, "updated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **details},
+    )
 
 
 def default_run_dir(contract: Contract, contract_path: Path) -> Path:
@@ -42,8 +44,10 @@ def prepare_run_dir(run_dir: Path, resume: bool) -> None:
             raise UsageProblem(f"{run_dir} holds no run to resume")
         return
     if run_dir.exists() and any(run_dir.iterdir()):
-        raise UsageProblem(f"run folder {run_dir} already holds a run; pass --resume to continue it "
-                           "or --run-dir for a new one (nothing is overwritten)")
+        raise UsageProblem(
+            f"run folder {run_dir} already holds a run; pass --resume to continue it "
+            "or --run-dir for a new one (nothing is overwritten)"
+        )
     run_dir.mkdir(parents=True, exist_ok=True)
 
 
@@ -52,8 +56,9 @@ def clean(metrics: dict[str, float]) -> dict[str, Any]:
     return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in metrics.items()}
 
 
-def run_train(contract_path: Path, run_dir: Path | None, max_steps: int | None, resume: bool,
-              force: bool = False) -> int:
+def run_train(
+    contract_path: Path, run_dir: Path | None, max_steps: int | None, resume: bool, force: bool = False
+) -> int:
     from rlvr_cli.commands.common import load_valid_contract
 
     contract = load_valid_contract(contract_path)
@@ -73,8 +78,10 @@ def progress_line(step: int, total: int, metrics: dict[str, Any], eta: float) ->
         value = metrics.get(key)
         return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.3f}"
 
-    return (f"step {step}/{total}  reward {fmt('reward_mean')}  kl {fmt('kl')}  entropy {fmt('entropy')}  "
-            f"len {fmt('response_length_mean')}  {metrics.get('tokens_per_s', 0):.0f} tok/s  ETA {eta:.0f}s")
+    return (
+        f"step {step}/{total}  reward {fmt('reward_mean')}  kl {fmt('kl')}  entropy {fmt('entropy')}  "
+        f"len {fmt('response_length_mean')}  {metrics.get('tokens_per_s', 0):.0f} tok/s  ETA {eta:.0f}s"
+    )
 
 
 def eprint(message: str) -> None:

@@ -80,8 +80,10 @@ def apply_verdict(contract: Contract, sample: Sample, verdict: Verdict, seconds:
     sample.verdict = verdict
     if not verdict.valid:
         if contract.objective.reward.on_invalid == "fail":
-            raise InvalidVerdictStop(f"task {sample.task.get('id')}: verdict {verdict.status} ({verdict.detail}); "
-                                     "objective.reward.on_invalid is fail")
+            raise InvalidVerdictStop(
+                f"task {sample.task.get('id')}: verdict {verdict.status} ({verdict.detail}); "
+                "objective.reward.on_invalid is fail"
+            )
         sample.kept, sample.reason = False, verdict.status
 
 

@@ -17,8 +17,9 @@ from rlvr_cli.train.score import InvalidVerdictStop
 
 
 class Session:
-    def __init__(self, contract: Contract, contract_path: Path, run_dir: Path, steps: int, resume: bool,
-                 force: bool = False) -> None:
+    def __init__(
+        self, contract: Contract, contract_path: Path, run_dir: Path, steps: int, resume: bool, force: bool = False
+    ) -> None:
         self.c, self.contract_path, self.run_dir = contract, contract_path, run_dir
         self.steps, self.resume, self.force = steps, resume, force
         self.folder = contract_path.resolve().parent
@@ -50,31 +51,30 @@ class Session:
             raise
 
     def loop(self, trainer: Any, pool: VerifierPool, monitor: Any) -> int:
-        hp = self.c.hyperparameters
         budget = self.c.acceptance.budget
         started = time.perf_counter()
         first = trainer.step
         metrics_path = self.run_dir / "metrics.jsonl"
         while trainer.step < self.steps:
-            metrics, generated = trainer.train_step(pool)               # rollout → score → update
+            metrics, generated = trainer.train_step(pool)  # rollout → score → update
             if trainer.step > trainer.records.last_step:  # a resumed step already listed is not written twice
                 trainer.records.append(trainer.record_rows(generated, self.c.name), trainer.step)
             self.maybe_holdout(trainer, pool, metrics)
             row = {"step": trainer.step, **out.clean(metrics)}
-            with metrics_path.open("a", encoding="utf-8") as fh:          # log
+            with metrics_path.open("a", encoding="utf-8") as fh:  # log
                 fh.write(json.dumps(row) + "\n")
             trainer.step += 1
             done = trainer.step - first
             eta = (time.perf_counter() - started) / done * (self.steps - trainer.step)
             out.eprint(out.progress_line(trainer.step, self.steps, row, eta))
-            fired = monitor.observe(row)                                  # check rules
+            fired = monitor.observe(row)  # check rules
             trainer.monitor_state = monitor.state()
             if fired is not None:
                 return self.stop_for_rule(trainer, fired)
             if budget and self.budget_spent(trainer, budget):
                 break
             if trainer.step % self.c.checkpoint.every_steps == 0 or trainer.step == self.steps:
-                self.checkpoint(trainer)                                  # checkpoint
+                self.checkpoint(trainer)  # checkpoint
         return self.finish(trainer)
 
     def resume_into(self, trainer: Any, monitor: Any) -> None:
@@ -87,6 +87,9 @@ class Session:
             raise RlvrError("the run already finished")
         step = load_latest(trainer, self.run_dir, self.c, self.contract_path)
         monitor.restore(trainer.monitor_state)
+        fired = (status.get("rule") or {}).get("name") if status.get("state") in ("paused", "aborted") else None
+        if fired:
+            monitor.acknowledge(fired)  # resuming is the owner's answer: the window starts again
         out.eprint(f"resuming from checkpoint step-{step}")
 
     def maybe_holdout(self, trainer: Any, pool: VerifierPool, metrics: dict[str, float]) -> None:
@@ -118,12 +121,19 @@ class Session:
     def stop_for_rule(self, trainer: Any, fired: dict[str, Any]) -> int:
         self.checkpoint(trainer)
         state = "paused" if fired["action"] == "pause" else "aborted"
-        out.set_status(self.run_dir, state, step=trainer.step, rule=fired,
-                       reason=f"monitoring rule '{fired['name']}': {fired['metric']} {fired['when']} "
-                              f"for {fired['window']} evaluation(s); owner {fired['owner']}",
-                       next=("rlvr train --resume" if state == "paused" else "inspect the run; resume needs --force"))
-        out.eprint(f"{state}: rule '{fired['name']}' fired ({fired['metric']} values {fired['values']}); "
-                   f"owner: {fired['owner']}")
+        out.set_status(
+            self.run_dir,
+            state,
+            step=trainer.step,
+            rule=fired,
+            reason=f"monitoring rule '{fired['name']}': {fired['metric']} {fired['when']} "
+            f"for {fired['window']} evaluation(s); owner {fired['owner']}",
+            next=("rlvr train --resume" if state == "paused" else "inspect the run; resume needs --force"),
+        )
+        out.eprint(
+            f"{state}: rule '{fired['name']}' fired ({fired['metric']} values {fired['values']}); "
+            f"owner: {fired['owner']}"
+        )
         return out.EXIT_PAUSED if state == "paused" else out.EXIT_ABORTED
 
     def finish(self, trainer: Any) -> int:

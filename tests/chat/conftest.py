@@ -37,12 +37,12 @@ def expect(*segments: tuple[str, int]) -> tuple[list[str], list[int]]:
 
 
 @pytest.fixture(scope="session")
-def family_tokenizer(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+def family_tokenizer(tmp_path_factory: pytest.TempPathFactory):
     from rlvr_cli.chat.tiny import build_tokenizer
 
     cache: dict[str, object] = {}
 
-    def get(family: str):  # noqa: ANN202
+    def get(family: str):
         if family not in cache:
             cache[family] = build_tokenizer(tmp_path_factory.mktemp(family) / "tok", family)
         return cache[family]
@@ -50,11 +50,23 @@ def family_tokenizer(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
     return get
 
 
-def render(tokenizer, stop: str, messages: list[dict], tools: list | None = None, *,  # noqa: ANN001
-           template: str | None = None, max_prompt_tokens: int | None = None,
-           prompt_truncation: str = "error") -> Rendered:
-    renderer = ChatRenderer(tokenizer, template or tokenizer.chat_template, [stop],
-                            max_prompt_tokens=max_prompt_tokens, prompt_truncation=prompt_truncation)
+def render(
+    tokenizer,
+    stop: str,
+    messages: list[dict],
+    tools: list | None = None,
+    *,
+    template: str | None = None,
+    max_prompt_tokens: int | None = None,
+    prompt_truncation: str = "error",
+) -> Rendered:
+    renderer = ChatRenderer(
+        tokenizer,
+        template or tokenizer.chat_template,
+        [stop],
+        max_prompt_tokens=max_prompt_tokens,
+        prompt_truncation=prompt_truncation,
+    )
     return renderer.render(Conversation(messages, tools))
 
 

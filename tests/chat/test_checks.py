@@ -16,13 +16,14 @@ QA = [{"role": "user", "content": "1+1?"}, {"role": "assistant", "content": "2"}
 SYSTEM_QA = [{"role": "system", "content": "Be brief."}, *QA]
 
 
-@pytest.mark.parametrize(("family", "stop"), [("chatml", "<|im_end|>"), ("llama3", "<|eot_id|>"),
-                                              ("gemma", "<end_of_turn>")])
-def test_clean_templates_raise_no_check(family_tokenizer, family: str, stop: str) -> None:  # noqa: ANN001
+@pytest.mark.parametrize(
+    ("family", "stop"), [("chatml", "<|im_end|>"), ("llama3", "<|eot_id|>"), ("gemma", "<end_of_turn>")]
+)
+def test_clean_templates_raise_no_check(family_tokenizer, family: str, stop: str) -> None:
     assert codes(render(family_tokenizer(family), stop, QA, max_prompt_tokens=500)) == []
 
 
-def test_rlt001_double_bos(family_tokenizer, tmp_path: Path) -> None:  # noqa: ANN001
+def test_rlt001_double_bos(family_tokenizer, tmp_path: Path) -> None:
     from tokenizers.processors import TemplateProcessing
 
     from rlvr_cli.chat.tiny import build_tokenizer
@@ -35,22 +36,24 @@ def test_rlt001_double_bos(family_tokenizer, tmp_path: Path) -> None:  # noqa: A
     assert codes(render(family_tokenizer("llama3"), "<|eot_id|>", QA)) == []
 
 
-def test_rlt002_stop_token_missing(family_tokenizer) -> None:  # noqa: ANN001
+def test_rlt002_stop_token_missing(family_tokenizer) -> None:
     out = render(family_tokenizer("chatml"), "</s>", QA)
     assert codes(out) == ["RLT002"] and "turn 1 (assistant)" in out.checks[0].message
 
 
-def test_rlt003_stop_token_outside_a_generation_tag_mask(family_tokenizer) -> None:  # noqa: ANN001
+def test_rlt003_stop_token_outside_a_generation_tag_mask(family_tokenizer) -> None:
     """Trusting `{% generation %}` tags that leave the stop token out is caught."""
     tok = family_tokenizer("chatml")
     template = CHATML_GENERATION.replace(
-        "{{- '<|im_end|>' -}}{%- endgeneration -%}{{- '\\n' -}}", "{%- endgeneration -%}{{- '<|im_end|>\\n' -}}")
+        "{{- '<|im_end|>' -}}{%- endgeneration -%}{{- '\\n' -}}", "{%- endgeneration -%}{{- '<|im_end|>\\n' -}}"
+    )
     renderer = ChatRenderer(tok, template, ["<|im_end|>"])
     conv = Conversation(QA)
     rendered = renderer.render(conv)
     assert codes(rendered) == []  # rlvr's own mask trains the stop token
-    theirs = tok.apply_chat_template(QA, chat_template=template, tokenize=True, return_dict=True,
-                                     return_assistant_tokens_mask=True)["assistant_masks"]
+    theirs = tok.apply_chat_template(
+        QA, chat_template=template, tokenize=True, return_dict=True, return_assistant_tokens_mask=True
+    )["assistant_masks"]
     rendered.loss_mask = list(theirs)
     found = list(template_checks.stop_tokens(renderer, conv, locate(renderer, conv), rendered))
     assert [c.code for c in found] == ["RLT003"]
@@ -64,19 +67,19 @@ def test_rlt004_stop_token_is_pad(tmp_path: Path) -> None:
     assert "RLT004" in codes(render(tok, "<|im_end|>", QA))
 
 
-def test_rlt005_generation_prompt_ignored(family_tokenizer) -> None:  # noqa: ANN001
+def test_rlt005_generation_prompt_ignored(family_tokenizer) -> None:
     out = render(family_tokenizer("mistral"), "</s>", QA)
     assert codes(out) == ["RLT005"]
 
 
-def test_rlt006_generation_prompt_differs_from_the_turn(family_tokenizer) -> None:  # noqa: ANN001
+def test_rlt006_generation_prompt_differs_from_the_turn(family_tokenizer) -> None:
     template = CHATML.replace("{{- '<|im_start|>assistant\\n' -}}", "{{- '<|im_start|>model\\n' -}}")
     assert template != CHATML
     out = render(family_tokenizer("chatml"), "<|im_end|>", QA, template=template)
     assert codes(out) == ["RLT006"]
 
 
-def test_rlt007_history_rewriting(family_tokenizer) -> None:  # noqa: ANN001
+def test_rlt007_history_rewriting(family_tokenizer) -> None:
     messages = [*QA[:1], {"role": "assistant", "content": "<think>x</think>2"}, *QA]
     assert "RLT007" in codes(render(family_tokenizer("reasoning"), "<|im_end|>", messages))
 
@@ -101,28 +104,32 @@ def test_rlt008_turn_boundary_inside_a_token(tmp_path: Path) -> None:
     assert "RLT008" not in codes(render(tok, "<|im_end|>", QA))
 
 
-def test_rlt009_date_dependent_template(family_tokenizer) -> None:  # noqa: ANN001
+def test_rlt009_date_dependent_template(family_tokenizer) -> None:
     template = "{{- 'Today: ' + strftime_now('%d %b %Y') + '\\n' -}}" + CHATML
     out = render(family_tokenizer("chatml"), "<|im_end|>", QA, template=template)
     assert codes(out) == ["RLT009"]
 
 
-def test_rlt010_default_system_prompt(family_tokenizer) -> None:  # noqa: ANN001
-    inject = ("{%- if messages[0].role != 'system' -%}"
-              "{{- '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' -}}{%- endif -%}")
+def test_rlt010_default_system_prompt(family_tokenizer) -> None:
+    inject = (
+        "{%- if messages[0].role != 'system' -%}"
+        "{{- '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' -}}{%- endif -%}"
+    )
     out = render(family_tokenizer("chatml"), "<|im_end|>", QA, template=inject + CHATML)
     assert codes(out) == ["RLT010"] and "helpful assistant" in out.checks[0].message
 
 
-def test_rlt011_system_message_not_expressible(family_tokenizer) -> None:  # noqa: ANN001
+def test_rlt011_system_message_not_expressible(family_tokenizer) -> None:
     out = render(family_tokenizer("gemma"), "<end_of_turn>", SYSTEM_QA)
     assert codes(out) == ["RLT011"] and out.input_ids == []
-    dropping = CHATML.replace("{%- if not (loop.first and ns.skip) -%}",
-                              "{%- if not (loop.first and ns.skip) and message.role != 'system' -%}")
+    dropping = CHATML.replace(
+        "{%- if not (loop.first and ns.skip) -%}",
+        "{%- if not (loop.first and ns.skip) and message.role != 'system' -%}",
+    )
     assert "RLT011" in codes(render(family_tokenizer("chatml"), "<|im_end|>", SYSTEM_QA, template=dropping))
 
 
-def test_rlt012_prompt_too_long(family_tokenizer) -> None:  # noqa: ANN001
+def test_rlt012_prompt_too_long(family_tokenizer) -> None:
     tok = family_tokenizer("chatml")
     refused = render(tok, "<|im_end|>", QA, max_prompt_tokens=10, prompt_truncation="error")
     assert codes(refused) == ["RLT012"] and "refuses" in refused.checks[0].message
@@ -132,7 +139,7 @@ def test_rlt012_prompt_too_long(family_tokenizer) -> None:  # noqa: ANN001
     assert codes(render(tok, "<|im_end|>", QA, max_prompt_tokens=generation_prompt, prompt_truncation="left")) == []
 
 
-def test_rlt013_template_failure(family_tokenizer) -> None:  # noqa: ANN001
+def test_rlt013_template_failure(family_tokenizer) -> None:
     messages = [QA[0], {"role": "tool", "content": "5"}, QA[1]]
     out = render(family_tokenizer("mistral"), "</s>", messages)
     assert "RLT013" in codes(out) and "role tool is not supported" in out.checks[-1].message

@@ -8,30 +8,36 @@ from rlvr_cli.chat.pack import pack
 
 
 @pytest.fixture(scope="module")
-def model(tiny_chatml):  # noqa: ANN001, ANN201
+def model(tiny_chatml):
     from transformers import AutoModelForCausalLM
 
     m = AutoModelForCausalLM.from_pretrained(tiny_chatml)
     return m.eval()
 
 
-EPISODES = [([4, 40, 41, 42, 43, 5], [0, 0, 1, 1, 1, 1]), ([4, 50, 51, 5], [0, 1, 1, 1]),
-            ([4, 60, 61, 62, 63, 64, 65, 5], [0, 0, 0, 1, 1, 1, 1, 1])]
+EPISODES = [
+    ([4, 40, 41, 42, 43, 5], [0, 0, 1, 1, 1, 1]),
+    ([4, 50, 51, 5], [0, 1, 1, 1]),
+    ([4, 60, 61, 62, 63, 64, 65, 5], [0, 0, 0, 1, 1, 1, 1, 1]),
+]
 
 
-def logits_in_pack(model, episodes, max_tokens=20):  # noqa: ANN001, ANN201
+def logits_in_pack(model, episodes, max_tokens=20):
     import torch
 
     packs = pack(episodes, max_tokens, pad_id=1)
     assert len(packs) == 1
     p = packs[0]
     with torch.no_grad():
-        out = model(input_ids=torch.tensor([p.input_ids]), position_ids=torch.tensor([p.position_ids]),
-                    attention_mask=p.attention_mask()).logits[0]
+        out = model(
+            input_ids=torch.tensor([p.input_ids]),
+            position_ids=torch.tensor([p.position_ids]),
+            attention_mask=p.attention_mask(),
+        ).logits[0]
     return p, [out[s:e] for s, e in p.bounds]
 
 
-def test_each_episode_in_a_pack_matches_it_alone(model) -> None:  # noqa: ANN001
+def test_each_episode_in_a_pack_matches_it_alone(model) -> None:
     import torch
 
     p, packed = logits_in_pack(model, EPISODES)
@@ -42,7 +48,7 @@ def test_each_episode_in_a_pack_matches_it_alone(model) -> None:  # noqa: ANN001
     assert p.position_ids[:6] == list(range(6)) and p.position_ids[6:10] == list(range(4))
 
 
-def test_changing_one_episode_leaves_the_others_unchanged(model) -> None:  # noqa: ANN001
+def test_changing_one_episode_leaves_the_others_unchanged(model) -> None:
     import torch
 
     _, before = logits_in_pack(model, EPISODES)
@@ -53,7 +59,7 @@ def test_changing_one_episode_leaves_the_others_unchanged(model) -> None:  # noq
     assert not torch.allclose(after[1], before[1])
 
 
-def test_without_the_block_mask_episodes_would_leak(model) -> None:  # noqa: ANN001
+def test_without_the_block_mask_episodes_would_leak(model) -> None:
     """The isolation test can fail: a plain causal mask over the same row changes the logits."""
     import torch
 

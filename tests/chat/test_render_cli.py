@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 from pathlib import Path
@@ -13,15 +14,28 @@ from tests.conftest import rlvr
 
 CONVERSATIONS = [
     {"messages": [{"role": "user", "content": "3+4="}, {"role": "assistant", "content": "7"}]},
-    {"messages": [{"role": "system", "content": "Add."}, {"role": "user", "content": "1+1="},
-                  {"role": "assistant", "content": "2"}, {"role": "user", "content": "2+2="},
-                  {"role": "assistant", "content": "4"}]},
-    {"messages": [{"role": "user", "content": "x?"},
-                  {"role": "assistant", "content": "", "tool_calls": [
-                      {"type": "function", "function": {"name": "calc", "arguments": "{\"q\": 1}"}}]},
-                  {"role": "tool", "tool_call_id": "c1", "content": "1"},
-                  {"role": "assistant", "content": "1"}],
-     "tools": [{"type": "function", "function": {"name": "calc", "parameters": {"type": "object"}}}]},
+    {
+        "messages": [
+            {"role": "system", "content": "Add."},
+            {"role": "user", "content": "1+1="},
+            {"role": "assistant", "content": "2"},
+            {"role": "user", "content": "2+2="},
+            {"role": "assistant", "content": "4"},
+        ]
+    },
+    {
+        "messages": [
+            {"role": "user", "content": "x?"},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [{"type": "function", "function": {"name": "calc", "arguments": '{"q": 1}'}}],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": "1"},
+            {"role": "assistant", "content": "1"},
+        ],
+        "tools": [{"type": "function", "function": {"name": "calc", "parameters": {"type": "object"}}}],
+    },
 ]
 
 
@@ -36,8 +50,14 @@ def experiment(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_render_json_matches_the_interface(experiment: Path) -> None:
-    run = rlvr("render", experiment / "experiment.rlvr.yaml", "--conversations",
-               experiment / "conversations.jsonl", "--format", "json")
+    run = rlvr(
+        "render",
+        experiment / "experiment.rlvr.yaml",
+        "--conversations",
+        experiment / "conversations.jsonl",
+        "--format",
+        "json",
+    )
     assert run.code == 0, run.stderr
     data = run.json()
     assert len(data) == 3
@@ -49,7 +69,7 @@ def test_render_json_matches_the_interface(experiment: Path) -> None:
             assert all(item["loss_mask"][i] == int(span["trainable"]) for i in range(span["start"], span["end"]))
         covered = sorted((s["start"], s["end"]) for s in item["spans"])
         assert covered[0][0] == 0 and covered[-1][1] == len(item["input_ids"])
-        assert all(a[1] == b[0] for a, b in zip(covered, covered[1:], strict=False))
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(covered))
     trained = ["".join(t for t, m in zip(d["tokens"], d["loss_mask"], strict=True) if m) for d in data]
     assert trained[0] == "7<|im_end|>"
     assert trained[1] == "2<|im_end|>4<|im_end|>"
@@ -88,7 +108,7 @@ def test_bad_conversations_name_the_line(experiment: Path, tmp_path: Path, line:
     bad.write_text(json.dumps(CONVERSATIONS[0]) + "\n" + line + "\n")
     run = rlvr("render", experiment / "experiment.rlvr.yaml", "-c", bad)
     assert run.code == 1, run.stderr
-    assert f"bad.jsonl:2" in run.stderr and words in run.stderr
+    assert "bad.jsonl:2" in run.stderr and words in run.stderr
     assert "Traceback" not in run.stderr
 
 
@@ -103,7 +123,7 @@ def test_missing_files_are_usage_errors(experiment: Path, tmp_path: Path) -> Non
     assert rlvr("render", tmp_path / "nope.rlvr.yaml", "-c", folder / "conversations.jsonl").code == 2
 
 
-def test_agrees_with_transformers_assistant_mask_on_generation_tags(family_tokenizer) -> None:  # noqa: ANN001
+def test_agrees_with_transformers_assistant_mask_on_generation_tags(family_tokenizer) -> None:
     """On a template with {% generation %} tags, rlvr's prefix-derived mask equals transformers'."""
     from rlvr_cli.chat.templates import CHATML_GENERATION
 
@@ -111,7 +131,13 @@ def test_agrees_with_transformers_assistant_mask_on_generation_tags(family_token
     renderer = ChatRenderer(tok, CHATML_GENERATION, ["<|im_end|>"])
     for conv in CONVERSATIONS:
         ours = renderer.render(Conversation(conv["messages"], conv.get("tools")))
-        theirs = tok.apply_chat_template(conv["messages"], tools=conv.get("tools"), chat_template=CHATML_GENERATION,
-                                         tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
+        theirs = tok.apply_chat_template(
+            conv["messages"],
+            tools=conv.get("tools"),
+            chat_template=CHATML_GENERATION,
+            tokenize=True,
+            return_dict=True,
+            return_assistant_tokens_mask=True,
+        )
         assert ours.input_ids == list(theirs["input_ids"])
         assert ours.loss_mask == list(theirs["assistant_masks"])

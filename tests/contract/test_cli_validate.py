@@ -19,8 +19,7 @@ def test_text_line_shape_and_suggestion() -> None:
     run = rlvr("validate", BAD)
     assert run.code == 1
     assert run.stdout.strip() == (
-        f"{BAD}:22:3: error[RLV002] objective.entropy_coeff: unknown key 'entropy_coeff' "
-        "(did you mean 'entropy_coef'?)"
+        f"{BAD}:22:3: error[RLV002] objective.entropy_coeff: unknown key 'entropy_coeff' (did you mean 'entropy_coef'?)"
     )
     assert "1 invalid" in run.stderr  # the summary goes to stderr, stdout is the report
 

@@ -12,9 +12,32 @@ from tests.conftest import EXAMPLES, ROOT, rlvr
 
 INVALID = sorted((EXAMPLES / "invalid").glob("*.rlvr.yaml"))
 CONTRACT_CODES = [
-    "RLV001", "RLV002", "RLV003", "RLV101", "RLV102", "RLV103", "RLV201", "RLV202", "RLV203",
-    "RLV204", "RLV301", "RLV302", "RLV401", "RLV402", "RLV403", "RLV404", "RLV501", "RLV502",
-    "RLV503", "RLV601", "RLV602", "RLV603", "RLV604", "RLV701", "RLV801", "RLV802",
+    "RLV001",
+    "RLV002",
+    "RLV003",
+    "RLV101",
+    "RLV102",
+    "RLV103",
+    "RLV201",
+    "RLV202",
+    "RLV203",
+    "RLV204",
+    "RLV301",
+    "RLV302",
+    "RLV401",
+    "RLV402",
+    "RLV403",
+    "RLV404",
+    "RLV501",
+    "RLV502",
+    "RLV503",
+    "RLV601",
+    "RLV602",
+    "RLV603",
+    "RLV604",
+    "RLV701",
+    "RLV801",
+    "RLV802",
 ]  # RLV104 and RLV901 need files on disk: tests/contract/test_deep.py
 
 
@@ -80,8 +103,11 @@ def test_shipped_contracts_carry_a_header_with_their_command() -> None:
 def test_objective_family_examples_exist(variant: str) -> None:
     texts = {p.name: p.read_text() for p in (ROOT / "contracts").glob("*.rlvr.yaml")}
     matches = {
-        "DAPO": lambda t: "aggregation: token_mean" in t and "drop_uniform_groups: true" in t
-        and re.search(r"clip: \{low: 0.2, high: 0.28\}", t),
+        "DAPO": lambda t: (
+            "aggregation: token_mean" in t
+            and "drop_uniform_groups: true" in t
+            and re.search(r"clip: \{low: 0.2, high: 0.28\}", t)
+        ),
         "Dr. GRPO": lambda t: "aggregation: constant_norm" in t and "scale: none" in t,
         "GRPO": lambda t: "aggregation: seq_mean_token_mean" in t and "scale: group_std" in t,
     }

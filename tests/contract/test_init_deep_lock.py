@@ -44,9 +44,18 @@ def deep(folder: Path) -> tuple[int, list[dict]]:
 
 def test_init_creates_a_folder_that_validates_deeply(scaffold: Path) -> None:
     names = {p.relative_to(scaffold).as_posix() for p in scaffold.rglob("*") if p.is_file()}
-    for expected in ("experiment.rlvr.yaml", "verifier.py", "README.md", ".pre-commit-config.yaml",
-                     "contract.schema.json", "data/train.jsonl", "data/holdout.jsonl",
-                     "data/sealed_eval.jsonl", "model/config.json", "model/tokenizer.json"):
+    for expected in (
+        "experiment.rlvr.yaml",
+        "verifier.py",
+        "README.md",
+        ".pre-commit-config.yaml",
+        "contract.schema.json",
+        "data/train.jsonl",
+        "data/holdout.jsonl",
+        "data/sealed_eval.jsonl",
+        "model/config.json",
+        "model/tokenizer.json",
+    ):
         assert expected in names
     text = contract(scaffold).read_text()
     assert text.startswith("# yaml-language-server: $schema=contract.schema.json\n")
@@ -129,7 +138,11 @@ def test_deep_finds_missing_paths_and_bad_rows(experiment: Path) -> None:
 
 
 def test_deep_checks_declared_sha256(experiment: Path) -> None:
-    edit(experiment, "    train: {path: data/train.jsonl}", "    train: {path: data/train.jsonl, sha256: " + "ab" * 32 + "}")
+    edit(
+        experiment,
+        "    train: {path: data/train.jsonl}",
+        "    train: {path: data/train.jsonl, sha256: " + "ab" * 32 + "}",
+    )
     code, diags = deep(experiment)
     assert code == 1 and [d["code"] for d in diags] == ["RLV104"]
 
@@ -148,7 +161,9 @@ def test_lock_then_drift_is_rlv104(experiment: Path) -> None:
     code, diags = deep(experiment)
     assert code == 1
     assert sorted(d["message"].split(" since")[0] for d in diags if d["code"] == "RLV104") == [
-        "data/holdout.jsonl changed", "model/extra.bin is new"]
+        "data/holdout.jsonl changed",
+        "model/extra.bin is new",
+    ]
 
 
 def test_lock_refuses_an_invalid_contract(experiment: Path) -> None:

@@ -35,9 +35,14 @@ def paths(node: Any, prefix: tuple = ()) -> list[tuple]:
 
 ALL_PATHS = paths(BASE)
 scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(-10**6, 10**6), st.floats(allow_nan=False, allow_infinity=False),
-    st.text(max_size=12), st.sampled_from(["no", "yes", "1e-5", "2024-01-01", "", "none", "k3", "token_mean"]),
-    st.lists(st.integers(0, 9), max_size=3), st.dictionaries(st.text(max_size=5), st.integers(), max_size=2),
+    st.none(),
+    st.booleans(),
+    st.integers(-(10**6), 10**6),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=12),
+    st.sampled_from(["no", "yes", "1e-5", "2024-01-01", "", "none", "k3", "token_mean"]),
+    st.lists(st.integers(0, 9), max_size=3),
+    st.dictionaries(st.text(max_size=5), st.integers(), max_size=2),
 )
 
 
@@ -69,7 +74,9 @@ def mutate(data: dict, op: str, path: tuple, value: Any, new_key: str) -> dict:
 
 mutation = st.tuples(
     st.sampled_from(["delete", "replace", "rename", "reorder"]),
-    st.sampled_from(ALL_PATHS), scalars, st.text(min_size=1, max_size=10),
+    st.sampled_from(ALL_PATHS),
+    scalars,
+    st.text(min_size=1, max_size=10),
 )
 
 

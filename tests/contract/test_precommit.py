@@ -24,9 +24,14 @@ def hook(hook_id: str) -> dict:
 @pytest.mark.parametrize(
     ("name", "matches"),
     [
-        ("experiment.rlvr.yaml", True), ("contracts/grpo.rlvr.yml", True), ("rlvr.yaml", True),
-        ("a/b/c.d.rlvr.yaml", True), ("experiment.yaml", False), ("myrlvr.yaml", False),
-        ("x.rlvr.yaml.bak", False), ("rlvr.json", False),
+        ("experiment.rlvr.yaml", True),
+        ("contracts/grpo.rlvr.yml", True),
+        ("rlvr.yaml", True),
+        ("a/b/c.d.rlvr.yaml", True),
+        ("experiment.yaml", False),
+        ("myrlvr.yaml", False),
+        ("x.rlvr.yaml.bak", False),
+        ("rlvr.json", False),
     ],
 )
 def test_hook_file_pattern(name: str, matches: bool) -> None:
@@ -39,9 +44,19 @@ def test_hook_entry_is_the_fast_command() -> None:
 
 
 def git(*args: str, cwd: Path) -> None:
-    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
-                   env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
-                        "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"})
+    subprocess.run(
+        ["git", *args],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+        env={
+            **os.environ,
+            "GIT_AUTHOR_NAME": "t",
+            "GIT_AUTHOR_EMAIL": "t@t",
+            "GIT_COMMITTER_NAME": "t",
+            "GIT_COMMITTER_EMAIL": "t@t",
+        },
+    )
 
 
 @pytest.mark.slow

@@ -9,21 +9,35 @@ import torch
 
 from rlvr_cli.contract.models import Objective
 from rlvr_cli.train.objective import (
-    advantages, aggregate, clipped_surrogate, group_outcomes, kl_estimate, policy_loss, ratio,
+    advantages,
+    aggregate,
+    clipped_surrogate,
+    group_outcomes,
+    kl_estimate,
+    policy_loss,
+    ratio,
 )
 
 
-def objective(scale: str = "group_std", std: str | None = "population", epsilon: float | None = 1e-12,
-              aggregation: str = "token_mean", kl: dict | None = None, clip: dict | None = None,
-              entropy_coef: float = 0.0) -> Objective:
-    return Objective.model_validate({
-        "reward": {"unit": "response", "components": [{"name": "c", "weight": 1.0}], "on_invalid": "exclude"},
-        "advantage": {"baseline": "group_mean", "scale": scale, "std": std, "epsilon": epsilon},
-        "clip": clip or {"low": 0.2, "high": 0.28},
-        "kl": kl or {"coef": 0.0},
-        "entropy_coef": entropy_coef,
-        "aggregation": aggregation,
-    })
+def objective(
+    scale: str = "group_std",
+    std: str | None = "population",
+    epsilon: float | None = 1e-12,
+    aggregation: str = "token_mean",
+    kl: dict | None = None,
+    clip: dict | None = None,
+    entropy_coef: float = 0.0,
+) -> Objective:
+    return Objective.model_validate(
+        {
+            "reward": {"unit": "response", "components": [{"name": "c", "weight": 1.0}], "on_invalid": "exclude"},
+            "advantage": {"baseline": "group_mean", "scale": scale, "std": std, "epsilon": epsilon},
+            "clip": clip or {"low": 0.2, "high": 0.28},
+            "kl": kl or {"coef": 0.0},
+            "entropy_coef": entropy_coef,
+            "aggregation": aggregation,
+        }
+    )
 
 
 def close(a: torch.Tensor, b: list[float], tol: float = 1e-5) -> None:
@@ -88,9 +102,15 @@ def test_ratio() -> None:
     close(ratio(torch.log(torch.tensor([[0.3]])), torch.log(torch.tensor([[0.2]]))), [[1.5]])
 
 
-@pytest.mark.parametrize(("how", "expected"), [
-    ("token_mean", 7 / 3), ("seq_mean_token_mean", 2.75), ("seq_mean_token_sum", 3.5), ("constant_norm", 7 / 6),
-])
+@pytest.mark.parametrize(
+    ("how", "expected"),
+    [
+        ("token_mean", 7 / 3),
+        ("seq_mean_token_mean", 2.75),
+        ("seq_mean_token_sum", 3.5),
+        ("constant_norm", 7 / 6),
+    ],
+)
 def test_aggregations(how: str, expected: float) -> None:
     per_token = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
     mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
@@ -103,19 +123,41 @@ def test_kl_placement_loss_adds_beta_kl_and_reward_placement_does_not() -> None:
     mask = torch.tensor([[1, 1]])
     adv = torch.tensor([1.0])
     k3 = 0.5 - 1 + math.log(2)
-    in_loss, stats = policy_loss(logp, old, ref, adv, mask, objective(kl={"coef": 0.1, "estimator": "k3", "placement": "loss"}),
-                                 max_response_tokens=2)
+    in_loss, stats = policy_loss(
+        logp,
+        old,
+        ref,
+        adv,
+        mask,
+        objective(kl={"coef": 0.1, "estimator": "k3", "placement": "loss"}),
+        max_response_tokens=2,
+    )
     assert in_loss.item() == pytest.approx(-1.0 + 0.1 * k3)
     assert stats.kl_sum == pytest.approx(2 * k3) and stats.ratio_max == 1.0 and stats.clipped == 0
-    in_reward, _ = policy_loss(logp, old, ref, adv, mask, objective(kl={"coef": 0.1, "estimator": "k3", "placement": "reward"}),
-                               max_response_tokens=2)
+    in_reward, _ = policy_loss(
+        logp,
+        old,
+        ref,
+        adv,
+        mask,
+        objective(kl={"coef": 0.1, "estimator": "k3", "placement": "reward"}),
+        max_response_tokens=2,
+    )
     assert in_reward.item() == pytest.approx(-1.0)
 
 
 def test_entropy_bonus() -> None:
     logp = torch.zeros(1, 2)
-    loss, stats = policy_loss(logp, logp, None, torch.tensor([0.0]), torch.ones(1, 2), objective(entropy_coef=0.5),
-                              max_response_tokens=2, entropy=torch.tensor([[2.0, 4.0]]))
+    loss, stats = policy_loss(
+        logp,
+        logp,
+        None,
+        torch.tensor([0.0]),
+        torch.ones(1, 2),
+        objective(entropy_coef=0.5),
+        max_response_tokens=2,
+        entropy=torch.tensor([[2.0, 4.0]]),
+    )
     assert loss.item() == pytest.approx(-0.5 * 3.0) and stats.entropy_sum == 6.0
 
 
@@ -133,8 +175,17 @@ def test_four_micro_batches_give_the_gradient_of_one_batch(how: str) -> None:
     def grad(chunks: int) -> torch.Tensor:
         logp = base.clone().requires_grad_(True)
         for part in torch.arange(B).chunk(chunks):
-            loss, _ = policy_loss(logp[part], old[part], None, adv[part], mask[part], obj, max_response_tokens=T,
-                                  total_tokens=float(mask.sum()), total_sequences=B)
+            loss, _ = policy_loss(
+                logp[part],
+                old[part],
+                None,
+                adv[part],
+                mask[part],
+                obj,
+                max_response_tokens=T,
+                total_tokens=float(mask.sum()),
+                total_sequences=B,
+            )
             loss.backward()
         return logp.grad
 

@@ -60,8 +60,15 @@ def test_mean_reward_rises(learned: tuple[Path, object]) -> None:
 
 def test_run_folder_layout_and_status(learned: tuple[Path, object]) -> None:
     run_dir, result = learned
-    for name in ("plan.json", "metrics.jsonl", "records/manifest.json", "final/config.json",
-                 "final/model.safetensors", "final/tokenizer.json", "status.json"):
+    for name in (
+        "plan.json",
+        "metrics.jsonl",
+        "records/manifest.json",
+        "final/config.json",
+        "final/model.safetensors",
+        "final/tokenizer.json",
+        "status.json",
+    ):
         assert (run_dir / name).is_file(), name
     status = json.loads((run_dir / "status.json").read_text())
     assert status["state"] == "finished" and status["step"] == 40
@@ -101,9 +108,27 @@ def test_records_are_listed_with_checksums(learned: tuple[Path, object]) -> None
     assert rows == 40 * 64
     table = pq.read_table(run_dir / "records" / manifest["shards"][0]["file"]).to_pylist()
     row = table[0]
-    for key in ("run", "step", "prompt_id", "group", "sample", "session_id", "policy_revision", "prompt_ids",
-                "response_ids", "loss_mask", "old_logprobs", "sampling", "seed", "response_text",
-                "finish_reason", "status", "reward", "components", "kept"):
+    for key in (
+        "run",
+        "step",
+        "prompt_id",
+        "group",
+        "sample",
+        "session_id",
+        "policy_revision",
+        "prompt_ids",
+        "response_ids",
+        "loss_mask",
+        "old_logprobs",
+        "sampling",
+        "seed",
+        "response_text",
+        "finish_reason",
+        "status",
+        "reward",
+        "components",
+        "kept",
+    ):
         assert key in row
     assert len(row["old_logprobs"]) == len(row["response_ids"]) == len(row["loss_mask"])
     assert row["finish_reason"] in ("stop", "length")

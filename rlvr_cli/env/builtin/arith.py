@@ -34,8 +34,15 @@ def tasks() -> list[dict[str, Any]]:
     for a in range(10):
         for b in range(10 - a):
             difficulty = "trivial" if 0 in (a, b) else "easy"
-            rows.append({"id": f"add-{a}-{b}", "prompt": f"{a}+{b}=", "answer": str(a + b),
-                         "domain": "add", "difficulty": difficulty})
+            rows.append(
+                {
+                    "id": f"add-{a}-{b}",
+                    "prompt": f"{a}+{b}=",
+                    "answer": str(a + b),
+                    "domain": "add",
+                    "difficulty": difficulty,
+                }
+            )
     return rows
 
 
