@@ -1,0 +1,175 @@
+"""The agent loop in OpenAI Responses API item shapes, and a client for resources servers.
+
+    model call → `function_call` items → routed to the server → `function_call_output`
+    items appended → … until the model answers with a message and no tool call, or
+    `max_steps` model calls were made. Steps, calls, outputs and the verdict form the
+    transcript.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlvr_cli.env.verdict import Verdict
+from rlvr_cli.errors import RlvrError
+
+
+class EnvClient:
+    """HTTP client of one resources server."""
+
+    def __init__(self, base_url: str, timeout_s: float = 30.0) -> None:
+        import httpx
+
+        self.http = httpx.Client(base_url=base_url, timeout=timeout_s)
+
+    def close(self) -> None:
+        self.http.close()
+
+    def _post(self, path: str, body: dict[str, Any]) -> Any:
+        response = self.http.post(path, json=body)
+        if response.status_code >= 400:
+            raise EnvHTTPError(response.status_code, response.text)
+        return response.json()
+
+    def tools(self) -> list[dict[str, Any]]:
+        return self.http.get("/tools").json()
+
+    def seed(self, task: dict[str, Any]) -> str:
+        return self._post("/seed_session", {"task": task})["session_id"]
+
+    def call(self, session_id: str, name: str, arguments: dict[str, Any]) -> Any:
+        return self._post(f"/tools/{name}", {"session_id": session_id, "arguments": arguments})["output"]
+
+    def verify(self, session_id: str, final_message: str = "") -> Verdict:
+        data = self._post("/verify", {"session_id": session_id, "final_message": final_message})
+        return Verdict.coerce(data)
+
+    def close_session(self, session_id: str) -> None:
+        self._post("/close", {"session_id": session_id})
+
+
+class EnvHTTPError(RlvrError):
+    def __init__(self, status: int, body: str) -> None:
+        super().__init__(f"HTTP {status}: {body[:300]}")
+        self.status = status
+
+
+@dataclass
+class Transcript:
+    task: dict[str, Any]
+    session_id: str = ""
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    final_message: str = ""
+    verdict: Verdict | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        verdict = None if self.verdict is None else {
+            "status": self.verdict.status, "reward": self.verdict.reward,
+            "components": self.verdict.components, "detail": self.verdict.detail}
+        return {"task_id": self.task.get("id"), "steps": self.steps, "final_message": self.final_message,
+                "verdict": verdict}
+
+
+def run_episode(model: Any, client: EnvClient, task: dict[str, Any], max_steps: int,
+                tools: list[dict[str, Any]] | None = None) -> Transcript:
+    """One episode: seed, loop model ↔ tools, verify, close (always)."""
+    transcript = Transcript(task)
+    transcript.session_id = client.seed(task)
+    items: list[dict[str, Any]] = [{"type": "message", "role": "user", "content": str(task.get("prompt", ""))}]
+    tools = tools if tools is not None else client.tools()
+    try:
+        for _ in range(max_steps):
+            output = model.respond(items, tools)
+            calls = [i for i in output if i.get("type") == "function_call"]
+            step: dict[str, Any] = {"model_output": output, "tool_outputs": []}
+            transcript.steps.append(step)
+            items += output
+            for call in calls:
+                result = _call_tool(client, transcript.session_id, call)
+                step["tool_outputs"].append(result)
+                items.append(result)
+            if not calls:
+                transcript.final_message = "".join(
+                    str(i.get("content", "")) for i in output if i.get("type") == "message")
+                break
+        try:
+            transcript.verdict = client.verify(transcript.session_id, transcript.final_message)
+        except (EnvHTTPError, ValueError, TypeError) as exc:
+            transcript.verdict = Verdict("verifier_error", detail=str(exc))
+    finally:
+        with contextlib.suppress(EnvHTTPError):
+            client.close_session(transcript.session_id)
+    return transcript
+
+
+def _call_tool(client: EnvClient, session_id: str, call: dict[str, Any]) -> dict[str, Any]:
+    try:
+        arguments = call.get("arguments") or "{}"
+        arguments = json.loads(arguments) if isinstance(arguments, str) else arguments
+        output = client.call(session_id, call["name"], arguments)
+    except (json.JSONDecodeError, EnvHTTPError) as exc:
+        output = f"error: {exc}"
+    return {"type": "function_call_output", "call_id": call.get("call_id", ""),
+            "output": output if isinstance(output, str) else json.dumps(output)}
+
+
+# ── serving an app for the duration of a command ──────────────────────────────────────
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def serve(app: Any) -> Iterator[str]:
+    """Run a FastAPI app under uvicorn on 127.0.0.1 in a thread; yields its base URL."""
+    import uvicorn
+
+    port = free_port()
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error", access_log=False)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RlvrError("the resources server did not start")
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def load_app(spec: str, folder: Any) -> Any:
+    """`module:app` resolved from the contract's folder (or installed packages)."""
+    import importlib
+    import sys
+
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
+    module_name, _, attr = spec.partition(":")
+    try:
+        return getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise RlvrError(f"cannot load the resources server {spec}: {exc}") from None
+
+
+@contextlib.contextmanager
+def environment(spec: str, folder: Any) -> Iterator[str]:
+    """A base URL for `environment.server`: a URL as is, `module:app` served here."""
+    if spec.startswith(("http://", "https://")):
+        yield spec.rstrip("/")
+        return
+    with serve(load_app(spec, folder)) as url:
+        yield url

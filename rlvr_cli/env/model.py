@@ -1,0 +1,126 @@
+"""Model interfaces for the agent loop: `respond(items, tools) -> output items`.
+
+- `ScriptedModel` replays a given trajectory (audits, tests);
+- `TransformersModel` samples from a local causal LM through its chat template and parses
+  `<tool_call>{"name", "arguments"}</tool_call>` blocks;
+- `OpenAIModel` calls an OpenAI-compatible `/v1/chat/completions` endpoint (e.g. vLLM).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+from typing import Any
+
+_TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.S)
+_ids = itertools.count()
+
+
+def _call_id() -> str:
+    return f"call_{next(_ids)}"
+
+
+class ScriptedModel:
+    """Replays `steps`: each step is the list of output items of one model call."""
+
+    def __init__(self, steps: list[list[dict[str, Any]]]) -> None:
+        self.steps = list(steps)
+        self.calls = 0
+
+    def respond(self, items: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        if self.calls >= len(self.steps):
+            return [{"type": "message", "role": "assistant", "content": ""}]
+        step = [dict(i) for i in self.steps[self.calls]]
+        self.calls += 1
+        for item in step:
+            if item.get("type") == "function_call":
+                item.setdefault("call_id", _call_id())
+                if not isinstance(item.get("arguments", ""), str):
+                    item["arguments"] = json.dumps(item["arguments"])
+        return step
+
+
+def to_chat(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Responses items → chat messages (assistant tool_calls, tool results)."""
+    messages: list[dict[str, Any]] = []
+    for item in items:
+        kind = item.get("type")
+        if kind == "message":
+            messages.append({"role": item.get("role", "user"), "content": str(item.get("content", ""))})
+        elif kind == "function_call":
+            call = {"type": "function", "id": item.get("call_id"),
+                    "function": {"name": item["name"], "arguments": item.get("arguments", "{}")}}
+            if messages and messages[-1]["role"] == "assistant" and "tool_calls" in messages[-1]:
+                messages[-1]["tool_calls"].append(call)
+            else:
+                messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
+        elif kind == "function_call_output":
+            messages.append({"role": "tool", "tool_call_id": item.get("call_id"), "content": str(item.get("output"))})
+    return messages
+
+
+def parse_completion(text: str) -> list[dict[str, Any]]:
+    """Generated text → a message item and function_call items."""
+    out: list[dict[str, Any]] = []
+    for block in _TOOL_CALL.findall(text):
+        try:
+            data = json.loads(block)
+            out.append({"type": "function_call", "call_id": _call_id(), "name": str(data["name"]),
+                        "arguments": json.dumps(data.get("arguments", {}))})
+        except (json.JSONDecodeError, KeyError, TypeError):
+            continue  # a malformed call is just text the environment never sees
+    message = _TOOL_CALL.sub("", text).strip()
+    if message or not out:
+        out.insert(0, {"type": "message", "role": "assistant", "content": message})
+    return out
+
+
+class TransformersModel:
+    """A local causal LM, sampled through the chat template with the tools offered."""
+
+    def __init__(self, model: Any, tokenizer: Any, *, max_new_tokens: int, stop_ids: list[int],
+                 temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0, seed: int = 0) -> None:
+        self.model, self.tokenizer = model, tokenizer
+        self.kwargs = {"max_new_tokens": max_new_tokens, "temperature": temperature, "top_p": top_p,
+                       "top_k": top_k, "stop_ids": stop_ids}
+        self.seed = seed
+
+    def respond(self, items: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        from rlvr_cli.train.rollout import generate
+
+        text = self.tokenizer.apply_chat_template(to_chat(items), tools=tools or None, tokenize=False,
+                                                  add_generation_prompt=True)
+        prompt = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+        self.seed += 1
+        gen = generate(self.model, [prompt], pad_id=pad, seed=self.seed, **self.kwargs)[0]
+        ids = gen.response_ids[:-1] if gen.finish == "stop" else gen.response_ids
+        return parse_completion(self.tokenizer.decode(ids, skip_special_tokens=False))
+
+
+class OpenAIModel:
+    """An OpenAI-compatible chat completions endpoint (vLLM, SGLang, a hosted API)."""
+
+    def __init__(self, base_url: str, model: str, *, api_key: str = "none", temperature: float = 1.0,
+                 max_tokens: int = 512, timeout_s: float = 120.0) -> None:
+        import httpx
+
+        self.http = httpx.Client(base_url=base_url.rstrip("/"), timeout=timeout_s,
+                                 headers={"Authorization": f"Bearer {api_key}"})
+        self.body = {"model": model, "temperature": temperature, "max_tokens": max_tokens}
+
+    def respond(self, items: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        body = {**self.body, "messages": to_chat(items)}
+        if tools:
+            body["tools"] = tools
+        response = self.http.post("/v1/chat/completions", json=body)
+        response.raise_for_status()
+        message = response.json()["choices"][0]["message"]
+        out: list[dict[str, Any]] = []
+        if message.get("content"):
+            out.append({"type": "message", "role": "assistant", "content": message["content"]})
+        for call in message.get("tool_calls") or []:
+            out.append({"type": "function_call", "call_id": call.get("id") or _call_id(),
+                        "name": call["function"]["name"], "arguments": call["function"].get("arguments", "{}")})
+        return out or [{"type": "message", "role": "assistant", "content": ""}]

@@ -1,0 +1,218 @@
+"""Resources servers: tool-use environments served over HTTP with state isolated per session.
+
+Subclass `ResourcesServer`, mark tool methods with `@tool`, implement `seed(task)`
+(create the session's state), `verify(state, calls, final_message)` (read-only) and
+optionally `release(state)`. `create_app(MyServer)` serves it with FastAPI:
+
+    POST /seed_session  {"task": {...}}                          → {"session_id"}
+    POST /tools/{name}  {"session_id", "arguments": {...}}       → {"output"}
+    POST /verify        {"session_id", "final_message"?}         → {"status", "reward", "components", ...}
+    POST /close         {"session_id"}                           → {"closed": true}
+    GET  /tools                                                   → tool schemas offered to the policy
+
+Session ids are unguessable (`secrets.token_urlsafe`). A call for an unknown or closed
+session is 404, never served from fresh default state; a tool the policy is not offered is
+403; malformed requests are 422 with a message. `verify` sees the server's own log of tool
+calls, not a transcript the client could forge.
+"""
+
+from __future__ import annotations
+
+import inspect
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from rlvr_cli.env.verdict import Verdict
+
+
+def tool(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Mark a method `(self, state, **arguments) -> output` as a tool."""
+    fn.__rlvr_tool__ = True  # type: ignore[attr-defined]
+    return fn
+
+
+class ToolError(Exception):
+    """A tool refused its arguments (bad path, missing file): the policy sees the message."""
+
+
+@dataclass
+class Session:
+    state: Any
+    task: dict[str, Any]
+    calls: list[dict[str, Any]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class ResourcesServer:
+    """Base class: per-session state, tools, and a read-only verifier."""
+
+    #: tools offered to the policy (None: every @tool); the contract's `environment.tools`
+    offered: tuple[str, ...] | None = None
+    #: tools whose use fails the episode whatever the final state
+    forbidden: tuple[str, ...] = ()
+
+    def __init__(self) -> None:
+        self._sessions: dict[str, Session] = {}
+        self._lock = threading.Lock()
+
+    # ── to implement ──────────────────────────────────────────────────────────────────
+
+    def seed(self, task: dict[str, Any]) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def verify(self, state: Any, task: dict[str, Any], calls: list[dict[str, Any]], final_message: str) -> Verdict:
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    def release(self, state: Any) -> None:
+        """Free what `seed` created (files, processes)."""
+
+    # ── machinery ─────────────────────────────────────────────────────────────────────
+
+    @classmethod
+    def tools(cls) -> dict[str, Callable[..., Any]]:
+        return {name: fn for name, fn in inspect.getmembers(cls, inspect.isfunction) if getattr(fn, "__rlvr_tool__", False)}
+
+    def offered_tools(self) -> list[str]:
+        names = list(self.tools())
+        return [n for n in names if self.offered is None or n in self.offered or n in self.forbidden]
+
+    def schemas(self) -> list[dict[str, Any]]:
+        """OpenAI-style function schemas of the tools the policy may call."""
+        out = []
+        for name in self.offered_tools():
+            fn = self.tools()[name]
+            params = [p for p in inspect.signature(fn).parameters.values() if p.name not in ("self", "state")]
+            props = {p.name: {"type": "string"} for p in params}
+            required = [p.name for p in params if p.default is inspect.Parameter.empty]
+            out.append({"type": "function", "function": {
+                "name": name, "description": (fn.__doc__ or "").strip().split("\n")[0],
+                "parameters": {"type": "object", "properties": props, "required": required}}})
+        return out
+
+    def seed_session(self, task: dict[str, Any]) -> str:
+        session_id = secrets.token_urlsafe(24)
+        state = self.seed(task)
+        with self._lock:
+            self._sessions[session_id] = Session(state, task)
+        return session_id
+
+    def session(self, session_id: str) -> Session:
+        with self._lock:
+            found = self._sessions.get(session_id)
+        if found is None:
+            raise KeyError(session_id)
+        return found
+
+    def call(self, session_id: str, name: str, arguments: dict[str, Any]) -> Any:
+        session = self.session(session_id)
+        if name not in self.offered_tools():
+            raise PermissionError(name)
+        fn = self.tools()[name]
+        with session.lock:
+            record = {"tool": name, "arguments": arguments, "time": time.time()}
+            session.calls.append(record)
+            try:
+                output = fn(self, session.state, **arguments)
+            except ToolError as exc:
+                output = f"error: {exc}"
+            except TypeError as exc:
+                output = f"error: bad arguments for {name}: {exc}"
+            record["output"] = output
+        return output
+
+    def verify_session(self, session_id: str, final_message: str = "") -> Verdict:
+        session = self.session(session_id)
+        with session.lock:
+            used = [c["tool"] for c in session.calls if c["tool"] in self.forbidden]
+            verdict = self.verify(session.state, session.task, list(session.calls), final_message)
+        if used and verdict.valid:  # the path matters: a forbidden tool fails the episode
+            zero = dict.fromkeys(verdict.components, 0.0)
+            return Verdict("ok", 0.0, {**zero, "forbidden_tool": 1.0}, f"forbidden tool used: {', '.join(used)}")
+        return verdict
+
+    def close_session(self, session_id: str) -> None:
+        with self._lock:
+            session = self._sessions.pop(session_id, None)
+        if session is None:
+            raise KeyError(session_id)
+        self.release(session.state)
+
+    @property
+    def open_sessions(self) -> int:
+        with self._lock:
+            return len(self._sessions)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SeedRequest(_Strict):
+    task: dict[str, Any]
+
+
+class ToolRequest(_Strict):
+    session_id: str
+    arguments: dict[str, Any] = {}
+
+
+class VerifyRequest(_Strict):
+    session_id: str
+    final_message: str = ""
+
+
+class CloseRequest(_Strict):
+    session_id: str
+
+
+def create_app(server: ResourcesServer) -> Any:
+    """A FastAPI app serving `server`."""
+    from fastapi import FastAPI, HTTPException
+
+    app = FastAPI(title=type(server).__name__)
+    app.state.server = server
+
+    def unknown(session_id: str) -> HTTPException:
+        return HTTPException(404, f"unknown or closed session {session_id[:8]}…; seed a session first")
+
+    @app.get("/tools")
+    def list_tools() -> list[dict[str, Any]]:
+        return server.schemas()
+
+    @app.post("/seed_session")
+    def seed_session(body: SeedRequest) -> dict[str, str]:
+        return {"session_id": server.seed_session(body.task)}
+
+    @app.post("/tools/{name}")
+    def call_tool(name: str, body: ToolRequest) -> dict[str, Any]:
+        try:
+            return {"output": server.call(body.session_id, name, body.arguments)}
+        except KeyError:
+            raise unknown(body.session_id) from None
+        except PermissionError:
+            raise HTTPException(403, f"tool {name!r} is not offered to the policy") from None
+
+    @app.post("/verify")
+    def verify(body: VerifyRequest) -> dict[str, Any]:
+        try:
+            verdict = server.verify_session(body.session_id, body.final_message)
+        except KeyError:
+            raise unknown(body.session_id) from None
+        return {"status": verdict.status, "reward": verdict.reward, "components": verdict.components,
+                "detail": verdict.detail}
+
+    @app.post("/close")
+    def close(body: CloseRequest) -> dict[str, bool]:
+        try:
+            server.close_session(body.session_id)
+        except KeyError:
+            raise unknown(body.session_id) from None
+        return {"closed": True}
+
+    return app
