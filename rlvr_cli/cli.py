@@ -143,6 +143,37 @@ def status(run_dir: Annotated[Path, typer.Argument(help="A run folder written by
     raise typer.Exit(run_status(run_dir))
 
 
+audit_app = typer.Typer(help="Prove the verifier and the environment before training.", no_args_is_help=True)
+app.add_typer(audit_app, name="audit")
+
+
+@audit_app.command("verifier")
+@guarded
+def audit_verifier(
+    contract: Annotated[Path, typer.Argument(help="The contract whose verifier to audit.")],
+    candidates: Annotated[Path | None, typer.Option(help="Candidates file (default: audit/candidates.yaml).")] = None,
+    format: Annotated[str, typer.Option("--format", "-f", help="text or json.")] = "text",
+    tasks: Annotated[int, typer.Option(help="Single turn: tasks that get generated arms.")] = 5,
+) -> None:
+    """Run the control group through the real verifier; exit 1 on any false accept or reject."""
+    from rlvr_cli.commands.audit import run_audit_verifier
+
+    raise typer.Exit(run_audit_verifier(contract, candidates, format, tasks))
+
+
+@audit_app.command("isolation")
+@guarded
+def audit_isolation(
+    contract: Annotated[Path, typer.Argument(help="A tool_use contract.")],
+    sessions: Annotated[int, typer.Option("--sessions", "-n", min=2, help="Concurrent sessions.")] = 16,
+    format: Annotated[str, typer.Option("--format", "-f", help="text or json.")] = "text",
+) -> None:
+    """Run concurrent sessions with unique markers; exit 1 with the evidence on any leak."""
+    from rlvr_cli.commands.audit import run_audit_isolation
+
+    raise typer.Exit(run_audit_isolation(contract, sessions, format))
+
+
 @app.command()
 @guarded
 def init(
