@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,14 +53,15 @@ def _probe_session(client: Any, task: dict[str, Any], marker: str) -> dict[str, 
 
 def run_isolation(contract: Contract, folder: Path, sessions: int) -> IsolationReport:
     from rlvr_cli.audit.verifier import all_tasks
-    from rlvr_cli.env.agent import EnvClient, EnvHTTPError, environment
+    from rlvr_cli.env.agent import EnvClient, EnvHTTPError, environment, load_app
 
     if contract.environment.kind != "tool_use":
         raise RlvrError("isolation audits need a tool_use environment (a resources server)")
     tasks = list(all_tasks(contract, folder).values())
     report = IsolationReport(sessions)
-    before = set(Path(tempfile.gettempdir()).iterdir())
-    with environment(contract.environment.server, folder) as url:  # type: ignore[arg-type]
+    spec = contract.environment.server or ""
+    local = None if spec.startswith(("http://", "https://")) else getattr(load_app(spec, folder).state, "server", None)
+    with environment(spec, folder) as url:
         client = EnvClient(url, timeout_s=contract.environment.timeout_s)
         try:
             unknown = secrets.token_urlsafe(24)
@@ -78,13 +78,35 @@ def run_isolation(contract: Contract, folder: Path, sessions: int) -> IsolationR
             _check_leaks(report, results, markers)
             _check_verify_is_read_only(report, results)
             _check_reseed(report, client, tasks[0])
+            roots = _state_folders(local, [r["session"] for r in results])
             _check_close(report, client, results)
         finally:
             client.close()
-    leftovers = [p for p in set(Path(tempfile.gettempdir()).iterdir()) - before if "rlvr" in p.name]
-    if leftovers:
-        report.add("nothing left on disk", f"{len(leftovers)} new folder(s) remain: {sorted(map(str, leftovers))[:3]}")
+    _check_disk(report, local, roots)
     return report
+
+
+def _state_folders(server: Any, sessions: list[str]) -> list[Path]:
+    """Folders the in-process server's sessions hold (a remote server's disk is not visible)."""
+    if server is None:
+        return []
+    roots = []
+    for sid in sessions:
+        try:
+            root = getattr(server.session(sid).state, "root", None)
+        except KeyError:
+            continue
+        if isinstance(root, Path):
+            roots.append(root)
+    return roots
+
+
+def _check_disk(report: IsolationReport, server: Any, roots: list[Path]) -> None:
+    left = [str(r) for r in roots if r.exists()]
+    if left:
+        report.add("nothing left on disk", f"{len(left)} session folder(s) remain after close: {left[:3]}")
+    if server is not None and getattr(server, "open_sessions", 0):
+        report.add("closed sessions free their state", f"the server still holds {server.open_sessions} session(s)")
 
 
 def _check_leaks(report: IsolationReport, results: list[dict[str, Any]], markers: list[str]) -> None:

@@ -61,19 +61,22 @@ def to_chat(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def parse_completion(text: str) -> list[dict[str, Any]]:
-    """Generated text → a message item and function_call items."""
-    out: list[dict[str, Any]] = []
-    for block in _TOOL_CALL.findall(text):
+    """Generated text → a message item and function_call items; a malformed call block stays
+    in the message text (the environment never sees it, the transcript does)."""
+    calls: list[dict[str, Any]] = []
+
+    def take(match: re.Match[str]) -> str:
         try:
-            data = json.loads(block)
-            out.append({"type": "function_call", "call_id": _call_id(), "name": str(data["name"]),
-                        "arguments": json.dumps(data.get("arguments", {}))})
+            data = json.loads(match.group(1))
+            calls.append({"type": "function_call", "call_id": _call_id(), "name": str(data["name"]),
+                          "arguments": json.dumps(data.get("arguments", {}))})
+            return ""
         except (json.JSONDecodeError, KeyError, TypeError):
-            continue  # a malformed call is just text the environment never sees
-    message = _TOOL_CALL.sub("", text).strip()
-    if message or not out:
-        out.insert(0, {"type": "message", "role": "assistant", "content": message})
-    return out
+            return match.group(0)
+
+    message = _TOOL_CALL.sub(take, text).strip()
+    out: list[dict[str, Any]] = [{"type": "message", "role": "assistant", "content": message}] if message or not calls else []
+    return out + calls
 
 
 class TransformersModel:

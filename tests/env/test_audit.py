@@ -1,0 +1,143 @@
+"""Verifier and isolation audits catch deliberately broken environments; the built-in passes."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import rlvr
+
+CONTRACT = "experiment.rlvr.yaml"
+
+BROKEN = '''
+from rlvr_cli.env.builtin.file_edit import VERSION, FileEditServer
+from rlvr_cli.env.server import create_app
+from rlvr_cli.env.verdict import Verdict
+
+
+class TargetOnly(FileEditServer):
+    """Checks only the target value: destroying every other file still passes."""
+
+    def verify(self, state, task, calls, final_message):
+        text = (state.root / task["target"]).read_text() if (state.root / task["target"]).is_file() else ""
+        ok = float(bool(VERSION.search(text)) and VERSION.search(text).group(1) == "2")
+        return Verdict("ok", ok, {"success": ok})
+
+
+class TrustsMessage(FileEditServer):
+    """Believes the final message."""
+
+    def verify(self, state, task, calls, final_message):
+        ok = float("version is now 2" in final_message or "Set version" in final_message)
+        return Verdict("ok", ok, {"success": ok})
+
+
+SHARED = {}
+
+
+class SharedState(FileEditServer):
+    """Keeps every session's files in one dict keyed by path: sessions see each other."""
+
+    def seed(self, task):
+        state = super().seed(task)
+        SHARED.setdefault("root", state.root)
+        return type(state)(SHARED["root"], state.seeded)
+
+    def release(self, state):
+        pass
+
+
+target_only = create_app(TargetOnly())
+trusts_message = create_app(TrustsMessage())
+shared_state = create_app(SharedState())
+'''
+
+
+@pytest.fixture(scope="module")
+def scaffold(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("audit") / "agent"
+    assert rlvr("init", folder, "-t", "tool-use", "--no-model").code == 0
+    (folder / "broken_env.py").write_text(BROKEN)
+    return folder
+
+
+@pytest.fixture
+def experiment(scaffold: Path, tmp_path: Path) -> Path:
+    folder = tmp_path / "exp"
+    shutil.copytree(scaffold, folder)
+    return folder
+
+
+def use_server(folder: Path, spec: str) -> None:
+    path = folder / CONTRACT
+    path.write_text(path.read_text().replace("server: rlvr_cli.env.builtin.file_edit:app", f"server: {spec}"))
+
+
+def audit(folder: Path) -> tuple[int, dict]:
+    run = rlvr("audit", "verifier", folder / CONTRACT, "--format", "json", timeout=300)
+    return run.code, json.loads(run.stdout) if run.stdout.strip() else {}
+
+
+def test_built_in_environment_passes_both_audits(experiment: Path) -> None:
+    code, report = audit(experiment)
+    assert code == 0 and report["disagreements"] == 0
+    kinds = set(report["by_kind"])
+    assert {"correct", "alternate_correct", "collateral_damage", "forbidden_tool", "no_op_claim"} <= kinds
+    isolation = rlvr("audit", "isolation", experiment / CONTRACT, "--sessions", "12", timeout=300)
+    assert isolation.code == 0, isolation.stdout + isolation.stderr
+
+
+def test_target_only_verifier_is_caught_by_the_collateral_arm(experiment: Path) -> None:
+    use_server(experiment, "broken_env:target_only")
+    code, report = audit(experiment)
+    assert code == 1
+    false_accepts = [o for o in report["outcomes"] if o["got"] == "accept" and o["expected"] == "reject"]
+    assert {o["kind"] for o in false_accepts} == {"collateral_damage"}
+    assert any("correct + collateral edit" in (o["name"] or "") for o in false_accepts)
+    assert all(o["transcript"]["steps"] for o in false_accepts)  # the evidence is shown
+
+
+def test_message_trusting_verifier_is_caught_by_the_no_op_arm(experiment: Path) -> None:
+    use_server(experiment, "broken_env:trusts_message")
+    run = rlvr("audit", "verifier", experiment / CONTRACT, timeout=300)
+    assert run.code == 1
+    assert "false accept: edit-app-config/no-op claim" in run.stdout
+
+
+def test_shared_state_server_is_caught_by_the_isolation_audit(experiment: Path) -> None:
+    use_server(experiment, "broken_env:shared_state")
+    run = rlvr("audit", "isolation", experiment / CONTRACT, "--sessions", "8", "--format", "json", timeout=300)
+    assert run.code == 1
+    checks = {f["check"] for f in json.loads(run.stdout)["findings"]}
+    assert "no marker in another session" in checks and "re-seeding resets state" in checks
+
+
+def test_single_turn_audit_catches_a_lenient_and_a_crashing_verifier(tmp_path: Path) -> None:
+    folder = tmp_path / "arith"
+    assert rlvr("init", folder, "--no-model").code == 0
+    assert rlvr("audit", "verifier", folder / CONTRACT).code == 0
+    (folder / "verifier.py").write_text(
+        "from rlvr_cli.env import Verdict\n"
+        "def verify(task, response):\n"
+        "    ok = float(response.strip()[:1].isdigit())\n"
+        "    return Verdict('ok', ok, {'correct': ok, 'format': ok})\n")
+    lenient = rlvr("audit", "verifier", folder / CONTRACT, "--format", "json")
+    assert lenient.code == 1
+    assert {o["kind"] for o in json.loads(lenient.stdout)["outcomes"] if not o["got"] == o["expected"]} == {"wrong"}
+    (folder / "verifier.py").write_text("def verify(task, response):\n    raise RuntimeError('boom')\n")
+    crashing = rlvr("audit", "verifier", folder / CONTRACT, "--format", "json")
+    outcomes = json.loads(crashing.stdout)["outcomes"]
+    assert crashing.code == 1 and {o["got"] for o in outcomes} == {"invalid"}
+    assert all(o["verdict"]["status"] == "verifier_error" and o["reward"] is None for o in outcomes)
+
+
+def test_tool_use_audit_needs_a_known_good_candidate(experiment: Path) -> None:
+    (experiment / "audit" / "candidates.yaml").write_text("candidates: []\n")
+    run = rlvr("audit", "verifier", experiment / CONTRACT)
+    assert run.code == 1 and "no 'correct' candidate" in run.stderr
+    (experiment / "audit" / "candidates.yaml").write_text("candidates: [{task: x, kind: nonsense}]\n")
+    bad = rlvr("audit", "verifier", experiment / CONTRACT)
+    assert bad.code == 1 and "candidates.yaml" in bad.stderr and "Traceback" not in bad.stderr
