@@ -24,7 +24,12 @@ demo: $(STAMP)
 	  $(BIN)/python -m rlvr_cli.chat.tiny contracts/arith/model --alphabet arithmetic
 	$(BIN)/rlvr validate --deep --strict contracts/
 	$(BIN)/rlvr render contracts/grpo-cpu.rlvr.yaml --conversations contracts/arith/conversations.jsonl
+	$(BIN)/rlvr init $(DEMO)/agent --template tool-use --no-model
+	$(BIN)/rlvr audit verifier $(DEMO)/agent/experiment.rlvr.yaml
+	$(BIN)/rlvr audit isolation $(DEMO)/agent/experiment.rlvr.yaml --sessions 32
+	$(BIN)/rlvr audit verifier contracts/grpo-cpu.rlvr.yaml
 	$(BIN)/rlvr train contracts/grpo-cpu.rlvr.yaml --run-dir $(DEMO)/grpo-cpu
+	$(BIN)/rlvr status $(DEMO)/grpo-cpu
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 --durations=15

@@ -79,11 +79,16 @@ def validate(ctx: typer.Context) -> None:
 
 @app.command()
 @guarded
-def schema() -> None:
-    """Print the contract's JSON Schema (the committed copy is schemas/contract.schema.json)."""
-    from rlvr_cli.contract.schema import contract_schema_text
+def schema(
+    which: Annotated[str, typer.Argument(help="contract, candidates (audit) or record (rollout record).")] = "contract",
+) -> None:
+    """Print a JSON Schema; committed copies live in schemas/ (contract.schema.json, ...)."""
+    from rlvr_cli.contract.schema import SCHEMAS, schema_text
+    from rlvr_cli.errors import UsageProblem
 
-    sys.stdout.write(contract_schema_text())
+    if which not in SCHEMAS:
+        raise UsageProblem(f"no schema {which!r}; choose one of {', '.join(SCHEMAS)}")
+    sys.stdout.write(schema_text(which))
 
 
 @app.command()

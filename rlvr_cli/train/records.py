@@ -56,6 +56,26 @@ SCHEMA = pa.schema(
 )
 
 
+def json_schema() -> dict[str, Any]:
+    """The record row as JSON Schema, derived from the Parquet schema (one source of truth)."""
+    import pyarrow.types as t
+
+    def of(dtype: pa.DataType) -> dict[str, Any]:
+        if t.is_list(dtype):
+            return {"type": ["array", "null"], "items": of(dtype.value_type)}
+        if t.is_integer(dtype):
+            return {"type": ["integer", "null"]}
+        if t.is_floating(dtype):
+            return {"type": ["number", "null"]}
+        if t.is_boolean(dtype):
+            return {"type": ["boolean", "null"]}
+        return {"type": ["string", "null"]}
+
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "rlvr rollout record",
+            "type": "object", "additionalProperties": False,
+            "properties": {f.name: of(f.type) for f in SCHEMA}, "required": [f.name for f in SCHEMA]}
+
+
 def _fsync_write(path: Path, data: bytes) -> None:
     with path.open("wb") as fh:
         fh.write(data)

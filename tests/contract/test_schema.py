@@ -9,7 +9,7 @@ import jsonschema
 import pytest
 
 from rlvr_cli.contract import yaml12
-from rlvr_cli.contract.schema import contract_schema, contract_schema_text
+from rlvr_cli.contract.schema import contract_schema
 from tests.conftest import EXAMPLES, ROOT, rlvr
 from tests.contract.test_examples import INVALID, expected, valid_contracts
 
@@ -22,9 +22,22 @@ def schema_errors(data: object) -> list[str]:
     return [e.message for e in validator.iter_errors(data)]
 
 
-def test_committed_schema_is_current() -> None:
-    committed = (ROOT / "schemas" / "contract.schema.json").read_text()
-    assert committed == contract_schema_text(), "run: rlvr schema > schemas/contract.schema.json"
+@pytest.mark.parametrize("name", ["contract", "candidates", "record"])
+def test_committed_schemas_are_current(name: str) -> None:
+    from rlvr_cli.contract.schema import FILES, schema_text
+
+    committed = (ROOT / "schemas" / FILES[name]).read_text()
+    assert committed == schema_text(name), f"run: rlvr schema {name} > schemas/{FILES[name]}"
+    jsonschema.Draft202012Validator.check_schema(json.loads(committed))
+
+
+def test_shipped_candidates_and_records_match_their_schemas(tmp_path: Path) -> None:
+    import yaml
+
+    from rlvr_cli.contract.schema import candidates_schema
+
+    data = yaml.safe_load((ROOT / "templates" / "tool-use" / "audit" / "candidates.yaml").read_text())
+    assert list(jsonschema.Draft202012Validator(candidates_schema()).iter_errors(data)) == []
 
 
 def test_schema_command_prints_the_schema() -> None:

@@ -131,6 +131,12 @@ def test_records_are_listed_with_checksums(learned: tuple[Path, object]) -> None
     ):
         assert key in row
     assert len(row["old_logprobs"]) == len(row["response_ids"]) == len(row["loss_mask"])
+    import jsonschema
+
+    from rlvr_cli.contract.schema import record_schema
+
+    for record in table[:5]:
+        jsonschema.validate(record, record_schema())
     assert row["finish_reason"] in ("stop", "length")
 
 
