@@ -47,8 +47,14 @@ def _probe_session(client: Any, task: dict[str, Any], marker: str) -> dict[str, 
     first = client.verify(session, marker)
     after_verify = client.call(session, "list_files", {})
     second = client.verify(session, marker)
-    return {"session": session, "marker": marker, "outputs": outputs, "listing": listing,
-            "after_verify": after_verify, "verdicts": [first, second]}
+    return {
+        "session": session,
+        "marker": marker,
+        "outputs": outputs,
+        "listing": listing,
+        "after_verify": after_verify,
+        "verdicts": [first, second],
+    }
 
 
 def run_isolation(contract: Contract, folder: Path, sessions: int) -> IsolationReport:
@@ -73,8 +79,9 @@ def run_isolation(contract: Contract, folder: Path, sessions: int) -> IsolationR
                     report.add("calls before seeding fail", f"expected 404, got {exc.status}")
             markers = [f"rlvr-marker-{i}-{secrets.token_hex(6)}" for i in range(sessions)]
             with ThreadPoolExecutor(max_workers=min(sessions, 32)) as pool:
-                results = list(pool.map(lambda i: _probe_session(client, tasks[i % len(tasks)], markers[i]),
-                                        range(sessions)))
+                results = list(
+                    pool.map(lambda i: _probe_session(client, tasks[i % len(tasks)], markers[i]), range(sessions))
+                )
             _check_leaks(report, results, markers)
             _check_verify_is_read_only(report, results)
             _check_reseed(report, client, tasks[0])
@@ -121,7 +128,9 @@ def _check_verify_is_read_only(report: IsolationReport, results: list[dict[str, 
     for result in results:
         first, second = result["verdicts"]
         if result["after_verify"] != result["listing"] or (first.reward, first.components) != (
-                second.reward, second.components):
+            second.reward,
+            second.components,
+        ):
             report.add("verify changes nothing", f"session {result['marker']}: state or verdict changed after verify")
 
 

@@ -26,8 +26,17 @@ from pydantic import BaseModel, ConfigDict, Field
 from rlvr_cli.contract.models import Contract
 from rlvr_cli.errors import RlvrError
 
-Kind = Literal["correct", "alternate_correct", "collateral_damage", "forbidden_tool", "no_op_claim", "custom",
-               "wrong", "format_error", "empty"]
+Kind = Literal[
+    "correct",
+    "alternate_correct",
+    "collateral_damage",
+    "forbidden_tool",
+    "no_op_claim",
+    "custom",
+    "wrong",
+    "format_error",
+    "empty",
+]
 
 
 class Candidate(BaseModel):
@@ -39,7 +48,8 @@ class Candidate(BaseModel):
     kind: Kind
     expected: Literal["accept", "reject"]
     trajectory: list[list[dict[str, Any]]] | None = Field(
-        None, description="tool_use: model outputs per step, in Responses API item shapes.")
+        None, description="tool_use: model outputs per step, in Responses API item shapes."
+    )
     response: str | None = Field(None, description="single_turn: the response text.")
 
 
@@ -62,9 +72,16 @@ class Outcome:
         return self.got == self.candidate.expected
 
     def as_json(self) -> dict[str, Any]:
-        return {"name": self.candidate.name, "task": self.task.get("id"), "kind": self.candidate.kind,
-                "expected": self.candidate.expected, "got": self.got, "reward": self.reward,
-                "verdict": self.verdict, "transcript": self.transcript}
+        return {
+            "name": self.candidate.name,
+            "task": self.task.get("id"),
+            "kind": self.candidate.kind,
+            "expected": self.candidate.expected,
+            "got": self.got,
+            "reward": self.reward,
+            "verdict": self.verdict,
+            "transcript": self.transcript,
+        }
 
 
 @dataclass
@@ -122,8 +139,12 @@ def judge(contract: Contract, verdict: Any) -> tuple[str, float | None]:
 
 
 def verdict_json(verdict: Any) -> dict[str, Any]:
-    return {"status": verdict.status, "reward": verdict.reward, "components": verdict.components,
-            "detail": verdict.detail}
+    return {
+        "status": verdict.status,
+        "reward": verdict.reward,
+        "components": verdict.components,
+        "detail": verdict.detail,
+    }
 
 
 # ── generated arms ────────────────────────────────────────────────────────────────────
@@ -140,8 +161,9 @@ def single_turn_arms(tasks: list[dict[str, Any]]) -> list[Candidate]:
             arms += [
                 Candidate(name=f"{tid}/answer", task=task, kind="correct", expected="accept", response=answer),
                 Candidate(name=f"{tid}/wrong", task=task, kind="wrong", expected="reject", response=wrong),
-                Candidate(name=f"{tid}/format", task=task, kind="format_error", expected="reject",
-                          response="I cannot say."),
+                Candidate(
+                    name=f"{tid}/format", task=task, kind="format_error", expected="reject", response="I cannot say."
+                ),
             ]
     return arms
 
@@ -158,14 +180,25 @@ def tool_use_arms(candidates: list[Candidate], tasks: dict[str, dict[str, Any]])
             continue
         seen.add(tid)
         claim = [{"type": "message", "role": "assistant", "content": "Done: the version is now 2."}]
-        collateral = [{"type": "function_call", "name": "write_file",
-                       "arguments": {"path": "README.md", "content": "# edited\n"}}]
+        collateral = [
+            {"type": "function_call", "name": "write_file", "arguments": {"path": "README.md", "content": "# edited\n"}}
+        ]
         arms += [
             Candidate(name=f"{tid}/no-op claim", task=task, kind="no_op_claim", expected="reject", trajectory=[claim]),
-            Candidate(name=f"{tid}/empty", task=task, kind="custom", expected="reject",
-                      trajectory=[[{"type": "message", "role": "assistant", "content": ""}]]),
-            Candidate(name=f"{tid}/correct + collateral edit", task=task, kind="collateral_damage", expected="reject",
-                      trajectory=[*c.trajectory[:-1], collateral, *c.trajectory[-1:]]),
+            Candidate(
+                name=f"{tid}/empty",
+                task=task,
+                kind="custom",
+                expected="reject",
+                trajectory=[[{"type": "message", "role": "assistant", "content": ""}]],
+            ),
+            Candidate(
+                name=f"{tid}/correct + collateral edit",
+                task=task,
+                kind="collateral_damage",
+                expected="reject",
+                trajectory=[*c.trajectory[:-1], collateral, *c.trajectory[-1:]],
+            ),
         ]
     return arms
 
@@ -194,8 +227,7 @@ def audit_single_turn(contract: Contract, folder: Path, candidates: list[Candida
         items = [(resolve_task(c.task, tasks), c.response or "") for c in todo]
         for candidate, (task, response), (verdict, _) in zip(todo, items, pool.verify_many(items), strict=True):
             got, reward = judge(contract, verdict)
-            report.outcomes.append(Outcome(candidate, task, got, reward, verdict_json(verdict),
-                                           {"response": response}))
+            report.outcomes.append(Outcome(candidate, task, got, reward, verdict_json(verdict), {"response": response}))
     return report
 
 
@@ -212,11 +244,11 @@ def audit_tool_use(contract: Contract, folder: Path, candidates: list[Candidate]
         try:
             for candidate in todo:
                 task = resolve_task(candidate.task, tasks)
-                transcript = run_episode(ScriptedModel(candidate.trajectory or []), client, task,
-                                         env.max_steps or 1)
+                transcript = run_episode(ScriptedModel(candidate.trajectory or []), client, task, env.max_steps or 1)
                 got, reward = judge(contract, transcript.verdict)
-                report.outcomes.append(Outcome(candidate, task, got, reward, verdict_json(transcript.verdict),
-                                               transcript.as_json()))
+                report.outcomes.append(
+                    Outcome(candidate, task, got, reward, verdict_json(transcript.verdict), transcript.as_json())
+                )
         finally:
             client.close()
     return report
@@ -226,8 +258,10 @@ def run_audit(contract: Contract, folder: Path, candidates_path: Path, limit: in
     candidates = load_candidates(candidates_path)
     if contract.environment.kind == "tool_use":
         if not any(c.kind == "correct" and c.trajectory for c in candidates):
-            raise RlvrError(f"{candidates_path} has no 'correct' candidate with a trajectory; the control group "
-                            "needs at least one known-good solution")
+            raise RlvrError(
+                f"{candidates_path} has no 'correct' candidate with a trajectory; the control group "
+                "needs at least one known-good solution"
+            )
         return audit_tool_use(contract, folder, candidates)
     return audit_single_turn(contract, folder, candidates, limit)
 
@@ -243,7 +277,9 @@ def report_text(report: AuditReport) -> str:
     lines.append(f"{len(report.outcomes)} candidates, {len(bad)} disagreement(s)")
     for o in bad:
         what = "false accept" if o.got == "accept" else "false reject" if o.got == "reject" else "invalid verdict"
-        lines.append(f"  {what}: {o.candidate.name or o.candidate.kind} (task {o.task.get('id')}, kind "
-                     f"{o.candidate.kind}) expected {o.candidate.expected}, got {o.got}; verdict {o.verdict}")
+        lines.append(
+            f"  {what}: {o.candidate.name or o.candidate.kind} (task {o.task.get('id')}, kind "
+            f"{o.candidate.kind}) expected {o.candidate.expected}, got {o.got}; verdict {o.verdict}"
+        )
         lines.append(f"    transcript: {json.dumps(o.transcript)[:600]}")
     return "\n".join(lines)

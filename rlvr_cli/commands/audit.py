@@ -16,14 +16,23 @@ def run_audit_verifier(contract_path: Path, candidates: Path | None, fmt: str, l
     folder = contract_path.resolve().parent
     report = run_audit(contract, folder, candidates or folder / "audit" / "candidates.yaml", limit)
     if fmt == "json":
-        print(json.dumps({"outcomes": [o.as_json() for o in report.outcomes],
-                          "by_kind": {k: dict(v) for k, v in report.matrix("kind").items()},
-                          "disagreements": len(report.disagreements)}, indent=1))
+        print(
+            json.dumps(
+                {
+                    "outcomes": [o.as_json() for o in report.outcomes],
+                    "by_kind": {k: dict(v) for k, v in report.matrix("kind").items()},
+                    "disagreements": len(report.disagreements),
+                },
+                indent=1,
+            )
+        )
     else:
         print(report_text(report))
     verdict = "passed" if not report.disagreements else "FAILED"
-    print(f"verifier audit {verdict}: {len(report.disagreements)} disagreement(s) in {len(report.outcomes)} "
-          "candidates", file=sys.stderr)
+    print(
+        f"verifier audit {verdict}: {len(report.disagreements)} disagreement(s) in {len(report.outcomes)} candidates",
+        file=sys.stderr,
+    )
     return 1 if report.disagreements else 0
 
 

@@ -54,8 +54,11 @@ def candidates_schema() -> dict[str, Any]:
     """JSON Schema of `audit/candidates.yaml` (rlvr audit verifier)."""
     from rlvr_cli.audit.verifier import CandidateFile
 
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema",
-            **CandidateFile.model_json_schema(), "title": "rlvr audit candidates"}
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        **CandidateFile.model_json_schema(),
+        "title": "rlvr audit candidates",
+    }
 
 
 def record_schema() -> dict[str, Any]:
@@ -66,8 +69,11 @@ def record_schema() -> dict[str, Any]:
 
 
 SCHEMAS = {"contract": contract_schema, "candidates": candidates_schema, "record": record_schema}
-FILES = {"contract": "contract.schema.json", "candidates": "audit-candidates.schema.json",
-         "record": "rollout-record.schema.json"}
+FILES = {
+    "contract": "contract.schema.json",
+    "candidates": "audit-candidates.schema.json",
+    "record": "rollout-record.schema.json",
+}
 
 
 def schema_text(name: str) -> str:

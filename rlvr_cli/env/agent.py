@@ -1,9 +1,9 @@
 """The agent loop in OpenAI Responses API item shapes, and a client for resources servers.
 
-    model call → `function_call` items → routed to the server → `function_call_output`
-    items appended → … until the model answers with a message and no tool call, or
-    `max_steps` model calls were made. Steps, calls, outputs and the verdict form the
-    transcript.
+model call → `function_call` items → routed to the server → `function_call_output`
+items appended → … until the model answers with a message and no tool call, or
+`max_steps` model calls were made. Steps, calls, outputs and the verdict form the
+transcript.
 """
 
 from __future__ import annotations
@@ -70,15 +70,27 @@ class Transcript:
     verdict: Verdict | None = None
 
     def as_json(self) -> dict[str, Any]:
-        verdict = None if self.verdict is None else {
-            "status": self.verdict.status, "reward": self.verdict.reward,
-            "components": self.verdict.components, "detail": self.verdict.detail}
-        return {"task_id": self.task.get("id"), "steps": self.steps, "final_message": self.final_message,
-                "verdict": verdict}
+        verdict = (
+            None
+            if self.verdict is None
+            else {
+                "status": self.verdict.status,
+                "reward": self.verdict.reward,
+                "components": self.verdict.components,
+                "detail": self.verdict.detail,
+            }
+        )
+        return {
+            "task_id": self.task.get("id"),
+            "steps": self.steps,
+            "final_message": self.final_message,
+            "verdict": verdict,
+        }
 
 
-def run_episode(model: Any, client: EnvClient, task: dict[str, Any], max_steps: int,
-                tools: list[dict[str, Any]] | None = None) -> Transcript:
+def run_episode(
+    model: Any, client: EnvClient, task: dict[str, Any], max_steps: int, tools: list[dict[str, Any]] | None = None
+) -> Transcript:
     """One episode: seed, loop model ↔ tools, verify, close (always)."""
     transcript = Transcript(task)
     transcript.session_id = client.seed(task)
@@ -97,7 +109,8 @@ def run_episode(model: Any, client: EnvClient, task: dict[str, Any], max_steps: 
                 items.append(result)
             if not calls:
                 transcript.final_message = "".join(
-                    str(i.get("content", "")) for i in output if i.get("type") == "message")
+                    str(i.get("content", "")) for i in output if i.get("type") == "message"
+                )
                 break
         try:
             transcript.verdict = client.verify(transcript.session_id, transcript.final_message)
@@ -116,8 +129,11 @@ def _call_tool(client: EnvClient, session_id: str, call: dict[str, Any]) -> dict
         output = client.call(session_id, call["name"], arguments)
     except (json.JSONDecodeError, EnvHTTPError) as exc:
         output = f"error: {exc}"
-    return {"type": "function_call_output", "call_id": call.get("call_id", ""),
-            "output": output if isinstance(output, str) else json.dumps(output)}
+    return {
+        "type": "function_call_output",
+        "call_id": call.get("call_id", ""),
+        "output": output if isinstance(output, str) else json.dumps(output),
+    }
 
 
 # ── serving an app for the duration of a command ──────────────────────────────────────

@@ -49,8 +49,11 @@ def to_chat(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if kind == "message":
             messages.append({"role": item.get("role", "user"), "content": str(item.get("content", ""))})
         elif kind == "function_call":
-            call = {"type": "function", "id": item.get("call_id"),
-                    "function": {"name": item["name"], "arguments": item.get("arguments", "{}")}}
+            call = {
+                "type": "function",
+                "id": item.get("call_id"),
+                "function": {"name": item["name"], "arguments": item.get("arguments", "{}")},
+            }
             if messages and messages[-1]["role"] == "assistant" and "tool_calls" in messages[-1]:
                 messages[-1]["tool_calls"].append(call)
             else:
@@ -68,32 +71,56 @@ def parse_completion(text: str) -> list[dict[str, Any]]:
     def take(match: re.Match[str]) -> str:
         try:
             data = json.loads(match.group(1))
-            calls.append({"type": "function_call", "call_id": _call_id(), "name": str(data["name"]),
-                          "arguments": json.dumps(data.get("arguments", {}))})
+            calls.append(
+                {
+                    "type": "function_call",
+                    "call_id": _call_id(),
+                    "name": str(data["name"]),
+                    "arguments": json.dumps(data.get("arguments", {})),
+                }
+            )
             return ""
         except (json.JSONDecodeError, KeyError, TypeError):
             return match.group(0)
 
     message = _TOOL_CALL.sub(take, text).strip()
-    out: list[dict[str, Any]] = [{"type": "message", "role": "assistant", "content": message}] if message or not calls else []
+    out: list[dict[str, Any]] = (
+        [{"type": "message", "role": "assistant", "content": message}] if message or not calls else []
+    )
     return out + calls
 
 
 class TransformersModel:
     """A local causal LM, sampled through the chat template with the tools offered."""
 
-    def __init__(self, model: Any, tokenizer: Any, *, max_new_tokens: int, stop_ids: list[int],
-                 temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0, seed: int = 0) -> None:
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        max_new_tokens: int,
+        stop_ids: list[int],
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        seed: int = 0,
+    ) -> None:
         self.model, self.tokenizer = model, tokenizer
-        self.kwargs = {"max_new_tokens": max_new_tokens, "temperature": temperature, "top_p": top_p,
-                       "top_k": top_k, "stop_ids": stop_ids}
+        self.kwargs = {
+            "max_new_tokens": max_new_tokens,
+            "temperature": temperature,
+            "top_p": top_p,
+            "top_k": top_k,
+            "stop_ids": stop_ids,
+        }
         self.seed = seed
 
     def respond(self, items: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
         from rlvr_cli.train.rollout import generate
 
-        text = self.tokenizer.apply_chat_template(to_chat(items), tools=tools or None, tokenize=False,
-                                                  add_generation_prompt=True)
+        text = self.tokenizer.apply_chat_template(
+            to_chat(items), tools=tools or None, tokenize=False, add_generation_prompt=True
+        )
         prompt = self.tokenizer(text, add_special_tokens=False)["input_ids"]
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
         self.seed += 1
@@ -105,12 +132,21 @@ class TransformersModel:
 class OpenAIModel:
     """An OpenAI-compatible chat completions endpoint (vLLM, SGLang, a hosted API)."""
 
-    def __init__(self, base_url: str, model: str, *, api_key: str = "none", temperature: float = 1.0,
-                 max_tokens: int = 512, timeout_s: float = 120.0) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key: str = "none",
+        temperature: float = 1.0,
+        max_tokens: int = 512,
+        timeout_s: float = 120.0,
+    ) -> None:
         import httpx
 
-        self.http = httpx.Client(base_url=base_url.rstrip("/"), timeout=timeout_s,
-                                 headers={"Authorization": f"Bearer {api_key}"})
+        self.http = httpx.Client(
+            base_url=base_url.rstrip("/"), timeout=timeout_s, headers={"Authorization": f"Bearer {api_key}"}
+        )
         self.body = {"model": model, "temperature": temperature, "max_tokens": max_tokens}
 
     def respond(self, items: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -124,6 +160,12 @@ class OpenAIModel:
         if message.get("content"):
             out.append({"type": "message", "role": "assistant", "content": message["content"]})
         for call in message.get("tool_calls") or []:
-            out.append({"type": "function_call", "call_id": call.get("id") or _call_id(),
-                        "name": call["function"]["name"], "arguments": call["function"].get("arguments", "{}")})
+            out.append(
+                {
+                    "type": "function_call",
+                    "call_id": call.get("id") or _call_id(),
+                    "name": call["function"]["name"],
+                    "arguments": call["function"].get("arguments", "{}"),
+                }
+            )
         return out or [{"type": "message", "role": "assistant", "content": ""}]

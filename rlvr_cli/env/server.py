@@ -76,7 +76,9 @@ class ResourcesServer:
 
     @classmethod
     def tools(cls) -> dict[str, Callable[..., Any]]:
-        return {name: fn for name, fn in inspect.getmembers(cls, inspect.isfunction) if getattr(fn, "__rlvr_tool__", False)}
+        return {
+            name: fn for name, fn in inspect.getmembers(cls, inspect.isfunction) if getattr(fn, "__rlvr_tool__", False)
+        }
 
     def offered_tools(self) -> list[str]:
         names = list(self.tools())
@@ -90,9 +92,16 @@ class ResourcesServer:
             params = [p for p in inspect.signature(fn).parameters.values() if p.name not in ("self", "state")]
             props = {p.name: {"type": "string"} for p in params}
             required = [p.name for p in params if p.default is inspect.Parameter.empty]
-            out.append({"type": "function", "function": {
-                "name": name, "description": (fn.__doc__ or "").strip().split("\n")[0],
-                "parameters": {"type": "object", "properties": props, "required": required}}})
+            out.append(
+                {
+                    "type": "function",
+                    "function": {
+                        "name": name,
+                        "description": (fn.__doc__ or "").strip().split("\n")[0],
+                        "parameters": {"type": "object", "properties": props, "required": required},
+                    },
+                }
+            )
         return out
 
     def seed_session(self, task: dict[str, Any]) -> str:
@@ -204,8 +213,12 @@ def create_app(server: ResourcesServer) -> Any:
             verdict = server.verify_session(body.session_id, body.final_message)
         except KeyError:
             raise unknown(body.session_id) from None
-        return {"status": verdict.status, "reward": verdict.reward, "components": verdict.components,
-                "detail": verdict.detail}
+        return {
+            "status": verdict.status,
+            "reward": verdict.reward,
+            "components": verdict.components,
+            "detail": verdict.detail,
+        }
 
     @app.post("/close")
     def close(body: CloseRequest) -> dict[str, bool]:

@@ -393,7 +393,27 @@ class Trainer:
             "groups_accepted": float(len(result.accepted)),
             "dynamic_sampling_rounds": float(result.rounds),
             "samples_kept": float(sum(s.kept for g in result.accepted for s in g)),
+            **self.acceptance_by(result),
         }
+
+    def acceptance_by(self, result: StepResult) -> dict[str, float]:
+        """Dynamic sampling: the share of generated groups accepted, per `log_by` field value
+        (e.g. `accept_rate/difficulty=easy`); discarded groups are in the records with a reason."""
+        ds = self.c.length.dynamic_sampling
+        if not ds or not ds.drop_uniform_groups:
+            return {}
+        size = self.c.hyperparameters.group_size
+        accepted = {id(g[0]) for g in result.accepted}
+        out: dict[str, float] = {}
+        for field_name in ds.log_by or []:
+            seen: dict[str, list[int]] = {}
+            for start in range(0, len(result.generated), size):
+                first = result.generated[start]
+                value = str(first.task.get(field_name))
+                seen.setdefault(value, []).append(int(id(first) in accepted))
+            for value, flags in sorted(seen.items()):
+                out[f"accept_rate/{field_name}={value}"] = sum(flags) / len(flags)
+        return out
 
     @torch.no_grad()
     def evaluate_holdout(self, pool: VerifierPool) -> float:

@@ -71,9 +71,14 @@ def json_schema() -> dict[str, Any]:
             return {"type": ["boolean", "null"]}
         return {"type": ["string", "null"]}
 
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "rlvr rollout record",
-            "type": "object", "additionalProperties": False,
-            "properties": {f.name: of(f.type) for f in SCHEMA}, "required": [f.name for f in SCHEMA]}
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "rlvr rollout record",
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {f.name: of(f.type) for f in SCHEMA},
+        "required": [f.name for f in SCHEMA],
+    }
 
 
 def _fsync_write(path: Path, data: bytes) -> None:

@@ -123,10 +123,11 @@ def test_single_turn_audit_catches_a_lenient_and_a_crashing_verifier(tmp_path: P
         "from rlvr_cli.env import Verdict\n"
         "def verify(task, response):\n"
         "    ok = float(response.strip()[:1].isdigit())\n"
-        "    return Verdict('ok', ok, {'correct': ok, 'format': ok})\n")
+        "    return Verdict('ok', ok, {'correct': ok, 'format': ok})\n"
+    )
     lenient = rlvr("audit", "verifier", folder / CONTRACT, "--format", "json")
     assert lenient.code == 1
-    assert {o["kind"] for o in json.loads(lenient.stdout)["outcomes"] if not o["got"] == o["expected"]} == {"wrong"}
+    assert {o["kind"] for o in json.loads(lenient.stdout)["outcomes"] if o["got"] != o["expected"]} == {"wrong"}
     (folder / "verifier.py").write_text("def verify(task, response):\n    raise RuntimeError('boom')\n")
     crashing = rlvr("audit", "verifier", folder / CONTRACT, "--format", "json")
     outcomes = json.loads(crashing.stdout)["outcomes"]

@@ -19,7 +19,7 @@ TASK = {"id": "t", "prompt": "Set version to 2 in config/app.toml", "target": "c
 
 class WithHiddenTool(FileEditServer):
     @tool
-    def shell(self, state, command: str) -> str:  # noqa: ANN001
+    def shell(self, state, command: str) -> str:
         """Not offered to the policy."""
         return "ran " + command
 
@@ -41,8 +41,11 @@ def seed(http: TestClient) -> str:
 def test_sessions_are_unguessable_and_unknown_ones_are_refused(http: TestClient) -> None:
     a, b = seed(http), seed(http)
     assert a != b and len(a) >= 32
-    for path, body in [("/tools/list_files", {"session_id": "nope"}), ("/verify", {"session_id": "nope"}),
-                       ("/close", {"session_id": "nope"})]:
+    for path, body in [
+        ("/tools/list_files", {"session_id": "nope"}),
+        ("/verify", {"session_id": "nope"}),
+        ("/close", {"session_id": "nope"}),
+    ]:
         response = http.post(path, json=body)
         assert response.status_code == 404 and "seed a session first" in response.json()["detail"]
 
@@ -76,8 +79,11 @@ def test_close_releases_the_session_and_its_folder(server: FileEditServer, http:
 @pytest.mark.parametrize("path", ["../outside.txt", "/etc/passwd", "config/../../x", "~/x", "", "a\x00b"])
 def test_path_escapes_are_refused(http: TestClient, path: str) -> None:
     sid = seed(http)
-    for name, args in [("read_file", {"path": path}), ("write_file", {"path": path, "content": "x"}),
-                       ("delete_file", {"path": path})]:
+    for name, args in [
+        ("read_file", {"path": path}),
+        ("write_file", {"path": path, "content": "x"}),
+        ("delete_file", {"path": path}),
+    ]:
         output = http.post(f"/tools/{name}", json={"session_id": sid, "arguments": args}).json()["output"]
         assert output.startswith("error:"), (name, path, output)
 
@@ -95,8 +101,10 @@ def test_symlinks_are_not_followed(server: FileEditServer, http: TestClient, tmp
 
 def test_verify_reads_the_servers_own_log_and_changes_nothing(server: FileEditServer, http: TestClient) -> None:
     sid = seed(http)
-    http.post("/tools/replace_in_file", json={"session_id": sid, "arguments": {
-        "path": "config/app.toml", "old": "version = 1", "new": "version = 2"}})
+    http.post(
+        "/tools/replace_in_file",
+        json={"session_id": sid, "arguments": {"path": "config/app.toml", "old": "version = 1", "new": "version = 2"}},
+    )
     before = http.post("/tools/list_files", json={"session_id": sid}).json()
     first = http.post("/verify", json={"session_id": sid, "final_message": "done"}).json()
     second = http.post("/verify", json={"session_id": sid}).json()
@@ -108,8 +116,13 @@ def test_verify_reads_the_servers_own_log_and_changes_nothing(server: FileEditSe
 def test_agent_loop_transcript_in_responses_item_shapes() -> None:
     steps = [
         [{"type": "function_call", "name": "read_file", "arguments": {"path": "config/app.toml"}}],
-        [{"type": "function_call", "name": "replace_in_file",
-          "arguments": {"path": "config/app.toml", "old": "version = 1", "new": "version = 2"}}],
+        [
+            {
+                "type": "function_call",
+                "name": "replace_in_file",
+                "arguments": {"path": "config/app.toml", "old": "version = 1", "new": "version = 2"},
+            }
+        ],
         [{"type": "message", "role": "assistant", "content": "done"}],
         [{"type": "message", "role": "assistant", "content": "never reached"}],
     ]
@@ -127,12 +140,19 @@ def test_agent_loop_transcript_in_responses_item_shapes() -> None:
 
 
 def test_parse_completion_and_chat_conversion() -> None:
-    items = parse_completion('thinking <tool_call>{"name": "read_file", "arguments": {"path": "a"}}</tool_call>'
-                             "<tool_call>not json</tool_call>")
+    items = parse_completion(
+        'thinking <tool_call>{"name": "read_file", "arguments": {"path": "a"}}</tool_call>'
+        "<tool_call>not json</tool_call>"
+    )
     assert items[0] == {"type": "message", "role": "assistant", "content": "thinking <tool_call>not json</tool_call>"}
     assert items[1]["name"] == "read_file" and json.loads(items[1]["arguments"]) == {"path": "a"}
-    chat = to_chat([{"type": "message", "role": "user", "content": "hi"}, *items[1:],
-                    {"type": "function_call_output", "call_id": items[1]["call_id"], "output": "A"}])
+    chat = to_chat(
+        [
+            {"type": "message", "role": "user", "content": "hi"},
+            *items[1:],
+            {"type": "function_call_output", "call_id": items[1]["call_id"], "output": "A"},
+        ]
+    )
     assert [m["role"] for m in chat] == ["user", "assistant", "tool"]
     assert chat[1]["tool_calls"][0]["function"]["name"] == "read_file"
 
@@ -146,8 +166,19 @@ def test_openai_compatible_model_interface() -> None:
     @fake.post("/v1/chat/completions")
     def complete(body: dict) -> dict:
         seen.append(body)
-        return {"choices": [{"message": {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "c1", "type": "function", "function": {"name": "list_files", "arguments": "{}"}}]}}]}
+        return {
+            "choices": [
+                {
+                    "message": {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [
+                            {"id": "c1", "type": "function", "function": {"name": "list_files", "arguments": "{}"}}
+                        ],
+                    }
+                }
+            ]
+        }
 
     with serve(fake) as url:
         model = OpenAIModel(url, "tiny", max_tokens=16)
@@ -162,7 +193,11 @@ def test_transformers_model_interface(tiny_chatml: Path) -> None:
     from rlvr_cli.env.model import TransformersModel
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_chatml)
-    model = TransformersModel(AutoModelForCausalLM.from_pretrained(tiny_chatml), tokenizer, max_new_tokens=8,
-                              stop_ids=[tokenizer.convert_tokens_to_ids("<|im_end|>")])
+    model = TransformersModel(
+        AutoModelForCausalLM.from_pretrained(tiny_chatml),
+        tokenizer,
+        max_new_tokens=8,
+        stop_ids=[tokenizer.convert_tokens_to_ids("<|im_end|>")],
+    )
     out = model.respond([{"type": "message", "role": "user", "content": "hi"}], [])
     assert out and out[0]["type"] in ("message", "function_call")

@@ -204,3 +204,22 @@ def test_empty_dataset_is_refused(experiment: Path) -> None:
     (experiment / "data" / "train.jsonl").write_text("")
     run = rlvr("train", experiment / CONTRACT, "--max-steps", "1")
     assert run.code == 1 and "holds no task" in run.stderr
+
+
+def test_dynamic_sampling_logs_acceptance_and_counts_discarded_generations(experiment: Path) -> None:
+    from rlvr_cli.train.records import read_records
+
+    edit(
+        experiment,
+        "  padding_side: left\n",
+        "  padding_side: left\n  dynamic_sampling: {drop_uniform_groups: true, max_rounds: 3, log_by: [difficulty]}\n",
+    )
+    run = rlvr("train", experiment / CONTRACT, "--max-steps", "3", timeout=300)
+    assert run.code == 0, run.stderr[-2000:]
+    rows = metrics(experiment / "runs" / "arith")
+    assert all(any(k.startswith("accept_rate/difficulty=") for k in r) for r in rows)
+    records = read_records(experiment / "runs" / "arith" / "records").to_pylist()
+    dropped = [r for r in records if r["discard_reason"] == "uniform_group"]
+    generated = sum(r["groups_generated"] for r in rows)
+    assert len(records) == generated * 8 and rows[-1]["total_rollouts"] == len(records)
+    assert len(dropped) == sum(r["groups_generated"] - r["groups_accepted"] for r in rows) * 8
