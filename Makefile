@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 DEMO := build/demo
 
-.PHONY: install demo test lint clean
+.PHONY: install demo test lint clean browser
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,8 +30,15 @@ demo: $(STAMP)
 	$(BIN)/rlvr audit verifier contracts/grpo-cpu.rlvr.yaml
 	$(BIN)/rlvr train contracts/grpo-cpu.rlvr.yaml --run-dir $(DEMO)/grpo-cpu
 	$(BIN)/rlvr status $(DEMO)/grpo-cpu
+	$(BIN)/rlvr audit rollouts $(DEMO)/grpo-cpu
+	$(BIN)/rlvr gate contracts/grpo-cpu.rlvr.yaml --candidate $(DEMO)/grpo-cpu
+	$(BIN)/rlvr report $(DEMO)/grpo-cpu
 
-test: $(STAMP)
+# The report test opens the HTML report in headless Chromium (Debian's package).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
+
+test: $(STAMP) browser
 	$(BIN)/python -m pytest -n 2 --durations=15
 
 lint: $(STAMP)

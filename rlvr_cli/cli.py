@@ -179,6 +179,60 @@ def audit_isolation(
     raise typer.Exit(run_audit_isolation(contract, sessions, format))
 
 
+@audit_app.command("rollouts")
+@guarded
+def audit_rollouts(
+    run_dir: Annotated[Path, typer.Argument(help="A run folder written by rlvr train.")],
+    format: Annotated[str, typer.Option("--format", "-f", help="text or json.")] = "text",
+) -> None:
+    """Verify the record manifest (exit 1 on any mismatch), then report what the rollouts show."""
+    from rlvr_cli.commands.audit import run_audit_rollouts
+
+    raise typer.Exit(run_audit_rollouts(run_dir, format))
+
+
+@audit_app.command("rewards")
+@guarded
+def audit_rewards(
+    contract: Annotated[Path, typer.Argument(help="The contract (tasks, verifier, sampling).")],
+    policy: Annotated[list[Path], typer.Option("--policy", help="A policy or run folder; give two (A, B).")],
+    samples: Annotated[int, typer.Option(help="Samples per task.")] = 4,
+    split: Annotated[str, typer.Option(help="train or holdout.")] = "holdout",
+    format: Annotated[str, typer.Option("--format", "-f", help="text or json.")] = "text",
+) -> None:
+    """Reward distributions of two policies on the same tasks, paired; flags "no difference"."""
+    from rlvr_cli.commands.audit import run_audit_rewards
+
+    raise typer.Exit(run_audit_rewards(contract, policy, samples, split, format))
+
+
+@app.command()
+@guarded
+def gate(
+    contract: Annotated[Path, typer.Argument(help="The contract whose acceptance.gates to evaluate.")],
+    candidate: Annotated[Path, typer.Option("--candidate", help="The run folder to release.")],
+    baseline: Annotated[
+        Path | None, typer.Option("--baseline", help="Evaluation JSON, policy or run folder to beat.")
+    ] = None,
+) -> None:
+    """Release gates with paired bootstrap intervals per segment; exit 1 when the release fails."""
+    from rlvr_cli.commands.audit import run_gate
+
+    raise typer.Exit(run_gate(contract, candidate, baseline))
+
+
+@app.command()
+@guarded
+def report(
+    run_dir: Annotated[Path, typer.Argument(help="A run folder written by rlvr train.")],
+    out: Annotated[Path | None, typer.Option("--out", help="HTML file (default RUN_DIR/report.html).")] = None,
+) -> None:
+    """Write one self-contained HTML report (curves, thresholds, fired rules, rollout audit)."""
+    from rlvr_cli.commands.audit import run_report
+
+    raise typer.Exit(run_report(run_dir, out))
+
+
 @app.command()
 @guarded
 def init(

@@ -1,0 +1,200 @@
+"""`rlvr audit rollouts RUN_DIR`: verify the record manifest, then read the evidence.
+
+A rising training reward is not a better model. This report puts next to it: reward by
+domain and difficulty, zero-variance groups (all correct vs all wrong) over time,
+truncation, verifier errors vs wrong answers, dynamic-sampling acceptance and the budget
+spent on discarded generations, response-length drift, train reward vs hint-free holdout,
+and "suspicious successes" for a human to read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import statistics
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+from rlvr_cli.errors import RlvrError, UsageProblem
+
+EXPLOIT_PATTERNS = ("<|im_start|>", "<|endoftext|>", "as an ai", "i cannot", "answer:", "```", "assert", "print(")
+
+
+def verify_manifest(records: Path) -> list[str]:
+    """Problems with the record store: a shard missing, extra, or not matching its sha256."""
+    manifest_path = records / "manifest.json"
+    if not manifest_path.is_file():
+        return [f"{manifest_path} is missing"]
+    try:
+        shards = json.loads(manifest_path.read_text(encoding="utf-8"))["shards"]
+    except (ValueError, KeyError, TypeError) as exc:
+        return [f"manifest.json cannot be read: {exc}"]
+    problems = []
+    listed = set()
+    for shard in shards:
+        path = records / shard["file"]
+        listed.add(shard["file"])
+        if not path.is_file():
+            problems.append(f"{shard['file']} is listed but missing")
+        elif hashlib.sha256(path.read_bytes()).hexdigest() != shard["sha256"]:
+            problems.append(f"{shard['file']} does not match its sha256 (changed after it was written)")
+    for path in sorted(records.glob("*.parquet")):
+        if path.name not in listed:
+            problems.append(f"{path.name} is not listed in the manifest (foreign or partial file)")
+    return problems
+
+
+def load_run(run_dir: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    from rlvr_cli.train.records import read_records
+
+    if not run_dir.is_dir():
+        raise UsageProblem(f"{run_dir}: no such run folder")
+    if not (run_dir / "records").is_dir() or not (run_dir / "metrics.jsonl").is_file():
+        raise RlvrError(f"{run_dir} is not an rlvr run folder (no records/ or metrics.jsonl)")
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return read_records(run_dir / "records").to_pylist(), metrics
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def by_segment(rows: list[dict[str, Any]], key: str) -> dict[str, dict[str, float]]:
+    groups: dict[str, list[float]] = defaultdict(list)
+    for row in rows:
+        if row["reward"] is not None:
+            groups[str(row.get(key))].append(row["reward"])
+    return {k: {"reward_mean": _mean(v), "samples": len(v)} for k, v in sorted(groups.items())}
+
+
+def suspicious(rows: list[dict[str, Any]], prompts: dict[str, str]) -> list[dict[str, Any]]:
+    """Rewarded samples worth a human look: length outliers, prompt echoes, exploit patterns."""
+    rewarded = [r for r in rows if r["reward"] is not None and r["reward"] > 0 and r["kept"]]
+    lengths = [len(r["response_ids"] or []) for r in rewarded]
+    mean = statistics.fmean(lengths) if lengths else 0.0
+    spread = statistics.pstdev(lengths) if len(lengths) > 1 else 0.0
+    found = []
+    for row, length in zip(rewarded, lengths, strict=True):
+        text = (row["response_text"] or "").lower()
+        reasons = []
+        if spread and abs(length - mean) > 3 * spread:
+            reasons.append(f"length {length} vs mean {mean:.1f}")
+        prompt = prompts.get(row["prompt_id"], "").lower().strip()
+        if prompt and len(prompt) > 3 and prompt in text:
+            reasons.append("repeats the prompt")
+        reasons += [f"pattern {p!r}" for p in EXPLOIT_PATTERNS if p in text]
+        if reasons:
+            found.append(
+                {
+                    "step": row["step"],
+                    "prompt_id": row["prompt_id"],
+                    "reward": row["reward"],
+                    "response": row["response_text"][:200],
+                    "why": reasons,
+                }
+            )
+    return found
+
+
+def _drift(rows: list[dict[str, Any]]) -> dict[str, float | None]:
+    steps = sorted({r["step"] for r in rows})
+    if not steps:
+        return {"first": None, "last": None}
+    cut = max(1, len(steps) // 10)
+    early, late = set(steps[:cut]), set(steps[-cut:])
+    length = lambda pick: _mean([len(r["response_ids"] or []) for r in rows if r["step"] in pick])  # noqa: E731
+    return {"first_steps_mean_length": length(early), "last_steps_mean_length": length(late)}
+
+
+def task_prompts(run_dir: Path) -> dict[str, str]:
+    """Prompt text by task id, from the train split of the contract named in plan.json."""
+    try:
+        from rlvr_cli.contract.load import load
+        from rlvr_cli.train.data import read_split
+
+        contract_path = Path(json.loads((run_dir / "plan.json").read_text())["contract"])
+        contract = load(contract_path)
+        tasks = read_split(contract_path.resolve().parent / contract.data.splits.train.path, "train")
+    except Exception:
+        return {}
+    return {str(t["id"]): t["prompt"] if isinstance(t["prompt"], str) else json.dumps(t["prompt"]) for t in tasks}
+
+
+def audit(run_dir: Path) -> dict[str, Any]:
+    problems = verify_manifest(run_dir / "records")
+    if problems:
+        return {"manifest_ok": False, "problems": problems}
+    rows, metrics = load_run(run_dir)
+    prompts = task_prompts(run_dir)
+    statuses = Counter(r["status"] or "not_verified" for r in rows)
+    wrong = sum(1 for r in rows if r["status"] in ("ok", "format_error") and (r["reward"] or 0) <= 0)
+    reasons = Counter(r["discard_reason"] for r in rows if not r["kept"])
+    holdout = [
+        (m["step"], m.get("reward_mean"), m["holdout_reward"]) for m in metrics if m.get("holdout_reward") is not None
+    ]
+    return {
+        "manifest_ok": True,
+        "samples": len(rows),
+        "kept": sum(r["kept"] for r in rows),
+        "steps": len(metrics),
+        "reward_by_domain": by_segment(rows, "domain"),
+        "reward_by_difficulty": by_segment(rows, "difficulty"),
+        "zero_std_over_time": [
+            {"step": m["step"], "all_correct": m.get("all_correct_fraction"), "all_wrong": m.get("all_wrong_fraction")}
+            for m in metrics
+        ],
+        "truncation_rate": _mean([r["finish_reason"] == "length" for r in rows]),
+        "verdicts": dict(statuses),
+        "wrong_answers": wrong,
+        "verifier_errors": sum(statuses[s] for s in ("verifier_error", "timeout", "sandbox_error")),
+        "discarded": dict(reasons),
+        "budget_spent": {"generations": len(rows), "discarded": sum(reasons.values())},
+        "length_drift": _drift(rows),
+        "hints": {"used": any(r.get("hint") for r in rows)},
+        "train_vs_holdout": [{"step": s, "train_reward": t, "holdout_reward": h} for s, t, h in holdout],
+        "holdout_evaluations": len(holdout),
+        "suspicious_successes": suspicious(rows, prompts),
+    }
+
+
+def report_text(report: dict[str, Any]) -> str:
+    if not report["manifest_ok"]:
+        return "record manifest FAILED:\n" + "\n".join(f"  {p}" for p in report["problems"])
+    lines = [
+        f"records: {report['samples']} samples over {report['steps']} steps, {report['kept']} kept; "
+        "manifest and every shard checksum verified"
+    ]
+    for key in ("reward_by_domain", "reward_by_difficulty"):
+        parts = ", ".join(f"{k} {v['reward_mean']:.3f} (n={v['samples']})" for k, v in report[key].items())
+        lines.append(f"{key.replace('_', ' ')}: {parts or 'n/a'}")
+    z = report["zero_std_over_time"]
+    if z:
+        lines.append(
+            f"zero-std groups, first → last step: all_correct {z[0]['all_correct']} → {z[-1]['all_correct']}, "
+            f"all_wrong {z[0]['all_wrong']} → {z[-1]['all_wrong']}"
+        )
+    lines.append(
+        f"truncation rate {report['truncation_rate']:.3f}; verdicts {report['verdicts']}; wrong answers "
+        f"{report['wrong_answers']}, verifier errors {report['verifier_errors']}"
+    )
+    lines.append(f"discarded: {report['discarded'] or 'none'}; budget spent {report['budget_spent']}")
+    d = report["length_drift"]
+    lines.append(
+        f"response length: first steps {d.get('first_steps_mean_length')}, last steps {d.get('last_steps_mean_length')}"
+    )
+    lines.append(f"hints used: {report['hints']['used']}")
+    if report["holdout_evaluations"]:
+        lines.append(
+            "train vs holdout: "
+            + ", ".join(
+                f"step {e['step']}: {e['train_reward']:.3f}/{e['holdout_reward']:.3f}"
+                for e in report["train_vs_holdout"]
+            )
+        )
+    else:
+        lines.append("train vs holdout: no holdout evaluation in this run (set monitoring.holdout_every)")
+    sus = report["suspicious_successes"]
+    lines.append(f"suspicious successes for review: {len(sus)}")
+    lines += [f"  step {s['step']} {s['prompt_id']}: {s['why']} {s['response']!r}" for s in sus[:20]]
+    return "\n".join(lines)

@@ -1,0 +1,156 @@
+"""After the run: `rlvr audit rollouts`, `rlvr audit rewards`, `rlvr gate`, `rlvr report`."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import rlvr
+
+CONTRACT = "experiment.rlvr.yaml"
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A short run of the single-turn example; (experiment folder, run folder)."""
+    folder = tmp_path_factory.mktemp("after") / "arith"
+    assert rlvr("init", folder).code == 0
+    run_dir = folder / "runs" / "arith"
+    run = rlvr("train", folder / CONTRACT, "--max-steps", "20", timeout=600)
+    assert run.code == 0, run.stderr[-2000:]
+    return folder, run_dir
+
+
+@pytest.fixture
+def run_copy(trained: tuple[Path, Path], tmp_path: Path) -> Path:
+    target = tmp_path / "run"
+    shutil.copytree(trained[1], target)
+    return target
+
+
+def test_audit_rollouts_reports_the_evidence(trained: tuple[Path, Path]) -> None:
+    run = rlvr("audit", "rollouts", trained[1], "--format", "json")
+    assert run.code == 0, run.stderr
+    report = json.loads(run.stdout)
+    assert report["manifest_ok"] and report["samples"] == 20 * 64
+    assert set(report["reward_by_difficulty"]) == {"easy", "trivial"}
+    assert len(report["zero_std_over_time"]) == 20 and report["holdout_evaluations"] == 2
+    assert report["verdicts"].get("ok", 0) + report["verdicts"].get("format_error", 0) == 20 * 64
+    assert 0.0 <= report["truncation_rate"] <= 1.0
+    text = rlvr("audit", "rollouts", trained[1]).stdout
+    assert "manifest and every shard checksum verified" in text and "train vs holdout" in text
+
+
+def test_one_changed_byte_in_a_shard_is_detected(run_copy: Path) -> None:
+    shard = run_copy / "records" / "shard-000003.parquet"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    shard.write_bytes(bytes(data))
+    run = rlvr("audit", "rollouts", run_copy)
+    assert run.code == 1 and "shard-000003.parquet does not match its sha256" in run.stdout
+
+
+def test_missing_and_foreign_shards_are_detected(run_copy: Path) -> None:
+    (run_copy / "records" / "shard-000001.parquet").unlink()
+    shutil.copyfile(run_copy / "records" / "shard-000002.parquet", run_copy / "records" / "extra.parquet")
+    run = rlvr("audit", "rollouts", run_copy)
+    assert run.code == 1
+    assert "shard-000001.parquet is listed but missing" in run.stdout and "extra.parquet is not listed" in run.stdout
+
+
+def test_bad_run_folders_get_clear_messages(tmp_path: Path) -> None:
+    assert rlvr("audit", "rollouts", tmp_path / "nope").code == 2
+    (tmp_path / "foreign").mkdir()
+    (tmp_path / "foreign" / "notes.txt").write_text("x")
+    run = rlvr("audit", "rollouts", tmp_path / "foreign")
+    assert run.code == 1 and "not an rlvr run folder" in run.stderr and "Traceback" not in run.stderr
+    assert rlvr("report", tmp_path / "foreign").code == 1
+    assert rlvr("status", tmp_path / "foreign").code == 1
+
+
+def test_gate_passes_and_writes_a_verdict(trained: tuple[Path, Path]) -> None:
+    folder, run_dir = trained
+    run = rlvr("gate", folder / CONTRACT, "--candidate", run_dir, timeout=300)
+    verdict = json.loads((run_dir / "gate" / "verdict.json").read_text())
+    assert run.code == (0 if verdict["release"] == "pass" else 1)
+    assert [g["name"] for g in verdict["gates"]] == ["holdout-accuracy", "sealed-accuracy"]
+    assert "release:" in run.stdout and "holdout-accuracy *" in run.stdout
+
+
+def test_a_critical_gate_failing_in_one_segment_fails_the_release(trained: tuple[Path, Path], tmp_path: Path) -> None:
+    folder, run_dir = trained
+    exp = tmp_path / "exp"
+    shutil.copytree(folder, exp, ignore=shutil.ignore_patterns("runs"))
+    contract = exp / CONTRACT
+    text = contract.read_text().replace(
+        "metric: reward_mean, split: holdout, min_delta: 0.0, confidence: 0.9, critical: true}",
+        "metric: success_rate, split: holdout, min: 0.99, segments: [difficulty], critical: true}",
+    )
+    contract.write_text(text)
+    run = rlvr(
+        "gate",
+        contract,
+        "--candidate",
+        run_dir,
+        "--baseline",
+        run_dir / "gate" / "evaluation.json" if (run_dir / "gate" / "evaluation.json").is_file() else run_dir,
+        timeout=300,
+    )
+    assert run.code == 1 and "release: FAIL" in run.stdout
+    assert "difficulty=" in run.stdout
+
+
+def test_audit_rewards_compares_two_policies(trained: tuple[Path, Path]) -> None:
+    folder, run_dir = trained
+    same = rlvr(
+        "audit",
+        "rewards",
+        folder / CONTRACT,
+        "--policy",
+        folder / "model",
+        "--policy",
+        folder / "model",
+        "--format",
+        "json",
+        timeout=300,
+    )
+    data = json.loads(same.stdout)
+    assert same.code == 0 and data["no_difference"] and data["flag"]
+    assert data["difference_b_minus_a"]["mean"] == 0.0
+    two = rlvr("audit", "rewards", folder / CONTRACT, "--policy", folder / "model", "--policy", run_dir, timeout=300)
+    assert two.code == 0 and "B - A" in two.stdout
+    assert rlvr("audit", "rewards", folder / CONTRACT, "--policy", folder / "model").code == 2
+
+
+def test_report_renders_in_headless_chromium(trained: tuple[Path, Path], tmp_path: Path) -> None:
+    _, run_dir = trained
+    out = tmp_path / "report.html"
+    run = rlvr("report", run_dir, "--out", out)
+    assert run.code == 0 and out.is_file()
+    html = out.read_text()
+    assert html.count('<svg class="chart"') == 7 and 'class="threshold"' in html and "<script" not in html
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert chromium, "Debian's chromium is needed for this test (make test installs it)"
+    flags = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--no-first-run",
+        "--disable-sync",
+        f"--user-data-dir={tmp_path / 'ud'}",
+    ]
+    dom = subprocess.run([chromium, *flags, "--dump-dom", out.as_uri()], capture_output=True, text=True, timeout=120)
+    assert dom.stdout.count("<polyline") >= 7, dom.stderr[-1000:]
+    shot = tmp_path / "shot.png"
+    subprocess.run(
+        [chromium, *flags, f"--screenshot={shot}", "--window-size=1400,1800", out.as_uri()],
+        capture_output=True,
+        timeout=120,
+    )
+    assert shot.is_file() and shot.stat().st_size > 20_000  # a page with plots, not a blank one
