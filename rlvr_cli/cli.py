@@ -235,6 +235,23 @@ def report(
 
 @app.command()
 @guarded
+def plan(
+    contract: Annotated[Path, typer.Argument(help="The contract; the model's config.json is read from disk.")],
+    gpus: Annotated[int, typer.Option("--gpus", min=1, help="Devices to shard over (FSDP).")] = 1,
+    gpu_memory: Annotated[float | None, typer.Option("--gpu-memory", help="GiB per device; says whether it fits.")] = None,
+) -> None:
+    """Estimate memory per device (parameters, gradients, optimizer, reference, KV cache, activations)."""
+    from rlvr_cli.commands.common import load_valid_contract
+    from rlvr_cli.train.memory import load_shape, plan_table
+
+    parsed = load_valid_contract(contract)
+    table, fits = plan_table(parsed, load_shape(parsed, contract.resolve().parent), gpus, gpu_memory)
+    print(table)
+    raise typer.Exit(0 if fits else 1)
+
+
+@app.command()
+@guarded
 def init(
     folder: Annotated[Path | None, typer.Argument(help="Experiment folder to create.")] = None,
     template: Annotated[str, typer.Option("--template", "-t", help="Template name (see --list).")] = "single-turn",

@@ -1,0 +1,73 @@
+"""`rlvr plan`: a readable table for a 7B-class config, and a CPU estimate checked against a
+measured peak."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import ROOT, rlvr
+
+SEVEN_B = ROOT / "contracts" / "grpo-7b-plan.rlvr.yaml"
+
+MEASURE = '''
+import json, os, resource, sys
+from pathlib import Path
+import torch, transformers  # the interpreter and libraries are the baseline, not the estimate
+from rlvr_cli.contract.load import load
+from rlvr_cli.train.memory import estimate, load_shape
+
+
+def rss():
+    return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def main():
+    from rlvr_cli.env.single_turn import VerifierPool
+    from rlvr_cli.train.loop import Trainer
+
+    path, run_dir = Path(sys.argv[1]), Path(sys.argv[2])
+    contract = load(path)
+    base = rss()
+    trainer = Trainer(contract, path.resolve().parent, run_dir)
+    with VerifierPool(contract.environment.verifier, path.resolve().parent, 5) as pool:
+        for _ in range(3):
+            trainer.train_step(pool)
+            trainer.step += 1
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    terms = estimate(contract, load_shape(contract, path.resolve().parent))
+    print(json.dumps({"measured": peak - base, "estimate": sum(terms.values())}))
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_plan_for_a_7b_class_config() -> None:
+    fits = rlvr("plan", SEVEN_B, "--gpus", "8", "--gpu-memory", "80")
+    assert fits.code == 0, fits.stderr
+    assert "6,738.42 M parameters" in fits.stdout and "fits in 80 GiB per device" in fits.stdout
+    for term in ("policy parameters", "gradients", "optimizer state", "reference", "rollout KV cache", "activations"):
+        assert term in fits.stdout
+    single = rlvr("plan", SEVEN_B, "--gpu-memory", "80")
+    assert single.code == 1 and "does NOT fit" in single.stdout and "dominates" in single.stdout
+    assert rlvr("plan", ROOT / "contracts" / "nope.rlvr.yaml").code == 2
+
+
+def test_cpu_estimate_is_within_25_percent_of_the_measured_peak(tmp_path: Path) -> None:
+    from rlvr_cli.chat.tiny import ARITHMETIC, build_tiny
+
+    shutil.copytree(ROOT / "contracts" / "arith", tmp_path / "arith", ignore=shutil.ignore_patterns("model"))
+    build_tiny(tmp_path / "arith" / "model", "chatml", alphabet=ARITHMETIC, hidden=512, layers=6)
+    shutil.copyfile(ROOT / "contracts" / "grpo-cpu.rlvr.yaml", tmp_path / "grpo-cpu.rlvr.yaml")
+    (tmp_path / "measure.py").write_text(MEASURE)
+    proc = subprocess.run([sys.executable, str(tmp_path / "measure.py"), str(tmp_path / "grpo-cpu.rlvr.yaml"),
+                           str(tmp_path / "run")], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    ratio = result["estimate"] / result["measured"]
+    assert 0.75 <= ratio <= 1.25, result
