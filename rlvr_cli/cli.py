@@ -132,10 +132,15 @@ def train(
     ] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue from the newest complete checkpoint.")] = False,
     force: Annotated[bool, typer.Option("--force", help="With --resume: continue an aborted run.")] = False,
+    nproc: Annotated[int, typer.Option("--nproc", min=1, help="Processes, started with torchrun (gloo on CPU).")] = 1,
 ) -> None:
     """Train as the contract says: exit 0 finished, 1 refused or failed, 4 paused by a rule, 5 aborted."""
-    from rlvr_cli.train.run import run_train
+    from rlvr_cli.train.run import launch, run_train
 
+    if nproc > 1:
+        argv = [str(contract)] + (["--run-dir", str(run_dir)] if run_dir else [])
+        argv += (["--max-steps", str(max_steps)] if max_steps else []) + (["--resume"] if resume else [])
+        raise typer.Exit(launch(nproc, argv + (["--force"] if force else [])))
     raise typer.Exit(run_train(contract, run_dir, max_steps, resume, force))
 
 
@@ -238,7 +243,9 @@ def report(
 def plan(
     contract: Annotated[Path, typer.Argument(help="The contract; the model's config.json is read from disk.")],
     gpus: Annotated[int, typer.Option("--gpus", min=1, help="Devices to shard over (FSDP).")] = 1,
-    gpu_memory: Annotated[float | None, typer.Option("--gpu-memory", help="GiB per device; says whether it fits.")] = None,
+    gpu_memory: Annotated[
+        float | None, typer.Option("--gpu-memory", help="GiB per device; says whether it fits.")
+    ] = None,
 ) -> None:
     """Estimate memory per device (parameters, gradients, optimizer, reference, KV cache, activations)."""
     from rlvr_cli.commands.common import load_valid_contract

@@ -90,8 +90,10 @@ class VerifierPool:
             kind, detail = parent.recv()
         except (EOFError, OSError):
             self.close()
-            raise RlvrError(f"the verifier process for {self.spec} died while starting (a script that uses "
-                            "rlvr as a library needs an `if __name__ == '__main__':` guard)") from None
+            raise RlvrError(
+                f"the verifier process for {self.spec} died while starting (a script that uses "
+                "rlvr as a library needs an `if __name__ == '__main__':` guard)"
+            ) from None
         if kind != "ready":
             self.close()
             raise RlvrError(f"verifier {self.spec} cannot be loaded: {detail}")

@@ -97,6 +97,7 @@ def save_checkpoint(trainer: Any, run_dir: Path, contract: Any, contract_path: P
         "reference": contract.artifacts.reference.model_dump(by_alias=True) if contract.artifacts.reference else None,
         "verifier": contract.artifacts.verifier.model_dump(),
         "lock_sha256": _lock_hash(contract, contract_path),
+        "world_size": trainer.world,
     }
     (tmp / "trainer.json").write_text(json.dumps(state, indent=1, default=str), encoding="utf-8")
     sums = {p.relative_to(tmp).as_posix(): _sha256(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
@@ -160,6 +161,11 @@ def load_latest(trainer: Any, run_dir: Path, contract: Any, contract_path: Path)
         raise RlvrError(
             f"the contract changed since checkpoint {path.name}; resume refuses a different "
             "experiment (start a new run with --run-dir)"
+        )
+    if state.get("world_size", 1) != trainer.world:
+        raise RlvrError(
+            f"checkpoint {path.name} was written by {state.get('world_size', 1)} process(es); resume it "
+            f"with the same number (now {trainer.world})"
         )
     if state.get("lock_sha256") != _lock_hash(contract, contract_path):
         raise RlvrError(f"the lock file changed since checkpoint {path.name}; the locked artifacts differ")

@@ -16,6 +16,7 @@ from rlvr_cli.chat.render import ChatRenderer
 from rlvr_cli.contract.models import Contract
 from rlvr_cli.env.single_turn import VerifierPool
 from rlvr_cli.errors import RlvrError
+from rlvr_cli.train import distributed as dist
 from rlvr_cli.train import objective as obj
 from rlvr_cli.train.data import Sampler, messages_of, read_split
 from rlvr_cli.train.records import RecordStore
@@ -47,6 +48,10 @@ class Trainer:
         hp = contract.hyperparameters
         if hp.precision == "fp16" and not torch.cuda.is_available():
             raise RlvrError("precision fp16 needs a GPU; use fp32 or bf16 on CPU")
+        self.rank, self.world = dist.rank_world()
+        self.per_group_seeds = dist.active()  # samples must not depend on the number of processes
+        if self.world > 1:
+            self._check_shardable()
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         self.dtype = DTYPES[hp.precision]
         torch.manual_seed(hp.seed)
@@ -61,7 +66,8 @@ class Trainer:
         self.train_tasks = read_split(folder / splits.train.path, "train")
         self.holdout_tasks = read_split(folder / splits.holdout.path, "holdout")
         self.sampler = Sampler(len(self.train_tasks), hp.seed)
-        self.records = RecordStore(run_dir / "records", contract.records.shard_rows)
+        # one process owns the record store: opening it also clears orphans of interrupted writes
+        self.records = RecordStore(run_dir / "records", contract.records.shard_rows) if self.rank == 0 else None
         self.step = 0
         self.optimizer_steps = 0
         self.totals = {"rollouts": 0, "verifier_calls": 0, "tokens": 0}
@@ -81,6 +87,13 @@ class Trainer:
         self.monitor_state = state["monitor"]
 
     # ── set-up helpers ────────────────────────────────────────────────────────────────
+
+    def _check_shardable(self) -> None:
+        hp, ds = self.c.hyperparameters, self.c.length.dynamic_sampling
+        if hp.prompts_per_step % self.world:
+            raise RlvrError(f"prompts_per_step ({hp.prompts_per_step}) must be divisible by the {self.world} processes")
+        if ds and ds.drop_uniform_groups:
+            raise RlvrError("dynamic sampling runs in one process for now; drop --nproc or drop_uniform_groups")
 
     def _artifact_path(self, ref: Any, what: str) -> str:
         if ref.path is not None:
@@ -195,6 +208,14 @@ class Trainer:
             samples.append(sample)
         return samples
 
+    def sample_own_groups(self, tasks: list[dict[str, Any]], seed: int, round_: int) -> list[Sample]:
+        """This rank's groups (g ≡ rank mod world), each sampled alone with its own seed."""
+        samples: list[Sample] = []
+        for g in range(self.rank, len(tasks), self.world):
+            for s in self.sample_groups([tasks[g]], seed * 10_007 + g, round_, g):
+                samples.append(s)
+        return samples
+
     def _response_text(self, ids: list[int], finish: str) -> str:
         content = ids[:-1] if finish == "stop" else ids  # the verifier sees the answer, not the stop token
         return self.tokenizer.decode(content, skip_special_tokens=False)
@@ -214,7 +235,11 @@ class Trainer:
             tasks = [self.train_tasks[i] for i in self.sampler.take(missing)]
             seed = hp.seed * 1_000_003 + self.step * 101 + round_
             start = time.perf_counter()
-            samples = self.sample_groups(tasks, seed, round_, len(result.generated) // hp.group_size)
+            if self.per_group_seeds:
+                samples = self.sample_own_groups(tasks, seed, round_)
+                tasks = tasks[self.rank :: self.world]
+            else:
+                samples = self.sample_groups(tasks, seed, round_, len(result.generated) // hp.group_size)
             result.seconds["generate"] += time.perf_counter() - start
             start = time.perf_counter()
             score_all(self.c, samples, pool)
@@ -266,14 +291,17 @@ class Trainer:
         old ones: they come from the policy that sampled, before any optimizer step, through
         the same forward — so the first ratio is exactly 1 and no extra forward is paid."""
         hp, o = self.c.hyperparameters, self.c.objective
-        totals = {"total_tokens": float(batch.response_mask.sum()), "total_sequences": float(len(samples))}
+        totals = {
+            "total_tokens": dist.total(float(batch.response_mask.sum()) if batch is not None else 0.0),
+            "total_sequences": dist.total(float(len(samples))),
+        }
         olds: list[torch.Tensor | None] = [None if old is None else old[part] for part in parts]
         metrics: dict[str, float] = {"nonfinite_count": 0.0}
         for _ in range(hp.updates_per_batch):
             self.optimizer.zero_grad(set_to_none=True)
             stats, loss_sum = None, 0.0
             for i, part in enumerate(parts):
-                mb = self.rows(batch, part)
+                mb = self.rows(batch, part)  # type: ignore[arg-type]
                 logp, entropy = token_logprobs(self.policy, mb, hp.sampling.temperature, with_entropy=True)
                 if olds[i] is None:
                     olds[i] = logp.detach()
@@ -293,6 +321,8 @@ class Trainer:
                 loss.backward()
                 loss_sum += float(loss.detach())
                 stats = st if stats is None else stats.add(st)
+            dist.sum_gradients(self.policy)  # every rank now holds the whole batch's gradient
+            metrics["nonfinite_count"] = dist.total(metrics["nonfinite_count"])
             metrics["nonfinite_count"] += float(
                 sum(int((~torch.isfinite(p.grad)).sum()) for p in self.policy.parameters() if p.grad is not None)
             )
@@ -303,8 +333,19 @@ class Trainer:
                 self.optimizer.step()
                 self.scheduler.step()
                 self.optimizer_steps += 1
-        for sample, lp in zip(samples, torch.cat(olds).tolist(), strict=True):  # type: ignore[arg-type]
+        for sample, lp in zip(samples, torch.cat(olds).tolist() if olds else [], strict=True):  # type: ignore[arg-type]
             sample.old_logp = lp[: len(sample.response_ids)]
+        if dist.active():  # every rank reports the global numbers
+            stats = stats or obj.LossStats(0.0, 0.0, 1.0, 0.0, 0.0, 0.0)
+            stats = obj.LossStats(
+                dist.total(stats.tokens),
+                dist.total(stats.clipped),
+                dist.maximum(stats.ratio_max),
+                dist.total(stats.kl_sum),
+                dist.total(stats.entropy_sum),
+                dist.total(stats.pg_loss),
+            )
+            loss_sum = dist.total(loss_sum)
         tokens = max(stats.tokens, 1.0) if stats else 1.0
         metrics.update(
             {
@@ -332,11 +373,16 @@ class Trainer:
         started = time.perf_counter()
         result = self.collect(pool)
         kept = [s for group in result.accepted for s in group if s.kept]
-        metrics = self.rollout_metrics(result)
         start = time.perf_counter()
-        if kept:
-            metrics.update(self.learn(result.accepted))
+        learned = self.learn(result.accepted) if dist.total(float(len(kept))) else {}
         result.seconds["update"] = time.perf_counter() - start
+        if dist.active():  # metrics and records cover every rank's samples, in group order
+            result.generated = sorted(
+                (s for part in dist.gather(result.generated) for s in part), key=lambda s: (s.round, s.group, s.index)
+            )
+            result.accepted = [g for part in dist.gather(result.accepted) for g in part]
+        metrics = self.rollout_metrics(result)
+        metrics.update(learned)
         wall = time.perf_counter() - started
         generated_tokens = sum(len(s.response_ids) for s in result.generated)
         metrics.update({f"time_{k}_s": v for k, v in result.seconds.items()})
@@ -357,8 +403,11 @@ class Trainer:
         """Advantages over the accepted groups, reference log-probs, the update."""
         hp, o = self.c.hyperparameters, self.c.objective
         flat = [s for g in groups for s in g]
-        index = torch.tensor([i for i, s in enumerate(flat) if s.kept])
+        index = torch.tensor([i for i, s in enumerate(flat) if s.kept], dtype=torch.long)
         trained = [flat[i] for i in index.tolist()]
+        if not trained:  # another rank has samples: join its collectives with an empty batch
+            self.global_advantages(flat, torch.tensor([math.nan] * len(flat), dtype=torch.float64))
+            return self.update([], torch.zeros(0), None, [], None, None)
         batch, parts = self.forward_batches(trained)
         ref = self.logprobs(self.reference, batch, parts) if self.reference is not None else None  # (B, T)
         rewards = torch.tensor([s.reward if s.kept else math.nan for s in flat], dtype=torch.float64)  # (N,)
@@ -366,10 +415,21 @@ class Trainer:
         if ref is not None and o.kl.placement == "reward" and o.kl.coef > 0:
             old = self.logprobs(self.policy, batch, parts)  # the KL penalty must exist before advantages
             rewards[index] -= o.kl.coef * obj.sequence_kl(old, ref, batch.response_mask, o.kl.estimator).double()
-        adv = obj.advantages(rewards, hp.group_size, o).float()  # (N,)
+        adv = self.global_advantages(flat, rewards)  # (N,)
         for s, a in zip(flat, adv.tolist(), strict=True):
             s.advantage = a
         return self.update(trained, adv[index], batch, parts, old, ref)
+
+    def global_advantages(self, flat: list[Sample], rewards: torch.Tensor) -> torch.Tensor:
+        """Advantages over the whole (all-rank) batch, returned for this rank's samples."""
+        hp, o = self.c.hyperparameters, self.c.objective
+        if not dist.active():
+            return obj.advantages(rewards, hp.group_size, o).float()
+        everyone = dist.gather([(s.group, s.index, r) for s, r in zip(flat, rewards.tolist(), strict=True)])
+        ordered = sorted(item for part in everyone for item in part)
+        position = {(g, i): k for k, (g, i, _) in enumerate(ordered)}
+        adv = obj.advantages(torch.tensor([r for _, _, r in ordered], dtype=torch.float64), hp.group_size, o)
+        return torch.stack([adv[position[(s.group, s.index)]] for s in flat]).float()
 
     def rollout_metrics(self, result: StepResult) -> dict[str, float]:
         gen = result.generated

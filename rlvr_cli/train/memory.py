@@ -39,10 +39,15 @@ class ModelShape:
         try:
             hidden = int(config["hidden_size"])
             heads = int(config["num_attention_heads"])
-            return cls(vocab=int(config["vocab_size"]), hidden=hidden, layers=int(config["num_hidden_layers"]),
-                       heads=heads, kv_heads=int(config.get("num_key_value_heads") or heads),
-                       intermediate=int(config.get("intermediate_size") or 4 * hidden),
-                       tied=bool(config.get("tie_word_embeddings", False)))
+            return cls(
+                vocab=int(config["vocab_size"]),
+                hidden=hidden,
+                layers=int(config["num_hidden_layers"]),
+                heads=heads,
+                kv_heads=int(config.get("num_key_value_heads") or heads),
+                intermediate=int(config.get("intermediate_size") or 4 * hidden),
+                tied=bool(config.get("tie_word_embeddings", False)),
+            )
         except (KeyError, TypeError, ValueError) as exc:
             raise RlvrError(f"config.json lacks a field the estimate needs: {exc}") from None
 
@@ -109,8 +114,10 @@ def advice(terms: dict[str, float], budget: float | None, precision: str, device
     out = [f"{top} dominates: {tips[top]}"]
     if precision == "fp32":
         out.append("bf16 precision halves parameters, gradients, optimizer state and the KV cache")
-    out.append(f"{'more GPUs divide' if devices > 1 else 'sharding over N GPUs divides'} the parameter terms and "
-               f"the KV cache (now {total / GIB:.2f} GiB > {budget / GIB:.2f} GiB)")
+    out.append(
+        f"{'more GPUs divide' if devices > 1 else 'sharding over N GPUs divides'} the parameter terms and "
+        f"the KV cache (now {total / GIB:.2f} GiB > {budget / GIB:.2f} GiB)"
+    )
     return out
 
 
@@ -118,10 +125,12 @@ def plan_table(contract: Contract, shape: ModelShape, devices: int, memory_gib: 
     terms = estimate(contract, shape, devices)
     total = sum(terms.values())
     budget = memory_gib * GIB if memory_gib else None
-    lines = [f"model: {shape.parameters / 1e6:,.2f} M parameters ({shape.layers} layers, hidden {shape.hidden}, "
-             f"{shape.heads}/{shape.kv_heads} heads, vocab {shape.vocab}); {contract.hyperparameters.precision}; "
-             f"{devices} device(s){' with FSDP sharding' if devices > 1 else ''}",
-             f"{'term':<22}{'per device':>14}{'share':>8}"]
+    lines = [
+        f"model: {shape.parameters / 1e6:,.2f} M parameters ({shape.layers} layers, hidden {shape.hidden}, "
+        f"{shape.heads}/{shape.kv_heads} heads, vocab {shape.vocab}); {contract.hyperparameters.precision}; "
+        f"{devices} device(s){' with FSDP sharding' if devices > 1 else ''}",
+        f"{'term':<22}{'per device':>14}{'share':>8}",
+    ]
     for name, value in sorted(terms.items(), key=lambda kv: -kv[1]):
         lines.append(f"{name:<22}{_fmt(value):>14}{value / total:>8.0%}")
     lines.append(f"{'total':<22}{_fmt(total):>14}")

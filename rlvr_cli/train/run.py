@@ -60,17 +60,43 @@ def run_train(
     contract_path: Path, run_dir: Path | None, max_steps: int | None, resume: bool, force: bool = False
 ) -> int:
     from rlvr_cli.commands.common import load_valid_contract
+    from rlvr_cli.train import distributed
 
     contract = load_valid_contract(contract_path)
     run_dir = (run_dir or default_run_dir(contract, contract_path)).resolve()
-    prepare_run_dir(run_dir, resume)
+    distributed.init()
+    if distributed.rank_world()[0] == 0:
+        prepare_run_dir(run_dir, resume)
+    distributed.barrier()
     steps = max_steps if max_steps is not None else contract.hyperparameters.max_steps
     if steps < 1:
         raise UsageProblem("--max-steps must be at least 1")
     from rlvr_cli.train.session import Session
 
     session = Session(contract, contract_path, run_dir, steps, resume, force)
-    return session.run()
+    try:
+        return session.run()
+    finally:
+        distributed.shutdown()
+
+
+def launch(nproc: int, argv: list[str]) -> int:
+    """`rlvr train --nproc N ...`: the same command under torchrun with N processes."""
+    import subprocess
+
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={nproc}",
+        "-m",
+        "rlvr_cli",
+        "train",
+        *argv,
+    ]
+    eprint("launching: " + " ".join(command[2:]))
+    return subprocess.run(command).returncode
 
 
 def progress_line(step: int, total: int, metrics: dict[str, Any], eta: float) -> str:

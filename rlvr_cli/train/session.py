@@ -35,20 +35,29 @@ class Session:
         monitor = Monitor(self.c)
         if self.resume:
             self.resume_into(trainer, monitor)
+        self.main = trainer.rank == 0  # one process writes the run folder
         plan = build_plan(self.c, self.contract_path, self.run_dir, self.steps, str(trainer.device))
-        out.eprint(plan_text(plan))
-        out.write_json(self.run_dir / "plan.json", plan)
-        out.set_status(self.run_dir, "running", step=trainer.step, max_steps=self.steps)
+        plan["processes"] = trainer.world
+        if self.main:
+            out.eprint(
+                plan_text(plan) + (f"\nprocesses: {trainer.world} (torch.distributed)" if trainer.world > 1 else "")
+            )
+            out.write_json(self.run_dir / "plan.json", plan)
+            self.status("running", step=trainer.step, max_steps=self.steps)
         try:
             with VerifierPool(self.c.environment.verifier, self.folder, self.c.environment.timeout_s) as pool:
                 return self.loop(trainer, pool, monitor)
         except InvalidVerdictStop as exc:
-            out.set_status(self.run_dir, "aborted", step=trainer.step, reason=str(exc))
+            self.status("aborted", step=trainer.step, reason=str(exc))
             out.eprint(f"aborted: {exc}")
             return out.EXIT_ABORTED
         except KeyboardInterrupt:
-            out.set_status(self.run_dir, "paused", step=trainer.step, reason="interrupted by the user")
+            self.status("paused", step=trainer.step, reason="interrupted by the user")
             raise
+
+    def status(self, state: str, **details: Any) -> None:
+        if getattr(self, "main", True):
+            out.set_status(self.run_dir, state, **details)
 
     def loop(self, trainer: Any, pool: VerifierPool, monitor: Any) -> int:
         budget = self.c.acceptance.budget
@@ -57,16 +66,18 @@ class Session:
         metrics_path = self.run_dir / "metrics.jsonl"
         while trainer.step < self.steps:
             metrics, generated = trainer.train_step(pool)  # rollout → score → update
-            if trainer.step > trainer.records.last_step:  # a resumed step already listed is not written twice
+            if self.main and trainer.step > trainer.records.last_step:  # a resumed step is not written twice
                 trainer.records.append(trainer.record_rows(generated, self.c.name), trainer.step)
             self.maybe_holdout(trainer, pool, metrics)
             row = {"step": trainer.step, **out.clean(metrics)}
-            with metrics_path.open("a", encoding="utf-8") as fh:  # log
-                fh.write(json.dumps(row) + "\n")
+            if self.main:
+                with metrics_path.open("a", encoding="utf-8") as fh:  # log
+                    fh.write(json.dumps(row) + "\n")
             trainer.step += 1
             done = trainer.step - first
             eta = (time.perf_counter() - started) / done * (self.steps - trainer.step)
-            out.eprint(out.progress_line(trainer.step, self.steps, row, eta))
+            if self.main:
+                out.eprint(out.progress_line(trainer.step, self.steps, row, eta))
             fired = monitor.observe(row)  # check rules
             trainer.monitor_state = monitor.state()
             if fired is not None:
@@ -90,7 +101,8 @@ class Session:
         fired = (status.get("rule") or {}).get("name") if status.get("state") in ("paused", "aborted") else None
         if fired:
             monitor.acknowledge(fired)  # resuming is the owner's answer: the window starts again
-        out.eprint(f"resuming from checkpoint step-{step}")
+        if trainer.rank == 0:
+            out.eprint(f"resuming from checkpoint step-{step}")
 
     def maybe_holdout(self, trainer: Any, pool: VerifierPool, metrics: dict[str, float]) -> None:
         every = self.c.monitoring.holdout_every
@@ -114,15 +126,17 @@ class Session:
         return False
 
     def checkpoint(self, trainer: Any) -> None:
+        from rlvr_cli.train import distributed
         from rlvr_cli.train.checkpoint import save_checkpoint
 
-        save_checkpoint(trainer, self.run_dir, self.c, self.contract_path)
+        if self.main:  # the weights are identical on every rank
+            save_checkpoint(trainer, self.run_dir, self.c, self.contract_path)
+        distributed.barrier()
 
     def stop_for_rule(self, trainer: Any, fired: dict[str, Any]) -> int:
         self.checkpoint(trainer)
         state = "paused" if fired["action"] == "pause" else "aborted"
-        out.set_status(
-            self.run_dir,
+        self.status(
             state,
             step=trainer.step,
             rule=fired,
@@ -130,17 +144,19 @@ class Session:
             f"for {fired['window']} evaluation(s); owner {fired['owner']}",
             next=("rlvr train --resume" if state == "paused" else "inspect the run; resume needs --force"),
         )
-        out.eprint(
-            f"{state}: rule '{fired['name']}' fired ({fired['metric']} values {fired['values']}); "
-            f"owner: {fired['owner']}"
-        )
+        if self.main:
+            out.eprint(
+                f"{state}: rule '{fired['name']}' fired ({fired['metric']} values {fired['values']}); "
+                f"owner: {fired['owner']}"
+            )
         return out.EXIT_PAUSED if state == "paused" else out.EXIT_ABORTED
 
     def finish(self, trainer: Any) -> int:
         final = self.run_dir / "final"
-        trainer.policy.save_pretrained(final)
-        trainer.tokenizer.save_pretrained(final)
         reason = getattr(self, "budget_reason", None) or f"reached step {trainer.step}"
-        out.set_status(self.run_dir, "finished", step=trainer.step, reason=reason, final=str(final))
-        out.eprint(f"finished: {reason}; policy saved to {final}")
+        if self.main:
+            trainer.policy.save_pretrained(final)
+            trainer.tokenizer.save_pretrained(final)
+            self.status("finished", step=trainer.step, reason=reason, final=str(final))
+            out.eprint(f"finished: {reason}; policy saved to {final}")
         return out.EXIT_FINISHED

@@ -13,7 +13,7 @@ from tests.conftest import ROOT, rlvr
 
 SEVEN_B = ROOT / "contracts" / "grpo-7b-plan.rlvr.yaml"
 
-MEASURE = '''
+MEASURE = """
 import json, os, resource, sys
 from pathlib import Path
 import torch, transformers  # the interpreter and libraries are the baseline, not the estimate
@@ -44,7 +44,7 @@ def main():
 
 if __name__ == "__main__":
     main()
-'''
+"""
 
 
 def test_plan_for_a_7b_class_config() -> None:
@@ -65,8 +65,12 @@ def test_cpu_estimate_is_within_25_percent_of_the_measured_peak(tmp_path: Path) 
     build_tiny(tmp_path / "arith" / "model", "chatml", alphabet=ARITHMETIC, hidden=512, layers=6)
     shutil.copyfile(ROOT / "contracts" / "grpo-cpu.rlvr.yaml", tmp_path / "grpo-cpu.rlvr.yaml")
     (tmp_path / "measure.py").write_text(MEASURE)
-    proc = subprocess.run([sys.executable, str(tmp_path / "measure.py"), str(tmp_path / "grpo-cpu.rlvr.yaml"),
-                           str(tmp_path / "run")], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, str(tmp_path / "measure.py"), str(tmp_path / "grpo-cpu.rlvr.yaml"), str(tmp_path / "run")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     ratio = result["estimate"] / result["measured"]

@@ -1,0 +1,105 @@
+"""Several processes with PyTorch's own engine: `torchrun` starts them, `torch.distributed`
+connects them (gloo on CPU, NCCL on GPUs).
+
+Data parallel with exact global aggregation: every rank takes the same global prompt list
+and keeps the groups `g ≡ rank (mod world)`; each group is sampled with its own seed, so a
+sample does not depend on how many processes there are. Rewards are gathered so advantages
+(including `batch_std`) are computed over the global batch; token and sequence counts are
+summed over ranks so `token_mean` and `constant_norm` divide by the same global number on
+every rank; gradients are summed (not averaged) over ranks, because the loss already
+divides by global counts — the same gradient a single process computes over the whole batch.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+
+
+def launched() -> bool:
+    """True under torchrun (it sets WORLD_SIZE and RANK)."""
+    return "WORLD_SIZE" in os.environ and "RANK" in os.environ
+
+
+def init() -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized() or not launched():
+        return
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if backend == "nccl":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    dist.init_process_group(backend)
+
+
+def active() -> bool:
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized()
+
+
+def rank_world() -> tuple[int, int]:
+    import torch.distributed as dist
+
+    return (dist.get_rank(), dist.get_world_size()) if active() else (0, 1)
+
+
+def gather(obj: Any) -> list[Any]:
+    """Every rank's `obj`, in rank order (just [obj] in one process)."""
+    import torch.distributed as dist
+
+    if not active():
+        return [obj]
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def total(value: float) -> float:
+    """The sum of `value` over ranks."""
+    import torch.distributed as dist
+
+    if not active():
+        return value
+    t = torch.tensor([value], dtype=torch.float64)
+    dist.all_reduce(t)
+    return float(t.item())
+
+
+def maximum(value: float) -> float:
+    import torch.distributed as dist
+
+    if not active():
+        return value
+    t = torch.tensor([value], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t.item())
+
+
+def sum_gradients(model: Any) -> None:
+    """All-reduce (sum) every gradient: the loss already divides by global counts."""
+    import torch.distributed as dist
+
+    if not active():
+        return
+    for p in model.parameters():
+        if p.requires_grad:
+            if p.grad is None:  # a rank with nothing to train still joins every reduction
+                p.grad = torch.zeros_like(p)
+            dist.all_reduce(p.grad)
+
+
+def barrier() -> None:
+    import torch.distributed as dist
+
+    if active():
+        dist.barrier()
+
+
+def shutdown() -> None:
+    import torch.distributed as dist
+
+    if active():
+        dist.destroy_process_group()
