@@ -401,7 +401,7 @@ class Trainer:
 
     def learn(self, groups: list[list[Sample]]) -> dict[str, float]:
         """Advantages over the accepted groups, reference log-probs, the update."""
-        hp, o = self.c.hyperparameters, self.c.objective
+        o = self.c.objective
         flat = [s for g in groups for s in g]
         index = torch.tensor([i for i, s in enumerate(flat) if s.kept], dtype=torch.long)
         trained = [flat[i] for i in index.tolist()]
