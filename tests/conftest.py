@@ -37,6 +37,14 @@ def rlvr(*args: str | Path, cwd: Path | None = None, timeout: float = 120, env: 
     return Run(proc.returncode, proc.stdout, proc.stderr)
 
 
+def edit(folder: Path, old: str, new: str, name: str = "experiment.rlvr.yaml") -> None:
+    """Replace text in an experiment folder's contract; the text must be there."""
+    path = folder / name
+    text = path.read_text()
+    assert old in text, old
+    path.write_text(text.replace(old, new))
+
+
 @pytest.fixture(scope="session")
 def tiny_chatml(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny ChatML tokenizer + model folder, built once per test session."""

@@ -230,6 +230,19 @@ def rlv302_micro_batches(c: Contract, _: Path) -> Iterator[Finding]:
         )
 
 
+@rule
+def rlv303_policy_lag(c: Contract, _: Path) -> Iterator[Finding]:
+    hp = c.hyperparameters
+    lag = hp.updates_per_batch - 1  # pass k of a batch updates with rollouts k optimizer steps old
+    if lag > hp.max_policy_lag:
+        yield error(
+            "RLV303",
+            ("hyperparameters", "updates_per_batch"),
+            f"updates_per_batch = {hp.updates_per_batch} trains on rollouts up to {lag} optimizer steps old, "
+            f"more than max_policy_lag = {hp.max_policy_lag}",
+        )
+
+
 # ── RLV4xx: data ──────────────────────────────────────────────────────────────────────
 
 

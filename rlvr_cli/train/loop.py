@@ -46,6 +46,8 @@ class Trainer:
         logging.disable_progress_bar()
         self.c, self.folder, self.run_dir = contract, folder, run_dir
         hp = contract.hyperparameters
+        if contract.data.hints is not None and contract.data.hints.used:
+            raise RlvrError("hint-assisted rollouts (data.hints.used) are not implemented in rlvr train yet")
         if hp.precision == "fp16" and not torch.cuda.is_available():
             raise RlvrError("precision fp16 needs a GPU; use fp32 or bf16 on CPU")
         self.rank, self.world = dist.rank_world()

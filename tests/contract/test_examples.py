@@ -24,6 +24,7 @@ CONTRACT_CODES = [
     "RLV204",
     "RLV301",
     "RLV302",
+    "RLV303",
     "RLV401",
     "RLV402",
     "RLV403",

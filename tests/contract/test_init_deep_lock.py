@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import rlvr
+from tests.conftest import edit, rlvr
 
 
 @pytest.fixture(scope="module")
@@ -28,13 +28,6 @@ def experiment(scaffold: Path, tmp_path: Path) -> Path:
 
 def contract(folder: Path) -> Path:
     return folder / "experiment.rlvr.yaml"
-
-
-def edit(folder: Path, old: str, new: str) -> None:
-    path = contract(folder)
-    text = path.read_text()
-    assert old in text
-    path.write_text(text.replace(old, new))
 
 
 def deep(folder: Path) -> tuple[int, list[dict]]:

@@ -94,6 +94,10 @@ EXAMPLES: dict[str, tuple[list[tuple[str, str]], list[tuple[str, str, str]]]] = 
         [("micro_batch_sequences: 8", "micro_batch_sequences: 5")],
         [("RLV302", "error", "micro_batch_sequences: 5")],
     ),
+    "RLV303-policy-lag-over-limit": (
+        [("updates_per_batch: 1", "updates_per_batch: 3")],
+        [("RLV303", "error", "updates_per_batch: 3")],
+    ),
     "RLV401-hints-without-leak-check": (
         [("hints: {used: false}", "hints: {used: true, source: data/hints.jsonl, field: hint}")],
         [("RLV401", "error", "hints: {used: true")],

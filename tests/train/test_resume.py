@@ -16,7 +16,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.conftest import rlvr
+from tests.conftest import edit, rlvr
 
 CONTRACT = "experiment.rlvr.yaml"
 
@@ -45,13 +45,6 @@ def experiment(scaffold: Path, tmp_path: Path) -> Path:
     folder = tmp_path / "exp"
     shutil.copytree(scaffold, folder)
     return folder
-
-
-def edit(folder: Path, old: str, new: str) -> None:
-    path = folder / CONTRACT
-    text = path.read_text()
-    assert old in text, old
-    path.write_text(text.replace(old, new))
 
 
 def weights(folder: Path) -> dict[str, torch.Tensor]:

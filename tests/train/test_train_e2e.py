@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from rlvr_cli.contract.rules import METRICS
-from tests.conftest import rlvr
+from tests.conftest import edit, rlvr
 
 CONTRACT = "experiment.rlvr.yaml"
 
@@ -27,13 +27,6 @@ def experiment(scaffold: Path, tmp_path: Path) -> Path:
     folder = tmp_path / "exp"
     shutil.copytree(scaffold, folder)
     return folder
-
-
-def edit(folder: Path, old: str, new: str) -> None:
-    path = folder / CONTRACT
-    text = path.read_text()
-    assert old in text, old
-    path.write_text(text.replace(old, new))
 
 
 def metrics(run: Path) -> list[dict]:
