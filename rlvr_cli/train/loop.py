@@ -3,10 +3,8 @@ check rules → checkpoint. The plumbing lives in the helpers below and in sibli
 
 from __future__ import annotations
 
-import json
 import math
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,24 +17,16 @@ from rlvr_cli.errors import RlvrError
 from rlvr_cli.train import distributed as dist
 from rlvr_cli.train import objective as obj
 from rlvr_cli.train.data import Sampler, messages_of, read_split
+from rlvr_cli.train.metrics import StepLog, StepResult
 from rlvr_cli.train.records import RecordStore
 from rlvr_cli.train.rollout import Batch, generate, make_batch, token_logprobs
-from rlvr_cli.train.score import Sample, best_reward, score_all
+from rlvr_cli.train.score import Sample, score_all
+from rlvr_cli.train.setup import ModelSetup
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-@dataclass
-class StepResult:
-    """What one step produced: accepted groups for the update, every sample for the records."""
-
-    accepted: list[list[Sample]] = field(default_factory=list)
-    generated: list[Sample] = field(default_factory=list)
-    rounds: int = 0
-    seconds: dict[str, float] = field(default_factory=lambda: {"generate": 0.0, "score": 0.0, "update": 0.0})
-
-
-class Trainer:
+class Trainer(ModelSetup, StepLog):
     """Holds the models, optimizer, data cursor and record store of one run."""
 
     def __init__(self, contract: Contract, folder: Path, run_dir: Path) -> None:
@@ -96,70 +86,6 @@ class Trainer:
             raise RlvrError(f"prompts_per_step ({hp.prompts_per_step}) must be divisible by the {self.world} processes")
         if ds and ds.drop_uniform_groups:
             raise RlvrError("dynamic sampling runs in one process for now; drop --nproc or drop_uniform_groups")
-
-    def _artifact_path(self, ref: Any, what: str) -> str:
-        if ref.path is not None:
-            path = self.folder / ref.path
-            if not (path / "config.json").is_file():
-                raise RlvrError(f"{what} folder {path} has no config.json")
-            return str(path)
-        return ref.id
-
-    def _load_model(self, source: str, revision: str | None = None) -> Any:
-        from transformers import AutoModelForCausalLM
-
-        try:
-            model = AutoModelForCausalLM.from_pretrained(
-                source, revision=revision, dtype=self.dtype, local_files_only=True
-            )
-        except (OSError, ValueError) as exc:
-            raise RlvrError(f"cannot load the model at {source}: {exc}") from None
-        return model.to(self.device).eval()  # eval: no dropout, rollout and update see the same network
-
-    def _load_reference(self) -> Any | None:
-        ref = self.c.artifacts.reference
-        if self.c.objective.kl.coef == 0 or ref is None or ref.is_none:
-            return None
-        if ref.same_as_policy:
-            source = self._artifact_path(self.c.artifacts.policy, "policy")
-        else:
-            source = self._artifact_path(ref, "reference")
-        model = self._load_model(source, ref.revision)
-        for p in model.parameters():
-            p.requires_grad_(False)
-        return model
-
-    def _pad_id(self) -> int:
-        tok = self.tokenizer
-        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-        if pad is None:
-            raise RlvrError("the tokenizer has neither a pad nor an eos token to pad with")
-        return int(pad)
-
-    def _optimizer(self) -> torch.optim.Optimizer:
-        o = self.c.hyperparameters.optimizer
-        params = [p for p in self.policy.parameters() if p.requires_grad]
-        if o.name == "sgd":
-            return torch.optim.SGD(params, lr=o.lr, weight_decay=o.weight_decay)
-        cls = torch.optim.AdamW if o.name == "adamw" else torch.optim.Adam
-        return cls(params, lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay)
-
-    def _scheduler(self) -> torch.optim.lr_scheduler.LambdaLR:
-        s = self.c.hyperparameters.schedule
-        total = self.c.hyperparameters.max_steps * self.c.hyperparameters.updates_per_batch
-        name, warmup = (s.name, s.warmup_steps) if s else ("constant", 0)
-
-        def factor(step: int) -> float:
-            if step < warmup:  # 1. linear warm-up
-                return (step + 1) / warmup
-            progress = min(1.0, (step - warmup) / max(1, total - warmup))
-            if name == "linear":  # 2a. linear decay to 0
-                return 1.0 - progress
-            if name == "cosine":  # 2b. cosine decay to 0
-                return 0.5 * (1.0 + math.cos(math.pi * progress))
-            return 1.0  # 2c. constant
-
-        return torch.optim.lr_scheduler.LambdaLR(self.optimizer, factor)
 
     # ── rollout and scoring ───────────────────────────────────────────────────────────
 
@@ -433,50 +359,6 @@ class Trainer:
         adv = obj.advantages(torch.tensor([r for _, _, r in ordered], dtype=torch.float64), hp.group_size, o)
         return torch.stack([adv[position[(s.group, s.index)]] for s in flat]).float()
 
-    def rollout_metrics(self, result: StepResult) -> dict[str, float]:
-        gen = result.generated
-        valid = [s.reward for s in gen if s.valid]
-        scored = [s for s in gen if s.verdict is not None]
-        rewards = torch.tensor([s.reward for s in gen], dtype=torch.float64)
-        outcomes = obj.group_outcomes(rewards, self.c.hyperparameters.group_size, best_reward(self.c))
-        groups = max(outcomes["groups"], 1)
-        mean = sum(valid) / len(valid) if valid else math.nan
-        var = sum((r - mean) ** 2 for r in valid) / len(valid) if valid else math.nan
-        return {
-            "reward_mean": mean,
-            "reward_std": math.sqrt(var) if valid else math.nan,
-            "response_length_mean": sum(len(s.response_ids) for s in gen) / max(len(gen), 1),
-            "truncation_rate": sum(s.finish == "length" for s in gen) / max(len(gen), 1),
-            "zero_std_fraction": outcomes["zero_std"] / groups,
-            "all_correct_fraction": outcomes["all_correct"] / groups,
-            "all_wrong_fraction": outcomes["all_wrong"] / groups,
-            "verifier_error_rate": sum(not s.verdict.valid for s in scored) / max(len(scored), 1),
-            "groups_generated": float(outcomes["groups"]),
-            "groups_accepted": float(len(result.accepted)),
-            "dynamic_sampling_rounds": float(result.rounds),
-            "samples_kept": float(sum(s.kept for g in result.accepted for s in g)),
-            **self.acceptance_by(result),
-        }
-
-    def acceptance_by(self, result: StepResult) -> dict[str, float]:
-        """Dynamic sampling: the share of generated groups accepted, per `log_by` field value
-        (e.g. `accept_rate/difficulty=easy`); discarded groups are in the records with a reason."""
-        ds = self.c.length.dynamic_sampling
-        if not ds or not ds.drop_uniform_groups:
-            return {}
-        size = self.c.hyperparameters.group_size
-        accepted = {id(g[0]) for g in result.accepted}
-        out: dict[str, float] = {}
-        for field_name in ds.log_by or []:
-            seen: dict[str, list[int]] = {}
-            for start in range(0, len(result.generated), size):
-                first = result.generated[start]
-                value = str(first.task.get(field_name))
-                seen.setdefault(value, []).append(int(id(first) in accepted))
-            for value, flags in sorted(seen.items()):
-                out[f"accept_rate/{field_name}={value}"] = sum(flags) / len(flags)
-        return out
-
     @torch.no_grad()
     def evaluate_holdout(self, pool: VerifierPool) -> float:
         """Greedy answer to every holdout task (never with hints); the mean reward."""
@@ -510,51 +392,7 @@ class Trainer:
         score_all(self.c, samples, pool)
         return sum(s.reward if s.valid else 0.0 for s in samples) / len(samples)
 
-    def record_rows(self, samples: list[Sample], run: str) -> list[dict[str, Any]]:
-        sampling = json.dumps(self.c.hyperparameters.sampling.model_dump())
-        filters = self.c.data.filters
-        return [
-            {
-                "run": run,
-                "step": self.step,
-                "round": s.round,
-                "prompt_id": str(s.task.get("id")),
-                "group": s.group,
-                "sample": s.index,
-                "session_id": f"{run}/{self.step}/{s.group}/{s.index}",
-                "parent_session_id": None,
-                "policy_revision": self.optimizer_steps,
-                "prompt_ids": s.prompt_ids,
-                "response_ids": s.response_ids,
-                "loss_mask": s.mask,
-                "old_logprobs": s.old_logp or None,
-                "sampling": sampling,
-                "seed": s.seed,
-                "response_text": s.text,
-                "finish_reason": s.finish,
-                "transcript": None,
-                "status": s.verdict.status if s.verdict else None,
-                "reward": s.reward if s.valid else None,
-                "verifier_reward": s.verdict.reward if s.verdict else None,
-                "components": json.dumps(s.verdict.components) if s.verdict else None,
-                "advantage": s.advantage,
-                "kept": s.kept,
-                "discard_reason": s.reason,
-                "hint": None,
-                "filters": filters,
-                "domain": _str(s.task.get("domain")),
-                "difficulty": _str(s.task.get("difficulty")),
-                "split": "train",
-                "verify_seconds": s.verify_seconds,
-            }
-            for s in samples
-        ]
-
 
 def _uniform(group: list[Sample]) -> bool:
     rewards = [s.reward for s in group if s.valid]
     return len(rewards) <= 1 or max(rewards) == min(rewards)
-
-
-def _str(value: Any) -> str | None:
-    return None if value is None else str(value)

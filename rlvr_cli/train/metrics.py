@@ -1,0 +1,119 @@
+"""What one step reports (metrics.jsonl) and records (the rollout log)."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from rlvr_cli.train import objective as obj
+from rlvr_cli.train.score import Sample, best_reward
+
+
+@dataclass
+class StepResult:
+    """What one step produced: accepted groups for the update, every sample for the records."""
+
+    accepted: list[list[Sample]] = field(default_factory=list)
+    generated: list[Sample] = field(default_factory=list)
+    rounds: int = 0
+    seconds: dict[str, float] = field(default_factory=lambda: {"generate": 0.0, "score": 0.0, "update": 0.0})
+
+
+class StepLog:
+    """Mixed into the Trainer: metrics of a step's rollouts, and its record rows."""
+
+    c: Any
+    step: int
+    optimizer_steps: int
+
+    def rollout_metrics(self, result: StepResult) -> dict[str, float]:
+        gen = result.generated
+        valid = [s.reward for s in gen if s.valid]
+        scored = [s for s in gen if s.verdict is not None]
+        rewards = torch.tensor([s.reward for s in gen], dtype=torch.float64)
+        outcomes = obj.group_outcomes(rewards, self.c.hyperparameters.group_size, best_reward(self.c))
+        groups = max(outcomes["groups"], 1)
+        mean = sum(valid) / len(valid) if valid else math.nan
+        var = sum((r - mean) ** 2 for r in valid) / len(valid) if valid else math.nan
+        return {
+            "reward_mean": mean,
+            "reward_std": math.sqrt(var) if valid else math.nan,
+            "response_length_mean": sum(len(s.response_ids) for s in gen) / max(len(gen), 1),
+            "truncation_rate": sum(s.finish == "length" for s in gen) / max(len(gen), 1),
+            "zero_std_fraction": outcomes["zero_std"] / groups,
+            "all_correct_fraction": outcomes["all_correct"] / groups,
+            "all_wrong_fraction": outcomes["all_wrong"] / groups,
+            "verifier_error_rate": sum(not s.verdict.valid for s in scored) / max(len(scored), 1),
+            "groups_generated": float(outcomes["groups"]),
+            "groups_accepted": float(len(result.accepted)),
+            "dynamic_sampling_rounds": float(result.rounds),
+            "samples_kept": float(sum(s.kept for g in result.accepted for s in g)),
+            **self.acceptance_by(result),
+        }
+
+    def acceptance_by(self, result: StepResult) -> dict[str, float]:
+        """Dynamic sampling: the share of generated groups accepted, per `log_by` field value
+        (e.g. `accept_rate/difficulty=easy`); discarded groups are in the records with a reason."""
+        ds = self.c.length.dynamic_sampling
+        if not ds or not ds.drop_uniform_groups:
+            return {}
+        size = self.c.hyperparameters.group_size
+        accepted = {id(g[0]) for g in result.accepted}
+        out: dict[str, float] = {}
+        for field_name in ds.log_by or []:
+            seen: dict[str, list[int]] = {}
+            for start in range(0, len(result.generated), size):
+                first = result.generated[start]
+                value = str(first.task.get(field_name))
+                seen.setdefault(value, []).append(int(id(first) in accepted))
+            for value, flags in sorted(seen.items()):
+                out[f"accept_rate/{field_name}={value}"] = sum(flags) / len(flags)
+        return out
+
+    def record_rows(self, samples: list[Sample], run: str) -> list[dict[str, Any]]:
+        sampling = json.dumps(self.c.hyperparameters.sampling.model_dump())
+        filters = self.c.data.filters
+        return [
+            {
+                "run": run,
+                "step": self.step,
+                "round": s.round,
+                "prompt_id": str(s.task.get("id")),
+                "group": s.group,
+                "sample": s.index,
+                "session_id": f"{run}/{self.step}/{s.group}/{s.index}",
+                "parent_session_id": None,
+                "policy_revision": self.optimizer_steps,
+                "prompt_ids": s.prompt_ids,
+                "response_ids": s.response_ids,
+                "loss_mask": s.mask,
+                "old_logprobs": s.old_logp or None,
+                "sampling": sampling,
+                "seed": s.seed,
+                "response_text": s.text,
+                "finish_reason": s.finish,
+                "transcript": None,
+                "status": s.verdict.status if s.verdict else None,
+                "reward": s.reward if s.valid else None,
+                "verifier_reward": s.verdict.reward if s.verdict else None,
+                "components": json.dumps(s.verdict.components) if s.verdict else None,
+                "advantage": s.advantage,
+                "kept": s.kept,
+                "discard_reason": s.reason,
+                "hint": None,
+                "filters": filters,
+                "domain": _str(s.task.get("domain")),
+                "difficulty": _str(s.task.get("difficulty")),
+                "split": "train",
+                "verify_seconds": s.verify_seconds,
+            }
+            for s in samples
+        ]
+
+
+def _str(value: Any) -> str | None:
+    return None if value is None else str(value)
