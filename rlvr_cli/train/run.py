@@ -115,3 +115,48 @@ def eprint(message: str) -> None:
 
 
 __all__ = ["EXIT_ABORTED", "EXIT_FAILED", "EXIT_FINISHED", "EXIT_PAUSED", "RlvrError", "run_train"]
+
+
+class Progress:
+    """A live rich progress bar on an interactive stderr; one plain line per step otherwise
+    (logs, CI). Shows step, reward, KL, entropy, length, throughput and ETA."""
+
+    def __init__(self, total: int, first: int, enabled: bool = True) -> None:
+        self.total, self.enabled = total, enabled
+        self.live = (
+            enabled and sys.stderr.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+        )
+        self.bar: Any = None
+        if self.live:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
+            from rich.progress import Progress as RichProgress
+
+            self.bar = RichProgress(
+                TextColumn("step"),
+                MofNCompleteColumn(),
+                BarColumn(),
+                TextColumn("{task.fields[info]}"),
+                TimeRemainingColumn(),
+                console=Console(stderr=True),
+                transient=False,
+            )
+            self.task = self.bar.add_task("train", total=total, completed=first, info="")
+
+    def __enter__(self) -> Progress:
+        if self.bar is not None:
+            self.bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+    def update(self, step: int, row: dict[str, Any], eta: float) -> None:
+        if not self.enabled:
+            return
+        if self.bar is None:
+            eprint(progress_line(step, self.total, row, eta))
+            return
+        info = progress_line(step, self.total, row, eta).split("  ", 1)[1].rsplit("  ETA", 1)[0]
+        self.bar.update(self.task, completed=step, info=info)

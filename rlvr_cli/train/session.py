@@ -64,28 +64,28 @@ class Session:
         started = time.perf_counter()
         first = trainer.step
         metrics_path = self.run_dir / "metrics.jsonl"
-        while trainer.step < self.steps:
-            metrics, generated = trainer.train_step(pool)  # rollout → score → update
-            if self.main and trainer.step > trainer.records.last_step:  # a resumed step is not written twice
-                trainer.records.append(trainer.record_rows(generated, self.c.name), trainer.step)
-            self.maybe_holdout(trainer, pool, metrics)
-            row = {"step": trainer.step, **out.clean(metrics)}
-            if self.main:
-                with metrics_path.open("a", encoding="utf-8") as fh:  # log
-                    fh.write(json.dumps(row) + "\n")
-            trainer.step += 1
-            done = trainer.step - first
-            eta = (time.perf_counter() - started) / done * (self.steps - trainer.step)
-            if self.main:
-                out.eprint(out.progress_line(trainer.step, self.steps, row, eta))
-            fired = monitor.observe(row)  # check rules
-            trainer.monitor_state = monitor.state()
-            if fired is not None:
-                return self.stop_for_rule(trainer, fired)
-            if budget and self.budget_spent(trainer, budget):
-                break
-            if trainer.step % self.c.checkpoint.every_steps == 0 or trainer.step == self.steps:
-                self.checkpoint(trainer)  # checkpoint
+        with out.Progress(self.steps, trainer.step, enabled=self.main) as progress:
+            while trainer.step < self.steps:
+                metrics, generated = trainer.train_step(pool)  # rollout → score → update
+                if self.main and trainer.step > trainer.records.last_step:  # a resumed step is not written twice
+                    trainer.records.append(trainer.record_rows(generated, self.c.name), trainer.step)
+                self.maybe_holdout(trainer, pool, metrics)
+                row = {"step": trainer.step, **out.clean(metrics)}
+                if self.main:
+                    with metrics_path.open("a", encoding="utf-8") as fh:  # log
+                        fh.write(json.dumps(row) + "\n")
+                trainer.step += 1
+                done = trainer.step - first
+                eta = (time.perf_counter() - started) / done * (self.steps - trainer.step)
+                progress.update(trainer.step, row, eta)
+                fired = monitor.observe(row)  # check rules
+                trainer.monitor_state = monitor.state()
+                if fired is not None:
+                    return self.stop_for_rule(trainer, fired)
+                if budget and self.budget_spent(trainer, budget):
+                    break
+                if trainer.step % self.c.checkpoint.every_steps == 0 or trainer.step == self.steps:
+                    self.checkpoint(trainer)  # checkpoint
         return self.finish(trainer)
 
     def resume_into(self, trainer: Any, monitor: Any) -> None:
