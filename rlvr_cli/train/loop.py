@@ -189,7 +189,7 @@ class Trainer(ModelSetup, StepLog):
         """One rectangle for all kept samples, cut into the micro-batches of every forward."""
         batch = make_batch(
             [s.prompt_ids for s in samples], [s.response_ids for s in samples], [s.mask for s in samples], self.pad_id
-        )
+        ).to(self.device)
         size = self.c.hyperparameters.micro_batch_sequences or len(samples)
         return batch, list(torch.arange(len(samples)).split(size))
 
@@ -342,11 +342,12 @@ class Trainer(ModelSetup, StepLog):
         old = None
         if ref is not None and o.kl.placement == "reward" and o.kl.coef > 0:
             old = self.logprobs(self.policy, batch, parts)  # the KL penalty must exist before advantages
-            rewards[index] -= o.kl.coef * obj.sequence_kl(old, ref, batch.response_mask, o.kl.estimator).double()
+            kl = obj.sequence_kl(old, ref, batch.response_mask, o.kl.estimator).double().cpu()
+            rewards[index] -= o.kl.coef * kl
         adv = self.global_advantages(flat, rewards)  # (N,)
         for s, a in zip(flat, adv.tolist(), strict=True):
             s.advantage = a
-        return self.update(trained, adv[index], batch, parts, old, ref)
+        return self.update(trained, adv[index].to(self.device), batch, parts, old, ref)
 
     def global_advantages(self, flat: list[Sample], rewards: torch.Tensor) -> torch.Tensor:
         """Advantages over the whole (all-rank) batch, returned for this rank's samples."""

@@ -28,6 +28,11 @@ class Batch:
     def response_ids(self) -> torch.Tensor:
         return self.input_ids[:, self.prompt_width :]  # (B, T)
 
+    def to(self, device: torch.device) -> Batch:
+        return Batch(
+            self.input_ids.to(device), self.attention_mask.to(device), self.prompt_width, self.response_mask.to(device)
+        )
+
 
 def make_batch(
     prompts: list[list[int]],
@@ -100,8 +105,9 @@ def generate(
     """Batched sampling with the KV cache; `seed` fixes the draw for exact resume."""
     batch = make_batch(prompts, [[] for _ in prompts], [[] for _ in prompts], pad_id, response_width=1)
     P = batch.prompt_width
-    input_ids, attention = batch.input_ids[:, :P], batch.attention_mask[:, :P]
-    torch.manual_seed(seed)
+    device = next(model.parameters()).device
+    input_ids, attention = batch.input_ids[:, :P].to(device), batch.attention_mask[:, :P].to(device)
+    torch.manual_seed(seed)  # seeds every device
     greedy = temperature == 0
     out = model.generate(
         input_ids=input_ids,

@@ -216,3 +216,18 @@ def test_dynamic_sampling_logs_acceptance_and_counts_discarded_generations(exper
     generated = sum(r["groups_generated"] for r in rows)
     assert len(records) == generated * 8 and rows[-1]["total_rollouts"] == len(records)
     assert len(dropped) == sum(r["groups_generated"] - r["groups_accepted"] for r in rows) * 8
+
+
+def test_kl_in_the_reward_keeps_the_first_ratio_at_one(experiment: Path) -> None:
+    """With `kl.placement: reward` the old log-probs come from a separate forward before the
+    advantages; same code, shapes and micro-batches, so the ratio is still exactly 1."""
+    edit(
+        experiment,
+        "kl: {coef: 0.01, estimator: k3, placement: loss}",
+        "kl: {coef: 0.05, estimator: k1, placement: reward}",
+    )
+    run = rlvr("train", experiment / CONTRACT, "--max-steps", "3", timeout=300)
+    assert run.code == 0, run.stderr[-2000:]
+    assert "subtracted from each response's reward" in run.stderr
+    rows = metrics(experiment / "runs" / "arith")
+    assert all(r["ratio_max"] == 1.0 for r in rows) and rows[-1]["kl"] > 0
