@@ -30,8 +30,7 @@ def evaluate(
     from rlvr_cli.chat.render import ChatRenderer
     from rlvr_cli.env.single_turn import VerifierPool
     from rlvr_cli.train.data import messages_of, read_split
-    from rlvr_cli.train.rollout import generate
-    from rlvr_cli.train.score import Sample, score_all
+    from rlvr_cli.train.score import answer_and_score
 
     if contract.environment.kind != "single_turn":
         raise RlvrError("policy evaluation runs single_turn environments")
@@ -42,39 +41,22 @@ def evaluate(
     model = AutoModelForCausalLM.from_pretrained(policy_folder(policy), local_files_only=True).eval()
     tok = renderer.tokenizer
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-    sampling = contract.hyperparameters.sampling
-    prompts = [renderer.prompt_ids(messages_of(t)) for t in tasks for _ in range(samples)]
-    gens = generate(
-        model,
-        prompts,
-        max_new_tokens=contract.length.max_response_tokens,
-        temperature=0.0 if greedy else sampling.temperature,
-        top_p=sampling.top_p,
-        top_k=sampling.top_k,
-        stop_ids=renderer.stop_ids,
-        pad_id=pad,
-        seed=seed,
-    )
-    rows = []
-    for i, gen in enumerate(gens):
-        ids = gen.response_ids[:-1] if gen.finish == "stop" else gen.response_ids
-        rows.append(
-            Sample(
-                tasks[i // samples],
-                0,
-                i % samples,
-                [],
-                gen.response_ids,
-                gen.mask,
-                gen.finish,
-                seed,
-                0,
-                text=tok.decode(ids, skip_special_tokens=False),
-            )
-        )
+    prompts = [renderer.prompt_ids(messages_of(t)) for t in tasks]
     env = contract.environment
     with VerifierPool(env.verifier, folder, env.timeout_s) as pool:  # type: ignore[arg-type]
-        score_all(contract, rows, pool)
+        rows = answer_and_score(
+            contract,
+            model,
+            tok,
+            prompts,
+            tasks,
+            pool,
+            stop_ids=renderer.stop_ids,
+            pad_id=pad,
+            samples=samples,
+            greedy=greedy,
+            seed=seed,
+        )
     out: dict[str, dict[str, Any]] = {}
     for row in rows:
         item = out.setdefault(str(row.task["id"]), {"rewards": [], "task": row.task})

@@ -12,12 +12,12 @@ glue after it is not). Everything is rendered through transformers' own Jinja en
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rlvr_cli.errors import RlvrError, UsageProblem
+from rlvr_cli.jsonl import read_jsonl
 
 ROLES = ("system", "user", "assistant", "tool", "ipython")
 
@@ -82,20 +82,9 @@ def read_conversations(path: Path) -> list[Conversation]:
     """One conversation per JSONL line: `{"messages": [...], "tools"?: [...]}`."""
     if not path.is_file():
         raise UsageProblem(f"{path}: no such conversations file")
-    conversations = []
-    with path.open(encoding="utf-8", errors="strict") as fh:
-        try:
-            lines = list(fh)
-        except UnicodeDecodeError as exc:
-            raise RenderError(f"{path}: not UTF-8 text ({exc.reason})") from None
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise RenderError(f"{path}:{number}: not JSON ({exc.msg} at column {exc.colno})") from None
-        conversations.append(parse_conversation(row, f"{path}:{number}", number))
+    conversations = [
+        parse_conversation(row, f"{path}:{number}", number) for number, row in read_jsonl(path, RenderError)
+    ]
     if not conversations:
         raise RenderError(f"{path}: holds no conversation")
     return conversations

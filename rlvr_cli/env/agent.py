@@ -169,14 +169,10 @@ def serve(app: Any) -> Iterator[str]:
 
 def load_app(spec: str, folder: Any) -> Any:
     """`module:app` resolved from the contract's folder (or installed packages)."""
-    import importlib
-    import sys
+    from rlvr_cli.env.single_turn import import_entry
 
-    if str(folder) not in sys.path:
-        sys.path.insert(0, str(folder))
-    module_name, _, attr = spec.partition(":")
     try:
-        return getattr(importlib.import_module(module_name), attr)
+        return import_entry(spec, folder)
     except (ImportError, AttributeError) as exc:
         raise RlvrError(f"cannot load the resources server {spec}: {exc}") from None
 

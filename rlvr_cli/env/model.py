@@ -117,6 +117,7 @@ class TransformersModel:
 
     def respond(self, items: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
         from rlvr_cli.train.rollout import generate
+        from rlvr_cli.train.score import response_text
 
         text = self.tokenizer.apply_chat_template(
             to_chat(items), tools=tools or None, tokenize=False, add_generation_prompt=True
@@ -125,8 +126,7 @@ class TransformersModel:
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
         self.seed += 1
         gen = generate(self.model, [prompt], pad_id=pad, seed=self.seed, **self.kwargs)[0]
-        ids = gen.response_ids[:-1] if gen.finish == "stop" else gen.response_ids
-        return parse_completion(self.tokenizer.decode(ids, skip_special_tokens=False))
+        return parse_completion(response_text(self.tokenizer, gen.response_ids, gen.finish))
 
 
 class OpenAIModel:

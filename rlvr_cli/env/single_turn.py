@@ -22,15 +22,22 @@ from rlvr_cli.env.verdict import Verdict
 from rlvr_cli.errors import RlvrError
 
 
-def resolve(spec: str, folder: Path) -> Callable[[dict, str], Any]:
-    """`module:function`, importable from the contract's folder or the environment."""
-    module_name, _, function = spec.partition(":")
+def import_entry(spec: str, folder: Path) -> Any:
+    """The object `module:name` names, importable from the contract's folder or the environment."""
+    module_name, _, name = spec.partition(":")
     if str(folder) not in sys.path:
         sys.path.insert(0, str(folder))
-    module = importlib.import_module(module_name)
-    fn = getattr(module, function, None)
+    found = getattr(importlib.import_module(module_name), name, None)
+    if found is None:
+        raise AttributeError(f"{module_name} has no {name!r}")
+    return found
+
+
+def resolve(spec: str, folder: Path) -> Callable[[dict, str], Any]:
+    """A verifier `module:function`."""
+    fn = import_entry(spec, folder)
     if not callable(fn):
-        raise AttributeError(f"{module_name} has no function {function!r}")
+        raise AttributeError(f"{spec} is not a function")
     return fn
 
 
@@ -68,7 +75,6 @@ class VerifierPool:
         self._ctx = mp.get_context("spawn")
         self._proc: Any = None
         self._conn: Any = None
-        self.calls = 0
 
     def __enter__(self) -> VerifierPool:
         self._start()
@@ -121,7 +127,6 @@ class VerifierPool:
     def _run_batch(self, items: list[tuple[dict[str, Any], str]]) -> list[tuple[Verdict, float]]:
         if self._proc is None or not self._proc.is_alive():
             self._start()
-        self.calls += len(items)
         out: list[tuple[Verdict, float]] = []
         start = time.monotonic()
         try:

@@ -126,10 +126,15 @@ def complete_checkpoints(root: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def prune(root: Path, keep_last: int) -> None:
-    """Keep the newest `keep_last` complete checkpoints (never fewer than one); drop leftovers."""
+def clear_interrupted(root: Path) -> None:
+    """Remove `.tmp` folders a crash left mid-write; they were never published."""
     for path in root.glob(".step-*.tmp"):
         shutil.rmtree(path, ignore_errors=True)
+
+
+def prune(root: Path, keep_last: int) -> None:
+    """Keep the newest `keep_last` complete checkpoints (never fewer than one); drop leftovers."""
+    clear_interrupted(root)
     found = complete_checkpoints(root)
     for _, path in found[: max(0, len(found) - max(keep_last, 1))]:
         shutil.rmtree(path, ignore_errors=True)
@@ -150,7 +155,7 @@ def load_latest(trainer: Any, run_dir: Path, contract: Any, contract_path: Path)
     from rlvr_cli.train.plan import contract_hash
 
     root = run_dir / "checkpoints"
-    prune(root, len(complete_checkpoints(root)) or 1)  # only clears interrupted .tmp folders
+    clear_interrupted(root)
     found = complete_checkpoints(root)
     if not found:
         raise RlvrError(f"{run_dir} has no complete checkpoint to resume from")

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rlvr_cli.errors import RlvrError
+from rlvr_cli.jsonl import read_jsonl
 
 
 def read_split(path: Path, name: str) -> list[dict[str, Any]]:
@@ -16,13 +16,7 @@ def read_split(path: Path, name: str) -> list[dict[str, Any]]:
     if not path.is_file():
         raise RlvrError(f"data split {name} ({path}) does not exist")
     tasks = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise RlvrError(f"{path}:{number}: not JSON ({exc.msg})") from None
+    for number, row in read_jsonl(path):
         if not isinstance(row, dict) or "id" not in row or "prompt" not in row:
             raise RlvrError(f"{path}:{number}: a task is an object with 'id' and 'prompt'")
         tasks.append(row)

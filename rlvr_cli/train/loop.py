@@ -20,7 +20,7 @@ from rlvr_cli.train.data import Sampler, messages_of, read_split
 from rlvr_cli.train.metrics import StepLog, StepResult
 from rlvr_cli.train.records import RecordStore
 from rlvr_cli.train.rollout import Batch, generate, make_batch, token_logprobs
-from rlvr_cli.train.score import Sample, score_all
+from rlvr_cli.train.score import Sample, answer_and_score, response_text, score_all
 from rlvr_cli.train.setup import ModelSetup
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -132,7 +132,7 @@ class Trainer(ModelSetup, StepLog):
                 seed,
                 round_,
             )
-            sample.text = self._response_text(gen.response_ids, gen.finish)
+            sample.text = response_text(self.tokenizer, gen.response_ids, gen.finish)
             samples.append(sample)
         return samples
 
@@ -143,10 +143,6 @@ class Trainer(ModelSetup, StepLog):
             for s in self.sample_groups([tasks[g]], seed * 10_007 + g, round_, g):
                 samples.append(s)
         return samples
-
-    def _response_text(self, ids: list[int], finish: str) -> str:
-        content = ids[:-1] if finish == "stop" else ids  # the verifier sees the answer, not the stop token
-        return self.tokenizer.decode(content, skip_special_tokens=False)
 
     def collect(self, pool: VerifierPool) -> StepResult:
         """Rollout and score `prompts_per_step` groups; with dynamic sampling, drop all-equal
@@ -364,34 +360,17 @@ class Trainer(ModelSetup, StepLog):
     def evaluate_holdout(self, pool: VerifierPool) -> float:
         """Greedy answer to every holdout task (never with hints); the mean reward."""
         prompts = [self.prompt_ids(t) for t in self.holdout_tasks]
-        gens = generate(
+        rows = answer_and_score(
+            self.c,
             self.policy,
+            self.tokenizer,
             prompts,
-            max_new_tokens=self.c.length.max_response_tokens,
-            temperature=0.0,
-            top_p=1.0,
-            top_k=0,
+            self.holdout_tasks,
+            pool,
             stop_ids=self.renderer.stop_ids,
             pad_id=self.pad_id,
-            seed=0,
         )
-        samples = [
-            Sample(
-                task,
-                0,
-                0,
-                [],
-                gen.response_ids,
-                gen.mask,
-                gen.finish,
-                0,
-                0,
-                text=self._response_text(gen.response_ids, gen.finish),
-            )
-            for task, gen in zip(self.holdout_tasks, gens, strict=True)
-        ]
-        score_all(self.c, samples, pool)
-        return sum(s.reward if s.valid else 0.0 for s in samples) / len(samples)
+        return sum(s.reward if s.valid else 0.0 for s in rows) / len(rows)
 
 
 def _uniform(group: list[Sample]) -> bool:

@@ -7,7 +7,7 @@ micro-batch shapes, so the importance ratio is exactly 1 at the first update.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -86,7 +86,6 @@ class Generation:
     mask: list[int]
     finish: str  # stop | length
     seed: int
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @torch.no_grad()

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rlvr_cli.contract.models import Contract
-from rlvr_cli.errors import RlvrError, UsageProblem
+from rlvr_cli.errors import UsageProblem
 
 EXIT_FINISHED, EXIT_FAILED, EXIT_PAUSED, EXIT_ABORTED = 0, 1, 4, 5
 
@@ -112,9 +112,6 @@ def progress_line(step: int, total: int, metrics: dict[str, Any], eta: float) ->
 
 def eprint(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
-
-
-__all__ = ["EXIT_ABORTED", "EXIT_FAILED", "EXIT_FINISHED", "EXIT_PAUSED", "RlvrError", "run_train"]
 
 
 class Progress:

@@ -93,3 +93,57 @@ def score_all(contract: Contract, samples: list[Sample], pool: Any) -> None:
     verdicts = pool.verify_many([(s.task, s.text) for s in todo]) if todo else []
     for sample, (verdict, seconds) in zip(todo, verdicts, strict=True):
         apply_verdict(contract, sample, verdict, seconds)
+
+
+def response_text(tokenizer: Any, ids: list[int], finish: str) -> str:
+    """What the verifier reads: the answer without its stop token."""
+    return tokenizer.decode(ids[:-1] if finish == "stop" else ids, skip_special_tokens=False)
+
+
+def answer_and_score(
+    contract: Contract,
+    model: Any,
+    tokenizer: Any,
+    prompts: list[list[int]],
+    tasks: list[dict[str, Any]],
+    pool: Any,
+    *,
+    stop_ids: list[int],
+    pad_id: int,
+    samples: int = 1,
+    greedy: bool = True,
+    seed: int = 0,
+) -> list[Sample]:
+    """`samples` answers per task (greedy, or the contract's sampling), each scored.
+    Used for holdout evaluation during training and for audits and gates after it."""
+    from rlvr_cli.train.rollout import generate
+
+    sampling = contract.hyperparameters.sampling
+    gens = generate(
+        model,
+        [p for p in prompts for _ in range(samples)],
+        max_new_tokens=contract.length.max_response_tokens,
+        temperature=0.0 if greedy else sampling.temperature,
+        top_p=sampling.top_p,
+        top_k=sampling.top_k,
+        stop_ids=stop_ids,
+        pad_id=pad_id,
+        seed=seed,
+    )
+    rows = [
+        Sample(
+            tasks[i // samples],
+            0,
+            i % samples,
+            [],
+            gen.response_ids,
+            gen.mask,
+            gen.finish,
+            seed,
+            0,
+            text=response_text(tokenizer, gen.response_ids, gen.finish),
+        )
+        for i, gen in enumerate(gens)
+    ]
+    score_all(contract, rows, pool)
+    return rows
