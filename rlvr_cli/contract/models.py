@@ -34,6 +34,15 @@ def _integral(value: Any) -> Any:
 
 
 Int = Annotated[int, BeforeValidator(_integral)]
+
+
+def _not_boolean(value: Any) -> Any:
+    """YAML `true` equals 1 to Python, not to JSON Schema: keep the two in agreement."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected 1, got {str(value).lower()}")
+    return value
+
+
 # The bound sits inside the type so that `PositiveInt | None` keeps it in the JSON Schema.
 PositiveInt = Annotated[int, Field(ge=1), BeforeValidator(_integral)]
 
@@ -386,7 +395,7 @@ class Contract(Section):
     """An RLVR experiment contract (format 1)."""
 
     model_config = ConfigDict(title="rlvr experiment contract")
-    contract_version: Literal[1]
+    contract_version: Annotated[Literal[1], BeforeValidator(_not_boolean)]
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$")
     description: str | None = None
     artifacts: Artifacts
