@@ -16,8 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from rlvr_cli.chat.families import CHATML_GENERATION
 from rlvr_cli.chat.render import ChatRenderer, Conversation
-from rlvr_cli.chat.templates import CHATML_GENERATION
 from rlvr_cli.chat.tiny import build_tokenizer
 
 

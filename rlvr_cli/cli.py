@@ -1,8 +1,10 @@
-"""The `rlvr` command line: parse arguments, call one function, turn its result into output.
+"""The `rlvr` command line: parse arguments, call one function, turn its result into an exit code.
 
-Exit codes (every command): 0 success, 1 the input is invalid or a check failed,
-2 usage error or unreadable path, 3 internal error (a bug: please report it).
-Heavy libraries (torch, transformers, fastapi) are imported inside the commands that use them.
+Commands are listed in the order of an experiment. Exit codes (rlvr_cli.errors.ExitCode):
+0 success, 1 the input is invalid or a check failed, 2 usage error, unreadable path or
+missing extra, 3 internal error (a bug: please report it), 4 a run paused by a rule,
+5 a run aborted. Heavy libraries (torch, transformers, fastapi) are imported inside the
+commands that use them.
 """
 
 from __future__ import annotations
@@ -15,7 +17,17 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from rlvr_cli.errors import RlvrError
+from rlvr_cli import __version__
+from rlvr_cli.errors import guard
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"rlvr {__version__}")
+        raise typer.Exit(0)
+
 
 app = typer.Typer(
     name="rlvr",
@@ -25,42 +37,50 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
-F = TypeVar("F", bound=Callable[..., Any])
-EXIT_INTERNAL = 3
 
 
-def err(message: str) -> None:
-    """Progress, logs and errors go to stderr; stdout carries the report only."""
-    print(message, file=sys.stderr)
+@app.callback()
+def _main(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """Reinforcement learning with verifiable rewards, run exactly as the contract says."""
 
 
-def guarded(fn: F) -> F:
-    """Map domain errors to their exit code and anything unexpected to exit 3, no traceback."""
+def command(fn: F) -> F:
+    """A command body returns its exit code (None: 0); errors are mapped by `errors.guard`."""
 
     @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except (typer.Exit, typer.Abort, SystemExit):
-            raise
-        except RlvrError as exc:
-            err(f"error: {exc}")
-            raise typer.Exit(exc.exit_code) from None
-        except KeyboardInterrupt:
-            err("interrupted")
-            raise typer.Exit(130) from None
-        except Exception as exc:
-            err(
-                f"internal error: {type(exc).__name__}: {exc}\n"
-                "This is a bug in rlvr; rerun with RLVR_DEBUG=1 for the traceback."
-            )
-            import os
-
-            if os.environ.get("RLVR_DEBUG"):
-                raise
-            raise typer.Exit(EXIT_INTERNAL) from None
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        code = guard(lambda: fn(*args, **kwargs) or 0)
+        raise typer.Exit(int(code))
 
     return wrapper  # type: ignore[return-value]
+
+
+@app.command()
+@command
+def init(
+    folder: Annotated[Path | None, typer.Argument(help="Experiment folder to create.")] = None,
+    template: Annotated[str, typer.Option("--template", "-t", help="Template name (see --list).")] = "single-turn",
+    force: Annotated[bool, typer.Option(help="Write into a non-empty folder (never overwrites a file).")] = False,
+    list_: Annotated[bool, typer.Option("--list", help="List the templates and exit.")] = False,
+    model: Annotated[
+        bool, typer.Option(help="Build the tiny local model and tokenizer (needs the train extra).")
+    ] = True,
+) -> int:
+    """Create an experiment folder from a template: contract, data, verifier, README, hook."""
+    from rlvr_cli.commands.init import list_templates, run_init
+    from rlvr_cli.errors import UsageProblem
+
+    if list_:
+        sys.stdout.write(list_templates())
+        return 0
+    if folder is None:
+        raise UsageProblem("give the folder to create, or --list")
+    run_init(folder, template, force=force, build_model=model)
+    return 0
 
 
 @app.command(
@@ -78,50 +98,90 @@ def validate(ctx: typer.Context) -> None:
 
 
 @app.command()
-@guarded
-def schema(
-    which: Annotated[str, typer.Argument(help="contract, candidates (audit) or record (rollout record).")] = "contract",
-) -> None:
-    """Print a JSON Schema; committed copies live in schemas/ (contract.schema.json, ...)."""
-    from rlvr_cli.contract.schema import SCHEMAS, schema_text
-    from rlvr_cli.errors import UsageProblem
-
-    if which not in SCHEMAS:
-        raise UsageProblem(f"no schema {which!r}; choose one of {', '.join(SCHEMAS)}")
-    sys.stdout.write(schema_text(which))
-
-
-@app.command()
-@guarded
-def lock(
-    contract: Annotated[Path, typer.Argument(help="The contract whose files to pin.")],
-) -> None:
+@command
+def lock(contract: Annotated[Path, typer.Argument(help="The contract whose files to pin.")]) -> int:
     """Write the lock file: the sha256 of every artifact, data split and chat template."""
     from rlvr_cli.commands.lock import run_lock
 
     run_lock(contract)
+    return 0
 
 
 @app.command()
-@guarded
+@command
 def render(
     contract: Annotated[Path, typer.Argument(help="The contract: tokenizer, chat template, stop tokens, limits.")],
     conversations: Annotated[
         Path, typer.Option("--conversations", "-c", help="JSONL, one {messages, tools?} per line.")
     ],
     format: Annotated[str, typer.Option("--format", "-f", help="text or json.")] = "text",
-) -> None:
+) -> int:
     """Show what the model sees, which tokens are trained, and the template's traps (exit 1 on an error check)."""
     from rlvr_cli.commands.render import run_render
-    from rlvr_cli.errors import UsageProblem
 
-    if format not in ("text", "json"):
-        raise UsageProblem(f"--format must be text or json, not {format!r}")
-    raise typer.Exit(run_render(contract, conversations, format))
+    return run_render(contract, conversations, format)
+
+
+audit_app = typer.Typer(help="Prove the verifier and the environment before training.", no_args_is_help=True)
+app.add_typer(audit_app, name="audit")
+
+
+@audit_app.command("verifier")
+@command
+def audit_verifier(
+    contract: Annotated[Path, typer.Argument(help="The contract whose verifier to audit.")],
+    candidates: Annotated[Path | None, typer.Option(help="Candidates file (default: audit/candidates.yaml).")] = None,
+    format: Annotated[str, typer.Option("--format", "-f", help="text or json.")] = "text",
+    tasks: Annotated[int, typer.Option(help="Single turn: tasks that get generated arms.")] = 5,
+) -> int:
+    """Run the control group through the real verifier; exit 1 on any false accept or reject."""
+    from rlvr_cli.commands.audit import run_audit_verifier
+
+    return run_audit_verifier(contract, candidates, format, tasks)
+
+
+@audit_app.command("isolation")
+@command
+def audit_isolation(
+    contract: Annotated[Path, typer.Argument(help="A tool_use contract.")],
+    sessions: Annotated[int, typer.Option("--sessions", "-n", min=2, help="Concurrent sessions.")] = 16,
+    format: Annotated[str, typer.Option("--format", "-f", help="text or json.")] = "text",
+) -> int:
+    """Run concurrent sessions with unique markers; exit 1 with the evidence on any leak."""
+    from rlvr_cli.commands.audit import run_audit_isolation
+
+    return run_audit_isolation(contract, sessions, format)
+
+
+@audit_app.command("rollouts")
+@command
+def audit_rollouts(
+    run_dir: Annotated[Path, typer.Argument(help="A run folder written by rlvr train.")],
+    format: Annotated[str, typer.Option("--format", "-f", help="text or json.")] = "text",
+) -> int:
+    """Verify the record manifest (exit 1 on any mismatch), then report what the rollouts show."""
+    from rlvr_cli.commands.audit import run_audit_rollouts
+
+    return run_audit_rollouts(run_dir, format)
+
+
+@audit_app.command("rewards")
+@command
+def audit_rewards(
+    contract: Annotated[Path, typer.Argument(help="The contract (tasks, verifier, sampling).")],
+    policy: Annotated[list[Path], typer.Option("--policy", help="A policy or run folder; give two (A, B).")],
+    samples: Annotated[int, typer.Option(help="Samples per task.")] = 4,
+    split: Annotated[str, typer.Option(help="train or holdout.")] = "holdout",
+    format: Annotated[str, typer.Option("--format", "-f", help="text or json.")] = "text",
+) -> int:
+    """Reward distributions of two policies on the same tasks, paired; flags "no difference"."""
+    from rlvr_cli.commands.audit import run_audit_rewards
+
+    return run_audit_rewards(contract, policy, samples, split, format)
 
 
 @app.command()
-@guarded
+@command
 def train(
     contract: Annotated[Path, typer.Argument(help="The contract to run.")],
     run_dir: Annotated[
@@ -133,148 +193,92 @@ def train(
     resume: Annotated[bool, typer.Option("--resume", help="Continue from the newest complete checkpoint.")] = False,
     force: Annotated[bool, typer.Option("--force", help="With --resume: continue an aborted run.")] = False,
     nproc: Annotated[int, typer.Option("--nproc", min=1, help="Processes, started with torchrun (gloo on CPU).")] = 1,
-) -> None:
+) -> int:
     """Train as the contract says: exit 0 finished, 1 refused or failed, 4 paused by a rule, 5 aborted."""
-    from rlvr_cli.train.run import launch, run_train
+    from rlvr_cli.commands.train import launch, run_train
 
     if nproc > 1:
         argv = [str(contract)] + (["--run-dir", str(run_dir)] if run_dir else [])
         argv += (["--max-steps", str(max_steps)] if max_steps else []) + (["--resume"] if resume else [])
-        raise typer.Exit(launch(nproc, argv + (["--force"] if force else [])))
-    raise typer.Exit(run_train(contract, run_dir, max_steps, resume, force))
+        return launch(nproc, argv + (["--force"] if force else []))
+    return run_train(contract, run_dir, max_steps, resume, force)
 
 
 @app.command()
-@guarded
-def status(run_dir: Annotated[Path, typer.Argument(help="A run folder written by rlvr train.")]) -> None:
+@command
+def status(run_dir: Annotated[Path, typer.Argument(help="A run folder written by rlvr train.")]) -> int:
     """Where a run stands: step, last metrics, last checkpoint, fired rules, and what to do next."""
     from rlvr_cli.commands.status import run_status
 
-    raise typer.Exit(run_status(run_dir))
-
-
-audit_app = typer.Typer(help="Prove the verifier and the environment before training.", no_args_is_help=True)
-app.add_typer(audit_app, name="audit")
-
-
-@audit_app.command("verifier")
-@guarded
-def audit_verifier(
-    contract: Annotated[Path, typer.Argument(help="The contract whose verifier to audit.")],
-    candidates: Annotated[Path | None, typer.Option(help="Candidates file (default: audit/candidates.yaml).")] = None,
-    format: Annotated[str, typer.Option("--format", "-f", help="text or json.")] = "text",
-    tasks: Annotated[int, typer.Option(help="Single turn: tasks that get generated arms.")] = 5,
-) -> None:
-    """Run the control group through the real verifier; exit 1 on any false accept or reject."""
-    from rlvr_cli.commands.audit import run_audit_verifier
-
-    raise typer.Exit(run_audit_verifier(contract, candidates, format, tasks))
-
-
-@audit_app.command("isolation")
-@guarded
-def audit_isolation(
-    contract: Annotated[Path, typer.Argument(help="A tool_use contract.")],
-    sessions: Annotated[int, typer.Option("--sessions", "-n", min=2, help="Concurrent sessions.")] = 16,
-    format: Annotated[str, typer.Option("--format", "-f", help="text or json.")] = "text",
-) -> None:
-    """Run concurrent sessions with unique markers; exit 1 with the evidence on any leak."""
-    from rlvr_cli.commands.audit import run_audit_isolation
-
-    raise typer.Exit(run_audit_isolation(contract, sessions, format))
-
-
-@audit_app.command("rollouts")
-@guarded
-def audit_rollouts(
-    run_dir: Annotated[Path, typer.Argument(help="A run folder written by rlvr train.")],
-    format: Annotated[str, typer.Option("--format", "-f", help="text or json.")] = "text",
-) -> None:
-    """Verify the record manifest (exit 1 on any mismatch), then report what the rollouts show."""
-    from rlvr_cli.commands.audit import run_audit_rollouts
-
-    raise typer.Exit(run_audit_rollouts(run_dir, format))
-
-
-@audit_app.command("rewards")
-@guarded
-def audit_rewards(
-    contract: Annotated[Path, typer.Argument(help="The contract (tasks, verifier, sampling).")],
-    policy: Annotated[list[Path], typer.Option("--policy", help="A policy or run folder; give two (A, B).")],
-    samples: Annotated[int, typer.Option(help="Samples per task.")] = 4,
-    split: Annotated[str, typer.Option(help="train or holdout.")] = "holdout",
-    format: Annotated[str, typer.Option("--format", "-f", help="text or json.")] = "text",
-) -> None:
-    """Reward distributions of two policies on the same tasks, paired; flags "no difference"."""
-    from rlvr_cli.commands.audit import run_audit_rewards
-
-    raise typer.Exit(run_audit_rewards(contract, policy, samples, split, format))
+    return run_status(run_dir)
 
 
 @app.command()
-@guarded
+@command
 def gate(
     contract: Annotated[Path, typer.Argument(help="The contract whose acceptance.gates to evaluate.")],
     candidate: Annotated[Path, typer.Option("--candidate", help="The run folder to release.")],
     baseline: Annotated[
         Path | None, typer.Option("--baseline", help="Evaluation JSON, policy or run folder to beat.")
     ] = None,
-) -> None:
+) -> int:
     """Release gates with paired bootstrap intervals per segment; exit 1 when the release fails."""
-    from rlvr_cli.commands.audit import run_gate
+    from rlvr_cli.commands.gate import run_gate
 
-    raise typer.Exit(run_gate(contract, candidate, baseline))
+    return run_gate(contract, candidate, baseline)
 
 
 @app.command()
-@guarded
+@command
 def report(
     run_dir: Annotated[Path, typer.Argument(help="A run folder written by rlvr train.")],
     out: Annotated[Path | None, typer.Option("--out", help="HTML file (default RUN_DIR/report.html).")] = None,
-) -> None:
+) -> int:
     """Write one self-contained HTML report (curves, thresholds, fired rules, rollout audit)."""
-    from rlvr_cli.commands.audit import run_report
+    from rlvr_cli.commands.gate import run_report
 
-    raise typer.Exit(run_report(run_dir, out))
+    return run_report(run_dir, out)
 
 
 @app.command()
-@guarded
+@command
 def plan(
     contract: Annotated[Path, typer.Argument(help="The contract; the model's config.json is read from disk.")],
     gpus: Annotated[int, typer.Option("--gpus", min=1, help="Devices to shard over (FSDP).")] = 1,
     gpu_memory: Annotated[
         float | None, typer.Option("--gpu-memory", help="GiB per device; says whether it fits.")
     ] = None,
-) -> None:
+) -> int:
     """Estimate memory per device (parameters, gradients, optimizer, reference, KV cache, activations)."""
     from rlvr_cli.commands.common import load_valid_contract
-    from rlvr_cli.train.memory import load_shape, plan_table
+    from rlvr_cli.train.memory_estimate import load_shape, plan_table
 
     parsed = load_valid_contract(contract)
     table, fits = plan_table(parsed, load_shape(parsed, contract.resolve().parent), gpus, gpu_memory)
     print(table)
-    raise typer.Exit(0 if fits else 1)
+    return 0 if fits else 1
 
 
 @app.command()
-@guarded
-def init(
-    folder: Annotated[Path | None, typer.Argument(help="Experiment folder to create.")] = None,
-    template: Annotated[str, typer.Option("--template", "-t", help="Template name (see --list).")] = "single-turn",
-    force: Annotated[bool, typer.Option(help="Write into a non-empty folder (never overwrites a file).")] = False,
-    list_: Annotated[bool, typer.Option("--list", help="List the templates and exit.")] = False,
-    model: Annotated[
-        bool, typer.Option(help="Build the tiny local model and tokenizer (needs the train extra).")
-    ] = True,
-) -> None:
-    """Create an experiment folder from a template: contract, data, verifier, README, hook."""
-    from rlvr_cli.commands.init import list_templates, run_init
+@command
+def schema(
+    which: Annotated[str, typer.Argument(help="contract, candidates (audit) or record (rollout record).")] = "contract",
+) -> int:
+    """Print a JSON Schema; committed copies live in schemas/ (contract.schema.json, ...)."""
+    from rlvr_cli.commands.schema import SCHEMAS, schema_text
+    from rlvr_cli.errors import UsageProblem
 
-    if list_:
-        sys.stdout.write(list_templates())
-        return
-    if folder is None:
-        err("error: give the folder to create, or --list")
-        raise typer.Exit(2)
-    run_init(folder, template, force=force, build_model=model)
+    if which not in SCHEMAS:
+        raise UsageProblem(f"no schema {which!r}; choose one of {', '.join(SCHEMAS)}")
+    sys.stdout.write(schema_text(which))
+    return 0
+
+
+@app.command()
+@command
+def rule(code: Annotated[str, typer.Argument(help="A rule code: RLV604, RLT007, ...")]) -> int:
+    """Explain one rule code: what fires it, why it matters, how to fix it, an example."""
+    from rlvr_cli.codes import explain
+
+    print(explain(code))
+    return 0

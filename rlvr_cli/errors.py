@@ -1,15 +1,65 @@
-"""The one exception family domain code raises; the CLI maps each to a message and exit code."""
+"""The one exception family domain code raises, the exit codes, and the one internal-error net.
+
+Every command exits with one of `ExitCode`: 0 success, 1 invalid input or a failed check,
+2 usage (bad arguments, a missing path or extra), 3 internal error (a bug in rlvr), 4 a run
+paused by a monitoring rule (resumable), 5 a run aborted. Domain code raises an `RlvrError`
+subclass; the CLI prints its message (never a traceback) and exits with its code.
+"""
 
 from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from enum import IntEnum
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    FAILED = 1
+    USAGE = 2
+    INTERNAL = 3
+    PAUSED = 4
+    ABORTED = 5
+    INTERRUPTED = 130
 
 
 class RlvrError(Exception):
     """A problem the user can fix: printed as one clear message, never a traceback."""
 
-    exit_code = 1
+    exit_code: int = ExitCode.FAILED
 
 
 class UsageProblem(RlvrError):
-    """Bad arguments, a missing or unreadable path: exit 2."""
+    """Bad arguments, a missing or unreadable path, a missing extra: exit 2."""
 
-    exit_code = 2
+    exit_code = ExitCode.USAGE
+
+
+def internal_error(exc: BaseException) -> int:
+    """Report an unexpected exception as a bug (exit 3); the traceback only with RLVR_DEBUG=1."""
+    if os.environ.get("RLVR_DEBUG"):
+        raise exc
+    print(
+        f"internal error: {type(exc).__name__}: {exc}\n"
+        "This is a bug in rlvr; rerun with RLVR_DEBUG=1 for the traceback.",
+        file=sys.stderr,
+    )
+    return ExitCode.INTERNAL
+
+
+def guard(fn: Callable[[], int]) -> int:
+    """Run a command body: domain errors → their message and code, anything else → exit 3."""
+    try:
+        return fn()
+    except RlvrError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return ExitCode.INTERRUPTED
+    except Exception as exc:
+        return internal_error(exc)

@@ -28,9 +28,9 @@ def evaluate(
     from transformers.utils import logging
 
     from rlvr_cli.chat.render import ChatRenderer
+    from rlvr_cli.contract.tasks import messages_of, read_split
+    from rlvr_cli.env.scoring import answer_and_score
     from rlvr_cli.env.single_turn import VerifierPool
-    from rlvr_cli.train.data import messages_of, read_split
-    from rlvr_cli.train.score import answer_and_score
 
     if contract.environment.kind != "single_turn":
         raise RlvrError("policy evaluation runs single_turn environments")
@@ -40,7 +40,6 @@ def evaluate(
     renderer = ChatRenderer.from_contract(contract, folder)
     model = AutoModelForCausalLM.from_pretrained(policy_folder(policy), local_files_only=True).eval()
     tok = renderer.tokenizer
-    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     prompts = [renderer.prompt_ids(messages_of(t)) for t in tasks]
     env = contract.environment
     with VerifierPool(env.verifier, folder, env.timeout_s) as pool:  # type: ignore[arg-type]
@@ -52,7 +51,7 @@ def evaluate(
             tasks,
             pool,
             stop_ids=renderer.stop_ids,
-            pad_id=pad,
+            pad_id=renderer.pad_id,
             samples=samples,
             greedy=greedy,
             seed=seed,

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rlvr_cli.audit.evaluate import bootstrap, evaluate, item_means, save_evaluation, sign_flip_p
 from rlvr_cli.contract.models import Contract, Gate
 from rlvr_cli.errors import RlvrError, UsageProblem
+from rlvr_cli.files import atomic_write_text
 
 METRICS = ("reward_mean", "success_rate")
 
@@ -26,34 +28,99 @@ def _metric_values(contract: Contract, evaluation: dict[str, dict[str, Any]], me
     means = item_means(evaluation)
     if metric == "reward_mean":
         return means
-    best = sum(max(c.weight, 0.0) for c in contract.objective.reward.components)
+    best = contract.objective.reward.best
     return {k: float(v >= best - 1e-9) for k, v in means.items()}
 
 
-def judge_gate(gate: Gate, cand: dict[str, float], base: dict[str, float], items: list[str]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Judgement:
+    """One gate on one set of items: the interval of the candidate and of its difference."""
+
+    items: int
+    candidate: tuple[float, float, float]  # mean, low, high
+    delta: tuple[float, float, float]
+    confidence: float
+    passed: bool
+    checks: tuple[str, ...]
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "items": self.items,
+            "candidate": list(self.candidate),
+            "delta": list(self.delta),
+            "confidence": self.confidence,
+            "passed": self.passed,
+            "checks": list(self.checks),
+        }
+
+
+@dataclass(frozen=True)
+class GateOutcome:
+    name: str
+    metric: str
+    split: str
+    critical: bool
+    overall: Judgement
+    segments: dict[str, Judgement]
+
+    @property
+    def failed_segments(self) -> list[str]:
+        return [k for k, v in self.segments.items() if not v.passed]
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "metric": self.metric,
+            "split": self.split,
+            "critical": self.critical,
+            "overall": self.overall.as_json(),
+            "segments": {k: v.as_json() for k, v in self.segments.items()},
+            "failed_segments": self.failed_segments,
+        }
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """The release verdict: every gate, and the evaluations it was judged on."""
+
+    candidate: str
+    baseline: str
+    gates: list[GateOutcome]
+    evaluations: dict[str, Any] = field(repr=False)  # {"candidate": {split: ...}, "baseline": ...}
+
+    @property
+    def release(self) -> str:
+        passed = all(g.overall.passed for g in self.gates) and not any(
+            g.critical and g.failed_segments for g in self.gates
+        )
+        return "pass" if passed else "fail"
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "release": self.release,
+            "candidate": self.candidate,
+            "baseline": self.baseline,
+            "gates": [g.as_json() for g in self.gates],
+        }
+
+
+def judge_gate(gate: Gate, cand: dict[str, float], base: dict[str, float], items: list[str]) -> Judgement:
     confidence = gate.confidence or 0.95
-    c_mean, c_low, c_high = bootstrap([cand[i] for i in items], confidence)
-    d_mean, d_low, d_high = bootstrap([cand[i] - base[i] for i in items], confidence)
+    c = bootstrap([cand[i] for i in items], confidence)
+    d = bootstrap([cand[i] - base[i] for i in items], confidence)
     checks = []
     if gate.min is not None:
-        checks.append((c_low >= gate.min, f"lower bound {c_low:.3f} ≥ min {gate.min}"))
+        checks.append((c[1] >= gate.min, f"lower bound {c[1]:.3f} ≥ min {gate.min}"))
     if gate.max is not None:
-        checks.append((c_high <= gate.max, f"upper bound {c_high:.3f} ≤ max {gate.max}"))
+        checks.append((c[2] <= gate.max, f"upper bound {c[2]:.3f} ≤ max {gate.max}"))
     if gate.min_delta is not None:
-        checks.append((d_low >= gate.min_delta, f"delta lower bound {d_low:+.3f} ≥ min_delta {gate.min_delta}"))
+        checks.append((d[1] >= gate.min_delta, f"delta lower bound {d[1]:+.3f} ≥ min_delta {gate.min_delta}"))
     if gate.max_drop is not None:
-        checks.append((d_low >= -gate.max_drop, f"delta lower bound {d_low:+.3f} ≥ -max_drop {gate.max_drop}"))
-    return {
-        "items": len(items),
-        "candidate": [c_mean, c_low, c_high],
-        "delta": [d_mean, d_low, d_high],
-        "confidence": confidence,
-        "passed": all(ok for ok, _ in checks),
-        "checks": [c for _, c in checks],
-    }
+        checks.append((d[1] >= -gate.max_drop, f"delta lower bound {d[1]:+.3f} ≥ -max_drop {gate.max_drop}"))
+    return Judgement(len(items), c, d, confidence, all(ok for ok, _ in checks), tuple(m for _, m in checks))
 
 
-def run_gates(contract: Contract, folder: Path, candidate: Path, baseline: Path | None) -> dict[str, Any]:
+def run_gates(contract: Contract, folder: Path, candidate: Path, baseline: Path | None) -> GateResult:
     gates = contract.acceptance.gates
     for gate in gates:
         if gate.metric not in METRICS:
@@ -63,43 +130,25 @@ def run_gates(contract: Contract, folder: Path, candidate: Path, baseline: Path 
     splits = sorted({g.split for g in gates})
     cand_eval = {s: evaluate(contract, folder, candidate, s) for s in splits}
     base_eval, base_name = _baseline(contract, folder, baseline, splits)
-    results = []
-    for gate in gates:
-        cand = _metric_values(contract, cand_eval[gate.split], gate.metric)
-        base = _metric_values(contract, base_eval[gate.split], gate.metric)
-        items = sorted(set(cand) & set(base))
-        if not items:
-            raise RlvrError(f"gate {gate.name!r}: candidate and baseline share no item of split {gate.split}")
-        overall = judge_gate(gate, cand, base, items)
-        segments = {}
-        for field in gate.segments or []:
-            by_value: dict[str, list[str]] = defaultdict(list)
-            for item in items:
-                by_value[str(cand_eval[gate.split][item]["task"].get(field))].append(item)
-            for value, members in sorted(by_value.items()):
-                segments[f"{field}={value}"] = judge_gate(gate, cand, base, members)
-        failed_segments = [k for k, v in segments.items() if not v["passed"]]
-        results.append(
-            {
-                "name": gate.name,
-                "metric": gate.metric,
-                "split": gate.split,
-                "critical": gate.critical,
-                "overall": overall,
-                "segments": segments,
-                "failed_segments": failed_segments,
-            }
-        )
-    release = all(r["overall"]["passed"] for r in results) and not any(
-        r["critical"] and r["failed_segments"] for r in results
-    )
-    return {
-        "release": "pass" if release else "fail",
-        "candidate": str(candidate),
-        "baseline": base_name,
-        "gates": results,
-        "_evaluations": {"candidate": cand_eval, "baseline": base_eval},
-    }
+    outcomes = [_judge(contract, gate, cand_eval[gate.split], base_eval[gate.split]) for gate in gates]
+    return GateResult(str(candidate), base_name, outcomes, {"candidate": cand_eval, "baseline": base_eval})
+
+
+def _judge(contract: Contract, gate: Gate, cand_eval: dict[str, Any], base_eval: dict[str, Any]) -> GateOutcome:
+    cand = _metric_values(contract, cand_eval, gate.metric)
+    base = _metric_values(contract, base_eval, gate.metric)
+    items = sorted(set(cand) & set(base))
+    if not items:
+        raise RlvrError(f"gate {gate.name!r}: candidate and baseline share no item of split {gate.split}")
+    segments = {}
+    for field_name in gate.segments or []:
+        by_value: dict[str, list[str]] = defaultdict(list)
+        for item in items:
+            by_value[str(cand_eval[item]["task"].get(field_name))].append(item)
+        for value, members in sorted(by_value.items()):
+            segments[f"{field_name}={value}"] = judge_gate(gate, cand, base, members)
+    overall = judge_gate(gate, cand, base, items)
+    return GateOutcome(gate.name, gate.metric, gate.split, gate.critical, overall, segments)
 
 
 def _baseline(contract: Contract, folder: Path, baseline: Path | None, splits: list[str]) -> tuple[dict, str]:
@@ -119,30 +168,28 @@ def _baseline(contract: Contract, folder: Path, baseline: Path | None, splits: l
     return {s: evaluate(contract, folder, path, s) for s in splits}, str(path)
 
 
-def write_verdict(result: dict[str, Any], out: Path) -> None:
-    evaluations = result.pop("_evaluations")
+def write_verdict(result: GateResult, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    (out / "verdict.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
-    save_evaluation(out / "evaluation.json", evaluations["candidate"])
+    atomic_write_text(out / "verdict.json", json.dumps(result.as_json(), indent=1))
+    save_evaluation(out / "evaluation.json", result.evaluations["candidate"])
 
 
-def gate_table(result: dict[str, Any]) -> str:
+def gate_table(result: GateResult) -> str:
     lines = [f"{'gate':<20}{'split':<12}{'metric':<14}{'candidate [CI]':<26}{'delta [CI]':<28}{'result':<8}"]
-    for r in result["gates"]:
-        o = r["overall"]
-        c, d = o["candidate"], o["delta"]
-        state = "pass" if o["passed"] else "FAIL"
+    for g in result.gates:
+        c, d = g.overall.candidate, g.overall.delta
+        state = "pass" if g.overall.passed else "FAIL"
         lines.append(
-            f"{r['name'] + (' *' if r['critical'] else ''):<20}{r['split']:<12}{r['metric']:<14}"
+            f"{g.name + (' *' if g.critical else ''):<20}{g.split:<12}{g.metric:<14}"
             f"{c[0]:.3f} [{c[1]:.3f}, {c[2]:.3f}]{'':<4}{d[0]:+.3f} [{d[1]:+.3f}, {d[2]:+.3f}]{'':<3}{state}"
         )
-        for name, seg in r["segments"].items():
-            sc, sd = seg["candidate"], seg["delta"]
+        for name, seg in g.segments.items():
+            sc, sd = seg.candidate, seg.delta
             lines.append(
                 f"  {name:<42}{sc[0]:.3f}{'':<20}{sd[0]:+.3f} [{sd[1]:+.3f}, {sd[2]:+.3f}]{'':<3}"
-                f"{'pass' if seg['passed'] else 'FAIL'}"
+                f"{'pass' if seg.passed else 'FAIL'}"
             )
-    lines.append(f"* critical.  release: {result['release'].upper()} (baseline: {result['baseline']})")
+    lines.append(f"* critical.  release: {result.release.upper()} (baseline: {result.baseline})")
     return "\n".join(lines)
 
 
@@ -154,7 +201,7 @@ def compare_policies(contract: Contract, folder: Path, a: Path, b: Path, samples
     ma, mb = item_means(ev_a), item_means(ev_b)
     diffs = [mb[i] - ma[i] for i in items]
     mean, low, high = bootstrap(diffs, 0.95)
-    best = sum(max(c.weight, 0.0) for c in contract.objective.reward.components)
+    best = contract.objective.reward.best
     both_correct = sum(all(r >= best - 1e-9 for r in ev_a[i]["rewards"] + ev_b[i]["rewards"]) for i in items)
     both_wrong = sum(all(r <= 0 for r in ev_a[i]["rewards"] + ev_b[i]["rewards"]) for i in items)
     no_difference = low <= 0 <= high

@@ -5,11 +5,12 @@ rollout audit."""
 from __future__ import annotations
 
 import html
-import json
 import math
-import re
 from pathlib import Path
 from typing import Any
+
+from rlvr_cli.contract.diagnostics import ContractError
+from rlvr_cli.store.run import RunFolder
 
 PLOTS = [
     ("Reward", ["reward_mean", "holdout_reward"]),
@@ -82,47 +83,42 @@ def chart(
     return f"<section><h2>{html.escape(title)}</h2>{''.join(parts)}</section>"
 
 
-def _rules(run_dir: Path) -> list[Any]:
+def _rules(run: RunFolder) -> list[Any]:
+    """The monitoring rules of the run's contract; none when the contract is no longer there
+    (a broken plan.json is an error, not an empty answer)."""
+    from rlvr_cli.contract.load import load
+
     try:
-        from rlvr_cli.contract.load import load
-
-        return list(load(Path(json.loads((run_dir / "plan.json").read_text())["contract"])).monitoring.rules)
-    except Exception:
+        return list(load(Path(run.read_plan()["contract"])).monitoring.rules)
+    except (OSError, ContractError):
         return []
-
-
-def _threshold(rule: Any) -> float | None:
-    match = re.match(r"^\s*(>=|<=|>|<)\s*(\S+)\s*$", rule.when)
-    return float(match.group(2)) if match else None
 
 
 def build(run_dir: Path) -> str:
     from rlvr_cli.audit.rollouts import audit, load_run, report_text
 
     _, metrics = load_run(run_dir)
-    status = json.loads((run_dir / "status.json").read_text()) if (run_dir / "status.json").is_file() else {}
-    rules = _rules(run_dir)
-    fired = status.get("rule")
+    run = RunFolder(run_dir)
+    status = run.read_status()
+    rules = _rules(run)
+    fired = status.rule
     sections = []
     for title, keys in PLOTS:
         series = {k: _points(metrics, k) for k in keys if _points(metrics, k)}
         thresholds = [
-            (t, f"{r.name}: {r.metric} {r.when} ({r.action}, owner {r.owner})")
+            (r.condition.threshold, f"{r.name}: {r.metric} {r.when} ({r.action}, owner {r.owner})")
             for r in rules
-            if r.metric in keys and (t := _threshold(r)) is not None
+            if r.metric in keys and r.condition.threshold is not None
         ]
-        marks = [(float(fired["step"]), f"rule {fired['name']} fired")] if fired and fired.get("metric") in keys else []
+        marks = [(float(fired.step), f"rule {fired.name} fired")] if fired and fired.metric in keys else []
         sections.append(chart(title, series, thresholds, marks))
     audit_text = report_text(audit(run_dir))
-    head = (
-        f"<p><b>state</b> {html.escape(str(status.get('state')))} at step {status.get('step')} — "
-        f"{html.escape(str(status.get('reason', '')))}</p>"
-    )
+    head = f"<p><b>state</b> {html.escape(status.state)} at step {status.step} — {html.escape(status.reason or '')}</p>"
     if fired:
         head += (
-            f"<p class='fired-rule'><b>fired rule</b> {html.escape(fired['name'])}: {html.escape(fired['metric'])} "
-            f"{html.escape(fired['when'])}, values {html.escape(str(fired['values']))}, owner "
-            f"{html.escape(str(fired['owner']))}</p>"
+            f"<p class='fired-rule'><b>fired rule</b> {html.escape(fired.name)}: {html.escape(fired.metric)} "
+            f"{html.escape(fired.when)}, values {html.escape(str(fired.values))}, owner "
+            f"{html.escape(str(fired.owner))}</p>"
         )
     return (
         "<!doctype html><html><head><meta charset='utf-8'><title>rlvr report: "

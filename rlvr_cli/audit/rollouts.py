@@ -9,51 +9,25 @@ and "suspicious successes" for a human to read.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import statistics
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-from rlvr_cli.errors import RlvrError, UsageProblem
+from rlvr_cli.errors import RlvrError
+from rlvr_cli.store.records import read_records, verify_manifest
+from rlvr_cli.store.run import RunFolder
 
 EXPLOIT_PATTERNS = ("<|im_start|>", "<|endoftext|>", "as an ai", "i cannot", "answer:", "```", "assert", "print(")
 
 
-def verify_manifest(records: Path) -> list[str]:
-    """Problems with the record store: a shard missing, extra, or not matching its sha256."""
-    manifest_path = records / "manifest.json"
-    if not manifest_path.is_file():
-        return [f"{manifest_path} is missing"]
-    try:
-        shards = json.loads(manifest_path.read_text(encoding="utf-8"))["shards"]
-    except (ValueError, KeyError, TypeError) as exc:
-        return [f"manifest.json cannot be read: {exc}"]
-    problems = []
-    listed = set()
-    for shard in shards:
-        path = records / shard["file"]
-        listed.add(shard["file"])
-        if not path.is_file():
-            problems.append(f"{shard['file']} is listed but missing")
-        elif hashlib.sha256(path.read_bytes()).hexdigest() != shard["sha256"]:
-            problems.append(f"{shard['file']} does not match its sha256 (changed after it was written)")
-    for path in sorted(records.glob("*.parquet")):
-        if path.name not in listed:
-            problems.append(f"{path.name} is not listed in the manifest (foreign or partial file)")
-    return problems
-
-
 def load_run(run_dir: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    from rlvr_cli.train.records import read_records
-
-    if not run_dir.is_dir():
-        raise UsageProblem(f"{run_dir}: no such run folder")
-    if not (run_dir / "records").is_dir() or not (run_dir / "metrics.jsonl").is_file():
+    """Every record row and every metrics row of a run folder."""
+    run = RunFolder.existing(run_dir)
+    if not run.records.is_dir() or not run.metrics.is_file():
         raise RlvrError(f"{run_dir} is not an rlvr run folder (no records/ or metrics.jsonl)")
-    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    return read_records(run_dir / "records").to_pylist(), metrics
+    return read_records(run.records).to_pylist(), run.read_metrics()
 
 
 def _mean(values: list[float]) -> float | None:
@@ -108,21 +82,23 @@ def _drift(rows: list[dict[str, Any]]) -> dict[str, float | None]:
 
 
 def task_prompts(run_dir: Path) -> dict[str, str]:
-    """Prompt text by task id, from the train split of the contract named in plan.json."""
-    try:
-        from rlvr_cli.contract.load import load
-        from rlvr_cli.train.data import read_split
+    """Prompt text by task id, from the train split of the contract named in plan.json; empty
+    when that contract or its data is no longer where the run found it (a broken plan.json is
+    an error, not an empty answer)."""
+    from rlvr_cli.contract.load import load
+    from rlvr_cli.contract.tasks import read_split
 
-        contract_path = Path(json.loads((run_dir / "plan.json").read_text())["contract"])
+    contract_path = Path(RunFolder(run_dir).read_plan()["contract"])
+    try:
         contract = load(contract_path)
         tasks = read_split(contract_path.resolve().parent / contract.data.splits.train.path, "train")
-    except Exception:
+    except (OSError, RlvrError):
         return {}
     return {str(t["id"]): t["prompt"] if isinstance(t["prompt"], str) else json.dumps(t["prompt"]) for t in tasks}
 
 
 def audit(run_dir: Path) -> dict[str, Any]:
-    problems = verify_manifest(run_dir / "records")
+    problems = verify_manifest(RunFolder.existing(run_dir).records)
     if problems:
         return {"manifest_ok": False, "problems": problems}
     rows, metrics = load_run(run_dir)

@@ -121,13 +121,9 @@ def resolve_task(task: str | dict[str, Any], tasks: dict[str, dict[str, Any]]) -
     return tasks[task]
 
 
-def best(contract: Contract) -> float:
-    return sum(max(c.weight, 0.0) for c in contract.objective.reward.components)
-
-
 def judge(contract: Contract, verdict: Any) -> tuple[str, float | None]:
     """accept when the contract's reward reaches the best possible, reject otherwise."""
-    from rlvr_cli.train.score import weighted_reward
+    from rlvr_cli.env.scoring import weighted_reward
 
     if not verdict.valid:
         return "invalid", None
@@ -135,7 +131,7 @@ def judge(contract: Contract, verdict: Any) -> tuple[str, float | None]:
         reward = weighted_reward(contract, verdict)
     except KeyError:
         return "invalid", None
-    return ("accept" if reward >= best(contract) - 1e-9 else "reject"), reward
+    return ("accept" if reward >= contract.objective.reward.best - 1e-9 else "reject"), reward
 
 
 def verdict_json(verdict: Any) -> dict[str, Any]:
@@ -207,7 +203,7 @@ def tool_use_arms(candidates: list[Candidate], tasks: dict[str, dict[str, Any]])
 
 
 def all_tasks(contract: Contract, folder: Path) -> dict[str, dict[str, Any]]:
-    from rlvr_cli.train.data import read_split
+    from rlvr_cli.contract.tasks import read_split
 
     tasks: dict[str, dict[str, Any]] = {}
     for name in ("train", "holdout"):  # sealed_eval is never read outside the final evaluation

@@ -23,12 +23,13 @@ import re
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
+from rlvr_cli.chat.conversation import Check
 from rlvr_cli.chat.masks import common_prefix as _common_prefix
-from rlvr_cli.chat.render import Check
 
 if TYPE_CHECKING:
+    from rlvr_cli.chat.conversation import Conversation, Rendered
     from rlvr_cli.chat.masks import Located
-    from rlvr_cli.chat.render import ChatRenderer, Conversation, Rendered
+    from rlvr_cli.chat.render import ChatRenderer
 
 CheckFn = Callable[["ChatRenderer", "Conversation", "Located", "Rendered"], Iterator[Check]]
 CHECKS: list[CheckFn] = []

@@ -13,10 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from rlvr_cli.chat.render import Rendered, Span
+from rlvr_cli.chat.conversation import Rendered, Span
 
 if TYPE_CHECKING:
-    from rlvr_cli.chat.render import ChatRenderer, Conversation
+    from rlvr_cli.chat.conversation import Conversation
+    from rlvr_cli.chat.render import ChatRenderer
 
 
 @dataclass

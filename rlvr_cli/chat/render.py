@@ -12,121 +12,33 @@ glue after it is not). Everything is rendered through transformers' own Jinja en
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlvr_cli.errors import RlvrError, UsageProblem
-from rlvr_cli.jsonl import read_jsonl
+from rlvr_cli.chat import checks, masks
+from rlvr_cli.chat.conversation import (
+    Check,
+    Conversation,
+    Rendered,
+    RenderError,
+    Span,
+    parse_conversation,
+    read_conversations,
+)
+from rlvr_cli.errors import UsageProblem
 
-ROLES = ("system", "user", "assistant", "tool", "ipython")
-
-
-class RenderError(RlvrError):
-    """A conversation or tokenizer that cannot be rendered: exit 1 with where and why."""
-
-
-@dataclass
-class Span:
-    role: str
-    turn: int
-    start: int
-    end: int  # exclusive, token indices
-    trainable: bool
-    part: str  # header | content | glue | turn | rewritten
-
-
-@dataclass
-class Check:
-    code: str
-    severity: str  # error | warning
-    message: str
-
-
-@dataclass
-class Rendered:
-    input_ids: list[int]
-    tokens: list[str]
-    loss_mask: list[int]
-    spans: list[Span]
-    checks: list[Check] = field(default_factory=list)
-    text: str = ""
-    offsets: list[tuple[int, int]] = field(default_factory=list)
-
-    def text_of(self, start: int, end: int) -> str:
-        """The rendered text of tokens [start, end)."""
-        if start >= end:
-            return ""
-        first = self.offsets[start][0]
-        last = self.offsets[end][0] if end < len(self.offsets) else len(self.text)
-        return self.text[first:last]
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "input_ids": self.input_ids,
-            "tokens": self.tokens,
-            "loss_mask": self.loss_mask,
-            "spans": [asdict(s) for s in self.spans],
-            "checks": [asdict(c) for c in self.checks],
-        }
-
-
-@dataclass
-class Conversation:
-    messages: list[dict[str, Any]]
-    tools: list[dict[str, Any]] | None = None
-    line: int = 0  # 1-based line in the JSONL file; 0 when built in code
-
-
-def read_conversations(path: Path) -> list[Conversation]:
-    """One conversation per JSONL line: `{"messages": [...], "tools"?: [...]}`."""
-    if not path.is_file():
-        raise UsageProblem(f"{path}: no such conversations file")
-    conversations = [
-        parse_conversation(row, f"{path}:{number}", number) for number, row in read_jsonl(path, RenderError)
-    ]
-    if not conversations:
-        raise RenderError(f"{path}: holds no conversation")
-    return conversations
-
-
-def parse_conversation(row: Any, where: str, line: int = 0) -> Conversation:
-    """Check the shape of one conversation; raise RenderError naming `where`."""
-    if not isinstance(row, dict) or not isinstance(row.get("messages"), list):
-        raise RenderError(f"{where}: expected an object with a 'messages' list")
-    unknown = set(row) - {"messages", "tools"}
-    if unknown:
-        raise RenderError(f"{where}: unknown keys {sorted(unknown)}; expected 'messages' and 'tools'")
-    messages = row["messages"]
-    if not messages:
-        raise RenderError(f"{where}: the conversation is empty")
-    for i, message in enumerate(messages):
-        _check_message(message, f"{where}: messages[{i}]")
-    tools = row.get("tools")
-    if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
-        raise RenderError(f"{where}: 'tools' must be a list of objects")
-    return Conversation(messages, tools, line)
-
-
-def _check_message(message: Any, where: str) -> None:
-    if not isinstance(message, dict):
-        raise RenderError(f"{where}: a message is an object with 'role' and 'content'")
-    role = message.get("role")
-    if role not in ROLES:
-        raise RenderError(f"{where}: unknown role {role!r}; expected one of {', '.join(ROLES)}")
-    content = message.get("content")
-    calls = message.get("tool_calls")
-    if content is not None and not isinstance(content, str):
-        raise RenderError(f"{where}: content must be a string")
-    if calls is not None:
-        if role != "assistant":
-            raise RenderError(f"{where}: only assistant messages carry tool_calls")
-        for call in calls if isinstance(calls, list) else [None]:
-            function = call.get("function") if isinstance(call, dict) else None
-            if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-                raise RenderError(f"{where}: tool_calls items are {{type: function, function: {{name, arguments}}}}")
-    if content is None and not calls:
-        raise RenderError(f"{where}: a message needs content (or tool_calls)")
+__all__ = [
+    "ChatRenderer",
+    "Check",
+    "Conversation",
+    "RenderError",
+    "Rendered",
+    "Span",
+    "load_tokenizer",
+    "pad_id",
+    "parse_conversation",
+    "read_conversations",
+]
 
 
 class ChatRenderer:
@@ -151,6 +63,10 @@ class ChatRenderer:
         self.prompt_truncation = prompt_truncation
         self._template_checks: list[Check] | None = None
         self._vocab: list[str] | None = None
+
+    @property
+    def pad_id(self) -> int:
+        return pad_id(self.tokenizer)
 
     def _token_id(self, token: str) -> int:
         ids = self.tokenizer.convert_tokens_to_ids([token])
@@ -231,8 +147,6 @@ class ChatRenderer:
         return self.encode(text)[0]
 
     def render(self, conversation: Conversation) -> Rendered:
-        from rlvr_cli.chat import checks, masks
-
         try:
             located = masks.locate(self, conversation)
         except Exception as exc:
@@ -240,6 +154,14 @@ class ChatRenderer:
         rendered = masks.to_rendered(self, located)
         rendered.checks = checks.run_all(self, conversation, located, rendered)
         return rendered
+
+
+def pad_id(tokenizer: Any) -> int:
+    """The id that pads a batch: the tokenizer's pad token, else its eos token."""
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    if pad is None:
+        raise RenderError("the tokenizer has neither a pad nor an eos token to pad with")
+    return int(pad)
 
 
 def load_tokenizer(path: Path | None, hub_id: str | None = None, revision: str | None = None) -> Any:

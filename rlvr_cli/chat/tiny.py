@@ -9,7 +9,7 @@ from __future__ import annotations
 import string
 from pathlib import Path
 
-from rlvr_cli.chat.templates import FAMILIES, SPECIAL_TOKENS
+from rlvr_cli.chat.families import FAMILIES, SPECIAL_TOKENS
 
 PRINTABLE = string.printable.replace("\x0b", "").replace("\x0c", "").replace("\r", "")
 ARITHMETIC = string.ascii_lowercase + string.digits + "+-*=?:. \n"
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> None:
     """`python -m rlvr_cli.chat.tiny DIR [--family F] [--alphabet arithmetic|printable]`."""
     import argparse
 
-    from rlvr_cli.chat.templates import FAMILIES
+    from rlvr_cli.chat.families import FAMILIES
 
     parser = argparse.ArgumentParser(
         prog="python -m rlvr_cli.chat.tiny", description="Build a tiny random-weight model and tokenizer in DIR."

@@ -1,33 +1,24 @@
-"""`rlvr audit verifier|isolation`: glue between the CLI and rlvr_cli.audit."""
+"""`rlvr audit verifier|isolation|rollouts|rewards`: glue between the CLI and rlvr_cli.audit."""
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
+from typing import Any
 
-from rlvr_cli.commands.common import load_valid_contract
+from rlvr_cli.commands.common import load_valid_contract, require_extra
+from rlvr_cli.commands.formats import as_json, check, emit, reporter
+from rlvr_cli.errors import UsageProblem
 
 
 def run_audit_verifier(contract_path: Path, candidates: Path | None, fmt: str, limit: int) -> int:
-    from rlvr_cli.audit.verifier import report_text, run_audit
+    from rlvr_cli.audit.verifier import run_audit
 
+    check("audit verifier", fmt)
     contract = load_valid_contract(contract_path)
     folder = contract_path.resolve().parent
     report = run_audit(contract, folder, candidates or folder / "audit" / "candidates.yaml", limit)
-    if fmt == "json":
-        print(
-            json.dumps(
-                {
-                    "outcomes": [o.as_json() for o in report.outcomes],
-                    "by_kind": {k: dict(v) for k, v in report.matrix("kind").items()},
-                    "disagreements": len(report.disagreements),
-                },
-                indent=1,
-            )
-        )
-    else:
-        print(report_text(report))
+    emit("audit verifier", fmt, report)
     verdict = "passed" if not report.disagreements else "FAILED"
     print(
         f"verifier audit {verdict}: {len(report.disagreements)} disagreement(s) in {len(report.outcomes)} candidates",
@@ -36,82 +27,99 @@ def run_audit_verifier(contract_path: Path, candidates: Path | None, fmt: str, l
     return 1 if report.disagreements else 0
 
 
-def run_audit_isolation(contract_path: Path, sessions: int, fmt: str) -> int:
-    from rlvr_cli.audit.isolation import report_text, run_isolation
+@reporter("audit verifier", "text")
+def _verifier_text(report: Any) -> str:
+    from rlvr_cli.audit.verifier import report_text
 
+    return report_text(report)
+
+
+@reporter("audit verifier", "json")
+def _verifier_json(report: Any) -> str:
+    return as_json(
+        {
+            "outcomes": [o.as_json() for o in report.outcomes],
+            "by_kind": {k: dict(v) for k, v in report.matrix("kind").items()},
+            "disagreements": len(report.disagreements),
+        }
+    )
+
+
+def run_audit_isolation(contract_path: Path, sessions: int, fmt: str) -> int:
+    require_extra("env", "fastapi", "uvicorn", "httpx")
+    from rlvr_cli.audit.isolation import run_isolation
+
+    check("audit isolation", fmt)
     contract = load_valid_contract(contract_path)
     report = run_isolation(contract, contract_path.resolve().parent, sessions)
-    if fmt == "json":
-        print(json.dumps({"sessions": report.sessions, "ok": report.ok, "findings": report.findings}, indent=1))
-    else:
-        print(report_text(report))
+    emit("audit isolation", fmt, report)
     return 0 if report.ok else 1
 
 
+@reporter("audit isolation", "text")
+def _isolation_text(report: Any) -> str:
+    from rlvr_cli.audit.isolation import report_text
+
+    return report_text(report)
+
+
+@reporter("audit isolation", "json")
+def _isolation_json(report: Any) -> str:
+    return as_json({"sessions": report.sessions, "ok": report.ok, "findings": report.findings})
+
+
 def run_audit_rollouts(run_dir: Path, fmt: str) -> int:
-    from rlvr_cli.audit.rollouts import audit, report_text
+    require_extra("train", "pyarrow")
+    from rlvr_cli.audit.rollouts import audit
+    from rlvr_cli.store.run import RunFolder
 
-    if not run_dir.is_dir():
-        from rlvr_cli.errors import UsageProblem
-
-        raise UsageProblem(f"{run_dir}: no such run folder")
-    if not (run_dir / "records").is_dir():
+    check("audit rollouts", fmt)
+    run = RunFolder.existing(run_dir)
+    if not run.records.is_dir():
         from rlvr_cli.errors import RlvrError
 
         raise RlvrError(f"{run_dir} is not an rlvr run folder (no records/)")
     report = audit(run_dir)
-    print(json.dumps(report, indent=1, default=str) if fmt == "json" else report_text(report))
+    emit("audit rollouts", fmt, report)
     return 0 if report["manifest_ok"] else 1
 
 
-def run_audit_rewards(contract_path: Path, policies: list[Path], samples: int, split: str, fmt: str) -> int:
-    from rlvr_cli.audit.gates import compare_policies
-    from rlvr_cli.errors import UsageProblem
+@reporter("audit rollouts", "text")
+def _rollouts_text(report: dict[str, Any]) -> str:
+    from rlvr_cli.audit.rollouts import report_text
 
+    return report_text(report)
+
+
+reporter("audit rollouts", "json")(as_json)
+
+
+def run_audit_rewards(contract_path: Path, policies: list[Path], samples: int, split: str, fmt: str) -> int:
+    require_extra("train", "torch", "transformers")
+    from rlvr_cli.audit.gates import compare_policies
+
+    check("audit rewards", fmt)
     if len(policies) != 2:
         raise UsageProblem("give exactly two --policy options (A and B)")
     contract = load_valid_contract(contract_path)
     result = compare_policies(contract, contract_path.resolve().parent, policies[0], policies[1], samples, split)
-    if fmt == "json":
-        print(json.dumps(result, indent=1))
-    else:
-        d = result["difference_b_minus_a"]
-        print(
-            f"{result['items']} {split} tasks × {samples} samples: A {result['policy_a']['reward_mean']:.3f}, "
-            f"B {result['policy_b']['reward_mean']:.3f}; B - A {d['mean']:+.3f} "
-            f"[{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}] (p = {d['p_value']:.3f})"
-        )
-        print(
-            f"tasks all-correct for both: {result['both_all_correct_share']:.0%}; "
-            f"all-wrong for both: {result['both_all_wrong_share']:.0%}"
-        )
-        if result["flag"]:
-            print(f"FLAG: {result['flag']}")
+    emit("audit rewards", fmt, result)
     return 0
 
 
-def run_gate(contract_path: Path, candidate: Path, baseline: Path | None) -> int:
-    from rlvr_cli.audit.gates import gate_table, run_gates, write_verdict
-    from rlvr_cli.errors import UsageProblem
+@reporter("audit rewards", "text")
+def _rewards_text(result: dict[str, Any]) -> str:
+    d = result["difference_b_minus_a"]
+    lines = [
+        f"{result['items']} {result['split']} tasks × {result['samples_per_item']} samples: "
+        f"A {result['policy_a']['reward_mean']:.3f}, B {result['policy_b']['reward_mean']:.3f}; "
+        f"B - A {d['mean']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}] (p = {d['p_value']:.3f})",
+        f"tasks all-correct for both: {result['both_all_correct_share']:.0%}; "
+        f"all-wrong for both: {result['both_all_wrong_share']:.0%}",
+    ]
+    if result["flag"]:
+        lines.append(f"FLAG: {result['flag']}")
+    return "\n".join(lines)
 
-    contract = load_valid_contract(contract_path)
-    if not candidate.is_dir():
-        raise UsageProblem(f"{candidate}: no such run folder")
-    result = run_gates(contract, contract_path.resolve().parent, candidate, baseline)
-    out = candidate / "gate"
-    write_verdict(result, out)
-    print(gate_table(result))
-    print(f"verdict written to {out / 'verdict.json'}", file=sys.stderr)
-    return 0 if result["release"] == "pass" else 1
 
-
-def run_report(run_dir: Path, out: Path | None) -> int:
-    from rlvr_cli.audit.report import write_report
-    from rlvr_cli.errors import RlvrError, UsageProblem
-
-    if not run_dir.is_dir():
-        raise UsageProblem(f"{run_dir}: no such run folder")
-    if not (run_dir / "metrics.jsonl").is_file():
-        raise RlvrError(f"{run_dir} is not an rlvr run folder (no metrics.jsonl)")
-    print(write_report(run_dir, out))
-    return 0
+reporter("audit rewards", "json")(as_json)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -23,3 +24,13 @@ def load_valid_contract(path: Path) -> Contract:
         for diag in exc.diagnostics:
             print(text_line(str(path), diag), file=sys.stderr)
         raise RlvrError(f"{path} is not a valid contract; `rlvr validate {path}` says why") from None
+
+
+def require_extra(extra: str, *modules: str) -> None:
+    """A command that needs an optional extra says how to install it (exit 2), never a traceback."""
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        raise UsageProblem(
+            f"this command needs {', '.join(missing)}, which come with the '{extra}' extra: "
+            f"pip install 'rlvr-cli[{extra}]'"
+        )

@@ -2,44 +2,58 @@
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import sys
 from pathlib import Path
 
-from rlvr_cli.chat.render import ChatRenderer, Rendered, read_conversations
-from rlvr_cli.commands.common import load_valid_contract
+from rlvr_cli.chat.conversation import Rendered, read_conversations
+from rlvr_cli.commands.common import load_valid_contract, require_extra
+from rlvr_cli.commands.formats import check, emit, reporter
 
 LEGEND = "legend: trained tokens (loss mask 1) in green, untrained dimmed; ⏎ is a newline in the text"
 
 
 def run_render(contract_path: Path, conversations: Path, fmt: str) -> int:
+    check("render", fmt)
     contract = load_valid_contract(contract_path)
+    rows = read_conversations(conversations)  # a malformed file is refused before any model loads
+    require_extra("train", "transformers", "tokenizers")
+    from rlvr_cli.chat.render import ChatRenderer
+
     renderer = ChatRenderer.from_contract(contract, contract_path.resolve().parent)
-    rows = read_conversations(conversations)
     results = [renderer.render(conv) for conv in rows]
-    if fmt == "json":
-        print(json.dumps([r.as_json() for r in results], ensure_ascii=False))
-    else:
-        _print_text(results, [c.line for c in rows])
+    for result, conv in zip(results, rows, strict=True):
+        result.line = conv.line
+    emit("render", fmt, results)
     errors = sum(c.severity == "error" for r in results for c in r.checks)
     warnings = sum(c.severity == "warning" for r in results for c in r.checks)
     print(f"{len(results)} conversation(s) rendered: {errors} error(s), {warnings} warning(s)", file=sys.stderr)
     return 1 if errors else 0
 
 
+@reporter("render", "json")
+def _json(results: list[Rendered]) -> str:
+    return json.dumps([r.as_json() for r in results], ensure_ascii=False)
+
+
 def _visible(text: str) -> str:
     return text.replace("\n", "⏎\n")
 
 
-def _print_text(results: list[Rendered], lines: list[int]) -> None:
+@reporter("render", "text")
+def _text(results: list[Rendered]) -> str:
     from rich.console import Console
     from rich.text import Text
 
-    console = Console(highlight=False, soft_wrap=True)
+    out = io.StringIO()
+    color = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+    console = Console(file=out, highlight=False, soft_wrap=True, force_terminal=color, no_color=not color)
     console.print(LEGEND, style="italic")
-    for result, line in zip(results, lines, strict=True):
+    for result in results:
         trained = sum(result.loss_mask)
-        console.rule(f"conversation on line {line}: {len(result.input_ids)} tokens, {trained} trained")
+        console.rule(f"conversation on line {result.line}: {len(result.input_ids)} tokens, {trained} trained")
         for span in result.spans:
             state = "trained" if span.trainable else "not trained"
             header = f"[turn {span.turn} {span.role} {span.part}, tokens {span.start}-{span.end}, {state}]"
@@ -47,6 +61,7 @@ def _print_text(results: list[Rendered], lines: list[int]) -> None:
             console.print(
                 Text(_visible(result.text_of(span.start, span.end)), style="green" if span.trainable else "dim")
             )
-        for check in result.checks:
-            style = "bold red" if check.severity == "error" else "yellow"
-            console.print(Text(f"{check.severity}[{check.code}] {check.message}", style=style))
+        for c in result.checks:
+            style = "bold red" if c.severity == "error" else "yellow"
+            console.print(Text(f"{c.severity}[{c.code}] {c.message}", style=style))
+    return out.getvalue().rstrip("\n")

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from rlvr_cli.contract.load import CheckResult, check_file
 from rlvr_cli.contract.report import REPORTERS, summary, use_color
+from rlvr_cli.errors import guard
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 PATTERNS = ("*.rlvr.yaml", "*.rlvr.yml")
@@ -89,14 +89,4 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str]) -> int:
     """`rlvr validate ARGV...` → exit code; the internal-error net lives here too."""
     args = parser().parse_args(list(argv))  # exits 2 on a usage error, as argparse does
-    try:
-        return run_validate(args.paths, args.format, deep=args.deep, strict=args.strict)
-    except Exception as exc:
-        if os.environ.get("RLVR_DEBUG"):
-            raise
-        print(
-            f"internal error: {type(exc).__name__}: {exc}\n"
-            "This is a bug in rlvr; rerun with RLVR_DEBUG=1 for the traceback.",
-            file=sys.stderr,
-        )
-        return 3
+    return guard(lambda: run_validate(args.paths, args.format, deep=args.deep, strict=args.strict))

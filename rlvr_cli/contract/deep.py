@@ -16,6 +16,8 @@ from rlvr_cli.contract import lock
 from rlvr_cli.contract.diagnostics import Finding
 from rlvr_cli.contract.models import Contract
 from rlvr_cli.contract.rules import error
+from rlvr_cli.contract.tasks import task_problem
+from rlvr_cli.files import sha256_file
 
 
 def run_all(contract: Contract, folder: Path, contract_path: Path) -> list[Finding]:
@@ -138,7 +140,7 @@ def _file_hash(folder: Path, rel: str, sha: str | None, where: tuple) -> Iterato
     path = folder / rel
     if not path.is_file():
         yield error("RLV901", (*where, "path"), f"{rel} does not exist")
-    elif sha is not None and lock.sha256_file(path) != sha:
+    elif sha is not None and sha256_file(path) != sha:
         yield error("RLV104", (*where, "sha256"), f"{rel} no longer matches its sha256")
 
 
@@ -169,14 +171,7 @@ def _task_problem(line: str) -> str | None:
         row = json.loads(line)
     except json.JSONDecodeError as exc:
         return f"not JSON ({exc.msg})"
-    if not isinstance(row, dict):
-        return "a task is a JSON object"
-    missing = [k for k in ("id", "prompt") if k not in row]
-    if missing:
-        return f"task lacks {' and '.join(missing)}"
-    if not isinstance(row["prompt"], (str, list)):
-        return "prompt must be a string or a list of chat messages"
-    return None
+    return task_problem(row)
 
 
 def _verifier(c: Contract, folder: Path) -> Iterator[Finding]:

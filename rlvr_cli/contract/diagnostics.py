@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from rlvr_cli.errors import RlvrError
+
 Severity = Literal["error", "warning", "waived"]
 
 # Structural problems: the contract cannot be read as a contract, so nothing waives them.
@@ -48,7 +50,7 @@ def dotted(path: tuple[str | int, ...]) -> str:
     return out
 
 
-class ContractError(Exception):
+class ContractError(RlvrError):
     """The contract is not valid; `diagnostics` says where and why."""
 
     def __init__(self, path: str, diagnostics: list[Diagnostic]) -> None:

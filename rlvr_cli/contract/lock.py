@@ -2,23 +2,14 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
 
 from rlvr_cli.contract.models import Contract
+from rlvr_cli.files import atomic_write_text, sha256_file
 
 LOCK_VERSION = 1
-_CHUNK = 1 << 20
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while chunk := fh.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def default_lock_path(contract_path: Path) -> Path:
@@ -95,7 +86,5 @@ def write(contract: Contract, contract_path: Path) -> Path:
     """Write the lock file atomically and return its path."""
     target = lock_path(contract, contract_path)
     document = compute(contract, contract_path.resolve().parent)
-    tmp = target.with_name(target.name + ".tmp")
-    tmp.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, target)
+    atomic_write_text(target, json.dumps(document, indent=2) + "\n")
     return target

@@ -8,8 +8,11 @@ mirrored in the schema with `if`/`then` so that both agree.
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, model_validator
 from pydantic_core import PydanticCustomError
+
+from rlvr_cli.contract.condition import PATTERN as WHEN
+from rlvr_cli.contract.condition import Condition
 
 SHA256 = r"^[0-9a-f]{64}$"
 DATE = r"^\d{4}-\d{2}-\d{2}$"
@@ -178,6 +181,11 @@ class Reward(Section):
         description="What an invalid verdict (verifier_error, timeout, sandbox_error) does."
     )
 
+    @property
+    def best(self) -> float:
+        """The highest reward 0/1 components can give: what "all correct" means."""
+        return sum(max(c.weight, 0.0) for c in self.components)
+
 
 class Advantage(Section):
     baseline: Literal["group_mean"]
@@ -330,8 +338,6 @@ class Length(Section):
 
 # ── monitoring, checkpoint, records, acceptance ───────────────────────────────────────
 
-WHEN = r"^\s*(nonfinite|(>=|<=|>|<)\s*[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?)\s*$"
-
 
 class Rule(Section):
     name: str = Field(min_length=1)
@@ -340,6 +346,17 @@ class Rule(Section):
     window: PositiveInt | None = Field(None, description="Consecutive evaluations that must hold.")
     action: Literal["pause", "abort"]
     owner: str | None = Field(None, min_length=1, description="Who is called when it fires.")
+    _condition: Condition = PrivateAttr()
+
+    @model_validator(mode="after")
+    def _parse_when(self) -> "Rule":
+        self._condition = Condition.parse(self.when)  # the pattern above guarantees it parses
+        return self
+
+    @property
+    def condition(self) -> Condition:
+        """`when`, parsed: the one place the grammar is read."""
+        return self._condition
 
 
 class Monitoring(Section):

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from rlvr_cli.contract.diagnostics import UNWAIVABLE, Finding
 from rlvr_cli.contract.models import CHECKPOINT_PARTS, Contract, ModelRef, ReferenceRef
+from rlvr_cli.metrics import METRICS, WATCHED, is_metric
 
 if TYPE_CHECKING:
     from rlvr_cli.contract.load import CheckResult
@@ -22,30 +23,6 @@ if TYPE_CHECKING:
 Rule = Callable[[Contract, Path], Iterator[Finding]]
 RULES: list[Rule] = []
 HEX40 = re.compile(r"^[0-9a-f]{40}$")
-
-# Metrics the trainer writes to metrics.jsonl, and what each one needs to exist.
-METRICS = (
-    "loss",
-    "kl",
-    "entropy",
-    "clip_fraction",
-    "ratio_max",
-    "grad_norm",
-    "nonfinite_count",
-    "response_length_mean",
-    "truncation_rate",
-    "reward_mean",
-    "reward_std",
-    "holdout_reward",
-    "zero_std_fraction",
-    "all_correct_fraction",
-    "all_wrong_fraction",
-    "verifier_error_rate",
-    "policy_lag",
-    "reward_holdout_divergence",
-    "tokens_per_s",
-)
-WATCHED = ("entropy", "response_length_mean", "verifier_error_rate")
 
 
 def rule(fn: Rule) -> Rule:
@@ -360,11 +337,12 @@ def rlv603_unwatched(c: Contract, _: Path) -> Iterator[Finding]:
 
 def unavailable_metric(c: Contract, metric: str) -> str | None:
     """Why this run cannot produce `metric`, or None when it can."""
-    if metric not in METRICS:
+    if not is_metric(metric):
         return "is not a metric rlvr produces"
-    if metric == "kl" and not (_kl_on(c) and _has_reference(c)):
+    needs = next((m.needs for m in METRICS if m.name == metric), None)
+    if needs == "reference" and not (_kl_on(c) and _has_reference(c)):
         return "needs kl.coef > 0 and a reference"
-    if metric in ("holdout_reward", "reward_holdout_divergence") and c.monitoring.holdout_every is None:
+    if needs == "holdout" and c.monitoring.holdout_every is None:
         return "needs holdout evaluations (monitoring.holdout_every)"
     return None
 
@@ -376,7 +354,7 @@ def rlv604_metric_exists(c: Contract, _: Path) -> Iterator[Finding]:
     for i, r in enumerate(c.monitoring.rules):
         why = unavailable_metric(c, r.metric)
         if why:
-            close = difflib.get_close_matches(r.metric, METRICS, n=1)
+            close = difflib.get_close_matches(r.metric, [m.name for m in METRICS], n=1)
             yield error(
                 "RLV604",
                 ("monitoring", "rules", i, "metric"),

@@ -47,34 +47,4 @@ def contract_schema() -> dict[str, Any]:
 
 
 def contract_schema_text() -> str:
-    return schema_text("contract")
-
-
-def candidates_schema() -> dict[str, Any]:
-    """JSON Schema of `audit/candidates.yaml` (rlvr audit verifier)."""
-    from rlvr_cli.audit.verifier import CandidateFile
-
-    return {
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        **CandidateFile.model_json_schema(),
-        "title": "rlvr audit candidates",
-    }
-
-
-def record_schema() -> dict[str, Any]:
-    """JSON Schema of one rollout record row (the Parquet shards under records/)."""
-    from rlvr_cli.train.records import json_schema
-
-    return json_schema()
-
-
-SCHEMAS = {"contract": contract_schema, "candidates": candidates_schema, "record": record_schema}
-FILES = {
-    "contract": "contract.schema.json",
-    "candidates": "audit-candidates.schema.json",
-    "record": "rollout-record.schema.json",
-}
-
-
-def schema_text(name: str) -> str:
-    return json.dumps(SCHEMAS[name](), indent=2, ensure_ascii=False) + "\n"
+    return json.dumps(contract_schema(), indent=2, ensure_ascii=False) + "\n"

@@ -15,6 +15,8 @@ from typing import Any
 
 import yaml
 
+from rlvr_cli.errors import RlvrError
+
 # libyaml is in every PyYAML wheel; the pure-Python parser is a slow fallback. Only the
 # event stream is used: scalars are resolved below with YAML 1.2 rules.
 _Parser = getattr(yaml, "CBaseLoader", yaml.BaseLoader)
@@ -53,7 +55,7 @@ class Pos:
     column: int
 
 
-class YamlError(Exception):
+class YamlError(RlvrError):
     """The text is not a YAML document we accept; carries where and why."""
 
     def __init__(self, message: str, pos: Pos) -> None:

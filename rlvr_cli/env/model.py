@@ -14,11 +14,16 @@ import re
 from typing import Any
 
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.S)
-_ids = itertools.count()
 
 
-def _call_id() -> str:
-    return f"call_{next(_ids)}"
+class CallIds:
+    """Call ids `call_0, call_1, ...`, counted per model interface (one per episode or audit)."""
+
+    def __init__(self) -> None:
+        self._next = itertools.count()
+
+    def __call__(self) -> str:
+        return f"call_{next(self._next)}"
 
 
 class ScriptedModel:
@@ -27,6 +32,7 @@ class ScriptedModel:
     def __init__(self, steps: list[list[dict[str, Any]]]) -> None:
         self.steps = list(steps)
         self.calls = 0
+        self.call_id = CallIds()
 
     def respond(self, items: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if self.calls >= len(self.steps):
@@ -35,7 +41,7 @@ class ScriptedModel:
         self.calls += 1
         for item in step:
             if item.get("type") == "function_call":
-                item.setdefault("call_id", _call_id())
+                item.setdefault("call_id", self.call_id())
                 if not isinstance(item.get("arguments", ""), str):
                     item["arguments"] = json.dumps(item["arguments"])
         return step
@@ -63,10 +69,11 @@ def to_chat(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return messages
 
 
-def parse_completion(text: str) -> list[dict[str, Any]]:
+def parse_completion(text: str, call_id: CallIds | None = None) -> list[dict[str, Any]]:
     """Generated text → a message item and function_call items; a malformed call block stays
     in the message text (the environment never sees it, the transcript does)."""
     calls: list[dict[str, Any]] = []
+    call_id = call_id or CallIds()
 
     def take(match: re.Match[str]) -> str:
         try:
@@ -74,7 +81,7 @@ def parse_completion(text: str) -> list[dict[str, Any]]:
             calls.append(
                 {
                     "type": "function_call",
-                    "call_id": _call_id(),
+                    "call_id": call_id(),
                     "name": str(data["name"]),
                     "arguments": json.dumps(data.get("arguments", {})),
                 }
@@ -114,19 +121,19 @@ class TransformersModel:
             "stop_ids": stop_ids,
         }
         self.seed = seed
+        self.call_id = CallIds()
 
     def respond(self, items: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        from rlvr_cli.train.rollout import generate
-        from rlvr_cli.train.score import response_text
+        from rlvr_cli.chat.render import pad_id
+        from rlvr_cli.engine.generate import generate, response_text
 
         text = self.tokenizer.apply_chat_template(
             to_chat(items), tools=tools or None, tokenize=False, add_generation_prompt=True
         )
         prompt = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
         self.seed += 1
-        gen = generate(self.model, [prompt], pad_id=pad, seed=self.seed, **self.kwargs)[0]
-        return parse_completion(response_text(self.tokenizer, gen.response_ids, gen.finish))
+        gen = generate(self.model, [prompt], pad_id=pad_id(self.tokenizer), seed=self.seed, **self.kwargs)[0]
+        return parse_completion(response_text(self.tokenizer, gen.response_ids, gen.finish), self.call_id)
 
 
 class OpenAIModel:
@@ -148,6 +155,7 @@ class OpenAIModel:
             base_url=base_url.rstrip("/"), timeout=timeout_s, headers={"Authorization": f"Bearer {api_key}"}
         )
         self.body = {"model": model, "temperature": temperature, "max_tokens": max_tokens}
+        self.call_id = CallIds()
 
     def respond(self, items: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
         body = {**self.body, "messages": to_chat(items)}
@@ -163,7 +171,7 @@ class OpenAIModel:
             out.append(
                 {
                     "type": "function_call",
-                    "call_id": call.get("id") or _call_id(),
+                    "call_id": call.get("id") or self.call_id(),
                     "name": call["function"]["name"],
                     "arguments": call["function"].get("arguments", "{}"),
                 }

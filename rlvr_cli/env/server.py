@@ -29,6 +29,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from rlvr_cli.env.verdict import Verdict
+from rlvr_cli.errors import RlvrError
 
 
 def tool(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -37,7 +38,7 @@ def tool(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 
-class ToolError(Exception):
+class ToolError(RlvrError):
     """A tool refused its arguments (bad path, missing file): the policy sees the message."""
 
 

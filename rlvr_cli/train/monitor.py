@@ -4,32 +4,16 @@ holdout evaluations) is not an evaluation and neither extends nor breaks the str
 
 from __future__ import annotations
 
-import math
-import operator
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlvr_cli.contract.models import Contract
-
-_OPS = {">": operator.gt, "<": operator.lt, ">=": operator.ge, "<=": operator.le}
-_WHEN = re.compile(r"^\s*(>=|<=|>|<)\s*(\S+)\s*$")
-
-
-def holds(when: str, value: Any) -> bool:
-    """`"> x"`, `"< x"`, `">= x"`, `"<= x"` or `"nonfinite"` on one value (None is nonfinite)."""
-    finite = isinstance(value, (int, float)) and math.isfinite(value)
-    if when.strip() == "nonfinite":
-        return not finite
-    match = _WHEN.match(when)
-    if match is None:
-        raise ValueError(f"bad condition {when!r}")
-    return finite and _OPS[match.group(1)](value, float(match.group(2)))
+from rlvr_cli.contract.models import Contract, Rule
+from rlvr_cli.store.run import FiredRule
 
 
 @dataclass
 class RuleState:
-    rule: Any
+    rule: Rule
     values: list[Any] = field(default_factory=list)
 
 
@@ -37,29 +21,29 @@ class Monitor:
     def __init__(self, contract: Contract) -> None:
         self.states = [RuleState(r) for r in contract.monitoring.rules]
 
-    def observe(self, row: dict[str, Any]) -> dict[str, Any] | None:
+    def observe(self, row: dict[str, Any]) -> FiredRule | None:
         """Feed one metrics row; the first rule that fires (abort before pause), or None."""
         fired = []
         for state in self.states:
-            rule = state.rule
+            rule, window = state.rule, state.rule.window or 1
             if rule.metric not in row:
                 continue
             value = row[rule.metric]
-            state.values = [*state.values, value][-(rule.window or 1) :] if holds(rule.when, value) else []
-            if len(state.values) >= (rule.window or 1):
+            state.values = [*state.values, value][-window:] if rule.condition.holds(value) else []
+            if len(state.values) >= window:
                 fired.append(
-                    {
-                        "name": rule.name,
-                        "metric": rule.metric,
-                        "when": rule.when,
-                        "window": rule.window,
-                        "action": rule.action,
-                        "owner": rule.owner,
-                        "values": state.values,
-                        "step": row.get("step"),
-                    }
+                    FiredRule(
+                        rule.name,
+                        rule.metric,
+                        rule.when,
+                        rule.window,
+                        rule.action,
+                        rule.owner,
+                        state.values,
+                        row["step"],
+                    )
                 )
-        fired.sort(key=lambda f: f["action"] != "abort")
+        fired.sort(key=lambda f: f.action != "abort")
         return fired[0] if fired else None
 
     def acknowledge(self, name: str) -> None:

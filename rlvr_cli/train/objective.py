@@ -111,6 +111,41 @@ def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str) -> t
 # ── aggregation ───────────────────────────────────────────────────────────────────────
 
 
+def token_mean(masked: torch.Tensor, mask: torch.Tensor, tokens: float, sequences: float, _: int) -> torch.Tensor:
+    """Σ token losses / trained tokens of the optimizer batch: every token weighs the same, so long
+    answers weigh more. DAPO (Yu et al. 2025, https://arxiv.org/abs/2503.14476, "token-level
+    policy gradient loss"); TRL's `loss_type="dapo"`, verl's `loss_agg_mode: token-mean`."""
+    return masked.sum() / max(tokens, 1.0)
+
+
+def seq_mean_token_mean(
+    masked: torch.Tensor, mask: torch.Tensor, tokens: float, sequences: float, _: int
+) -> torch.Tensor:
+    """Mean over answers of each answer's mean token loss: every answer weighs the same. The
+    original GRPO (Shao et al. 2024, DeepSeekMath, https://arxiv.org/abs/2402.03300, eq. 3)."""
+    per_seq = masked.sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)  # (B,)
+    return per_seq.sum() / max(sequences, 1.0)
+
+
+def seq_mean_token_sum(
+    masked: torch.Tensor, mask: torch.Tensor, tokens: float, sequences: float, _: int
+) -> torch.Tensor:
+    """Mean over answers of each answer's summed token loss (verl's `seq-mean-token-sum`)."""
+    return masked.sum() / max(sequences, 1.0)
+
+
+def constant_norm(
+    masked: torch.Tensor, mask: torch.Tensor, tokens: float, sequences: float, max_response_tokens: int
+) -> torch.Tensor:
+    """Σ token losses / (answers × max_response_tokens): a normaliser that does not depend on
+    how long the answers are. Dr. GRPO (Liu et al. 2025, "Understanding R1-Zero-Like Training",
+    https://arxiv.org/abs/2503.20783); TRL's `loss_type="dr_grpo"`."""
+    return masked.sum() / (max(sequences, 1.0) * max_response_tokens)
+
+
+AGGREGATIONS = {f.__name__: f for f in (token_mean, seq_mean_token_mean, seq_mean_token_sum, constant_norm)}
+
+
 def aggregate(
     per_token: torch.Tensor,
     mask: torch.Tensor,
@@ -126,20 +161,13 @@ def aggregate(
     micro-batch, every rank); by default this batch's own. Summing the results of the
     micro-batches then gives the loss of the whole batch, whatever the accumulation.
     """
+    if how not in AGGREGATIONS:
+        raise ValueError(f"unknown aggregation {how!r}")
     mask = mask.to(per_token.dtype)
-    tokens = mask.sum() if total_tokens is None else total_tokens
-    sequences = mask.shape[0] if total_sequences is None else total_sequences
+    tokens = float(mask.sum() if total_tokens is None else total_tokens)
+    sequences = float(mask.shape[0] if total_sequences is None else total_sequences)
     masked = per_token * mask  # (B, T)
-    if how == "token_mean":
-        return masked.sum() / max(float(tokens), 1.0)
-    if how == "seq_mean_token_mean":
-        per_seq = masked.sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)  # (B,)
-        return per_seq.sum() / max(float(sequences), 1.0)
-    if how == "seq_mean_token_sum":
-        return masked.sum() / max(float(sequences), 1.0)
-    if how == "constant_norm":
-        return masked.sum() / (max(float(sequences), 1.0) * max_response_tokens)
-    raise ValueError(f"unknown aggregation {how!r}")
+    return AGGREGATIONS[how](masked, mask, tokens, sequences, max_response_tokens)
 
 
 # ── the loss ──────────────────────────────────────────────────────────────────────────
@@ -155,6 +183,11 @@ class LossStats:
     kl_sum: float
     entropy_sum: float
     pg_loss: float
+
+    @classmethod
+    def empty(cls) -> LossStats:
+        """Nothing measured: the identity of `add` (a rank with no samples this step)."""
+        return cls(0.0, 0.0, 1.0, 0.0, 0.0, 0.0)
 
     def add(self, other: LossStats) -> LossStats:
         return LossStats(

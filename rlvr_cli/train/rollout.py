@@ -1,128 +1,137 @@
-"""Sampling groups of responses from the current policy, and the log-probs of any response.
-
-`token_logprobs` is the one forward used everywhere: at rollout time (under no_grad) for the
-old log-probs and the reference, and in the update (with grad). Same code, same dtype, same
-micro-batch shapes, so the importance ratio is exactly 1 at the first update.
-"""
+"""Rollout and score: `prompts_per_step` groups of `group_size` samples from the current
+policy, each verified; with dynamic sampling, all-equal groups are dropped and sampled
+again, up to `max_rounds` rounds."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from rlvr_cli.chat.masks import sampled_mask
+from rlvr_cli.contract.tasks import messages_of
+from rlvr_cli.engine.generate import generate, response_text
+from rlvr_cli.env.scoring import Sample, score_all
+from rlvr_cli.env.single_turn import VerifierPool
+from rlvr_cli.errors import RlvrError
+from rlvr_cli.train.objective import uniform_groups
+from rlvr_cli.train.setup import Setup
+from rlvr_cli.train.state import TrainState
 
 
 @dataclass
-class Batch:
-    """Left-padded prompts and right-padded responses, as tensors for one forward."""
+class StepResult:
+    """What one step produced: accepted groups for the update, every sample for the records."""
 
-    input_ids: torch.Tensor  # (B, P + T)
-    attention_mask: torch.Tensor  # (B, P + T)
-    prompt_width: int  # P
-    response_mask: torch.Tensor  # (B, T) loss mask over the response slots
+    accepted: list[list[Sample]] = field(default_factory=list)
+    generated: list[Sample] = field(default_factory=list)
+    rounds: int = 0
+    seconds: dict[str, float] = field(default_factory=lambda: {"generate": 0.0, "score": 0.0, "update": 0.0})
 
-    @property
-    def response_ids(self) -> torch.Tensor:
-        return self.input_ids[:, self.prompt_width :]  # (B, T)
 
-    def to(self, device: torch.device) -> Batch:
-        return Batch(
-            self.input_ids.to(device), self.attention_mask.to(device), self.prompt_width, self.response_mask.to(device)
+class Prompts:
+    """Prompt token ids per task, rendered once. Keyed by the task row's position in its split,
+    never by its id: two rows with one id must not share a prompt."""
+
+    def __init__(self, setup: Setup) -> None:
+        self.setup = setup
+        self._cache: dict[int, list[int]] = {}
+
+    def ids(self, task: dict[str, Any]) -> list[int]:
+        key = id(task)
+        if key not in self._cache:
+            self._cache[key] = self._render(task)
+        return self._cache[key]
+
+    def _render(self, task: dict[str, Any]) -> list[int]:
+        length = self.setup.contract.length
+        ids = self.setup.renderer.prompt_ids(messages_of(task))
+        if len(ids) > length.max_prompt_tokens:
+            if length.prompt_truncation == "error":
+                raise RlvrError(
+                    f"task {task['id']}: the prompt is {len(ids)} tokens, over max_prompt_tokens="
+                    f"{length.max_prompt_tokens} (length.prompt_truncation: error)"
+                )
+            ids = ids[-length.max_prompt_tokens :]
+        return ids
+
+
+def sample_groups(
+    setup: Setup, prompts: Prompts, tasks: list[dict[str, Any]], seed: int, round_: int, first_group: int
+) -> list[Sample]:
+    """`group_size` samples of every task, in one batched generate call."""
+    hp, length = setup.contract.hyperparameters, setup.contract.length
+    k = hp.group_size
+    prompt_ids = [prompts.ids(t) for t in tasks for _ in range(k)]
+    gens = generate(
+        setup.policy,
+        prompt_ids,
+        max_new_tokens=length.max_response_tokens,
+        temperature=hp.sampling.temperature,
+        top_p=hp.sampling.top_p,
+        top_k=hp.sampling.top_k,
+        stop_ids=setup.renderer.stop_ids,
+        pad_id=setup.renderer.pad_id,
+        seed=seed,
+    )
+    return [
+        Sample(
+            tasks[i // k],
+            first_group + i // k,
+            i % k,
+            prompt_ids[i],
+            gen.response_ids,
+            gen.mask,
+            gen.finish,
+            seed,
+            round_,
+            text=response_text(setup.tokenizer, gen.response_ids, gen.finish),
         )
+        for i, gen in enumerate(gens)
+    ]
 
 
-def make_batch(
-    prompts: list[list[int]],
-    responses: list[list[int]],
-    masks: list[list[int]],
-    pad_id: int,
-    width: int | None = None,
-    response_width: int | None = None,
-) -> Batch:
-    """Pack prompts (left padding) and responses (right padding) into one rectangle."""
-    P = width or max(len(p) for p in prompts)
-    T = response_width or max(1, max(len(r) for r in responses))
-    rows, attention, losses = [], [], []
-    for p, r, m in zip(prompts, responses, masks, strict=True):
-        pad_left, pad_right = P - len(p), T - len(r)
-        rows.append([pad_id] * pad_left + list(p) + list(r) + [pad_id] * pad_right)
-        attention.append([0] * pad_left + [1] * (len(p) + len(r)) + [0] * pad_right)
-        losses.append(list(m) + [0] * (T - len(m)))
-    ids = torch.tensor(rows, dtype=torch.long)  # (B, P + T)
-    attn = torch.tensor(attention, dtype=torch.long)  # (B, P + T)
-    loss = torch.tensor(losses, dtype=torch.long)  # (B, T)
-    return Batch(ids, attn, P, loss)
+def sample_own_groups(
+    setup: Setup, prompts: Prompts, tasks: list[dict[str, Any]], seed: int, round_: int
+) -> list[Sample]:
+    """This rank's groups (g ≡ rank mod world), each sampled alone with its own seed."""
+    samples: list[Sample] = []
+    for g in range(setup.rank, len(tasks), setup.world):
+        samples += sample_groups(setup, prompts, [tasks[g]], seed * 10_007 + g, round_, g)
+    return samples
 
 
-def token_logprobs(
-    model: Any, batch: Batch, temperature: float, with_entropy: bool = False
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Log-probs `(B, T)` of the response tokens under softmax(logits / temperature), the
-    distribution they were sampled from, and optionally the per-token entropy `(B, T)`."""
-    position_ids = (batch.attention_mask.cumsum(dim=1) - 1).clamp(min=0)  # (B, P + T)
-    out = model(
-        input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=position_ids, use_cache=False
-    )
-    P = batch.prompt_width
-    logits = out.logits[:, P - 1 : -1].float()  # (B, T, V): position t predicts token t + 1
-    if temperature > 0 and temperature != 1.0:
-        logits = logits / temperature
-    logp_all = torch.log_softmax(logits, dim=-1)  # (B, T, V)
-    logp = logp_all.gather(-1, batch.response_ids.unsqueeze(-1)).squeeze(-1)  # (B, T)
-    entropy = None
-    if with_entropy:
-        entropy = -(logp_all.exp() * logp_all).sum(dim=-1)  # (B, T)
-    return logp, entropy
-
-
-@dataclass
-class Generation:
-    """One sampled response, trimmed after its first stop token."""
-
-    response_ids: list[int]
-    mask: list[int]
-    finish: str  # stop | length
-    seed: int
-
-
-@torch.no_grad()
-def generate(
-    model: Any,
-    prompts: list[list[int]],
-    *,
-    max_new_tokens: int,
-    temperature: float,
-    top_p: float,
-    top_k: int,
-    stop_ids: list[int],
-    pad_id: int,
-    seed: int,
-) -> list[Generation]:
-    """Batched sampling with the KV cache; `seed` fixes the draw for exact resume."""
-    batch = make_batch(prompts, [[] for _ in prompts], [[] for _ in prompts], pad_id, response_width=1)
-    P = batch.prompt_width
-    device = next(model.parameters()).device
-    input_ids, attention = batch.input_ids[:, :P].to(device), batch.attention_mask[:, :P].to(device)
-    torch.manual_seed(seed)  # seeds every device
-    greedy = temperature == 0
-    out = model.generate(
-        input_ids=input_ids,
-        attention_mask=attention,
-        max_new_tokens=max_new_tokens,
-        do_sample=not greedy,
-        temperature=None if greedy else temperature,
-        top_p=None if greedy else top_p,
-        top_k=(top_k or None) if not greedy else None,
-        eos_token_id=list(stop_ids),
-        pad_token_id=pad_id,
-        use_cache=True,
-    )
-    results = []
-    for row in out[:, P:].tolist():
-        mask, finish = sampled_mask(row, stop_ids)
-        kept = sum(mask)  # through the first stop token, or every token when truncated
-        results.append(Generation(row[:kept], mask[:kept], finish, seed))
-    return results
+def collect(setup: Setup, state: TrainState, prompts: Prompts, pool: VerifierPool) -> StepResult:
+    hp = setup.contract.hyperparameters
+    ds = setup.contract.length.dynamic_sampling
+    drop = bool(ds and ds.drop_uniform_groups)
+    result = StepResult()
+    for round_ in range(ds.max_rounds if drop else 1):  # type: ignore[union-attr]
+        missing = hp.prompts_per_step - len(result.accepted)
+        if missing <= 0:
+            break
+        tasks = [setup.train_tasks[i] for i in state.sampler.take(missing)]
+        seed = hp.seed * 1_000_003 + state.step * 101 + round_
+        start = time.perf_counter()
+        if setup.per_group_seeds:
+            samples = sample_own_groups(setup, prompts, tasks, seed, round_)
+            tasks = tasks[setup.rank :: setup.world]
+        else:
+            samples = sample_groups(setup, prompts, tasks, seed, round_, len(result.generated) // hp.group_size)
+        result.seconds["generate"] += time.perf_counter() - start
+        start = time.perf_counter()
+        score_all(setup.contract, samples, pool)
+        result.seconds["score"] += time.perf_counter() - start
+        result.generated += samples
+        result.rounds = round_ + 1
+        rewards = torch.tensor([s.reward for s in samples], dtype=torch.float64).view(-1, hp.group_size)
+        uniform = uniform_groups(rewards).tolist() if drop else [False] * len(tasks)  # (G,)
+        for g, flat in enumerate(uniform):
+            group = samples[g * hp.group_size : (g + 1) * hp.group_size]
+            if flat:
+                for s in group:
+                    s.kept, s.reason = False, s.reason or "uniform_group"
+            else:
+                result.accepted.append(group)
+    return result

@@ -1,86 +1,165 @@
-"""Building what a run is made of from the contract: models, reference, optimizer, schedule."""
+"""What a run is made of, built from the contract: models, optimizer, schedule, data, device.
+
+`build` is a plain function returning a `Setup`; nothing here changes during the run except
+the weights and the optimizer's own state. The counters that do change live in `TrainState`.
+"""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 
+from rlvr_cli.chat.render import ChatRenderer
+from rlvr_cli.contract.models import Contract
+from rlvr_cli.contract.tasks import read_split
 from rlvr_cli.errors import RlvrError
+from rlvr_cli.train import distributed as dist
+from rlvr_cli.train.faults import Fault
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-class ModelSetup:
-    """Mixed into the Trainer: loads artifacts from disk (never the network)."""
-
-    c: Any
-    folder: Any
-    dtype: torch.dtype
+@dataclass
+class Setup:
+    contract: Contract
+    folder: Path  # the contract's folder: relative paths resolve here
     device: torch.device
+    dtype: torch.dtype
+    renderer: ChatRenderer
     policy: Any
-    tokenizer: Any
+    reference: Any | None  # frozen; None when kl.coef is 0
     optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    train_tasks: list[dict[str, Any]]
+    holdout_tasks: list[dict[str, Any]]
+    rank: int
+    world: int
+    fault: Fault  # test-only fault injection, parsed once from RLVR_FAULT
 
-    def _artifact_path(self, ref: Any, what: str) -> str:
-        if ref.path is not None:
-            path = self.folder / ref.path
-            if not (path / "config.json").is_file():
-                raise RlvrError(f"{what} folder {path} has no config.json")
-            return str(path)
-        return ref.id
+    @property
+    def tokenizer(self) -> Any:
+        return self.renderer.tokenizer
 
-    def _load_model(self, source: str, revision: str | None = None) -> Any:
-        from transformers import AutoModelForCausalLM
+    @property
+    def main(self) -> bool:
+        """One process writes the run folder."""
+        return self.rank == 0
 
-        try:
-            model = AutoModelForCausalLM.from_pretrained(
-                source, revision=revision, dtype=self.dtype, local_files_only=True
-            )
-        except (OSError, ValueError) as exc:
-            raise RlvrError(f"cannot load the model at {source}: {exc}") from None
-        return model.to(self.device).eval()  # eval: no dropout, rollout and update see the same network
+    @property
+    def per_group_seeds(self) -> bool:
+        """Under torchrun each group is sampled with its own seed, so samples do not depend on
+        the number of processes."""
+        return dist.active()
 
-    def _load_reference(self) -> Any | None:
-        ref = self.c.artifacts.reference
-        if self.c.objective.kl.coef == 0 or ref is None or ref.is_none:
-            return None
-        if ref.same_as_policy:
-            source = self._artifact_path(self.c.artifacts.policy, "policy")
-        else:
-            source = self._artifact_path(ref, "reference")
-        model = self._load_model(source, ref.revision)
-        for p in model.parameters():
-            p.requires_grad_(False)
-        return model
 
-    def _pad_id(self) -> int:
-        tok = self.tokenizer
-        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-        if pad is None:
-            raise RlvrError("the tokenizer has neither a pad nor an eos token to pad with")
-        return int(pad)
+def build(contract: Contract, folder: Path, fault: Fault) -> Setup:
+    from transformers.utils import logging
 
-    def _optimizer(self) -> torch.optim.Optimizer:
-        o = self.c.hyperparameters.optimizer
-        params = [p for p in self.policy.parameters() if p.requires_grad]
-        if o.name == "sgd":
-            return torch.optim.SGD(params, lr=o.lr, weight_decay=o.weight_decay)
-        cls = torch.optim.AdamW if o.name == "adamw" else torch.optim.Adam
-        return cls(params, lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay)
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()
+    hp = contract.hyperparameters
+    if contract.data.hints is not None and contract.data.hints.used:
+        raise RlvrError("hint-assisted rollouts (data.hints.used) are not implemented in rlvr train yet")
+    if hp.precision == "fp16" and not torch.cuda.is_available():
+        raise RlvrError("precision fp16 needs a GPU; use fp32 or bf16 on CPU")
+    rank, world = dist.rank_world()
+    if world > 1:
+        _check_shardable(contract, world)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dtype = DTYPES[hp.precision]
+    torch.manual_seed(hp.seed)
+    policy = load_model(artifact_path(contract.artifacts.policy, folder, "policy"), None, dtype, device)
+    optimizer = make_optimizer(contract, policy)
+    splits = contract.data.splits
+    return Setup(
+        contract=contract,
+        folder=folder,
+        device=device,
+        dtype=dtype,
+        renderer=ChatRenderer.from_contract(contract, folder),
+        policy=policy,
+        reference=load_reference(contract, folder, dtype, device),
+        optimizer=optimizer,
+        scheduler=make_scheduler(contract, optimizer),
+        train_tasks=read_split(folder / splits.train.path, "train"),
+        holdout_tasks=read_split(folder / splits.holdout.path, "holdout"),
+        rank=rank,
+        world=world,
+        fault=fault,
+    )
 
-    def _scheduler(self) -> torch.optim.lr_scheduler.LambdaLR:
-        s = self.c.hyperparameters.schedule
-        total = self.c.hyperparameters.max_steps * self.c.hyperparameters.updates_per_batch
-        name, warmup = (s.name, s.warmup_steps) if s else ("constant", 0)
 
-        def factor(step: int) -> float:
-            if step < warmup:  # 1. linear warm-up
-                return (step + 1) / warmup
-            progress = min(1.0, (step - warmup) / max(1, total - warmup))
-            if name == "linear":  # 2a. linear decay to 0
-                return 1.0 - progress
-            if name == "cosine":  # 2b. cosine decay to 0
-                return 0.5 * (1.0 + math.cos(math.pi * progress))
-            return 1.0  # 2c. constant
+def _check_shardable(contract: Contract, world: int) -> None:
+    hp, ds = contract.hyperparameters, contract.length.dynamic_sampling
+    if hp.prompts_per_step % world:
+        raise RlvrError(f"prompts_per_step ({hp.prompts_per_step}) must be divisible by the {world} processes")
+    if ds and ds.drop_uniform_groups:
+        raise RlvrError("dynamic sampling runs in one process for now; drop --nproc or drop_uniform_groups")
 
-        return torch.optim.lr_scheduler.LambdaLR(self.optimizer, factor)
+
+def artifact_path(ref: Any, folder: Path, what: str) -> str:
+    """A local folder (checked for config.json), or the hub id as written."""
+    if ref.path is not None:
+        path = folder / ref.path
+        if not (path / "config.json").is_file():
+            raise RlvrError(f"{what} folder {path} has no config.json")
+        return str(path)
+    return ref.id
+
+
+def load_model(source: str, revision: str | None, dtype: torch.dtype, device: torch.device) -> Any:
+    """A causal LM from disk (never the network), in eval mode: no dropout, so rollout and
+    update see the same network."""
+    from transformers import AutoModelForCausalLM
+
+    try:
+        model = AutoModelForCausalLM.from_pretrained(source, revision=revision, dtype=dtype, local_files_only=True)
+    except (OSError, ValueError) as exc:
+        raise RlvrError(f"cannot load the model at {source}: {exc}") from None
+    return model.to(device).eval()
+
+
+def load_reference(contract: Contract, folder: Path, dtype: torch.dtype, device: torch.device) -> Any | None:
+    ref = contract.artifacts.reference
+    if contract.objective.kl.coef == 0 or ref is None or ref.is_none:
+        return None
+    if ref.same_as_policy:
+        source = artifact_path(contract.artifacts.policy, folder, "policy")
+    else:
+        source = artifact_path(ref, folder, "reference")
+    model = load_model(source, ref.revision, dtype, device)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model
+
+
+def make_optimizer(contract: Contract, policy: Any) -> torch.optim.Optimizer:
+    o = contract.hyperparameters.optimizer
+    params = [p for p in policy.parameters() if p.requires_grad]
+    if o.name == "sgd":
+        return torch.optim.SGD(params, lr=o.lr, weight_decay=o.weight_decay)
+    cls = torch.optim.AdamW if o.name == "adamw" else torch.optim.Adam
+    return cls(params, lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay)
+
+
+def make_scheduler(contract: Contract, optimizer: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LambdaLR:
+    hp = contract.hyperparameters
+    s = hp.schedule
+    total = hp.max_steps * hp.updates_per_batch
+    name, warmup = (s.name, s.warmup_steps) if s else ("constant", 0)
+
+    def factor(step: int) -> float:
+        if step < warmup:  # 1. linear warm-up
+            return (step + 1) / warmup
+        progress = min(1.0, (step - warmup) / max(1, total - warmup))
+        if name == "linear":  # 2a. linear decay to 0
+            return 1.0 - progress
+        if name == "cosine":  # 2b. cosine decay to 0
+            return 0.5 * (1.0 + math.cos(math.pi * progress))
+        return 1.0  # 2c. constant
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from rlvr_cli.chat.families import SPECIAL_TOKENS
 from rlvr_cli.chat.render import ChatRenderer, Conversation, Rendered
-from rlvr_cli.chat.templates import SPECIAL_TOKENS
 
 _SPECIAL = re.compile("|".join(re.escape(t) for t in sorted(SPECIAL_TOKENS, key=len, reverse=True)))
 

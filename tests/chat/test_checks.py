@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from rlvr_cli.chat import checks as template_checks
+from rlvr_cli.chat.families import CHATML, CHATML_GENERATION
 from rlvr_cli.chat.masks import locate
 from rlvr_cli.chat.render import ChatRenderer, Conversation
-from rlvr_cli.chat.templates import CHATML, CHATML_GENERATION
 from tests.chat.conftest import codes, expect, render
 
 QA = [{"role": "user", "content": "1+1?"}, {"role": "assistant", "content": "2"}]

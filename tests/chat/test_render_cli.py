@@ -125,7 +125,7 @@ def test_missing_files_are_usage_errors(experiment: Path, tmp_path: Path) -> Non
 
 def test_agrees_with_transformers_assistant_mask_on_generation_tags(family_tokenizer) -> None:
     """On a template with {% generation %} tags, rlvr's prefix-derived mask equals transformers'."""
-    from rlvr_cli.chat.templates import CHATML_GENERATION
+    from rlvr_cli.chat.families import CHATML_GENERATION
 
     tok = family_tokenizer("chatml")
     renderer = ChatRenderer(tok, CHATML_GENERATION, ["<|im_end|>"])

@@ -24,7 +24,7 @@ def schema_errors(data: object) -> list[str]:
 
 @pytest.mark.parametrize("name", ["contract", "candidates", "record"])
 def test_committed_schemas_are_current(name: str) -> None:
-    from rlvr_cli.contract.schema import FILES, schema_text
+    from rlvr_cli.commands.schema import FILES, schema_text
 
     committed = (ROOT / "schemas" / FILES[name]).read_text()
     assert committed == schema_text(name), f"run: rlvr schema {name} > schemas/{FILES[name]}"
@@ -34,7 +34,7 @@ def test_committed_schemas_are_current(name: str) -> None:
 def test_shipped_candidates_and_records_match_their_schemas(tmp_path: Path) -> None:
     import yaml
 
-    from rlvr_cli.contract.schema import candidates_schema
+    from rlvr_cli.commands.schema import candidates_schema
 
     data = yaml.safe_load((ROOT / "templates" / "tool-use" / "audit" / "candidates.yaml").read_text())
     assert list(jsonschema.Draft202012Validator(candidates_schema()).iter_errors(data)) == []

@@ -18,7 +18,7 @@ import json, os, resource, sys
 from pathlib import Path
 import torch, transformers  # the interpreter and libraries are the baseline, not the estimate
 from rlvr_cli.contract.load import load
-from rlvr_cli.train.memory import estimate, load_shape
+from rlvr_cli.train.memory_estimate import estimate, load_shape
 
 
 def rss():
@@ -27,16 +27,22 @@ def rss():
 
 def main():
     from rlvr_cli.env.single_turn import VerifierPool
-    from rlvr_cli.train.loop import Trainer
+    from rlvr_cli.train.faults import Fault
+    from rlvr_cli.train.loop import train_step
+    from rlvr_cli.train.rollout import Prompts
+    from rlvr_cli.train.setup import build
+    from rlvr_cli.train.state import TrainState
 
-    path, run_dir = Path(sys.argv[1]), Path(sys.argv[2])
+    path = Path(sys.argv[1])
     contract = load(path)
     base = rss()
-    trainer = Trainer(contract, path.resolve().parent, run_dir)
+    setup = build(contract, path.resolve().parent, Fault.none())
+    state = TrainState.fresh(len(setup.train_tasks), contract.hyperparameters.seed)
+    prompts = Prompts(setup)
     with VerifierPool(contract.environment.verifier, path.resolve().parent, 5) as pool:
         for _ in range(3):
-            trainer.train_step(pool)
-            trainer.step += 1
+            train_step(setup, state, prompts, pool)
+            state.step += 1
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     terms = estimate(contract, load_shape(contract, path.resolve().parent))
     print(json.dumps({"measured": peak - base, "estimate": sum(terms.values())}))

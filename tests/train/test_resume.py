@@ -137,7 +137,8 @@ def test_sigkill_at_random_moments_never_leaves_a_partial_checkpoint(experiment:
     """Kill the trainer with SIGKILL over and over (checkpoints every step, so many kills land
     inside a checkpoint write); every resume must find a complete, checksum-valid checkpoint
     and every record the manifest listed before the kill must still be listed after."""
-    from rlvr_cli.train.checkpoint import complete_checkpoints, verify
+    from rlvr_cli.store.run import complete_checkpoints
+    from rlvr_cli.train.checkpoint import verify
 
     run_dir = tmp_path / "run"
     rng = random.Random(1234)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rlvr_cli.contract.rules import METRICS
+from rlvr_cli.metrics import METRICS
 from tests.conftest import edit, rlvr
 
 CONTRACT = "experiment.rlvr.yaml"
@@ -75,7 +75,7 @@ def test_every_contract_metric_is_logged(learned: tuple[Path, object]) -> None:
     run_dir, _ = learned
     rows = metrics(run_dir)
     keys = set().union(*rows)
-    missing = [m for m in METRICS if m not in keys]
+    missing = [m.name for m in METRICS if m.name not in keys]
     assert missing == []  # holdout metrics appear on holdout steps
     assert all(k in rows[0] for k in ("time_generate_s", "time_score_s", "time_update_s", "tokens_per_s"))
     holdout_steps = [r["step"] for r in rows if r.get("holdout_reward") is not None]
@@ -126,7 +126,7 @@ def test_records_are_listed_with_checksums(learned: tuple[Path, object]) -> None
     assert len(row["old_logprobs"]) == len(row["response_ids"]) == len(row["loss_mask"])
     import jsonschema
 
-    from rlvr_cli.contract.schema import record_schema
+    from rlvr_cli.commands.schema import record_schema
 
     for record in table[:5]:
         jsonschema.validate(record, record_schema())
@@ -200,7 +200,7 @@ def test_empty_dataset_is_refused(experiment: Path) -> None:
 
 
 def test_dynamic_sampling_logs_acceptance_and_counts_discarded_generations(experiment: Path) -> None:
-    from rlvr_cli.train.records import read_records
+    from rlvr_cli.store.records import read_records
 
     edit(
         experiment,

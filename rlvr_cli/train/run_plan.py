@@ -3,11 +3,11 @@ records, metrics and checkpoints go. Printed before the first rollout, saved as 
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any
 
 from rlvr_cli.contract.models import Contract
+from rlvr_cli.files import sha256_file
 
 _SCALE = {
     "group_std": "divided by the std of its group's rewards",
@@ -23,7 +23,7 @@ _AGGREGATION = {
 
 
 def contract_hash(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    return sha256_file(path)
 
 
 def objective_words(c: Contract) -> list[str]:

@@ -52,11 +52,6 @@ def weighted_reward(contract: Contract, verdict: Verdict) -> float:
     return total
 
 
-def best_reward(contract: Contract) -> float:
-    """The highest reward 0/1 components can give: what `all_correct` means."""
-    return sum(max(p.weight, 0.0) for p in contract.objective.reward.components)
-
-
 def needs_verdict(contract: Contract, sample: Sample) -> bool:
     """Truncated responses are excluded or penalized without a verifier call (unless `keep`)."""
     length = contract.length
@@ -95,11 +90,6 @@ def score_all(contract: Contract, samples: list[Sample], pool: Any) -> None:
         apply_verdict(contract, sample, verdict, seconds)
 
 
-def response_text(tokenizer: Any, ids: list[int], finish: str) -> str:
-    """What the verifier reads: the answer without its stop token."""
-    return tokenizer.decode(ids[:-1] if finish == "stop" else ids, skip_special_tokens=False)
-
-
 def answer_and_score(
     contract: Contract,
     model: Any,
@@ -116,7 +106,7 @@ def answer_and_score(
 ) -> list[Sample]:
     """`samples` answers per task (greedy, or the contract's sampling), each scored.
     Used for holdout evaluation during training and for audits and gates after it."""
-    from rlvr_cli.train.rollout import generate
+    from rlvr_cli.engine.generate import generate, response_text
 
     sampling = contract.hyperparameters.sampling
     gens = generate(

@@ -1,0 +1,37 @@
+"""`rlvr gate` and `rlvr report`: what a finished run is worth, and how it got there."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from rlvr_cli.commands.common import load_valid_contract, require_extra
+from rlvr_cli.errors import ExitCode, UsageProblem
+
+
+def run_gate(contract_path: Path, candidate: Path, baseline: Path | None) -> int:
+    require_extra("train", "torch", "transformers")
+    from rlvr_cli.audit.gates import gate_table, run_gates, write_verdict
+
+    contract = load_valid_contract(contract_path)
+    if not candidate.is_dir():
+        raise UsageProblem(f"{candidate}: no such run folder")
+    result = run_gates(contract, contract_path.resolve().parent, candidate, baseline)
+    out = candidate / "gate"
+    write_verdict(result, out)
+    print(gate_table(result))
+    print(f"verdict written to {out / 'verdict.json'}", file=sys.stderr)
+    return ExitCode.OK if result.release == "pass" else ExitCode.FAILED
+
+
+def run_report(run_dir: Path, out: Path | None) -> int:
+    require_extra("train", "pyarrow")
+    from rlvr_cli.audit.report import write_report
+    from rlvr_cli.errors import RlvrError
+    from rlvr_cli.store.run import RunFolder
+
+    run = RunFolder.existing(run_dir)
+    if not run.metrics.is_file():
+        raise RlvrError(f"{run_dir} is not an rlvr run folder (no metrics.jsonl)")
+    print(write_report(run_dir, out))
+    return ExitCode.OK

@@ -1,0 +1,118 @@
+"""`rlvr train`: resolve the run folder, show progress, launch torchrun for `--nproc`."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from rlvr_cli.commands.common import load_valid_contract, require_extra
+from rlvr_cli.contract.models import Contract
+from rlvr_cli.errors import UsageProblem
+from rlvr_cli.store.run import RunFolder
+
+
+def default_run_dir(contract: Contract, contract_path: Path) -> Path:
+    return contract_path.resolve().parent / "runs" / contract.name
+
+
+def prepare_run_dir(run_dir: Path, resume: bool) -> None:
+    if resume:
+        if not RunFolder(run_dir).is_run():
+            raise UsageProblem(f"{run_dir} holds no run to resume")
+        return
+    if run_dir.exists() and any(run_dir.iterdir()):
+        raise UsageProblem(
+            f"run folder {run_dir} already holds a run; pass --resume to continue it "
+            "or --run-dir for a new one (nothing is overwritten)"
+        )
+    run_dir.mkdir(parents=True, exist_ok=True)
+
+
+def run_train(contract_path: Path, run_dir: Path | None, max_steps: int | None, resume: bool, force: bool) -> int:
+    require_extra("train", "torch", "transformers")
+    from rlvr_cli.train import distributed
+    from rlvr_cli.train.loop import train
+
+    contract = load_valid_contract(contract_path)
+    run_dir = (run_dir or default_run_dir(contract, contract_path)).resolve()
+    steps = max_steps if max_steps is not None else contract.hyperparameters.max_steps
+    if steps < 1:
+        raise UsageProblem("--max-steps must be at least 1")
+    distributed.init()
+    try:
+        if distributed.rank_world()[0] == 0:
+            prepare_run_dir(run_dir, resume)
+        distributed.barrier()
+        progress = Progress(enabled=distributed.rank_world()[0] == 0)
+        return train(contract, contract_path, run_dir, steps, resume, force, progress)
+    finally:
+        distributed.shutdown()
+
+
+def launch(nproc: int, argv: list[str]) -> int:
+    """`rlvr train --nproc N ...`: the same command under torchrun with N processes."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
+    command += ["-m", "rlvr_cli", "train", *argv]
+    print("launching: " + " ".join(command[2:]), file=sys.stderr, flush=True)
+    return subprocess.run(command).returncode
+
+
+def progress_line(step: int, total: int, row: dict[str, Any], eta: float) -> str:
+    def fmt(key: str) -> str:
+        value = row.get(key)
+        return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.3f}"
+
+    return (
+        f"step {step}/{total}  reward {fmt('reward_mean')}  kl {fmt('kl')}  entropy {fmt('entropy')}  "
+        f"len {fmt('response_length_mean')}  {row.get('tokens_per_s', 0):.0f} tok/s  ETA {eta:.0f}s"
+    )
+
+
+class Progress:
+    """A live rich progress bar on an interactive stderr; one plain line per step otherwise
+    (logs, CI). Shows step, reward, KL, entropy, length, throughput and ETA."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled, self.total = enabled, 0
+        self.live = (
+            enabled and sys.stderr.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+        )
+        self.bar: Any = None
+
+    def start(self, total: int, first: int) -> None:
+        self.total = total
+        if not self.live:
+            return
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
+        from rich.progress import Progress as RichProgress
+
+        self.bar = RichProgress(
+            TextColumn("step"),
+            MofNCompleteColumn(),
+            BarColumn(),
+            TextColumn("{task.fields[info]}"),
+            TimeRemainingColumn(),
+            console=Console(stderr=True),
+            transient=False,
+        )
+        self.task = self.bar.add_task("train", total=total, completed=first, info="")
+        self.bar.start()
+
+    def step(self, step: int, row: dict[str, Any], eta: float) -> None:
+        if not self.enabled:
+            return
+        if self.bar is None:
+            print(progress_line(step, self.total, row, eta), file=sys.stderr, flush=True)
+            return
+        info = progress_line(step, self.total, row, eta).split("  ", 1)[1].rsplit("  ETA", 1)[0]
+        self.bar.update(self.task, completed=step, info=info)
+
+    def stop(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+            self.bar = None

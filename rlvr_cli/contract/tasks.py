@@ -1,0 +1,48 @@
+"""The task rows of the contract's data splits: one validator, one reader.
+
+A task is a JSON object with an `id` and a `prompt` (a string, or a list of chat messages);
+every other field (answer, domain, difficulty, hints, ...) is the verifier's and the
+holdout design's to read. `rlvr validate --deep` and every reader of a split use the same
+check, so a split that validates is a split that trains.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rlvr_cli.errors import RlvrError
+from rlvr_cli.files import read_jsonl
+
+
+def task_problem(row: Any) -> str | None:
+    """Why `row` is not a task, or None when it is one."""
+    if not isinstance(row, dict):
+        return "a task is a JSON object"
+    missing = [k for k in ("id", "prompt") if k not in row]
+    if missing:
+        return f"task lacks {' and '.join(missing)}"
+    if not isinstance(row["prompt"], (str, list)):
+        return "prompt must be a string or a list of chat messages"
+    return None
+
+
+def read_split(path: Path, name: str) -> list[dict[str, Any]]:
+    """Every task of a split; a bad line is an error naming the file and line."""
+    if not path.is_file():
+        raise RlvrError(f"data split {name} ({path}) does not exist")
+    tasks = []
+    for number, row in read_jsonl(path):
+        problem = task_problem(row)
+        if problem:
+            raise RlvrError(f"{path}:{number}: {problem}")
+        tasks.append(row)
+    if not tasks:
+        raise RlvrError(f"data split {name} ({path}) holds no task")
+    return tasks
+
+
+def messages_of(task: dict[str, Any]) -> list[dict[str, Any]]:
+    """A string prompt is one user turn; a list is already chat messages."""
+    prompt = task["prompt"]
+    return [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)

@@ -1,0 +1,124 @@
+"""The metric vocabulary: every number `rlvr train` writes to metrics.jsonl, in one place.
+
+The monitoring rules (RLV604 checks a rule's metric against this list), `rlvr status`, the
+report and the trainer all read it from here. `StepMetrics` is one step's row: the trainer
+fills it, `row()` is what metrics.jsonl holds (NaN becomes null: JSON has no NaN).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+
+def _m(description: str, needs: str | None = None) -> Any:
+    return field(default=None, metadata={"description": description, "needs": needs})
+
+
+@dataclass
+class StepMetrics:
+    """One row of metrics.jsonl. A field left None was not produced this step and is absent from
+    the row (a monitoring rule then neither counts nor breaks its streak); NaN means measured
+    but undefined (no valid reward, say) and is written as null."""
+
+    step: int
+    # ── rollouts ──
+    reward_mean: float | None = _m("mean reward of the step's valid samples")
+    reward_std: float | None = _m("std of the step's valid rewards")
+    response_length_mean: float | None = _m("mean response length in tokens")
+    truncation_rate: float | None = _m("share of responses that hit max_response_tokens")
+    zero_std_fraction: float | None = _m("share of groups whose rewards are all equal (no learning signal)")
+    all_correct_fraction: float | None = _m("share of groups where every sample earned the best reward")
+    all_wrong_fraction: float | None = _m("share of groups where no sample earned any reward")
+    verifier_error_rate: float | None = _m("share of verdicts that are verifier_error, timeout or sandbox_error")
+    groups_generated: float | None = _m("groups sampled this step, dynamic-sampling rounds included")
+    groups_accepted: float | None = _m("groups kept for the update")
+    dynamic_sampling_rounds: float | None = _m("sampling rounds this step")
+    samples_kept: float | None = _m("samples that entered the objective")
+    # ── the update ──
+    loss: float | None = _m("the objective's loss, summed over micro-batches")
+    pg_loss: float | None = _m("the policy-gradient part of the loss")
+    kl: float | None = _m("mean per-token KL to the reference", needs="reference")
+    entropy: float | None = _m("mean per-token entropy of the policy")
+    clip_fraction: float | None = _m("share of trained tokens whose ratio was clipped")
+    ratio_max: float | None = _m("largest importance ratio of the step")
+    grad_norm: float | None = _m("gradient norm before clipping")
+    nonfinite_count: float | None = _m("non-finite losses, log-probs and gradients (the update is skipped when > 0)")
+    lr: float | None = _m("learning rate after the step")
+    policy_lag: float | None = _m("optimizer steps between the weights that sampled and the weights updated")
+    # ── throughput and budget ──
+    time_generate_s: float | None = _m("seconds spent sampling")
+    time_score_s: float | None = _m("seconds spent verifying")
+    time_update_s: float | None = _m("seconds spent in the update")
+    tokens_per_s: float | None = _m("generated tokens per second of the step")
+    step_seconds: float | None = _m("wall time of the step")
+    total_rollouts: float | None = _m("rollouts generated so far")
+    total_verifier_calls: float | None = _m("verifier calls so far")
+    total_tokens: float | None = _m("tokens generated so far")
+    # ── holdout ──
+    holdout_reward: float | None = _m("mean greedy reward on the holdout split", needs="holdout")
+    reward_holdout_divergence: float | None = _m(
+        "train reward gain minus holdout reward gain since the last evaluation", needs="holdout"
+    )
+    #: per-value dynamic-sampling acceptance, `accept_rate/<field>=<value>`
+    accept_rates: dict[str, float] = field(default_factory=dict)
+
+    def update(self, values: dict[str, float]) -> None:
+        for key, value in values.items():
+            if key.startswith("accept_rate/"):
+                self.accept_rates[key] = value
+            elif key in NAMES:
+                setattr(self, key, value)
+            else:
+                raise KeyError(f"{key!r} is not a metric (rlvr_cli.metrics)")
+
+    def get(self, name: str) -> float | None:
+        value = self.accept_rates.get(name) if name.startswith("accept_rate/") else getattr(self, name, None)
+        return None if value is None or (isinstance(value, float) and not math.isfinite(value)) else value
+
+    def row(self) -> dict[str, Any]:
+        """The metrics.jsonl object: every measured metric, NaN as null, accept rates last."""
+        out: dict[str, Any] = {"step": self.step}
+        for f in fields(self):
+            if f.name in ("step", "accept_rates"):
+                continue
+            value = getattr(self, f.name)
+            if value is None:
+                continue
+            out[f.name] = None if isinstance(value, float) and not math.isfinite(value) else value
+        out.update(self.accept_rates)
+        return out
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    description: str
+    needs: str | None  # "reference" | "holdout" | None
+
+
+METRICS: tuple[Metric, ...] = tuple(
+    Metric(f.name, f.metadata["description"], f.metadata["needs"])
+    for f in fields(StepMetrics)
+    if f.name not in ("step", "accept_rates")
+)
+NAMES: frozenset[str] = frozenset(m.name for m in METRICS)
+#: metrics whose drift CONTRACT.md asks every run to watch (RLV603)
+WATCHED = ("entropy", "response_length_mean", "verifier_error_rate")
+#: what `rlvr status` prints of the last step, in this order
+STATUS_LINE = (
+    "reward_mean",
+    "holdout_reward",
+    "kl",
+    "entropy",
+    "response_length_mean",
+    "clip_fraction",
+    "verifier_error_rate",
+    "nonfinite_count",
+    "tokens_per_s",
+)
+
+
+def is_metric(name: str) -> bool:
+    return name in NAMES or name.startswith("accept_rate/")

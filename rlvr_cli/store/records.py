@@ -1,0 +1,217 @@
+"""The immutable rollout log: Parquet shards written aside and renamed, never rewritten,
+and `manifest.json` holding each shard's row count and sha256.
+
+A crash at any moment leaves either the old manifest or the new one (both replaced by
+rename); a shard file that no manifest lists is an orphan from an interrupted write and is
+ignored (and removed when the store is opened again).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from rlvr_cli.errors import RlvrError
+from rlvr_cli.files import atomic_write_bytes, sha256_bytes
+
+MANIFEST = "manifest.json"
+
+
+def _col(arrow: str) -> Any:
+    return field(metadata={"arrow": arrow})
+
+
+@dataclass(frozen=True)
+class RecordRow:
+    """One rollout, as the Parquet shards store it (the schema is derived from these fields)."""
+
+    run: str = _col("string")
+    step: int = _col("int64")
+    round: int = _col("int64")
+    prompt_id: str = _col("string")
+    group: int = _col("int64")
+    sample: int = _col("int64")
+    session_id: str = _col("string")
+    parent_session_id: str | None = _col("string")
+    policy_revision: int = _col("int64")
+    prompt_ids: list[int] = _col("list<int32>")
+    response_ids: list[int] = _col("list<int32>")
+    loss_mask: list[int] = _col("list<int8>")
+    old_logprobs: list[float] | None = _col("list<float32>")
+    sampling: str = _col("string")
+    seed: int = _col("int64")
+    response_text: str = _col("string")
+    finish_reason: str = _col("string")
+    transcript: str | None = _col("string")
+    status: str | None = _col("string")
+    reward: float | None = _col("float64")
+    verifier_reward: float | None = _col("float64")
+    components: str | None = _col("string")
+    advantage: float = _col("float64")
+    kept: bool = _col("bool")
+    discard_reason: str | None = _col("string")
+    hint: str | None = _col("string")
+    filters: str | None = _col("string")
+    domain: str | None = _col("string")
+    difficulty: str | None = _col("string")
+    split: str = _col("string")
+    verify_seconds: float = _col("float64")
+
+
+COLUMNS: tuple[tuple[str, str], ...] = tuple((f.name, f.metadata["arrow"]) for f in fields(RecordRow))
+
+
+def arrow_schema() -> Any:
+    """The Parquet schema of a shard (pyarrow is imported here, not by readers of this module)."""
+    import pyarrow as pa
+
+    scalar = {
+        "string": pa.string(),
+        "int64": pa.int64(),
+        "int32": pa.int32(),
+        "int8": pa.int8(),
+        "float64": pa.float64(),
+        "float32": pa.float32(),
+        "bool": pa.bool_(),
+    }
+
+    def of(kind: str) -> Any:
+        return pa.list_(scalar[kind[5:-1]]) if kind.startswith("list<") else scalar[kind]
+
+    return pa.schema([(name, of(kind)) for name, kind in COLUMNS])
+
+
+def json_schema() -> dict[str, Any]:
+    """The record row as JSON Schema, derived from the same fields (one source of truth)."""
+
+    def of(kind: str) -> dict[str, Any]:
+        if kind.startswith("list<"):
+            return {"type": ["array", "null"], "items": of(kind[5:-1])}
+        if kind.startswith("int"):
+            return {"type": ["integer", "null"]}
+        if kind.startswith("float"):
+            return {"type": ["number", "null"]}
+        if kind == "bool":
+            return {"type": ["boolean", "null"]}
+        return {"type": ["string", "null"]}
+
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "rlvr rollout record",
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {name: of(kind) for name, kind in COLUMNS},
+        "required": [name for name, _ in COLUMNS],
+    }
+
+
+class RecordStore:
+    """Append-only shards under `records/`; `cursor` is the number of shards listed.
+
+    Opening the store removes shard files that no manifest lists (a write interrupted
+    between the shard's rename and the manifest's), but only when a manifest exists: a
+    folder with shards and no manifest is refused, never cleaned.
+    """
+
+    def __init__(self, folder: Path, shard_rows: int) -> None:
+        self.folder = folder
+        self.shard_rows = shard_rows
+        folder.mkdir(parents=True, exist_ok=True)
+        self.shards: list[dict[str, Any]] = self._read_manifest()
+        self._drop_orphans()
+
+    def _read_manifest(self) -> list[dict[str, Any]]:
+        path = self.folder / MANIFEST
+        if not path.is_file():
+            if any(self.folder.glob("*.parquet")):
+                raise RlvrError(
+                    f"{self.folder} holds record shards but no {MANIFEST}; refusing to touch them "
+                    "(restore the manifest, or move the shards away and start a new run)"
+                )
+            return []
+        return read_manifest(self.folder)
+
+    def _drop_orphans(self) -> None:
+        listed = {s["file"] for s in self.shards}
+        for path in self.folder.glob("*.parquet*"):
+            if path.name not in listed:
+                path.unlink()
+
+    @property
+    def cursor(self) -> int:
+        return len(self.shards)
+
+    @property
+    def rows(self) -> int:
+        return sum(s["rows"] for s in self.shards)
+
+    @property
+    def last_step(self) -> int:
+        """The last step whose records are listed (-1: none)."""
+        return max((s.get("step", -1) for s in self.shards), default=-1)
+
+    def append(self, rows: list[RecordRow], step: int) -> None:
+        """Write one step's rows as new shards (at most `shard_rows` rows each)."""
+        for start in range(0, len(rows), self.shard_rows):
+            self._write_shard(rows[start : start + self.shard_rows], step)
+
+    def _write_shard(self, rows: list[RecordRow], step: int) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        name = f"shard-{len(self.shards):06d}.parquet"
+        table = pa.Table.from_pylist([asdict(r) for r in rows], schema=arrow_schema())
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink, compression="zstd")
+        data = sink.getvalue().to_pybytes()
+        atomic_write_bytes(self.folder / name, data)
+        self.shards.append({"file": name, "rows": len(rows), "sha256": sha256_bytes(data), "step": step})
+        atomic_write_bytes(self.folder / MANIFEST, (json.dumps({"shards": self.shards}, indent=1) + "\n").encode())
+
+
+def read_manifest(folder: Path) -> list[dict[str, Any]]:
+    """The shards `manifest.json` lists; a manifest that cannot be read is an error saying so."""
+    path = folder / MANIFEST
+    try:
+        shards = json.loads(path.read_text(encoding="utf-8"))["shards"]
+        if not isinstance(shards, list) or not all(isinstance(x, dict) and "file" in x for x in shards):
+            raise TypeError("'shards' is not a list of {file, rows, sha256}")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise RlvrError(f"{path} cannot be read: {exc}") from None
+    return shards
+
+
+def verify_manifest(folder: Path) -> list[str]:
+    """Problems with the record store: a shard missing, extra, or not matching its sha256."""
+    from rlvr_cli.files import sha256_file
+
+    if not (folder / MANIFEST).is_file():
+        return [f"{folder / MANIFEST} is missing"]
+    try:
+        shards = read_manifest(folder)
+    except RlvrError as exc:
+        return [str(exc)]
+    problems = []
+    listed = set()
+    for shard in shards:
+        path = folder / shard["file"]
+        listed.add(shard["file"])
+        if not path.is_file():
+            problems.append(f"{shard['file']} is listed but missing")
+        elif sha256_file(path) != shard.get("sha256"):
+            problems.append(f"{shard['file']} does not match its sha256 (changed after it was written)")
+    for path in sorted(folder.glob("*.parquet")):
+        if path.name not in listed:
+            problems.append(f"{path.name} is not listed in the manifest (foreign or partial file)")
+    return problems
+
+
+def read_records(folder: Path) -> Any:
+    """Every listed shard as one pyarrow table (no verification; `rlvr audit rollouts` verifies)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    tables = [pq.read_table(folder / s["file"]) for s in read_manifest(folder)]
+    return pa.concat_tables(tables) if tables else arrow_schema().empty_table()

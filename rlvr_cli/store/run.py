@@ -1,0 +1,148 @@
+"""The run folder `rlvr train` writes and every later command reads.
+
+plan.json        the resolved plan, written before the first rollout
+status.json      state (running | finished | paused | aborted) and why; the sentinel
+                 that makes a folder a run folder
+metrics.jsonl    one object per step, with a `step` key
+records/         Parquet shards and manifest.json (store/records.py)
+checkpoints/     step-<N>/ folders, each complete with its COMPLETE marker
+final/           the policy, saved with save_pretrained
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from rlvr_cli.errors import RlvrError, UsageProblem
+from rlvr_cli.files import atomic_write_json, read_jsonl
+
+State = Literal["running", "finished", "paused", "aborted"]
+MARKER = "COMPLETE"
+_STEP = re.compile(r"^step-(\d+)$")
+
+
+@dataclass(frozen=True)
+class FiredRule:
+    """A monitoring rule that fired: which, on what values, at which step, and who to call."""
+
+    name: str
+    metric: str
+    when: str
+    window: int | None
+    action: str  # pause | abort
+    owner: str | None
+    values: list[Any]
+    step: int
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> FiredRule:
+        return cls(**{k: data.get(k) for k in cls.__dataclass_fields__})  # type: ignore[arg-type]
+
+    def describe(self) -> str:
+        return f"{self.metric} {self.when} over {self.window} evaluation(s), values {self.values}, owner {self.owner}"
+
+
+@dataclass(frozen=True)
+class Status:
+    state: State
+    step: int | None = None
+    reason: str | None = None
+    rule: FiredRule | None = None
+    next: str | None = None
+    final: str | None = None
+    max_steps: int | None = None
+    updated: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+
+    def as_json(self) -> dict[str, Any]:
+        data = {"state": self.state, "updated": self.updated}
+        for key, value in asdict(self).items():
+            if key not in data and value is not None:
+                data[key] = value
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Status:
+        rule = data.get("rule")
+        return cls(
+            state=data.get("state", "running"),
+            step=data.get("step"),
+            reason=data.get("reason"),
+            rule=FiredRule.from_json(rule) if isinstance(rule, dict) else None,
+            next=data.get("next"),
+            final=data.get("final"),
+            max_steps=data.get("max_steps"),
+            updated=data.get("updated", ""),
+        )
+
+
+class RunFolder:
+    """One run folder: where each file lives, and reading and writing them."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    plan = property(lambda self: self.path / "plan.json")
+    status_file = property(lambda self: self.path / "status.json")
+    metrics = property(lambda self: self.path / "metrics.jsonl")
+    records = property(lambda self: self.path / "records")
+    checkpoints = property(lambda self: self.path / "checkpoints")
+    final = property(lambda self: self.path / "final")
+
+    def is_run(self) -> bool:
+        return self.status_file.is_file()
+
+    @classmethod
+    def existing(cls, path: Path) -> RunFolder:
+        """The run folder at `path`: exit 2 when there is no folder, 1 when it is not a run."""
+        if not path.is_dir():
+            raise UsageProblem(f"{path}: no such run folder")
+        run = cls(path)
+        if not run.is_run():
+            raise RlvrError(f"{path} is not an rlvr run folder (no status.json)")
+        return run
+
+    def read_status(self) -> Status:
+        try:
+            return Status.from_json(json.loads(self.status_file.read_text(encoding="utf-8")))
+        except (OSError, ValueError, TypeError) as exc:
+            raise RlvrError(f"{self.status_file} cannot be read: {exc}") from None
+
+    def write_status(self, status: Status) -> None:
+        atomic_write_json(self.status_file, status.as_json())
+
+    def read_plan(self) -> dict[str, Any]:
+        try:
+            return json.loads(self.plan.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise RlvrError(f"{self.plan} cannot be read: {exc}") from None
+
+    def write_plan(self, plan: dict[str, Any]) -> None:
+        atomic_write_json(self.plan, plan)
+
+    def read_metrics(self) -> list[dict[str, Any]]:
+        if not self.metrics.is_file():
+            return []
+        return [row for _, row in read_jsonl(self.metrics)]
+
+    def append_metrics(self, row: dict[str, Any]) -> None:
+        with self.metrics.open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps(row) + "\n")
+
+    def complete_checkpoints(self) -> list[tuple[int, Path]]:
+        return complete_checkpoints(self.checkpoints)
+
+
+def complete_checkpoints(root: Path) -> list[tuple[int, Path]]:
+    """(step, folder) of every published checkpoint under `root`, oldest first."""
+    found = []
+    if root.is_dir():
+        for path in root.iterdir():
+            match = _STEP.match(path.name)
+            if match and (path / MARKER).is_file():
+                found.append((int(match.group(1)), path))
+    return sorted(found)

@@ -1,0 +1,105 @@
+"""What one step reports: its rollout metrics (metrics.jsonl) and its record rows (records/)."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import torch
+
+from rlvr_cli.contract.models import Contract
+from rlvr_cli.env.scoring import Sample
+from rlvr_cli.store.records import RecordRow
+from rlvr_cli.train import objective as obj
+from rlvr_cli.train.rollout import StepResult
+
+
+def rollout_metrics(contract: Contract, result: StepResult) -> dict[str, float]:
+    gen = result.generated
+    valid = [s.reward for s in gen if s.valid]
+    scored = [s for s in gen if s.verdict is not None]
+    rewards = torch.tensor([s.reward for s in gen], dtype=torch.float64)
+    outcomes = obj.group_outcomes(rewards, contract.hyperparameters.group_size, contract.objective.reward.best)
+    groups = max(outcomes["groups"], 1)
+    mean = sum(valid) / len(valid) if valid else math.nan
+    var = sum((r - mean) ** 2 for r in valid) / len(valid) if valid else math.nan
+    return {
+        "reward_mean": mean,
+        "reward_std": math.sqrt(var) if valid else math.nan,
+        "response_length_mean": sum(len(s.response_ids) for s in gen) / max(len(gen), 1),
+        "truncation_rate": sum(s.finish == "length" for s in gen) / max(len(gen), 1),
+        "zero_std_fraction": outcomes["zero_std"] / groups,
+        "all_correct_fraction": outcomes["all_correct"] / groups,
+        "all_wrong_fraction": outcomes["all_wrong"] / groups,
+        "verifier_error_rate": sum(not s.verdict.valid for s in scored) / max(len(scored), 1),  # type: ignore[union-attr]
+        "groups_generated": float(outcomes["groups"]),
+        "groups_accepted": float(len(result.accepted)),
+        "dynamic_sampling_rounds": float(result.rounds),
+        "samples_kept": float(sum(s.kept for g in result.accepted for s in g)),
+        **acceptance_by(contract, result),
+    }
+
+
+def acceptance_by(contract: Contract, result: StepResult) -> dict[str, float]:
+    """Dynamic sampling: the share of generated groups accepted, per `log_by` field value
+    (e.g. `accept_rate/difficulty=easy`); discarded groups are in the records with a reason."""
+    ds = contract.length.dynamic_sampling
+    if not ds or not ds.drop_uniform_groups:
+        return {}
+    size = contract.hyperparameters.group_size
+    accepted = {id(g[0]) for g in result.accepted}
+    out: dict[str, float] = {}
+    for field_name in ds.log_by or []:
+        seen: dict[str, list[int]] = {}
+        for start in range(0, len(result.generated), size):
+            first = result.generated[start]
+            seen.setdefault(str(first.task.get(field_name)), []).append(int(id(first) in accepted))
+        for value, flags in sorted(seen.items()):
+            out[f"accept_rate/{field_name}={value}"] = sum(flags) / len(flags)
+    return out
+
+
+def record_rows(contract: Contract, step: int, revision: int, samples: list[Sample]) -> list[RecordRow]:
+    run = contract.name
+    sampling = json.dumps(contract.hyperparameters.sampling.model_dump())
+    return [
+        RecordRow(
+            run=run,
+            step=step,
+            round=s.round,
+            prompt_id=str(s.task.get("id")),
+            group=s.group,
+            sample=s.index,
+            session_id=f"{run}/{step}/{s.group}/{s.index}",
+            parent_session_id=None,
+            policy_revision=revision,
+            prompt_ids=s.prompt_ids,
+            response_ids=s.response_ids,
+            loss_mask=s.mask,
+            old_logprobs=s.old_logp or None,
+            sampling=sampling,
+            seed=s.seed,
+            response_text=s.text,
+            finish_reason=s.finish,
+            transcript=None,
+            status=s.verdict.status if s.verdict else None,
+            reward=s.reward if s.valid else None,
+            verifier_reward=s.verdict.reward if s.verdict else None,
+            components=json.dumps(s.verdict.components) if s.verdict else None,
+            advantage=s.advantage,
+            kept=s.kept,
+            discard_reason=s.reason,
+            hint=None,
+            filters=contract.data.filters,
+            domain=_str(s.task.get("domain")),
+            difficulty=_str(s.task.get("difficulty")),
+            split="train",
+            verify_seconds=s.verify_seconds,
+        )
+        for s in samples
+    ]
+
+
+def _str(value: Any) -> str | None:
+    return None if value is None else str(value)

@@ -1,0 +1,48 @@
+"""`TrainState`: the counters and cursors of a run — with the weights, optimizer, scheduler and
+RNG states, the one thing a checkpoint holds. Plain JSON, no pickles."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlvr_cli.errors import RlvrError
+from rlvr_cli.train.sampler import Sampler
+
+
+@dataclass
+class TrainState:
+    step: int  # the next step to run
+    optimizer_steps: int
+    sampler: Sampler
+    totals: dict[str, int] = field(default_factory=lambda: {"rollouts": 0, "verifier_calls": 0, "tokens": 0})
+    holdout_history: list[tuple[int, float, float]] = field(default_factory=list)  # (step, train, holdout)
+    monitor: list[list[Any]] = field(default_factory=list)  # each rule's current streak
+
+    @classmethod
+    def fresh(cls, train_size: int, seed: int) -> TrainState:
+        return cls(step=0, optimizer_steps=0, sampler=Sampler(train_size, seed))
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "optimizer_steps": self.optimizer_steps,
+            "totals": dict(self.totals),
+            "sampler": self.sampler.state(),
+            "holdout_history": [list(h) for h in self.holdout_history],
+            "monitor": self.monitor,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], train_size: int) -> TrainState:
+        sampler = data["sampler"]
+        if sampler["size"] != train_size:
+            raise RlvrError("the train split changed size since the checkpoint; resume would not be exact")
+        return cls(
+            step=int(data["step"]),
+            optimizer_steps=int(data["optimizer_steps"]),
+            sampler=Sampler(sampler["size"], sampler["seed"], sampler["epoch"], sampler["position"]),
+            totals={k: int(v) for k, v in data["totals"].items()},
+            holdout_history=[(int(s), float(t), float(h)) for s, t, h in data["holdout_history"]],
+            monitor=[list(v) for v in data["monitor"]],
+        )

@@ -1,0 +1,187 @@
+"""Advantages and the update: `updates_per_batch` optimizer passes over the micro-batches of
+one step's kept samples, with the contract's objective (train/objective.py)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from rlvr_cli.engine.forward import Batch, make_batch, token_logprobs
+from rlvr_cli.env.scoring import Sample
+from rlvr_cli.train import distributed as dist
+from rlvr_cli.train import objective as obj
+from rlvr_cli.train.setup import Setup
+from rlvr_cli.train.state import TrainState
+
+
+@dataclass
+class Forward:
+    """One rectangle for all kept samples, and the row indices of each micro-batch."""
+
+    batch: Batch
+    parts: list[torch.Tensor]
+
+    @classmethod
+    def of(cls, setup: Setup, samples: list[Sample]) -> Forward:
+        if not samples:  # a rank with nothing to train this step still joins every collective
+            empty = Batch(
+                torch.zeros(0, 1, dtype=torch.long), torch.zeros(0, 1, dtype=torch.long), 1, torch.zeros(0, 0)
+            )
+            return cls(empty, [])
+        batch = make_batch(
+            [s.prompt_ids for s in samples],
+            [s.response_ids for s in samples],
+            [s.mask for s in samples],
+            setup.renderer.pad_id,
+        ).to(setup.device)
+        size = setup.contract.hyperparameters.micro_batch_sequences or len(samples)
+        return cls(batch, list(torch.arange(len(samples)).split(size)))
+
+    def rows(self, index: torch.Tensor) -> Batch:
+        b = self.batch
+        return Batch(b.input_ids[index], b.attention_mask[index], b.prompt_width, b.response_mask[index])
+
+    @torch.no_grad()
+    def logprobs(self, model: object, temperature: float) -> torch.Tensor:
+        return torch.cat([token_logprobs(model, self.rows(part), temperature)[0] for part in self.parts])  # (B, T)
+
+
+def advantages(setup: Setup, flat: list[Sample], rewards: torch.Tensor) -> torch.Tensor:
+    """Advantages over the whole (all-rank) batch, returned for this rank's samples `(N,)`."""
+    hp, o = setup.contract.hyperparameters, setup.contract.objective
+    if not dist.active():
+        return obj.advantages(rewards, hp.group_size, o).float()
+    everyone = dist.gather([(s.group, s.index, r) for s, r in zip(flat, rewards.tolist(), strict=True)])
+    ordered = sorted(item for part in everyone for item in part)
+    position = {(g, i): k for k, (g, i, _) in enumerate(ordered)}
+    adv = obj.advantages(torch.tensor([r for _, _, r in ordered], dtype=torch.float64), hp.group_size, o)
+    return torch.stack([adv[position[(s.group, s.index)]] for s in flat]).float()
+
+
+def learn(setup: Setup, state: TrainState, groups: list[list[Sample]]) -> dict[str, float]:
+    """Rewards (minus the KL penalty when it sits in the reward) → advantages → the update."""
+    o, temperature = setup.contract.objective, setup.contract.hyperparameters.sampling.temperature
+    flat = [s for g in groups for s in g]
+    kept = [i for i, s in enumerate(flat) if s.kept]
+    trained = [flat[i] for i in kept]
+    fwd = Forward.of(setup, trained)
+    ref = fwd.logprobs(setup.reference, temperature) if setup.reference is not None and trained else None  # (B, T)
+    rewards = torch.tensor([s.reward if s.kept else math.nan for s in flat], dtype=torch.float64)  # (N,)
+    old = None
+    if ref is not None and o.kl.placement == "reward" and o.kl.coef > 0:
+        old = fwd.logprobs(setup.policy, temperature)  # the KL penalty must exist before advantages
+        kl = obj.sequence_kl(old, ref, fwd.batch.response_mask, o.kl.estimator).double().cpu()  # (B,)
+        rewards[torch.tensor(kept, dtype=torch.long)] -= o.kl.coef * kl
+    adv = advantages(setup, flat, rewards)  # (N,)
+    for s, a in zip(flat, adv.tolist(), strict=True):
+        s.advantage = a
+    return update(setup, state, trained, adv[kept].to(setup.device), fwd, old, ref)
+
+
+def update(
+    setup: Setup,
+    state: TrainState,
+    samples: list[Sample],
+    adv: torch.Tensor,
+    fwd: Forward,
+    old: torch.Tensor | None,
+    ref: torch.Tensor | None,
+) -> dict[str, float]:
+    """`updates_per_batch` optimizer passes over the micro-batches.
+
+    Without precomputed old log-probs, the first pass's own log-probs (detached) are the
+    old ones: they come from the policy that sampled, before any optimizer step, through
+    the same forward — so the first ratio is exactly 1 and no extra forward is paid."""
+    hp = setup.contract.hyperparameters
+    totals = {
+        "total_tokens": dist.total(float(fwd.batch.response_mask.sum())),
+        "total_sequences": dist.total(float(len(samples))),
+    }
+    olds: list[torch.Tensor | None] = [None if old is None else old[part] for part in fwd.parts]
+    nonfinite = 0.0
+    for _ in range(hp.updates_per_batch):
+        setup.optimizer.zero_grad(set_to_none=True)
+        stats, loss_sum, bad = _backward(setup, state, fwd, olds, ref, adv, totals)
+        dist.sum_gradients(setup.policy)  # every rank now holds the whole batch's gradient
+        nonfinite += dist.total(bad) + _nonfinite_grads(setup.policy)
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(setup.policy.parameters(), hp.optimizer.grad_clip or math.inf))
+        if nonfinite == 0:  # never let a NaN into the weights (nor step again after one)
+            setup.optimizer.step()
+            setup.scheduler.step()
+            state.optimizer_steps += 1
+    for sample, lp in zip(samples, torch.cat(olds).tolist() if samples else [], strict=True):  # type: ignore[arg-type]
+        sample.old_logp = lp[: len(sample.response_ids)]
+    return _update_metrics(setup, _global(stats), dist.total(loss_sum), grad_norm, nonfinite)
+
+
+def _backward(
+    setup: Setup,
+    state: TrainState,
+    fwd: Forward,
+    olds: list[torch.Tensor | None],
+    ref: torch.Tensor | None,
+    adv: torch.Tensor,
+    totals: dict[str, float],
+) -> tuple[obj.LossStats, float, float]:
+    """One pass of forward + backward over every micro-batch; gradients accumulate."""
+    c = setup.contract
+    stats, loss_sum, bad = obj.LossStats.empty(), 0.0, 0.0
+    for i, part in enumerate(fwd.parts):
+        mb = fwd.rows(part)
+        logp, entropy = token_logprobs(setup.policy, mb, c.hyperparameters.sampling.temperature, with_entropy=True)
+        if olds[i] is None:
+            olds[i] = logp.detach()
+        loss, st = obj.policy_loss(
+            logp,
+            olds[i],  # type: ignore[arg-type]
+            None if ref is None else ref[part],
+            adv[part],
+            mb.response_mask,
+            c.objective,
+            max_response_tokens=c.length.max_response_tokens,
+            entropy=entropy,
+            **totals,
+        )
+        loss = setup.fault.poison(loss, state.step)
+        bad += float(not torch.isfinite(loss)) + float((~torch.isfinite(logp)).sum())
+        loss.backward()
+        loss_sum += float(loss.detach())
+        stats = stats.add(st)
+    return stats, loss_sum, bad
+
+
+def _nonfinite_grads(policy: torch.nn.Module) -> float:
+    return float(sum(int((~torch.isfinite(p.grad)).sum()) for p in policy.parameters() if p.grad is not None))
+
+
+def _global(stats: obj.LossStats) -> obj.LossStats:
+    """Every rank reports the numbers of the whole batch."""
+    if not dist.active():
+        return stats
+    return obj.LossStats(
+        dist.total(stats.tokens),
+        dist.total(stats.clipped),
+        dist.maximum(stats.ratio_max),
+        dist.total(stats.kl_sum),
+        dist.total(stats.entropy_sum),
+        dist.total(stats.pg_loss),
+    )
+
+
+def _update_metrics(
+    setup: Setup, stats: obj.LossStats, loss: float, grad_norm: float, nonfinite: float
+) -> dict[str, float]:
+    tokens = max(stats.tokens, 1.0)
+    return {
+        "nonfinite_count": nonfinite,
+        "loss": loss,
+        "pg_loss": stats.pg_loss,
+        "kl": stats.kl_sum / tokens if setup.reference is not None else 0.0,
+        "entropy": stats.entropy_sum / tokens,
+        "clip_fraction": stats.clipped / tokens,
+        "ratio_max": stats.ratio_max,
+        "grad_norm": grad_norm,
+        "lr": setup.scheduler.get_last_lr()[0],
+    }
