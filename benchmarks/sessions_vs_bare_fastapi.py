@@ -101,10 +101,15 @@ def main() -> None:
 
     folder = pathlib.Path(tempfile.mkdtemp())
     (folder / "bare_app.py").write_text(BARE)
+    (folder / "rlvr_app.py").write_text(
+        "from rlvr_cli.env.builtin.file_edit import FileEditServer\n"
+        "from rlvr_cli.env.server import create_app\n\n"
+        "app = create_app(FileEditServer())\n"
+    )
     sys.path.insert(0, str(folder))
     results = {}
     for name, module, port in (
-        ("rlvr file_edit", "rlvr_cli.env.builtin.file_edit:app", 8731),
+        ("rlvr file_edit", "rlvr_app:app", 8731),
         ("bare FastAPI", "bare_app:app", 8732),
     ):
         proc = serve(module, port)

@@ -263,14 +263,17 @@ def plan(
 @command
 def schema(
     which: Annotated[str, typer.Argument(help="contract, candidates (audit) or record (rollout record).")] = "contract",
+    markdown: Annotated[bool, typer.Option("--markdown", help="contract: every key as a Markdown table.")] = False,
 ) -> int:
     """Print a JSON Schema; committed copies live in schemas/ (contract.schema.json, ...)."""
-    from rlvr_cli.commands.schema import SCHEMAS, schema_text
+    from rlvr_cli.commands.schema import SCHEMAS, contract_markdown, schema_text
     from rlvr_cli.errors import UsageProblem
 
     if which not in SCHEMAS:
         raise UsageProblem(f"no schema {which!r}; choose one of {', '.join(SCHEMAS)}")
-    sys.stdout.write(schema_text(which))
+    if markdown and which != "contract":
+        raise UsageProblem("--markdown is for the contract schema")
+    sys.stdout.write(contract_markdown() + "\n" if markdown else schema_text(which))
     return 0
 
 

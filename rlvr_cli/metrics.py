@@ -104,7 +104,7 @@ METRICS: tuple[Metric, ...] = tuple(
     if f.name not in ("step", "accept_rates")
 )
 NAMES: frozenset[str] = frozenset(m.name for m in METRICS)
-#: metrics whose drift CONTRACT.md asks every run to watch (RLV603)
+#: metrics whose drift every run must watch (RLV603, docs/rules.md)
 WATCHED = ("entropy", "response_length_mean", "verifier_error_rate")
 #: what `rlvr status` prints of the last step, in this order
 STATUS_LINE = (

@@ -134,15 +134,6 @@ def judge(contract: Contract, verdict: Any) -> tuple[str, float | None]:
     return ("accept" if reward >= contract.objective.reward.best - 1e-9 else "reject"), reward
 
 
-def verdict_json(verdict: Any) -> dict[str, Any]:
-    return {
-        "status": verdict.status,
-        "reward": verdict.reward,
-        "components": verdict.components,
-        "detail": verdict.detail,
-    }
-
-
 # ── generated arms ────────────────────────────────────────────────────────────────────
 
 
@@ -223,7 +214,7 @@ def audit_single_turn(contract: Contract, folder: Path, candidates: list[Candida
         items = [(resolve_task(c.task, tasks), c.response or "") for c in todo]
         for candidate, (task, response), (verdict, _) in zip(todo, items, pool.verify_many(items), strict=True):
             got, reward = judge(contract, verdict)
-            report.outcomes.append(Outcome(candidate, task, got, reward, verdict_json(verdict), {"response": response}))
+            report.outcomes.append(Outcome(candidate, task, got, reward, verdict.as_json(), {"response": response}))
     return report
 
 
@@ -243,7 +234,7 @@ def audit_tool_use(contract: Contract, folder: Path, candidates: list[Candidate]
                 transcript = run_episode(ScriptedModel(candidate.trajectory or []), client, task, env.max_steps or 1)
                 got, reward = judge(contract, transcript.verdict)
                 report.outcomes.append(
-                    Outcome(candidate, task, got, reward, verdict_json(transcript.verdict), transcript.as_json())
+                    Outcome(candidate, task, got, reward, transcript.verdict.as_json(), transcript.as_json())
                 )
         finally:
             client.close()

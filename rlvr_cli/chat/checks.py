@@ -44,7 +44,7 @@ def check(fn: CheckFn) -> CheckFn:
 
 
 def run_all(renderer: ChatRenderer, conv: Conversation, located: Located, rendered: Rendered) -> list[Check]:
-    found = list(template_checks(renderer))
+    found = list(renderer.template_checks)
     for fn in CHECKS:
         found.extend(fn(renderer, conv, located, rendered))
     return found
@@ -178,14 +178,8 @@ def prompt_length(renderer: ChatRenderer, conv: Conversation, located: Located, 
 
 
 def template_checks(renderer: ChatRenderer) -> list[Check]:
-    if renderer._template_checks is None:
-        renderer._template_checks = [
-            *_pad_stop(renderer),
-            *_clock(renderer),
-            *_default_system(renderer),
-            *_ignored_generation_prompt(renderer),
-        ]
-    return renderer._template_checks
+    """Checks of the template itself, whatever the conversation (the renderer caches them)."""
+    return [*_pad_stop(renderer), *_clock(renderer), *_default_system(renderer), *_ignored_generation_prompt(renderer)]
 
 
 def _pad_stop(renderer: ChatRenderer) -> Iterator[Check]:

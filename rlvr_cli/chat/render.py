@@ -12,6 +12,7 @@ glue after it is not). Everything is rendered through transformers' own Jinja en
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -61,8 +62,12 @@ class ChatRenderer:
         self.stop_ids = [self._token_id(t) for t in stop_tokens]
         self.max_prompt_tokens = max_prompt_tokens
         self.prompt_truncation = prompt_truncation
-        self._template_checks: list[Check] | None = None
         self._vocab: list[str] | None = None
+
+    @functools.cached_property
+    def template_checks(self) -> list[Check]:
+        """The template's own traps, found once per renderer (chat/checks.py)."""
+        return checks.template_checks(self)
 
     @property
     def pad_id(self) -> int:

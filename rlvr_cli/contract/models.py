@@ -141,9 +141,9 @@ class Artifacts(Section):
     """What the run is made of."""
 
     policy: ModelRef = Field(description="The starting (base or SFT) policy.")
-    tokenizer: TokenizerRef
+    tokenizer: TokenizerRef = Field(description="The tokenizer and the chat template that renders conversations.")
     reference: ReferenceRef | None = Field(None, description="The frozen KL anchor.")
-    verifier: VerifierRef
+    verifier: VerifierRef = Field(description="The verifier's version (and optionally its container image).")
     lock: str | None = Field(None, min_length=1, description="Lock file written by `rlvr lock`.")
 
 
@@ -153,9 +153,11 @@ class Artifacts(Section):
 class Environment(Section):
     """Where rewards come from."""
 
-    kind: Literal["single_turn", "tool_use"]
+    kind: Literal["single_turn", "tool_use"] = Field(
+        description="single_turn (a verifier function) or tool_use (a resources server)."
+    )
     verifier: str | None = Field(None, pattern=ENTRYPOINT, description="`module:function` (required for single_turn).")
-    server: str | None = Field(None, min_length=1, description="`module:app` or URL of a resources server (tool_use).")
+    server: str | None = Field(None, min_length=1, description="The resources server (tool_use): `module:Class` (a ResourcesServer subclass), `module:app`, or a URL.")
     max_steps: PositiveInt | None = Field(None, description="Model calls per episode (tool_use).")
     tools: list[str] | None = Field(None, description="Tools offered to the policy.")
     forbidden_tools: list[str] | None = Field(
@@ -168,8 +170,8 @@ class Environment(Section):
 
 
 class RewardComponent(Section):
-    name: str = Field(min_length=1)
-    weight: float
+    name: str = Field(min_length=1, description="A component the verifier returns.")
+    weight: float = Field(description="Its weight in the reward.")
 
 
 class Reward(Section):
@@ -188,8 +190,12 @@ class Reward(Section):
 
 
 class Advantage(Section):
-    baseline: Literal["group_mean"]
-    scale: Literal["group_std", "batch_std", "none"]
+    baseline: Literal["group_mean"] = Field(
+        description="What is subtracted from each reward: the mean reward of its group."
+    )
+    scale: Literal["group_std", "batch_std", "none"] = Field(
+        description="What the centred reward is divided by: the group's std, the batch's std, or nothing (Dr. GRPO)."
+    )
     std: Literal["population", "sample"] | None = Field(None, description="Required unless scale is none.")
     epsilon: float | None = Field(None, gt=0, description="Added to the std; > 0.")
 
@@ -209,142 +215,170 @@ class KL(Section):
 class Objective(Section):
     """The loss, term by term."""
 
-    reward: Reward
-    advantage: Advantage
-    clip: Clip
-    kl: KL
-    entropy_coef: float = Field(0.0, ge=0)
-    aggregation: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "constant_norm"]
+    reward: Reward = Field(description="How the reward is made from the verdict.")
+    advantage: Advantage = Field(description="How rewards become advantages.")
+    clip: Clip = Field(description="The trust region of the ratio.")
+    kl: KL = Field(description="The KL penalty to the frozen reference.")
+    entropy_coef: float = Field(0.0, ge=0, description="Weight of the entropy bonus (0: none).")
+    aggregation: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "constant_norm"] = Field(
+        description="How token losses are averaged: token_mean (DAPO), seq_mean_token_mean (GRPO), seq_mean_token_sum, constant_norm (Dr. GRPO)."
+    )
 
 
 # ── hyperparameters ───────────────────────────────────────────────────────────────────
 
 
 class Sampling(Section):
-    temperature: float = Field(ge=0)
-    top_p: float = Field(gt=0, le=1)
+    temperature: float = Field(
+        ge=0, description="Sampling temperature (log-probs are computed at the same temperature)."
+    )
+    top_p: float = Field(gt=0, le=1, description="Nucleus sampling mass (1: off).")
     top_k: Int = Field(ge=0, description="0 disables top-k.")
 
 
 class Optimizer(Section):
-    name: Literal["adamw", "adam", "sgd"]
-    lr: float = Field(gt=0)
+    name: Literal["adamw", "adam", "sgd"] = Field(description="adamw, adam or sgd.")
+    lr: float = Field(gt=0, description="Peak learning rate.")
     betas: list[float] = Field(min_length=2, max_length=2, description="Adam (β1, β2).")
-    weight_decay: float = Field(ge=0)
+    weight_decay: float = Field(ge=0, description="Decoupled weight decay (adamw) or L2 (adam, sgd).")
     grad_clip: float = Field(ge=0, description="Max global grad norm; 0 disables clipping.")
 
 
 class Schedule(Section):
-    name: Literal["constant", "linear", "cosine"]
-    warmup_steps: Int = Field(0, ge=0)
+    name: Literal["constant", "linear", "cosine"] = Field(description="constant, linear or cosine decay to 0.")
+    warmup_steps: Int = Field(0, ge=0, description="Linear warm-up steps.")
 
 
 class Hyperparameters(Section):
     group_size: Int = Field(description="Samples per prompt (≥ 2).")
-    prompts_per_step: Int = Field(ge=1)
-    micro_batch_sequences: PositiveInt | None = None
+    prompts_per_step: Int = Field(ge=1, description="Prompts (groups) per optimizer batch.")
+    micro_batch_sequences: PositiveInt | None = Field(
+        None, description="Sequences per forward/backward; must divide prompts_per_step · group_size."
+    )
     updates_per_batch: Int = Field(ge=1, description="Optimizer passes over one rollout batch.")
     max_policy_lag: Int = Field(ge=0, description="How many optimizer steps old a rollout may be.")
-    sampling: Sampling
-    optimizer: Optimizer
-    schedule: Schedule | None = None
-    max_steps: Int = Field(ge=1)
-    seed: Int = Field(ge=0)
-    precision: Literal["fp32", "bf16", "fp16"]
+    sampling: Sampling = Field(description="How responses are sampled.")
+    optimizer: Optimizer = Field(description="The optimizer and its settings.")
+    schedule: Schedule | None = Field(None, description="The learning-rate schedule (constant when absent).")
+    max_steps: Int = Field(ge=1, description="Optimizer batches in the run.")
+    seed: Int = Field(ge=0, description="Seeds sampling, shuffling and initialisation.")
+    precision: Literal["fp32", "bf16", "fp16"] = Field(description="Weights and compute dtype (fp16 needs a GPU).")
 
 
 # ── data ──────────────────────────────────────────────────────────────────────────────
 
 
 class Source(Section):
-    name: str = Field(min_length=1)
-    path: str = Field(min_length=1)
-    sha256: str | None = Field(None, pattern=SHA256)
-    license: str | None = Field(None, min_length=1)
-    consent: str | None = Field(None, min_length=1)
-    pii: Handling
-    secrets: Handling
+    name: str = Field(min_length=1, description="The source's name.")
+    path: str = Field(min_length=1, description="The source file, relative to the contract.")
+    sha256: str | None = Field(None, pattern=SHA256, description="The file's sha256 (checked by validate --deep).")
+    license: str | None = Field(None, min_length=1, description="The license the data is used under.")
+    consent: str | None = Field(None, min_length=1, description="How consent was obtained.")
+    pii: Handling = Field(description="How personal data was handled.")
+    secrets: Handling = Field(description="How secrets (keys, tokens) were handled.")
 
 
 class Dedup(Section):
-    stage: Literal["before_split", "after_split"]
-    method: Literal["exact", "minhash"]
-    semantic_clusters: bool
+    stage: Literal["before_split", "after_split"] = Field(
+        description="When duplicates were removed; only before_split keeps the splits apart (RLV402)."
+    )
+    method: Literal["exact", "minhash"] = Field(description="exact or minhash (near duplicates).")
+    semantic_clusters: bool = Field(description="Whether semantic clusters were kept within one split.")
 
 
 class Split(Section):
     path: str = Field(min_length=1, description="JSONL, one task per line.")
-    sha256: str | None = Field(None, pattern=SHA256)
+    sha256: str | None = Field(None, pattern=SHA256, description="The file's sha256 (checked by validate --deep).")
 
 
 class Splits(Section):
-    train: Split
-    holdout: Split
+    train: Split = Field(description="Tasks trained on.")
+    holdout: Split = Field(description="Tasks evaluated during training (greedy, hint-free).")
     sealed_eval: Split = Field(description="Never read by training.")
 
 
 class HoldoutDesign(Section):
-    compositions: list[str] | None = None
-    entity_groups: list[str] | None = None
-    longer_trajectories: bool | None = None
+    compositions: list[str] | None = Field(None, description="Compositions present only in the holdout.")
+    entity_groups: list[str] | None = Field(None, description="Entity groups present only in the holdout.")
+    longer_trajectories: bool | None = Field(
+        None, description="Whether the holdout has longer trajectories than train."
+    )
 
 
 class Hints(Section):
-    used: bool
-    source: str | None = Field(None, min_length=1)
-    field: str | None = Field(None, min_length=1)
-    leak_check: bool | None = None
+    used: bool = Field(description="Whether rollouts may show the model a hint.")
+    source: str | None = Field(None, min_length=1, description="Where the hints come from.")
+    field: str | None = Field(None, min_length=1, description="The task field that holds the hint.")
+    leak_check: bool | None = Field(
+        None, description="Whether sealed_eval is checked to carry no hint (required with hints)."
+    )
 
 
 class Data(Section):
     """Provenance and isolation."""
 
-    sources: list[Source] = Field(min_length=1)
-    dedup: Dedup
-    splits: Splits
-    holdout_design: HoldoutDesign | None = None
-    hints: Hints | None = None
-    filters: str | None = None
-    mixture: str | None = None
+    sources: list[Source] = Field(
+        min_length=1, description="Where the tasks came from, with license, consent and PII/secret handling."
+    )
+    dedup: Dedup = Field(description="How duplicates were removed, and when.")
+    splits: Splits = Field(description="The train, holdout and sealed_eval JSONL files.")
+    holdout_design: HoldoutDesign | None = Field(None, description="What the holdout withholds to test generalisation.")
+    hints: Hints | None = Field(None, description="Whether hint-assisted rollouts are used.")
+    filters: str | None = Field(None, description="Version string of the filtering recipe.")
+    mixture: str | None = Field(None, description="Version string of the mixing recipe.")
 
 
 # ── length ────────────────────────────────────────────────────────────────────────────
 
 
 class Packing(Section):
-    enabled: bool
-    isolate_episodes: bool = True
+    enabled: bool = Field(description="Whether episodes are packed.")
+    isolate_episodes: bool = Field(
+        True, description="Packed episodes never attend to each other (must be true, RLV503)."
+    )
 
 
 class DynamicSampling(Section):
-    drop_uniform_groups: bool
-    max_rounds: Int = Field(1, ge=1)
-    log_by: list[str] | None = None
+    drop_uniform_groups: bool = Field(description="Drop groups whose rewards are all equal and sample again (DAPO).")
+    max_rounds: Int = Field(1, ge=1, description="Sampling rounds per step at most.")
+    log_by: list[str] | None = Field(
+        None, description="Task fields acceptance rates are logged by (e.g. domain, difficulty)."
+    )
 
 
 class Length(Section):
     """What counts as an answer."""
 
-    max_prompt_tokens: Int = Field(ge=1)
-    max_response_tokens: Int = Field(ge=1)
-    prompt_truncation: Literal["left", "error"]
-    on_truncated: Literal["exclude", "penalize", "keep"]
-    truncation_penalty: float | None = None
-    stop_tokens: list[str] = Field(min_length=1)
-    padding_side: Literal["left", "right"] = "left"
-    packing: Packing | None = None
-    dynamic_sampling: DynamicSampling | None = None
+    max_prompt_tokens: Int = Field(ge=1, description="Longest prompt in tokens.")
+    max_response_tokens: Int = Field(ge=1, description="Longest response in tokens.")
+    prompt_truncation: Literal["left", "error"] = Field(
+        description="A longer prompt is cut on the left or refused; the generation prompt is never cut."
+    )
+    on_truncated: Literal["exclude", "penalize", "keep"] = Field(
+        description="What a response that hit the limit does: excluded, penalised, or kept and verified."
+    )
+    truncation_penalty: float | None = Field(
+        None, description="The reward of a truncated response (with on_truncated: penalize)."
+    )
+    stop_tokens: list[str] = Field(
+        min_length=1, description="Token strings that end a response; each is inside the loss mask."
+    )
+    padding_side: Literal["left", "right"] = Field("left", description="Which side prompts are padded on.")
+    packing: Packing | None = Field(None, description="Pack episodes into one sequence with attention kept apart.")
+    dynamic_sampling: DynamicSampling | None = Field(None, description="Drop uniform groups and sample again.")
 
 
 # ── monitoring, checkpoint, records, acceptance ───────────────────────────────────────
 
 
 class Rule(Section):
-    name: str = Field(min_length=1)
-    metric: str = Field(min_length=1)
+    name: str = Field(min_length=1, description="The rule's name, shown when it fires.")
+    metric: str = Field(min_length=1, description="A metric of metrics.jsonl (RLV604 checks it exists for this run).")
     when: str = Field(pattern=WHEN, description='"> x", "< x", ">= x", "<= x" or "nonfinite".')
     window: PositiveInt | None = Field(None, description="Consecutive evaluations that must hold.")
-    action: Literal["pause", "abort"]
+    action: Literal["pause", "abort"] = Field(
+        description="pause (resumable) or abort (stop for good); both checkpoint first."
+    )
     owner: str | None = Field(None, min_length=1, description="Who is called when it fires.")
     _condition: Condition = PrivateAttr()
 
@@ -360,51 +394,61 @@ class Rule(Section):
 
 
 class Monitoring(Section):
-    rules: list[Rule]
+    rules: list[Rule] = Field(description="Pause/abort rules on the metrics.")
     holdout_every: PositiveInt | None = Field(None, description="Steps between holdout evaluations.")
 
 
 class Checkpoint(Section):
-    every_steps: Int = Field(ge=1)
-    keep_last: Int = Field(ge=1)
-    include: list[Literal[CHECKPOINT_PARTS]]  # type: ignore[valid-type]
+    every_steps: Int = Field(ge=1, description="Steps between checkpoints.")
+    keep_last: Int = Field(ge=1, description="Complete checkpoints kept (the newest is never removed).")
+    include: list[Literal[CHECKPOINT_PARTS]] = Field(
+        description="Parts of the state saved; all seven are needed for an exact resume (RLV701)."
+    )  # type: ignore[valid-type]
 
 
 class Records(Section):
-    format: Literal["parquet"] = "parquet"
-    shard_rows: Int = Field(4096, ge=1)
+    format: Literal["parquet"] = Field("parquet", description="The rollout log's file format.")
+    shard_rows: Int = Field(4096, ge=1, description="Rows per Parquet shard at most.")
 
 
 class Budget(Section):
-    max_rollouts: PositiveInt | None = None
-    max_verifier_calls: PositiveInt | None = None
-    max_tokens: PositiveInt | None = None
+    max_rollouts: PositiveInt | None = Field(None, description="Stop after this many generated responses.")
+    max_verifier_calls: PositiveInt | None = Field(None, description="Stop after this many verifier calls.")
+    max_tokens: PositiveInt | None = Field(None, description="Stop after this many generated tokens.")
 
 
 class Gate(Section):
-    name: str = Field(min_length=1)
-    metric: str = Field(min_length=1)
-    split: str = Field(min_length=1)
-    min: float | None = None
-    max: float | None = None
-    min_delta: float | None = None
-    max_drop: float | None = None
-    confidence: float | None = Field(None, gt=0, lt=1)
-    segments: list[str] | None = None
-    critical: bool = False
+    name: str = Field(min_length=1, description="The gate's name, shown in the verdict.")
+    metric: str = Field(min_length=1, description="What is measured on each item.")
+    split: str = Field(min_length=1, description="The split the gate evaluates (holdout or sealed_eval).")
+    min: float | None = Field(None, description="The candidate's lower interval bound must reach this.")
+    max: float | None = Field(None, description="The candidate's upper interval bound must stay below this.")
+    min_delta: float | None = Field(None, description="The lower bound of candidate − baseline must reach this.")
+    max_drop: float | None = Field(
+        None, description="The lower bound of candidate − baseline must stay above −max_drop."
+    )
+    confidence: float | None = Field(
+        None, gt=0, lt=1, description="Confidence of the bootstrap interval (default 0.95)."
+    )
+    segments: list[str] | None = Field(None, description="Task fields to repeat the gate per value of.")
+    critical: bool = Field(False, description="A critical gate failing in any segment fails the release.")
 
 
 class Acceptance(Section):
     """When a run may ship."""
 
-    budget: Budget | None = None
-    baseline: str | None = Field(None, min_length=1)
-    gates: list[Gate]
+    budget: Budget | None = Field(
+        None, description="Limits on rollouts, verifier calls and tokens; discarded generations count too."
+    )
+    baseline: str | None = Field(
+        None, min_length=1, description="Evaluation JSON of the bundle to beat (`rlvr gate --baseline` overrides it)."
+    )
+    gates: list[Gate] = Field(description="Release gates, judged with paired bootstrap intervals against the baseline.")
 
 
 class Waiver(Section):
-    rule: str = Field(pattern=r"^RLV\d{3}$")
-    reason: str = Field(min_length=1)
+    rule: str = Field(pattern=r"^RLV\d{3}$", description="The RLV code waived (RLV001–RLV003 cannot be).")
+    reason: str = Field(min_length=1, description="Why the finding is accepted.")
     expires: str | None = Field(None, pattern=DATE, description="YYYY-MM-DD; expired waivers stop waiving.")
 
 
@@ -412,17 +456,19 @@ class Contract(Section):
     """An RLVR experiment contract (format 1)."""
 
     model_config = ConfigDict(title="rlvr experiment contract")
-    contract_version: Annotated[Literal[1], BeforeValidator(_not_boolean)]
-    name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$")
-    description: str | None = None
-    artifacts: Artifacts
-    environment: Environment
-    objective: Objective
-    hyperparameters: Hyperparameters
-    data: Data
-    length: Length
-    monitoring: Monitoring
-    checkpoint: Checkpoint
-    records: Records = Records()
-    acceptance: Acceptance
-    waivers: list[Waiver] | None = None
+    contract_version: Annotated[Literal[1], BeforeValidator(_not_boolean)] = Field(description="The format version: 1.")
+    name: str = Field(
+        pattern=r"^[a-z0-9][a-z0-9._-]*$", description="The run's name: the default run folder is runs/<name>/."
+    )
+    description: str | None = Field(None, description="What the experiment is for.")
+    artifacts: Artifacts = Field(description="Policy, tokenizer, reference and verifier.")
+    environment: Environment = Field(description="Where rewards come from.")
+    objective: Objective = Field(description="The loss, term by term.")
+    hyperparameters: Hyperparameters = Field(description="Batch shapes, sampling, optimizer and schedule.")
+    data: Data = Field(description="Provenance and isolation of the tasks.")
+    length: Length = Field(description="What counts as an answer.")
+    monitoring: Monitoring = Field(description="Rules that pause or abort the run.")
+    checkpoint: Checkpoint = Field(description="When and what to checkpoint.")
+    records: Records = Field(Records(), description="The immutable rollout log.")
+    acceptance: Acceptance = Field(description="When a run may ship.")
+    waivers: list[Waiver] | None = Field(None, description="Accepted findings, each with a reason and an expiry.")

@@ -1,4 +1,4 @@
-"""The semantic rules of CONTRACT.md, one small function per code, over the typed contract.
+"""The semantic rules of the contract (docs/rules.md), one small function per code, over the typed contract.
 
 Each rule yields `Finding`s (code, severity, path, message); `load.py` attaches positions.
 Rules read nothing from disk: paths are compared as written, relative to the contract.

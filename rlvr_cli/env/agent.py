@@ -70,16 +70,7 @@ class Transcript:
     verdict: Verdict | None = None
 
     def as_json(self) -> dict[str, Any]:
-        verdict = (
-            None
-            if self.verdict is None
-            else {
-                "status": self.verdict.status,
-                "reward": self.verdict.reward,
-                "components": self.verdict.components,
-                "detail": self.verdict.detail,
-            }
-        )
+        verdict = None if self.verdict is None else self.verdict.as_json()
         return {
             "task_id": self.task.get("id"),
             "steps": self.steps,
@@ -168,13 +159,18 @@ def serve(app: Any) -> Iterator[str]:
 
 
 def load_app(spec: str, folder: Any) -> Any:
-    """`module:app` resolved from the contract's folder (or installed packages)."""
+    """`environment.server` resolved from the contract's folder (or installed packages): a
+    `ResourcesServer` subclass (instantiated here), an instance, or an ASGI app as is."""
+    from rlvr_cli.env.server import ResourcesServer, create_app
     from rlvr_cli.env.single_turn import import_entry
 
     try:
-        return import_entry(spec, folder)
+        found = import_entry(spec, folder)
     except (ImportError, AttributeError) as exc:
         raise RlvrError(f"cannot load the resources server {spec}: {exc}") from None
+    if isinstance(found, type) and issubclass(found, ResourcesServer):
+        found = found()
+    return create_app(found) if isinstance(found, ResourcesServer) else found
 
 
 @contextlib.contextmanager

@@ -1,8 +1,9 @@
 """Resources servers: tool-use environments served over HTTP with state isolated per session.
 
 Subclass `ResourcesServer`, mark tool methods with `@tool`, implement `seed(task)`
-(create the session's state), `verify(state, calls, final_message)` (read-only) and
-optionally `release(state)`. `create_app(MyServer)` serves it with FastAPI:
+(create the session's state), `verify(state, task, calls, final_message)` (read-only) and
+optionally `release(state)`. The contract's `environment.server` names the class
+(`module:MyServer`); `create_app(MyServer())` is the FastAPI app that serves an instance:
 
     POST /seed_session  {"task": {...}}                          → {"session_id"}
     POST /tools/{name}  {"session_id", "arguments": {...}}       → {"output"}
@@ -214,12 +215,7 @@ def create_app(server: ResourcesServer) -> Any:
             verdict = server.verify_session(body.session_id, body.final_message)
         except KeyError:
             raise unknown(body.session_id) from None
-        return {
-            "status": verdict.status,
-            "reward": verdict.reward,
-            "components": verdict.components,
-            "detail": verdict.detail,
-        }
+        return verdict.as_json()
 
     @app.post("/close")
     def close(body: CloseRequest) -> dict[str, bool]:

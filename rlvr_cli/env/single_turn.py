@@ -25,9 +25,15 @@ from rlvr_cli.errors import RlvrError
 def import_entry(spec: str, folder: Path) -> Any:
     """The object `module:name` names, importable from the contract's folder or the environment."""
     module_name, _, name = spec.partition(":")
-    if str(folder) not in sys.path:
+    added = str(folder) not in sys.path
+    if added:  # only for this import: the contract's folder must not shadow modules afterwards
         sys.path.insert(0, str(folder))
-    found = getattr(importlib.import_module(module_name), name, None)
+    try:
+        module = importlib.import_module(module_name)
+    finally:
+        if added:
+            sys.path.remove(str(folder))
+    found = getattr(module, name, None)
     if found is None:
         raise AttributeError(f"{module_name} has no {name!r}")
     return found

@@ -24,6 +24,10 @@ class Verdict:
     def valid(self) -> bool:
         return self.status not in INVALID
 
+    def as_json(self) -> dict[str, Any]:
+        """The verdict as the server's `/verify` answers it and as audits and records show it."""
+        return {"status": self.status, "reward": self.reward, "components": self.components, "detail": self.detail}
+
     @classmethod
     def coerce(cls, value: Any) -> Verdict:
         """Accept a Verdict or a plain dict with the same keys; anything else is an error."""

@@ -1,4 +1,4 @@
-"""The GRPO-family objective, one small function per term, as CONTRACT.md writes it.
+"""The GRPO-family objective, one small function per term, as docs/contract.md writes it.
 
 advantages → ratio → clipped surrogate (asymmetric, optional dual clip) → + β·KL (loss
 placement) − entropy bonus → aggregation over the optimizer batch. Shapes: B sequences,

@@ -73,7 +73,7 @@ def experiment(scaffold: Path, tmp_path: Path) -> Path:
 
 def use_server(folder: Path, spec: str) -> None:
     path = folder / CONTRACT
-    path.write_text(path.read_text().replace("server: rlvr_cli.env.builtin.file_edit:app", f"server: {spec}"))
+    path.write_text(path.read_text().replace("server: rlvr_cli.env.builtin.file_edit:FileEditServer", f"server: {spec}"))
 
 
 def audit(folder: Path) -> tuple[int, dict]:

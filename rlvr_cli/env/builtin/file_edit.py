@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlvr_cli.env.server import ResourcesServer, ToolError, create_app, tool
+from rlvr_cli.env.server import ResourcesServer, ToolError, tool
 from rlvr_cli.env.verdict import Verdict
 
 VERSION = re.compile(r"^version\s*=\s*(\S+)\s*$", re.M)
@@ -143,6 +143,3 @@ class FileEditServer(ResourcesServer):
         success = target_set * others_intact
         return Verdict("ok", success, {"success": success, "target_set": target_set, "others_intact": others_intact})
 
-
-server = FileEditServer()
-app = create_app(server)
