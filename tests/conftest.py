@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -51,3 +52,30 @@ def tiny_chatml(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from rlvr_cli.chat.tiny import build_tiny
 
     return build_tiny(tmp_path_factory.mktemp("tiny") / "model", "chatml")
+
+
+def copy_experiment(source: Path, target: Path, edits: list[tuple[str, str]] = ()) -> Path:  # type: ignore[assignment]
+    """A copy of an experiment folder, with text edits to its contract (each must apply)."""
+    shutil.copytree(source, target, ignore=shutil.ignore_patterns("runs"))
+    for old, new in edits:
+        edit(target, old, new)
+    return target
+
+
+@pytest.fixture(scope="session")
+def single_turn(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`rlvr init --template single-turn` (contract name `arith`), made once per test process.
+    Shared: copy it (`copy_experiment`) before changing anything."""
+    folder = tmp_path_factory.mktemp("single-turn") / "arith"
+    made = rlvr("init", folder)
+    assert made.code == 0, made.stderr
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tool_use(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`rlvr init --template tool-use --no-model` (contract name `agent`), made once per test process."""
+    folder = tmp_path_factory.mktemp("tool-use") / "agent"
+    made = rlvr("init", folder, "-t", "tool-use", "--no-model")
+    assert made.code == 0, made.stderr
+    return folder

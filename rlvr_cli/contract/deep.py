@@ -13,9 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from rlvr_cli.contract import lock
-from rlvr_cli.contract.diagnostics import Finding
+from rlvr_cli.contract.diagnostics import Finding, error
 from rlvr_cli.contract.models import Contract
-from rlvr_cli.contract.rules import error
 from rlvr_cli.contract.tasks import task_problem
 from rlvr_cli.files import sha256_file
 

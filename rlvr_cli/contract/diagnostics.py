@@ -42,6 +42,14 @@ class Finding:
     suggestion: str | None = None
 
 
+def error(code: str, path: tuple, message: str, **kw: object) -> Finding:
+    return Finding(code, "error", path, message, **kw)  # type: ignore[arg-type]
+
+
+def warning(code: str, path: tuple, message: str, **kw: object) -> Finding:
+    return Finding(code, "warning", path, message, **kw)  # type: ignore[arg-type]
+
+
 def dotted(path: tuple[str | int, ...]) -> str:
     """('data', 'sources', 0, 'license') -> 'data.sources[0].license'."""
     out = ""

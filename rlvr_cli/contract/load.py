@@ -13,7 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from rlvr_cli.contract import yaml12
+from rlvr_cli.contract import deep as deep_checks
+from rlvr_cli.contract import rules, waivers, yaml12
 from rlvr_cli.contract.diagnostics import ContractError, Diagnostic, Finding, dotted
 from rlvr_cli.contract.models import Contract
 
@@ -109,8 +110,6 @@ def _offset_pos(data: bytes | str, offset: int) -> yaml12.Pos:
 
 def check_file(path: str | Path, *, deep: bool = False, today: str | None = None) -> CheckResult:
     """Parse, type-check and rule-check one contract file; never raises on bad content."""
-    from rlvr_cli.contract import rules  # local: keeps the module graph acyclic
-
     result = CheckResult(path=str(path))
     try:
         document = yaml12.parse(read_text(Path(path)))
@@ -129,11 +128,9 @@ def check_file(path: str | Path, *, deep: bool = False, today: str | None = None
     for finding in rules.run_all(result.contract, result.folder):
         result.add(finding)
     if deep:
-        from rlvr_cli.contract import deep as deep_checks
-
         for finding in deep_checks.run_all(result.contract, result.folder, Path(path)):
             result.add(finding)
-    rules.apply_waivers(result, today=today)
+    waivers.apply_waivers(result, today=today)
     return result
 
 

@@ -6,74 +6,45 @@ another key (e.g. `kl.estimator` when `kl.coef > 0`) are checked by `rules.py` a
 mirrored in the schema with `if`/`then` so that both agree.
 """
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, model_validator
-from pydantic_core import PydanticCustomError
+from pydantic import BeforeValidator, ConfigDict, Field, model_validator
 
-from rlvr_cli.contract.condition import PATTERN as WHEN
-from rlvr_cli.contract.condition import Condition
-
-SHA256 = r"^[0-9a-f]{64}$"
-DATE = r"^\d{4}-\d{2}-\d{2}$"
-ENTRYPOINT = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
-CHECKPOINT_PARTS = (
-    "model",
-    "optimizer",
-    "scheduler",
-    "rng",
-    "sampler",
-    "data_cursor",
-    "rollout_cursor",
+from rlvr_cli.contract.operations import (
+    Acceptance,
+    Budget,
+    Checkpoint,
+    Gate,
+    Monitoring,
+    Records,
+    Rule,
+    Waiver,
 )
-Handling = Literal["none_present", "scrubbed", "scanned_clean"]
+from rlvr_cli.contract.sections import (
+    CHECKPOINT_PARTS,
+    ENTRYPOINT,
+    SHA256,
+    Handling,
+    Int,
+    PositiveInt,
+    Section,
+    exactly_one,
+    not_boolean,
+    one_of_required,
+)
 
-
-def _integral(value: Any) -> Any:
-    """`1.0e3` is the integer 1000, as JSON Schema's `integer` says; `2.5` stays an error."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return value
-
-
-Int = Annotated[int, BeforeValidator(_integral)]
-
-
-def _not_boolean(value: Any) -> Any:
-    """YAML `true` equals 1 to Python, not to JSON Schema: keep the two in agreement."""
-    if isinstance(value, bool):
-        raise ValueError(f"expected 1, got {str(value).lower()}")
-    return value
-
-
-# The bound sits inside the type so that `PositiveInt | None` keeps it in the JSON Schema.
-PositiveInt = Annotated[int, Field(ge=1), BeforeValidator(_integral)]
-
-
-class Section(BaseModel):
-    """Base of every contract section: unknown keys are errors, no type coercion."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
-
-
-def _exactly_one(model: BaseModel, fields: dict[str, str], what: str) -> None:
-    """`fields` maps the key as written in YAML to the attribute that holds it."""
-    given = [key for key, attr in fields.items() if getattr(model, attr) is not None]
-    if len(given) != 1:
-        raise PydanticCustomError(
-            "exactly_one",
-            "{what} needs exactly one of {names}; {got}",
-            {
-                "what": what,
-                "names": ", ".join(fields),
-                "got": "got " + " and ".join(given) if given else "got none",
-            },
-        )
-
-
-def _one_of_required(*keys: str) -> dict[str, Any]:
-    """JSON Schema twin of `_exactly_one`: exactly one of `keys` present and not null."""
-    return {"oneOf": [{"required": [k], "properties": {k: {"not": {"type": "null"}}}} for k in keys]}
+__all__ = [
+    "CHECKPOINT_PARTS",
+    "Acceptance",
+    "Budget",
+    "Checkpoint",
+    "Contract",
+    "Gate",
+    "Monitoring",
+    "Records",
+    "Rule",
+    "Waiver",
+]
 
 
 # ── artifacts ─────────────────────────────────────────────────────────────────────────
@@ -82,14 +53,14 @@ def _one_of_required(*keys: str) -> dict[str, Any]:
 class ModelRef(Section):
     """A local folder, or a hub id pinned to a revision."""
 
-    model_config = ConfigDict(json_schema_extra=_one_of_required("path", "id"))
+    model_config = ConfigDict(json_schema_extra=one_of_required("path", "id"))
     path: str | None = Field(None, min_length=1, description="Local folder, relative to the contract.")
     id: str | None = Field(None, min_length=1, description="Hub id, e.g. `org/model`.")
     revision: str | None = Field(None, min_length=1, description="40-hex commit of `id`.")
 
     @model_validator(mode="after")
     def _one_source(self) -> "ModelRef":
-        _exactly_one(self, {"path": "path", "id": "id"}, "a model reference")
+        exactly_one(self, {"path": "path", "id": "id"}, "a model reference")
         return self
 
 
@@ -105,7 +76,7 @@ class TokenizerRef(ModelRef):
 class ReferenceRef(Section):
     """The frozen KL anchor: a checkpoint, a frozen copy of the policy, or an explicit none."""
 
-    model_config = ConfigDict(json_schema_extra=_one_of_required("path", "id", "same_as_policy", "none"))
+    model_config = ConfigDict(json_schema_extra=one_of_required("path", "id", "same_as_policy", "none"))
     path: str | None = Field(None, min_length=1, description="Local folder.")
     id: str | None = Field(None, min_length=1, description="Hub id.")
     revision: str | None = Field(None, min_length=1, description="40-hex commit of `id`.")
@@ -116,7 +87,7 @@ class ReferenceRef(Section):
 
     @model_validator(mode="after")
     def _one_source(self) -> "ReferenceRef":
-        _exactly_one(
+        exactly_one(
             self,
             {"path": "path", "id": "id", "same_as_policy": "same_as_policy", "none": "none_"},
             "artifacts.reference",
@@ -157,7 +128,12 @@ class Environment(Section):
         description="single_turn (a verifier function) or tool_use (a resources server)."
     )
     verifier: str | None = Field(None, pattern=ENTRYPOINT, description="`module:function` (required for single_turn).")
-    server: str | None = Field(None, min_length=1, description="The resources server (tool_use): `module:Class` (a ResourcesServer subclass), `module:app`, or a URL.")
+    server: str | None = Field(
+        None,
+        min_length=1,
+        description="The resources server (tool_use): `module:Class` (a ResourcesServer subclass), "
+        "`module:app`, or a URL.",
+    )
     max_steps: PositiveInt | None = Field(None, description="Model calls per episode (tool_use).")
     tools: list[str] | None = Field(None, description="Tools offered to the policy.")
     forbidden_tools: list[str] | None = Field(
@@ -221,7 +197,8 @@ class Objective(Section):
     kl: KL = Field(description="The KL penalty to the frozen reference.")
     entropy_coef: float = Field(0.0, ge=0, description="Weight of the entropy bonus (0: none).")
     aggregation: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "constant_norm"] = Field(
-        description="How token losses are averaged: token_mean (DAPO), seq_mean_token_mean (GRPO), seq_mean_token_sum, constant_norm (Dr. GRPO)."
+        description="How token losses are averaged: token_mean (DAPO), seq_mean_token_mean (GRPO), "
+        "seq_mean_token_sum, constant_norm (Dr. GRPO)."
     )
 
 
@@ -368,95 +345,11 @@ class Length(Section):
     dynamic_sampling: DynamicSampling | None = Field(None, description="Drop uniform groups and sample again.")
 
 
-# ── monitoring, checkpoint, records, acceptance ───────────────────────────────────────
-
-
-class Rule(Section):
-    name: str = Field(min_length=1, description="The rule's name, shown when it fires.")
-    metric: str = Field(min_length=1, description="A metric of metrics.jsonl (RLV604 checks it exists for this run).")
-    when: str = Field(pattern=WHEN, description='"> x", "< x", ">= x", "<= x" or "nonfinite".')
-    window: PositiveInt | None = Field(None, description="Consecutive evaluations that must hold.")
-    action: Literal["pause", "abort"] = Field(
-        description="pause (resumable) or abort (stop for good); both checkpoint first."
-    )
-    owner: str | None = Field(None, min_length=1, description="Who is called when it fires.")
-    _condition: Condition = PrivateAttr()
-
-    @model_validator(mode="after")
-    def _parse_when(self) -> "Rule":
-        self._condition = Condition.parse(self.when)  # the pattern above guarantees it parses
-        return self
-
-    @property
-    def condition(self) -> Condition:
-        """`when`, parsed: the one place the grammar is read."""
-        return self._condition
-
-
-class Monitoring(Section):
-    rules: list[Rule] = Field(description="Pause/abort rules on the metrics.")
-    holdout_every: PositiveInt | None = Field(None, description="Steps between holdout evaluations.")
-
-
-class Checkpoint(Section):
-    every_steps: Int = Field(ge=1, description="Steps between checkpoints.")
-    keep_last: Int = Field(ge=1, description="Complete checkpoints kept (the newest is never removed).")
-    include: list[Literal[CHECKPOINT_PARTS]] = Field(
-        description="Parts of the state saved; all seven are needed for an exact resume (RLV701)."
-    )  # type: ignore[valid-type]
-
-
-class Records(Section):
-    format: Literal["parquet"] = Field("parquet", description="The rollout log's file format.")
-    shard_rows: Int = Field(4096, ge=1, description="Rows per Parquet shard at most.")
-
-
-class Budget(Section):
-    max_rollouts: PositiveInt | None = Field(None, description="Stop after this many generated responses.")
-    max_verifier_calls: PositiveInt | None = Field(None, description="Stop after this many verifier calls.")
-    max_tokens: PositiveInt | None = Field(None, description="Stop after this many generated tokens.")
-
-
-class Gate(Section):
-    name: str = Field(min_length=1, description="The gate's name, shown in the verdict.")
-    metric: str = Field(min_length=1, description="What is measured on each item.")
-    split: str = Field(min_length=1, description="The split the gate evaluates (holdout or sealed_eval).")
-    min: float | None = Field(None, description="The candidate's lower interval bound must reach this.")
-    max: float | None = Field(None, description="The candidate's upper interval bound must stay below this.")
-    min_delta: float | None = Field(None, description="The lower bound of candidate − baseline must reach this.")
-    max_drop: float | None = Field(
-        None, description="The lower bound of candidate − baseline must stay above −max_drop."
-    )
-    confidence: float | None = Field(
-        None, gt=0, lt=1, description="Confidence of the bootstrap interval (default 0.95)."
-    )
-    segments: list[str] | None = Field(None, description="Task fields to repeat the gate per value of.")
-    critical: bool = Field(False, description="A critical gate failing in any segment fails the release.")
-
-
-class Acceptance(Section):
-    """When a run may ship."""
-
-    budget: Budget | None = Field(
-        None, description="Limits on rollouts, verifier calls and tokens; discarded generations count too."
-    )
-    baseline: str | None = Field(
-        None, min_length=1, description="Evaluation JSON of the bundle to beat (`rlvr gate --baseline` overrides it)."
-    )
-    gates: list[Gate] = Field(description="Release gates, judged with paired bootstrap intervals against the baseline.")
-
-
-class Waiver(Section):
-    rule: str = Field(pattern=r"^RLV\d{3}$", description="The RLV code waived (RLV001–RLV003 cannot be).")
-    reason: str = Field(min_length=1, description="Why the finding is accepted.")
-    expires: str | None = Field(None, pattern=DATE, description="YYYY-MM-DD; expired waivers stop waiving.")
-
-
 class Contract(Section):
     """An RLVR experiment contract (format 1)."""
 
     model_config = ConfigDict(title="rlvr experiment contract")
-    contract_version: Annotated[Literal[1], BeforeValidator(_not_boolean)] = Field(description="The format version: 1.")
+    contract_version: Annotated[Literal[1], BeforeValidator(not_boolean)] = Field(description="The format version: 1.")
     name: str = Field(
         pattern=r"^[a-z0-9][a-z0-9._-]*$", description="The run's name: the default run folder is runs/<name>/."
     )

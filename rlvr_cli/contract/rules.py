@@ -6,19 +6,18 @@ Rules read nothing from disk: paths are compared as written, relative to the con
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rlvr_cli.contract.diagnostics import UNWAIVABLE, Finding
+from rlvr_cli.contract.diagnostics import Finding, error, warning
 from rlvr_cli.contract.models import CHECKPOINT_PARTS, Contract, ModelRef, ReferenceRef
 from rlvr_cli.metrics import METRICS, WATCHED, is_metric
 
 if TYPE_CHECKING:
-    from rlvr_cli.contract.load import CheckResult
+    pass
 
 Rule = Callable[[Contract, Path], Iterator[Finding]]
 RULES: list[Rule] = []
@@ -28,14 +27,6 @@ HEX40 = re.compile(r"^[0-9a-f]{40}$")
 def rule(fn: Rule) -> Rule:
     RULES.append(fn)
     return fn
-
-
-def error(code: str, path: tuple, message: str, **kw: object) -> Finding:
-    return Finding(code, "error", path, message, **kw)  # type: ignore[arg-type]
-
-
-def warning(code: str, path: tuple, message: str, **kw: object) -> Finding:
-    return Finding(code, "warning", path, message, **kw)  # type: ignore[arg-type]
 
 
 def run_all(contract: Contract, folder: Path) -> list[Finding]:
@@ -404,42 +395,3 @@ def rlv802_critical_gate(c: Contract, _: Path) -> Iterator[Finding]:
             ("acceptance", "gates"),
             "no gate is critical; a regression hidden by the average would still ship",
         )
-
-
-# ── waivers ───────────────────────────────────────────────────────────────────────────
-
-
-def apply_waivers(result: CheckResult, *, today: str | None = None) -> None:
-    """Turn waived diagnostics into visible 'waived' lines; report stale waivers."""
-    contract = result.contract
-    if contract is None or not contract.waivers:
-        return
-    day = dt.date.fromisoformat(today) if today else dt.date.today()
-    for i, waiver in enumerate(contract.waivers):
-        finding = _apply_one(result, i, waiver, day)
-        if finding is not None:
-            result.add(finding)
-
-
-def _apply_one(result: CheckResult, i: int, waiver, day: dt.date) -> Finding | None:
-    where = ("waivers", i)
-    if waiver.rule in UNWAIVABLE:
-        return warning("RLV005", (*where, "rule"), f"{waiver.rule} is structural and cannot be waived")
-    if waiver.expires is not None:
-        try:
-            expires = dt.date.fromisoformat(waiver.expires)
-        except ValueError:
-            return error("RLV003", (*where, "expires"), f"'{waiver.expires}' is not a real date")
-        if expires < day:
-            return warning(
-                "RLV004",
-                (*where, "expires"),
-                f"waiver for {waiver.rule} expired on {waiver.expires}; it no longer waives",
-            )
-    matched = [d for d in result.diagnostics if d.code == waiver.rule and d.severity != "waived"]
-    for diag in matched:
-        diag.waiver = {"reason": waiver.reason, "expires": waiver.expires, "severity": diag.severity}
-        diag.severity = "waived"
-    if not matched:
-        return warning("RLV005", (*where, "rule"), f"waiver for {waiver.rule} matches no diagnostic")
-    return None

@@ -217,43 +217,32 @@ def policy_loss(
     `entropy` are `(B, T)`, `advantages` `(B,)`. KL enters the loss only with
     `kl.placement: loss` (with `reward` it was subtracted from the rewards at rollout)."""
     clip, kl = objective.clip, objective.kl
+
+    def agg(per_token: torch.Tensor) -> torch.Tensor:  # every term is aggregated the same way
+        return aggregate(
+            per_token,
+            mask,
+            objective.aggregation,
+            max_response_tokens=max_response_tokens,
+            total_tokens=total_tokens,
+            total_sequences=total_sequences,
+        )
+
     r = ratio(logp, old_logp)  # (B, T)
     per_token, was_clipped = clipped_surrogate(r, advantages, clip.low, clip.high, clip.dual)
-    pg_loss = aggregate(
-        per_token,
-        mask,
-        objective.aggregation,
-        max_response_tokens=max_response_tokens,
-        total_tokens=total_tokens,
-        total_sequences=total_sequences,
-    )
+    pg_loss = agg(per_token)
     loss = pg_loss
     m = mask.to(logp.dtype)
-    kl_sum = 0.0
+    kl_sum = entropy_sum = 0.0
     if ref_logp is not None and kl.estimator is not None:
         kl_tok = kl_estimate(logp, ref_logp, kl.estimator)  # (B, T)
         kl_sum = float((kl_tok.detach() * m).sum())
         if kl.coef > 0 and kl.placement == "loss":
-            loss = loss + kl.coef * aggregate(
-                kl_tok,
-                mask,
-                objective.aggregation,
-                max_response_tokens=max_response_tokens,
-                total_tokens=total_tokens,
-                total_sequences=total_sequences,
-            )
-    entropy_sum = 0.0
+            loss = loss + kl.coef * agg(kl_tok)
     if entropy is not None:
         entropy_sum = float((entropy.detach() * m).sum())
         if objective.entropy_coef > 0:
-            loss = loss - objective.entropy_coef * aggregate(
-                entropy,
-                mask,
-                objective.aggregation,
-                max_response_tokens=max_response_tokens,
-                total_tokens=total_tokens,
-                total_sequences=total_sequences,
-            )
+            loss = loss - objective.entropy_coef * agg(entropy)
     trained = mask.bool()
     stats = LossStats(
         tokens=float(m.sum()),

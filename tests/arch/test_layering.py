@@ -36,7 +36,8 @@ def test_the_checker_finds_each_violation_the_old_layout_had(tmp_path: Path) -> 
             "env/model.py": "def respond():\n    from rlvr_cli.train.rollout import generate\n",
             "contract/schema.py": "def s():\n    from rlvr_cli.train.records import json_schema\n"
             "    from rlvr_cli.audit.verifier import CandidateFile\n",
-            "train/run.py": "from rlvr_cli.train import session\ndef r():\n    from rlvr_cli.commands.common import x\n",
+            "train/run.py": "from rlvr_cli.train import session\n"
+            "def r():\n    from rlvr_cli.commands.common import x\n",
             "train/session.py": "from rlvr_cli.train import run as out\n",
             "train/rollout.py": "",
             "train/records.py": "",
@@ -47,7 +48,8 @@ def test_the_checker_finds_each_violation_the_old_layout_had(tmp_path: Path) -> 
             "chat/masks.py": "from rlvr_cli.chat.render import Rendered\n",
             "chat/checks.py": "from rlvr_cli.chat.masks import common_prefix\nfrom rlvr_cli.chat.render import Check\n",
             "contract/load.py": "def l():\n    from rlvr_cli.contract import rules, deep\n",
-            "contract/rules.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from rlvr_cli.contract.load import X\n",
+            "contract/rules.py": "from typing import TYPE_CHECKING\n"
+            "if TYPE_CHECKING:\n    from rlvr_cli.contract.load import X\n",
             "contract/deep.py": "from rlvr_cli.contract import load\n",
         },
     )

@@ -9,16 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import rlvr
+from tests.conftest import copy_experiment, rlvr
 
 CONTRACT = "experiment.rlvr.yaml"
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+def trained(single_turn: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """A short run of the single-turn example; (experiment folder, run folder)."""
-    folder = tmp_path_factory.mktemp("after") / "arith"
-    assert rlvr("init", folder).code == 0
+    folder = copy_experiment(single_turn, tmp_path_factory.mktemp("after") / "arith")
     run_dir = folder / "runs" / "arith"
     run = rlvr("train", folder / CONTRACT, "--max-steps", "20", timeout=600)
     assert run.code == 0, run.stderr[-2000:]
@@ -72,13 +71,30 @@ def test_bad_run_folders_get_clear_messages(tmp_path: Path) -> None:
     assert rlvr("status", tmp_path / "foreign").code == 1
 
 
-def test_gate_passes_and_writes_a_verdict(trained: tuple[Path, Path]) -> None:
+def test_gate_verdict_follows_from_its_own_numbers(trained: tuple[Path, Path]) -> None:
+    """Each gate's pass/fail is recomputed here from the per-item rewards it wrote and the
+    thresholds of the contract; the release and the exit code must follow from them."""
     folder, run_dir = trained
-    run = rlvr("gate", folder / CONTRACT, "--candidate", run_dir, timeout=300)
+    run = rlvr("gate", folder / CONTRACT, "--candidate", run_dir, "--baseline", folder / "model", timeout=300)
     verdict = json.loads((run_dir / "gate" / "verdict.json").read_text())
-    assert run.code == (0 if verdict["release"] == "pass" else 1)
+    evaluation = json.loads((run_dir / "gate" / "evaluation.json").read_text())
     assert [g["name"] for g in verdict["gates"]] == ["holdout-accuracy", "sealed-accuracy"]
-    assert "release:" in run.stdout and "holdout-accuracy *" in run.stdout
+    holdout, sealed = verdict["gates"]
+    for gate, split in ((holdout, "holdout"), (sealed, "sealed_eval")):
+        items = evaluation[split]
+        assert (
+            gate["overall"]["items"] == len(items) == len((folder / "data" / f"{split}.jsonl").read_text().splitlines())
+        )
+        mean = sum(sum(v["rewards"]) / len(v["rewards"]) for v in items.values()) / len(items)
+        assert abs(gate["overall"]["candidate"][0] - mean) < 1e-9
+        low, high = gate["overall"]["delta"][1:]
+        assert low <= gate["overall"]["delta"][0] <= high
+    assert holdout["overall"]["passed"] == (holdout["overall"]["delta"][1] >= 0.0)  # min_delta: 0.0
+    assert sealed["overall"]["passed"] == (sealed["overall"]["delta"][1] >= -0.02)  # max_drop: 0.02
+    release = holdout["overall"]["passed"] and sealed["overall"]["passed"]
+    assert verdict["release"] == ("pass" if release else "fail")
+    assert run.code == (0 if release else 1)
+    assert f"release: {verdict['release'].upper()}" in run.stdout and "holdout-accuracy *" in run.stdout
 
 
 def test_a_critical_gate_failing_in_one_segment_fails_the_release(trained: tuple[Path, Path], tmp_path: Path) -> None:
@@ -97,7 +113,7 @@ def test_a_critical_gate_failing_in_one_segment_fails_the_release(trained: tuple
         "--candidate",
         run_dir,
         "--baseline",
-        run_dir / "gate" / "evaluation.json" if (run_dir / "gate" / "evaluation.json").is_file() else run_dir,
+        folder / "model",  # the starting policy, whatever other tests ran before
         timeout=300,
     )
     assert run.code == 1 and "release: FAIL" in run.stdout

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from rlvr_cli.chat.render import ChatRenderer, Conversation
-from tests.conftest import rlvr
+from tests.conftest import copy_experiment, rlvr
 
 CONVERSATIONS = [
     {"messages": [{"role": "user", "content": "3+4="}, {"role": "assistant", "content": "7"}]},
@@ -40,11 +40,9 @@ CONVERSATIONS = [
 
 
 @pytest.fixture(scope="module")
-def experiment(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("render") / "exp"
-    assert rlvr("init", folder).code == 0
-    contract = folder / "experiment.rlvr.yaml"
-    contract.write_text(contract.read_text().replace("max_prompt_tokens: 64", "max_prompt_tokens: 512"))
+def experiment(single_turn: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    edits = [("max_prompt_tokens: 64", "max_prompt_tokens: 512")]
+    folder = copy_experiment(single_turn, tmp_path_factory.mktemp("render") / "exp", edits)
     (folder / "conversations.jsonl").write_text("".join(json.dumps(c) + "\n" for c in CONVERSATIONS))
     return folder
 
@@ -103,13 +101,22 @@ def test_render_exits_1_on_an_error_check(experiment: Path, tmp_path: Path) -> N
         ('["not", "an", "object"]', "expected an object"),
     ],
 )
-def test_bad_conversations_name_the_line(experiment: Path, tmp_path: Path, line: str, words: str) -> None:
+def test_bad_conversations_name_the_line(tmp_path: Path, line: str, words: str) -> None:
+    from rlvr_cli.chat.conversation import RenderError, read_conversations
+
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps(CONVERSATIONS[0]) + "\n" + line + "\n")
+    with pytest.raises(RenderError) as refused:
+        read_conversations(bad)
+    assert "bad.jsonl:2" in str(refused.value) and words in str(refused.value)
+
+
+def test_a_malformed_file_is_refused_before_the_model_loads(experiment: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"messages": [{"role": "user", "content": "x"}\n')
+    (tmp_path / "exp").mkdir()
     run = rlvr("render", experiment / "experiment.rlvr.yaml", "-c", bad)
-    assert run.code == 1, run.stderr
-    assert "bad.jsonl:2" in run.stderr and words in run.stderr
-    assert "Traceback" not in run.stderr
+    assert run.code == 1 and "bad.jsonl:1: not JSON" in run.stderr and "Traceback" not in run.stderr
 
 
 def test_missing_files_are_usage_errors(experiment: Path, tmp_path: Path) -> None:

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import rlvr
+from tests.conftest import copy_experiment, rlvr
 
 CONTRACT = "experiment.rlvr.yaml"
 
@@ -57,23 +56,22 @@ shared_state = create_app(SharedState())
 
 
 @pytest.fixture(scope="module")
-def scaffold(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("audit") / "agent"
-    assert rlvr("init", folder, "-t", "tool-use", "--no-model").code == 0
+def scaffold(tool_use: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = copy_experiment(tool_use, tmp_path_factory.mktemp("audit") / "agent")
     (folder / "broken_env.py").write_text(BROKEN)
     return folder
 
 
 @pytest.fixture
 def experiment(scaffold: Path, tmp_path: Path) -> Path:
-    folder = tmp_path / "exp"
-    shutil.copytree(scaffold, folder)
-    return folder
+    return copy_experiment(scaffold, tmp_path / "exp")
 
 
 def use_server(folder: Path, spec: str) -> None:
     path = folder / CONTRACT
-    path.write_text(path.read_text().replace("server: rlvr_cli.env.builtin.file_edit:FileEditServer", f"server: {spec}"))
+    path.write_text(
+        path.read_text().replace("server: rlvr_cli.env.builtin.file_edit:FileEditServer", f"server: {spec}")
+    )
 
 
 def audit(folder: Path) -> tuple[int, dict]:

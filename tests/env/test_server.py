@@ -188,16 +188,25 @@ def test_openai_compatible_model_interface() -> None:
 
 
 def test_transformers_model_interface(tiny_chatml: Path) -> None:
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from rlvr_cli.env.model import TransformersModel
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_chatml)
-    model = TransformersModel(
-        AutoModelForCausalLM.from_pretrained(tiny_chatml),
-        tokenizer,
-        max_new_tokens=8,
-        stop_ids=[tokenizer.convert_tokens_to_ids("<|im_end|>")],
-    )
+    lm = AutoModelForCausalLM.from_pretrained(tiny_chatml)
+    torch.manual_seed(3)
+    with torch.no_grad():  # loud random weights: the greedy answer is a varied string, not blank lines
+        for p in lm.parameters():
+            p.normal_(0.0, 0.5)
+    stop = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    model = TransformersModel(lm, tokenizer, max_new_tokens=8, stop_ids=[stop], temperature=0.0)
     out = model.respond([{"type": "message", "role": "user", "content": "hi"}], [])
-    assert out and out[0]["type"] in ("message", "function_call")
+    # the same greedy continuation, computed here with transformers' own generate
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "hi"}], add_generation_prompt=True, tokenize=False
+    )
+    ids = tokenizer(prompt, add_special_tokens=False, return_tensors="pt")["input_ids"]
+    new = lm.generate(ids, max_new_tokens=8, do_sample=False, eos_token_id=stop, pad_token_id=stop)[0, ids.shape[1] :]
+    expected = tokenizer.decode([t for t in new.tolist() if t != stop], skip_special_tokens=False).strip()
+    assert expected and out == [{"type": "message", "role": "assistant", "content": expected}]

@@ -13,18 +13,16 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.conftest import rlvr
+from tests.conftest import copy_experiment, rlvr
 
 CONTRACT = "experiment.rlvr.yaml"
 
 
 @pytest.fixture(scope="module")
-def scaffold(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("dist") / "arith"
-    assert rlvr("init", folder).code == 0
-    path = folder / CONTRACT
-    path.write_text(path.read_text().replace("every_steps: 20", "every_steps: 2"))
-    return folder
+def scaffold(single_turn: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return copy_experiment(
+        single_turn, tmp_path_factory.mktemp("dist") / "arith", [("every_steps: 20", "every_steps: 2")]
+    )
 
 
 def torchrun(nproc: int, contract: Path, run_dir: Path, *extra: str) -> subprocess.CompletedProcess:

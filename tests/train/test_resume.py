@@ -16,35 +16,26 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.conftest import edit, rlvr
+from tests.conftest import copy_experiment, edit, rlvr
 
 CONTRACT = "experiment.rlvr.yaml"
 
 
 @pytest.fixture(scope="module")
-def scaffold(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("resume") / "arith"
-    assert rlvr("init", folder).code == 0
-    contract = folder / CONTRACT
-    text = contract.read_text()
+def scaffold(single_turn: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     # small, quick steps; a checkpoint every step
-    for old, new in [
+    edits = [
         ("prompts_per_step: 8", "prompts_per_step: 4"),
         ("micro_batch_sequences: 16", "micro_batch_sequences: 8"),
         ("every_steps: 20", "every_steps: 1"),
         ("holdout_every: 10", "holdout_every: 3"),
-    ]:
-        assert old in text
-        text = text.replace(old, new)
-    contract.write_text(text)
-    return folder
+    ]
+    return copy_experiment(single_turn, tmp_path_factory.mktemp("resume") / "arith", edits)
 
 
 @pytest.fixture
 def experiment(scaffold: Path, tmp_path: Path) -> Path:
-    folder = tmp_path / "exp"
-    shutil.copytree(scaffold, folder)
-    return folder
+    return copy_experiment(scaffold, tmp_path / "exp")
 
 
 def weights(folder: Path) -> dict[str, torch.Tensor]:

@@ -4,29 +4,24 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
 from rlvr_cli.metrics import METRICS
-from tests.conftest import edit, rlvr
+from tests.conftest import copy_experiment, edit, rlvr
 
 CONTRACT = "experiment.rlvr.yaml"
 
 
 @pytest.fixture(scope="module")
-def scaffold(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("train") / "arith"
-    assert rlvr("init", folder).code == 0
-    return folder
+def scaffold(single_turn: Path) -> Path:
+    return single_turn
 
 
 @pytest.fixture
-def experiment(scaffold: Path, tmp_path: Path) -> Path:
-    folder = tmp_path / "exp"
-    shutil.copytree(scaffold, folder)
-    return folder
+def experiment(single_turn: Path, tmp_path: Path) -> Path:
+    return copy_experiment(single_turn, tmp_path / "exp")
 
 
 def metrics(run: Path) -> list[dict]:
@@ -146,8 +141,9 @@ def test_refuses_an_invalid_contract_and_an_existing_run(experiment: Path, learn
     run = rlvr("train", experiment / CONTRACT)
     assert run.code == 1 and "RLV301" in run.stderr and not (experiment / "runs").exists()
     run_dir, _ = learned
+    edit(experiment, "group_size: 1", "group_size: 8")
     again = rlvr("train", experiment / CONTRACT, "--run-dir", run_dir)
-    assert again.code in (1, 2) and "Traceback" not in again.stderr
+    assert again.code == 2 and "already holds a run" in again.stderr and "Traceback" not in again.stderr
 
 
 VERIFIERS = {

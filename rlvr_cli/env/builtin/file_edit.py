@@ -142,4 +142,3 @@ class FileEditServer(ResourcesServer):
         others_intact = float(intact and target_rest)
         success = target_set * others_intact
         return Verdict("ok", success, {"success": success, "target_set": target_set, "others_intact": others_intact})
-

@@ -1,0 +1,91 @@
+"""Contract sections about operating the run: monitoring rules, checkpoints, records,
+acceptance gates and waivers."""
+
+from typing import Literal
+
+from pydantic import Field, PrivateAttr, model_validator
+
+from rlvr_cli.contract.condition import PATTERN as WHEN
+from rlvr_cli.contract.condition import Condition
+from rlvr_cli.contract.sections import CHECKPOINT_PARTS, DATE, Int, PositiveInt, Section
+
+
+class Rule(Section):
+    name: str = Field(min_length=1, description="The rule's name, shown when it fires.")
+    metric: str = Field(min_length=1, description="A metric of metrics.jsonl (RLV604 checks it exists for this run).")
+    when: str = Field(pattern=WHEN, description='"> x", "< x", ">= x", "<= x" or "nonfinite".')
+    window: PositiveInt | None = Field(None, description="Consecutive evaluations that must hold.")
+    action: Literal["pause", "abort"] = Field(
+        description="pause (resumable) or abort (stop for good); both checkpoint first."
+    )
+    owner: str | None = Field(None, min_length=1, description="Who is called when it fires.")
+    _condition: Condition = PrivateAttr()
+
+    @model_validator(mode="after")
+    def _parse_when(self) -> "Rule":
+        self._condition = Condition.parse(self.when)  # the pattern above guarantees it parses
+        return self
+
+    @property
+    def condition(self) -> Condition:
+        """`when`, parsed: the one place the grammar is read."""
+        return self._condition
+
+
+class Monitoring(Section):
+    rules: list[Rule] = Field(description="Pause/abort rules on the metrics.")
+    holdout_every: PositiveInt | None = Field(None, description="Steps between holdout evaluations.")
+
+
+class Checkpoint(Section):
+    every_steps: Int = Field(ge=1, description="Steps between checkpoints.")
+    keep_last: Int = Field(ge=1, description="Complete checkpoints kept (the newest is never removed).")
+    include: list[Literal[CHECKPOINT_PARTS]] = Field(
+        description="Parts of the state saved; all seven are needed for an exact resume (RLV701)."
+    )  # type: ignore[valid-type]
+
+
+class Records(Section):
+    format: Literal["parquet"] = Field("parquet", description="The rollout log's file format.")
+    shard_rows: Int = Field(4096, ge=1, description="Rows per Parquet shard at most.")
+
+
+class Budget(Section):
+    max_rollouts: PositiveInt | None = Field(None, description="Stop after this many generated responses.")
+    max_verifier_calls: PositiveInt | None = Field(None, description="Stop after this many verifier calls.")
+    max_tokens: PositiveInt | None = Field(None, description="Stop after this many generated tokens.")
+
+
+class Gate(Section):
+    name: str = Field(min_length=1, description="The gate's name, shown in the verdict.")
+    metric: str = Field(min_length=1, description="What is measured on each item.")
+    split: str = Field(min_length=1, description="The split the gate evaluates (holdout or sealed_eval).")
+    min: float | None = Field(None, description="The candidate's lower interval bound must reach this.")
+    max: float | None = Field(None, description="The candidate's upper interval bound must stay below this.")
+    min_delta: float | None = Field(None, description="The lower bound of candidate − baseline must reach this.")
+    max_drop: float | None = Field(
+        None, description="The lower bound of candidate − baseline must stay above −max_drop."
+    )
+    confidence: float | None = Field(
+        None, gt=0, lt=1, description="Confidence of the bootstrap interval (default 0.95)."
+    )
+    segments: list[str] | None = Field(None, description="Task fields to repeat the gate per value of.")
+    critical: bool = Field(False, description="A critical gate failing in any segment fails the release.")
+
+
+class Acceptance(Section):
+    """When a run may ship."""
+
+    budget: Budget | None = Field(
+        None, description="Limits on rollouts, verifier calls and tokens; discarded generations count too."
+    )
+    baseline: str | None = Field(
+        None, min_length=1, description="Evaluation JSON of the bundle to beat (`rlvr gate --baseline` overrides it)."
+    )
+    gates: list[Gate] = Field(description="Release gates, judged with paired bootstrap intervals against the baseline.")
+
+
+class Waiver(Section):
+    rule: str = Field(pattern=r"^RLV\d{3}$", description="The RLV code waived (RLV001–RLV003 cannot be).")
+    reason: str = Field(min_length=1, description="Why the finding is accepted.")
+    expires: str | None = Field(None, pattern=DATE, description="YYYY-MM-DD; expired waivers stop waiving.")
