@@ -134,6 +134,8 @@ class ResourcesServer:
                 output = f"error: {exc}"
             except TypeError as exc:
                 output = f"error: bad arguments for {name}: {exc}"
+            except Exception as exc:  # any failure of a tool is an answer the model reads, never a 500
+                output = f"error: {name} failed: {type(exc).__name__}: {str(exc)[:500]}"
             record["output"] = output
         return output
 
@@ -141,7 +143,10 @@ class ResourcesServer:
         session = self.session(session_id)
         with session.lock:
             used = [c["tool"] for c in session.calls if c["tool"] in self.forbidden]
-            verdict = self.verify(session.state, session.task, list(session.calls), final_message)
+            try:
+                verdict = Verdict.coerce(self.verify(session.state, session.task, list(session.calls), final_message))
+            except Exception as exc:  # the environment's bug: an invalid verdict, never a reward
+                return Verdict("verifier_error", detail=f"verify raised {type(exc).__name__}: {str(exc)[:500]}")
         if used and verdict.valid:  # the path matters: a forbidden tool fails the episode
             zero = dict.fromkeys(verdict.components, 0.0)
             return Verdict("ok", 0.0, {**zero, "forbidden_tool": 1.0}, f"forbidden tool used: {', '.join(used)}")
@@ -198,7 +203,10 @@ def create_app(server: ResourcesServer) -> Any:
 
     @app.post("/seed_session")
     def seed_session(body: SeedRequest) -> dict[str, str]:
-        return {"session_id": server.seed_session(body.task)}
+        try:
+            return {"session_id": server.seed_session(body.task)}
+        except Exception as exc:  # a task this environment cannot seed: the caller's input, not a crash
+            raise HTTPException(422, f"cannot seed this task: {type(exc).__name__}: {str(exc)[:500]}") from None
 
     @app.post("/tools/{name}")
     def call_tool(name: str, body: ToolRequest) -> dict[str, Any]:

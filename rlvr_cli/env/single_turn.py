@@ -9,8 +9,11 @@ contract's folder. An exception becomes a `verifier_error` verdict, a call past 
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import multiprocessing as mp
+import os
+import signal
 import sys
 import time
 import traceback
@@ -47,7 +50,19 @@ def resolve(spec: str, folder: Path) -> Callable[[dict, str], Any]:
     return fn
 
 
+def _isolate() -> None:
+    """In the worker: its own process group (so every child it spawns is killed with it), no
+    Ctrl-C of its own (the trainer decides), and the verifier's prints go to stderr — user
+    code never writes to rlvr's stdout."""
+    os.setpgrp()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sys.stdout.flush()
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+
+
 def _worker(spec: str, folder: str, conn: Any) -> None:  # runs in the child process
+    _isolate()
     try:
         fn = resolve(spec, Path(folder))
     except Exception as exc:
@@ -56,11 +71,11 @@ def _worker(spec: str, folder: str, conn: Any) -> None:  # runs in the child pro
     conn.send(("ready", None))
     while True:
         try:
-            batch = conn.recv()  # a list of (task, response); one answer is sent per item
+            seq, batch = conn.recv()  # a list of (task, response); one answer is sent per item
         except EOFError:
             return
-        for task, response in batch:
-            conn.send(_call(fn, task, response))
+        for i, (task, response) in enumerate(batch):
+            conn.send((seq, i, *_call(fn, task, response)))
 
 
 def _call(fn: Callable[[dict, str], Any], task: dict, response: str) -> tuple[str, Any]:
@@ -81,6 +96,7 @@ class VerifierPool:
         self._ctx = mp.get_context("spawn")
         self._proc: Any = None
         self._conn: Any = None
+        self._seq = 0  # each batch's number: an answer that does not carry it is not trusted
 
     def __enter__(self) -> VerifierPool:
         self._start()
@@ -113,10 +129,25 @@ class VerifierPool:
     def close(self) -> None:
         if self._conn is not None:
             self._conn.close()
-        if self._proc is not None and self._proc.is_alive():
-            self._proc.kill()
+        if self._proc is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self._proc.pid, signal.SIGKILL)  # the worker and every child it spawned
             self._proc.join(5)
         self._proc = self._conn = None
+
+    def _death(self) -> str:
+        """How the worker ended: its exit code or the signal that killed it."""
+        proc = self._proc
+        if proc is None:
+            return "it is gone"
+        proc.join(1)
+        code = proc.exitcode
+        if code is None:
+            return "its pipe broke while it still ran"
+        if code < 0:
+            name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else str(-code)
+            return f"killed by signal {name}" + (" (out of memory?)" if name == "SIGKILL" else "")
+        return f"exited with code {code}"
 
     def verify(self, task: dict[str, Any], response: str) -> tuple[Verdict, float]:
         """The verdict and the seconds it took."""
@@ -135,22 +166,28 @@ class VerifierPool:
             self._start()
         out: list[tuple[Verdict, float]] = []
         start = time.monotonic()
+        self._seq += 1
         try:
-            self._conn.send(items)
-            for _ in items:
+            self._conn.send((self._seq, items))
+            for i in range(len(items)):
                 if not self._conn.poll(self.timeout_s):
                     self.close()  # kill the hung verifier; the next item starts a fresh one
                     out.append(
                         (Verdict("timeout", detail=f"no verdict within {self.timeout_s} s"), time.monotonic() - start)
                     )
                     return out
-                kind, payload = self._conn.recv()
+                answer = self._conn.recv()
+                if not (isinstance(answer, tuple) and len(answer) == 4 and answer[:2] == (self._seq, i)):
+                    self.close()  # something else wrote to the pipe: no later answer can be trusted
+                    out.append((Verdict("verifier_error", detail="verifier answer out of order"), 0.0))
+                    return out
                 now = time.monotonic()
-                out.append((_verdict(kind, payload), now - start))
+                out.append((_verdict(answer[2], answer[3]), now - start))
                 start = now
-        except (EOFError, BrokenPipeError, ConnectionResetError, OSError) as exc:
+        except (EOFError, BrokenPipeError, ConnectionResetError, OSError):
+            detail = f"verifier process died: {self._death()}"
             self.close()
-            out.append((Verdict("verifier_error", detail=f"verifier process died: {exc}"), time.monotonic() - start))
+            out.append((Verdict("verifier_error", detail=detail), time.monotonic() - start))
         return out
 
 

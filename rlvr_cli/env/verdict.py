@@ -46,8 +46,13 @@ class Verdict:
     def check(self) -> None:
         if self.status not in STATUSES:
             raise ValueError(f"verdict status {self.status!r} is not one of {', '.join(STATUSES)}")
-        if self.valid and (self.reward is None or not math.isfinite(self.reward)):
+        if self.valid and not _number(self.reward):
             raise ValueError(f"a '{self.status}' verdict needs a finite reward, got {self.reward!r}")
         for name, value in self.components.items():
-            if not isinstance(value, (int, float)) or not math.isfinite(value):
+            if not _number(value):
                 raise ValueError(f"component {name!r} is {value!r}, not a finite number")
+
+
+def _number(value: Any) -> bool:
+    """A finite int or float; `True` is not a reward (Python counts it as 1)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

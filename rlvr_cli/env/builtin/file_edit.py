@@ -36,6 +36,23 @@ def seed_files(task: dict[str, Any]) -> dict[str, str]:
     return files
 
 
+MAX_PATH = 255
+
+
+def inside(path: Any) -> tuple[str, ...]:
+    """The parts of a relative path that stays inside a sandbox, or ToolError saying why."""
+    if not isinstance(path, str) or not path or "\x00" in path:
+        raise ToolError("a path is a non-empty string")
+    if len(path) > MAX_PATH:
+        raise ToolError(f"a path is at most {MAX_PATH} characters, this one is {len(path)}")
+    if os.path.isabs(path) or path.startswith("~"):
+        raise ToolError(f"{path}: absolute paths are outside the sandbox")
+    parts = Path(path).parts
+    if ".." in parts:
+        raise ToolError(f"{path}: '..' leaves the sandbox")
+    return parts
+
+
 @dataclass
 class Sandbox:
     root: Path
@@ -48,14 +65,21 @@ class FileEditServer(ResourcesServer):
 
     def seed(self, task: dict[str, Any]) -> Sandbox:
         if not isinstance(task.get("target"), str):
-            raise ValueError("a file_edit task names its 'target' file")
+            raise ToolError("a file_edit task names its 'target' file")
+        files = seed_files(task)
+        for rel in files:  # a path from the task is as untrusted as one from a tool call
+            inside(rel)
         root = Path(tempfile.mkdtemp(prefix="rlvr-file-edit-"))
         seeded = {}
-        for rel, text in seed_files(task).items():
-            path = root / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8")
-            seeded[rel] = text.encode()
+        try:
+            for rel, text in files.items():
+                path = self.resolve(Sandbox(root, {}), rel)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(text, encoding="utf-8")
+                seeded[rel] = text.encode()
+        except BaseException:
+            shutil.rmtree(root, ignore_errors=True)
+            raise
         return Sandbox(root, seeded)
 
     def release(self, state: Sandbox) -> None:
@@ -66,13 +90,7 @@ class FileEditServer(ResourcesServer):
     @staticmethod
     def resolve(state: Sandbox, path: str) -> Path:
         """`path` inside the sandbox, or ToolError: no absolute paths, `..`, or symlinks."""
-        if not isinstance(path, str) or not path or "\x00" in path:
-            raise ToolError("a path is a non-empty string")
-        if os.path.isabs(path) or path.startswith("~"):
-            raise ToolError(f"{path}: absolute paths are outside the sandbox")
-        parts = Path(path).parts
-        if ".." in parts:
-            raise ToolError(f"{path}: '..' leaves the sandbox")
+        parts = inside(path)
         candidate = state.root.joinpath(*parts)
         walk = state.root
         for part in parts:
