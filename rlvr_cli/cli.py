@@ -192,6 +192,10 @@ def train(
     ] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue from the newest complete checkpoint.")] = False,
     force: Annotated[bool, typer.Option("--force", help="With --resume: continue an aborted run.")] = False,
+    auto: Annotated[
+        bool,
+        typer.Option("--auto", help="Resume if a checkpoint exists, else start in the same folder (for schedulers)."),
+    ] = False,
     nproc: Annotated[int, typer.Option("--nproc", min=1, help="Processes, started with torchrun (gloo on CPU).")] = 1,
 ) -> int:
     """Train as the contract says: exit 0 finished, 1 refused or failed, 4 paused by a rule, 5 aborted."""
@@ -200,8 +204,8 @@ def train(
     if nproc > 1:
         argv = [str(contract)] + (["--run-dir", str(run_dir)] if run_dir else [])
         argv += (["--max-steps", str(max_steps)] if max_steps else []) + (["--resume"] if resume else [])
-        return launch(nproc, argv + (["--force"] if force else []))
-    return run_train(contract, run_dir, max_steps, resume, force)
+        return launch(nproc, argv + (["--force"] if force else []) + (["--auto"] if auto else []))
+    return run_train(contract, run_dir, max_steps, resume, force, auto)
 
 
 @app.command()

@@ -183,6 +183,15 @@ CODES: tuple[Code, ...] = (
         "state license and consent for every source",
     ),
     _c(
+        "RLV405",
+        "error",
+        '(--deep) a task id is used twice, within a split or across splits (`1` and `"1"` count as one id)',
+        "records, prompts and evaluations are keyed by task id: a duplicate scores one task's samples against "
+        "another's answer, or evaluates a training task as held out",
+        "give every task its own id; a task that belongs to two splits goes into one",
+        '{"id": 7, "prompt": "2+2"}\n{"id": "7", "prompt": "3+3"}   # one id twice',
+    ),
+    _c(
         "RLV501",
         "error",
         "on_truncated: penalize without truncation_penalty",

@@ -24,7 +24,8 @@ class ExitCode(IntEnum):
     INTERNAL = 3
     PAUSED = 4
     ABORTED = 5
-    INTERRUPTED = 130
+    INTERRUPTED = 130  # SIGINT (Ctrl-C)
+    TERMINATED = 143  # SIGTERM (what schedulers send)
 
 
 class RlvrError(Exception):
@@ -37,6 +38,14 @@ class UsageProblem(RlvrError):
     """Bad arguments, a missing or unreadable path, a missing extra: exit 2."""
 
     exit_code = ExitCode.USAGE
+
+
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM arrived: unwind (writing what the run folder needs), then exit 130/143."""
+
+    def __init__(self, signal_name: str, exit_code: int) -> None:
+        super().__init__(signal_name)
+        self.signal_name, self.exit_code = signal_name, exit_code
 
 
 def internal_error(exc: BaseException) -> int:
@@ -57,6 +66,8 @@ def guard(fn: Callable[[], int]) -> int:
         return fn()
     except RlvrError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except Interrupted as exc:
         return exc.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

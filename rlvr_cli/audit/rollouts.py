@@ -134,6 +134,11 @@ def audit(run_dir: Path) -> dict[str, Any]:
     }
 
 
+def _num(value: float | None) -> str:
+    """A rate or reward for the text report; `n/a` when no valid sample defined it."""
+    return "n/a" if value is None or value != value else f"{value:.3f}"
+
+
 def report_text(report: dict[str, Any]) -> str:
     if not report["manifest_ok"]:
         return "record manifest FAILED:\n" + "\n".join(f"  {p}" for p in report["problems"])
@@ -142,7 +147,7 @@ def report_text(report: dict[str, Any]) -> str:
         "manifest and every shard checksum verified"
     ]
     for key in ("reward_by_domain", "reward_by_difficulty"):
-        parts = ", ".join(f"{k} {v['reward_mean']:.3f} (n={v['samples']})" for k, v in report[key].items())
+        parts = ", ".join(f"{k} {_num(v['reward_mean'])} (n={v['samples']})" for k, v in report[key].items())
         lines.append(f"{key.replace('_', ' ')}: {parts or 'n/a'}")
     z = report["zero_std_over_time"]
     if z:
@@ -151,7 +156,7 @@ def report_text(report: dict[str, Any]) -> str:
             f"all_wrong {z[0]['all_wrong']} → {z[-1]['all_wrong']}"
         )
     lines.append(
-        f"truncation rate {report['truncation_rate']:.3f}; verdicts {report['verdicts']}; wrong answers "
+        f"truncation rate {_num(report['truncation_rate'])}; verdicts {report['verdicts']}; wrong answers "
         f"{report['wrong_answers']}, verifier errors {report['verifier_errors']}"
     )
     lines.append(f"discarded: {report['discarded'] or 'none'}; budget spent {report['budget_spent']}")
@@ -164,7 +169,7 @@ def report_text(report: dict[str, Any]) -> str:
         lines.append(
             "train vs holdout: "
             + ", ".join(
-                f"step {e['step']}: {e['train_reward']:.3f}/{e['holdout_reward']:.3f}"
+                f"step {e['step']}: {_num(e['train_reward'])}/{_num(e['holdout_reward'])}"
                 for e in report["train_vs_holdout"]
             )
         )

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from rlvr_cli.commands.common import load_valid_contract, require_extra
-from rlvr_cli.commands.formats import as_json, check, emit, reporter
+from rlvr_cli.commands.formats import as_json, check, emit, reporter, user_code_to_stderr
 from rlvr_cli.errors import UsageProblem
 
 
@@ -17,7 +17,8 @@ def run_audit_verifier(contract_path: Path, candidates: Path | None, fmt: str, l
     check("audit verifier", fmt)
     contract = load_valid_contract(contract_path)
     folder = contract_path.resolve().parent
-    report = run_audit(contract, folder, candidates or folder / "audit" / "candidates.yaml", limit)
+    with user_code_to_stderr():
+        report = run_audit(contract, folder, candidates or folder / "audit" / "candidates.yaml", limit)
     emit("audit verifier", fmt, report)
     verdict = "passed" if not report.disagreements else "FAILED"
     print(
@@ -51,7 +52,8 @@ def run_audit_isolation(contract_path: Path, sessions: int, fmt: str) -> int:
 
     check("audit isolation", fmt)
     contract = load_valid_contract(contract_path)
-    report = run_isolation(contract, contract_path.resolve().parent, sessions)
+    with user_code_to_stderr():
+        report = run_isolation(contract, contract_path.resolve().parent, sessions)
     emit("audit isolation", fmt, report)
     return 0 if report.ok else 1
 
@@ -102,7 +104,8 @@ def run_audit_rewards(contract_path: Path, policies: list[Path], samples: int, s
     if len(policies) != 2:
         raise UsageProblem("give exactly two --policy options (A and B)")
     contract = load_valid_contract(contract_path)
-    result = compare_policies(contract, contract_path.resolve().parent, policies[0], policies[1], samples, split)
+    with user_code_to_stderr():
+        result = compare_policies(contract, contract_path.resolve().parent, policies[0], policies[1], samples, split)
     emit("audit rewards", fmt, result)
     return 0
 

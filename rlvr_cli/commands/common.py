@@ -28,9 +28,16 @@ def load_valid_contract(path: Path) -> Contract:
 
 def require_extra(extra: str, *modules: str) -> None:
     """A command that needs an optional extra says how to install it (exit 2), never a traceback."""
-    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    missing = [m for m in modules if not _importable(m)]
     if missing:
         raise UsageProblem(
             f"this command needs {', '.join(missing)}, which come with the '{extra}' extra: "
             f"pip install 'rlvr-cli[{extra}]'"
         )
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False

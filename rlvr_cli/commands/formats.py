@@ -4,8 +4,11 @@ inside a command; an unknown format is a usage error listing the choices."""
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Callable
+import os
+import sys
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from rlvr_cli.errors import UsageProblem
@@ -34,6 +37,21 @@ def emit(command: str, fmt: str, result: Any) -> None:
     text = REPORTERS[command][fmt](result)
     if text:
         print(text)
+
+
+@contextlib.contextmanager
+def user_code_to_stderr() -> Iterator[None]:
+    """While user code runs (verifiers, environments), file descriptor 1 points at stderr: a
+    `print()` in a verifier never lands in the report on stdout (`--format json` stays JSON)."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def as_json(data: Any) -> str:

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from rlvr_cli.commands.common import load_valid_contract, require_extra
+from rlvr_cli.commands.formats import user_code_to_stderr
 from rlvr_cli.errors import ExitCode, UsageProblem
 
 
@@ -16,7 +17,8 @@ def run_gate(contract_path: Path, candidate: Path, baseline: Path | None) -> int
     contract = load_valid_contract(contract_path)
     if not candidate.is_dir():
         raise UsageProblem(f"{candidate}: no such run folder")
-    result = run_gates(contract, contract_path.resolve().parent, candidate, baseline)
+    with user_code_to_stderr():
+        result = run_gates(contract, contract_path.resolve().parent, candidate, baseline)
     out = candidate / "gate"
     write_verdict(result, out)
     print(gate_table(result))

@@ -8,9 +8,10 @@ from rlvr_cli.metrics import STATUS_LINE
 from rlvr_cli.store.run import RunFolder
 
 NEXT = {
-    "running": "the run is in progress (or its process died: `rlvr train CONTRACT --resume --run-dir {run}`)",
+    "running": "the run is in progress (or its process died: `rlvr train CONTRACT --run-dir {run} --auto`)",
     "paused": "a rule paused it: look at the values above, then `rlvr train CONTRACT --resume --run-dir {run}`",
     "aborted": "a rule or an invalid verdict stopped it for good; inspect it before `--resume --force`",
+    "failed": "it failed (the reason is above); fix that, then `rlvr train CONTRACT --run-dir {run} --auto`",
     "finished": "done: the policy is in {run}/final",
 }
 
@@ -29,5 +30,6 @@ def run_status(run_dir: Path) -> int:
         last = metrics[-1]
         shown = ", ".join(f"{k} {last[k]:.4g}" for k in STATUS_LINE if isinstance(last.get(k), (int, float)))
         print(f"last step:  {last['step']}: {shown}")
-    print(f"next:       {NEXT.get(status.state, '').format(run=run_dir)}")
+    default = NEXT.get(status.state, "").format(run=run_dir)
+    print(f"next:       {default if status.rule or not status.next else status.next}")
     return 0

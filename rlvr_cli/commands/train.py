@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from rlvr_cli.commands.common import load_valid_contract, require_extra
 from rlvr_cli.contract.models import Contract
-from rlvr_cli.errors import UsageProblem
+from rlvr_cli.errors import ExitCode, Interrupted, UsageProblem
 from rlvr_cli.store.run import RunFolder
 
 
@@ -19,23 +22,76 @@ def default_run_dir(contract: Contract, contract_path: Path) -> Path:
     return contract_path.resolve().parent / "runs" / contract.name
 
 
-def prepare_run_dir(run_dir: Path, resume: bool) -> None:
+def choose_mode(run_dir: Path, resume: bool, auto: bool) -> bool:
+    """Whether to resume. `--auto` (what a scheduler relaunches) resumes when a complete
+    checkpoint exists and starts in the same folder otherwise, saying which."""
+    run = RunFolder(run_dir)
+    if auto:
+        if run.complete_checkpoints():
+            print(f"--auto: {run_dir} has a checkpoint; resuming", file=sys.stderr)
+            return True
+        print(f"--auto: no checkpoint in {run_dir}; starting from step 0", file=sys.stderr)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        return False
     if resume:
-        if not RunFolder(run_dir).is_run():
+        if not run.is_run():
             raise UsageProblem(f"{run_dir} holds no run to resume")
-        return
-    if run_dir.exists() and any(run_dir.iterdir()):
+        if not run.complete_checkpoints():
+            raise UsageProblem(
+                f"{run_dir} has no complete checkpoint yet, so there is nothing to resume from; "
+                "`--auto` starts the run again in the same folder"
+            )
+        return True
+    if run_dir.exists() and any(p.name != ".lock" for p in run_dir.iterdir()):
         raise UsageProblem(
-            f"run folder {run_dir} already holds a run; pass --resume to continue it "
+            f"run folder {run_dir} already holds a run; pass --resume (or --auto) to continue it "
             "or --run-dir for a new one (nothing is overwritten)"
         )
     run_dir.mkdir(parents=True, exist_ok=True)
+    return False
 
 
-def run_train(contract_path: Path, run_dir: Path | None, max_steps: int | None, resume: bool, force: bool) -> int:
+@contextlib.contextmanager
+def exclusive(run_dir: Path) -> Iterator[None]:
+    """One `rlvr train` per run folder at a time (an advisory lock the OS drops with the process)."""
+    import fcntl
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with (run_dir / ".lock").open("a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            fh.seek(0)
+            raise UsageProblem(f"another rlvr train is running in {run_dir} (pid {fh.read().strip() or '?'})") from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(str(os.getpid()))
+        fh.flush()
+        yield
+
+
+@contextlib.contextmanager
+def signals_unwind() -> Iterator[None]:
+    """SIGTERM (and SIGINT) unwind the run like an exception, so status.json is written."""
+
+    def handler(signum: int, _: Any) -> None:
+        name = signal.Signals(signum).name
+        raise Interrupted(name, ExitCode.TERMINATED if signum == signal.SIGTERM else ExitCode.INTERRUPTED)
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def run_train(
+    contract_path: Path, run_dir: Path | None, max_steps: int | None, resume: bool, force: bool, auto: bool = False
+) -> int:
     require_extra("train", "torch", "transformers")
     from rlvr_cli.train import distributed
-    from rlvr_cli.train.loop import train
+    from rlvr_cli.train.loop import AlreadyFinished, train
 
     contract = load_valid_contract(contract_path)
     run_dir = (run_dir or default_run_dir(contract, contract_path)).resolve()
@@ -43,12 +99,18 @@ def run_train(contract_path: Path, run_dir: Path | None, max_steps: int | None, 
     if steps < 1:
         raise UsageProblem("--max-steps must be at least 1")
     distributed.init()
+    main = distributed.rank_world()[0] == 0
     try:
-        if distributed.rank_world()[0] == 0:
-            prepare_run_dir(run_dir, resume)
-        distributed.barrier()
-        progress = Progress(enabled=distributed.rank_world()[0] == 0)
-        return train(contract, contract_path, run_dir, steps, resume, force, progress)
+        with exclusive(run_dir) if main else contextlib.nullcontext(), signals_unwind():
+            resume = choose_mode(run_dir, resume, auto) if main else (resume or auto)
+            distributed.barrier()
+            try:
+                return train(contract, contract_path, run_dir, steps, resume, force, Progress(enabled=main))
+            except AlreadyFinished as exc:
+                if not auto:
+                    raise
+                print(f"--auto: {exc}; nothing to do", file=sys.stderr)
+                return ExitCode.OK
     finally:
         distributed.shutdown()
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from rlvr_cli.contract import lock
 from rlvr_cli.contract.diagnostics import Finding, error
 from rlvr_cli.contract.models import Contract
-from rlvr_cli.contract.tasks import task_problem
+from rlvr_cli.contract.tasks import duplicate_ids, task_problem
 from rlvr_cli.files import sha256_file
 
 
@@ -126,13 +126,17 @@ def _data(c: Contract, folder: Path) -> Iterator[Finding]:
     for i, source in enumerate(c.data.sources):
         yield from _file_hash(folder, source.path, source.sha256, ("data", "sources", i))
     hint_field = c.data.hints.field if c.data.hints and c.data.hints.used else None
+    rows: dict[str, list[tuple[int, dict]]] = {}
     for name in ("train", "holdout", "sealed_eval"):
         split = getattr(c.data.splits, name)
         where = ("data", "splits", name)
         found = list(_file_hash(folder, split.path, split.sha256, where))
         yield from found
         if not found:
-            yield from _jsonl(folder / split.path, where, hint_field if name == "sealed_eval" else None)
+            rows[name] = []
+            yield from _jsonl(folder / split.path, where, hint_field if name == "sealed_eval" else None, rows[name])
+    for problem in duplicate_ids(rows)[:20]:
+        yield error("RLV405", ("data", "splits"), problem)
 
 
 def _file_hash(folder: Path, rel: str, sha: str | None, where: tuple) -> Iterator[Finding]:
@@ -143,7 +147,7 @@ def _file_hash(folder: Path, rel: str, sha: str | None, where: tuple) -> Iterato
         yield error("RLV104", (*where, "sha256"), f"{rel} no longer matches its sha256")
 
 
-def _jsonl(path: Path, where: tuple, hint_field: str | None) -> Iterator[Finding]:
+def _jsonl(path: Path, where: tuple, hint_field: str | None, out: list[tuple[int, dict]]) -> Iterator[Finding]:
     rows = 0
     with path.open(encoding="utf-8", errors="replace") as fh:
         for number, line in enumerate(fh, 1):
@@ -154,7 +158,8 @@ def _jsonl(path: Path, where: tuple, hint_field: str | None) -> Iterator[Finding
                 yield error("RLV901", (*where, "path"), f"{path.name} line {number}: {problem}")
                 return
             rows += 1
-            if hint_field and hint_field in json.loads(line):
+            out.append((number, json.loads(line)))
+            if hint_field and hint_field in out[-1][1]:
                 yield error(
                     "RLV401",
                     (*where, "path"),

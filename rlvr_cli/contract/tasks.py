@@ -42,6 +42,34 @@ def read_split(path: Path, name: str) -> list[dict[str, Any]]:
     return tasks
 
 
+def duplicate_ids(splits: dict[str, list[tuple[int, dict[str, Any]]]]) -> list[str]:
+    """Every task id used twice, within a split or across splits, with both places. Ids are
+    compared as text: `1` and `"1"` are the same task to every reader of the records."""
+    first: dict[str, str] = {}
+    found = []
+    for name, rows in splits.items():
+        for line, row in rows:
+            key, where = str(row.get("id")), f"{name} line {line}"
+            if key in first:
+                found.append(f"task id {key!r} at {where} is already used at {first[key]}")
+            else:
+                first[key] = where
+    return found
+
+
+def read_splits(folder: Path, splits: Any) -> dict[str, list[dict[str, Any]]]:
+    """Every split the contract names, refused when a task id is used twice."""
+    rows = {}
+    for name in ("train", "holdout", "sealed_eval"):
+        path = folder / getattr(splits, name).path
+        rows[name] = list(enumerate(read_split(path, name), 1))
+    dups = duplicate_ids(rows)
+    if dups:
+        more = f" (and {len(dups) - 1} more)" if len(dups) > 1 else ""
+        raise RlvrError(f"{dups[0]}{more}: each task needs its own id (`rlvr validate --deep` lists them)")
+    return {name: [row for _, row in found] for name, found in rows.items()}
+
+
 def messages_of(task: dict[str, Any]) -> list[dict[str, Any]]:
     """A string prompt is one user turn; a list is already chat messages."""
     prompt = task["prompt"]

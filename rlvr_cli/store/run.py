@@ -1,7 +1,7 @@
 """The run folder `rlvr train` writes and every later command reads.
 
 plan.json        the resolved plan, written before the first rollout
-status.json      state (running | finished | paused | aborted) and why; the sentinel
+status.json      state (running | finished | paused | aborted | failed) and why; the sentinel
                  that makes a folder a run folder
 metrics.jsonl    one object per step, with a `step` key
 records/         Parquet shards and manifest.json (store/records.py)
@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rlvr_cli.errors import RlvrError, UsageProblem
-from rlvr_cli.files import atomic_write_json, read_jsonl
+from rlvr_cli.files import atomic_write_json, atomic_write_text, read_jsonl
 
-State = Literal["running", "finished", "paused", "aborted"]
+State = Literal["running", "finished", "paused", "aborted", "failed"]
 MARKER = "COMPLETE"
 _STEP = re.compile(r"^step-(\d+)$")
 
@@ -128,6 +128,12 @@ class RunFolder:
         if not self.metrics.is_file():
             return []
         return [row for _, row in read_jsonl(self.metrics)]
+
+    def truncate_metrics(self, step: int) -> None:
+        """Keep the rows of steps before `step`: a resumed step is logged once, not twice."""
+        if self.metrics.is_file():
+            rows = [row for row in self.read_metrics() if row.get("step", -1) < step]
+            atomic_write_text(self.metrics, "".join(json.dumps(row) + "\n" for row in rows))
 
     def append_metrics(self, row: dict[str, Any]) -> None:
         with self.metrics.open("a", encoding="utf-8") as fh:

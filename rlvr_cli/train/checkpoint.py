@@ -69,9 +69,11 @@ def save_checkpoint(setup: Setup, state: TrainState, run: RunFolder, contract_pa
     final = root / f"step-{state.step}"
     if final.is_dir() and (final / MARKER).is_file():
         return final
+    shutil.rmtree(final, ignore_errors=True)  # a step folder without its marker was never complete
     tmp = root / f".step-{state.step}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
+    setup.fault.disk(state.step)
     setup.policy.save_pretrained(tmp / "model")  # safetensors, loadable by transformers
     torch.save(
         {"optimizer": setup.optimizer.state_dict(), "scheduler": setup.scheduler.state_dict(), "rng": rng_state()},
@@ -137,7 +139,13 @@ def load_latest(setup: Setup, run: RunFolder, contract_path: Path) -> TrainState
     meta = json.loads((path / "trainer.json").read_text(encoding="utf-8"))
     _refuse_changes(setup, meta, path, contract_path)
     _load_weights(setup, path)
-    blob = torch.load(path / "state.pt", weights_only=True)  # tensors and plain values: no code runs
+    try:
+        blob = torch.load(path / "state.pt", weights_only=True)  # tensors and plain values: no code runs
+    except Exception as exc:
+        raise RlvrError(
+            f"checkpoint {path.name}: state.pt holds more than tensors and plain values, so it is not "
+            f"loaded (a checkpoint from elsewhere must not run code): {str(exc).splitlines()[0][:200]}"
+        ) from None
     setup.optimizer.load_state_dict(blob["optimizer"])
     setup.scheduler.load_state_dict(blob["scheduler"])
     set_rng_state(blob["rng"])

@@ -1,11 +1,13 @@
 """Fault injection for tests of the run's guards, parsed once when a run starts.
 
-`RLVR_FAULT=nan_loss@STEP` poisons that step's loss with NaN. Unset in normal runs, where
+`RLVR_FAULT=nan_loss@STEP` poisons that step's loss with NaN; `RLVR_FAULT=disk_full@STEP`
+makes that step's checkpoint meet a full disk (ENOSPC). Unset in normal runs, where
 `Fault.none()` changes nothing.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 from dataclasses import dataclass
 
@@ -15,6 +17,7 @@ import torch
 @dataclass(frozen=True)
 class Fault:
     nan_loss_step: int | None = None
+    disk_full_step: int | None = None  # the checkpoint of this step meets a full disk
 
     @classmethod
     def none(cls) -> Fault:
@@ -22,10 +25,18 @@ class Fault:
 
     @classmethod
     def from_env(cls) -> Fault:
-        spec = os.environ.get("RLVR_FAULT", "")
-        if spec.startswith("nan_loss@") and spec.split("@", 1)[1].isdigit():
-            return cls(nan_loss_step=int(spec.split("@", 1)[1]))
+        kind, _, step = os.environ.get("RLVR_FAULT", "").partition("@")
+        if not step.isdigit():
+            return cls()
+        if kind == "nan_loss":
+            return cls(nan_loss_step=int(step))
+        if kind == "disk_full":
+            return cls(disk_full_step=int(step))
         return cls()
+
+    def disk(self, step: int) -> None:
+        if self.disk_full_step == step:
+            raise OSError(errno.ENOSPC, "No space left on device (injected by RLVR_FAULT)")
 
     def poison(self, loss: torch.Tensor, step: int) -> torch.Tensor:
         if self.nan_loss_step == step:

@@ -9,6 +9,8 @@ counters a checkpoint holds are `TrainState`.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +19,7 @@ from typing import Any, Protocol
 from rlvr_cli.contract.models import Contract
 from rlvr_cli.env.scoring import InvalidVerdictStop, Sample, answer_and_score
 from rlvr_cli.env.single_turn import VerifierPool
-from rlvr_cli.errors import ExitCode, RlvrError
+from rlvr_cli.errors import ExitCode, Interrupted, RlvrError
 from rlvr_cli.metrics import StepMetrics
 from rlvr_cli.store.records import RecordStore
 from rlvr_cli.store.run import FiredRule, RunFolder, Status
@@ -211,15 +213,40 @@ def start(contract: Contract, contract_path: Path, run_dir: Path, steps: int, re
     if contract.environment.kind != "single_turn":
         raise RlvrError("rlvr train runs single_turn environments; tool_use training needs the agent loop")
     folder = RunFolder(run_dir)
+    check_locked_files(contract, contract_path)
     setup = build(contract, contract_path.resolve().parent, Fault.from_env())
     monitor = Monitor(contract)
     if resume:
         state = _resume(setup, folder, monitor, contract_path, steps, force)
     else:
         state = TrainState.fresh(len(setup.train_tasks), contract.hyperparameters.seed)
+    if setup.main:
+        folder.truncate_metrics(state.step)  # steps after the checkpoint are redone and logged once
     # one process owns the record store: opening it also clears orphans of interrupted writes
     records = RecordStore(folder.records, contract.records.shard_rows) if setup.main else None
     return Run(setup, state, folder, records, monitor, rollout.Prompts(setup), contract_path, steps)
+
+
+def check_locked_files(contract: Contract, contract_path: Path) -> None:
+    """With a lock file, every file it pins must still match: a run never trains on a changed
+    verifier, data split or model without saying so (`rlvr lock` pins the new files)."""
+    from rlvr_cli.contract import lock
+
+    path = lock.lock_path(contract, contract_path)
+    if not path.is_file():
+        return
+    try:
+        locked = json.loads(path.read_text(encoding="utf-8"))["files"]
+        current = lock.compute(contract, contract_path.resolve().parent)["files"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise RlvrError(f"lock file {path.name} cannot be checked: {exc}") from None
+    changed = [name for name in sorted(set(locked) | set(current)) if locked.get(name) != current.get(name)]
+    if changed:
+        shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
+        raise RlvrError(
+            f"{shown} changed since {path.name} was written; train refuses files the lock does not pin "
+            f"(restore them, or run `rlvr lock` to pin the new ones)"
+        )
 
 
 def _resume(
@@ -230,7 +257,7 @@ def _resume(
         raise RlvrError(f"the run was aborted ({status.reason}); resume refuses it unless --force")
     state = load_latest(setup, folder, contract_path)
     if status.state == "finished" and state.step >= steps:
-        raise RlvrError("the run already finished")
+        raise AlreadyFinished(f"the run already finished at step {state.step}")
     monitor.restore(state.monitor)
     if status.state in ("paused", "aborted") and status.rule is not None:
         monitor.acknowledge(status.rule.name)  # resuming is the owner's answer: the window starts again
@@ -239,10 +266,15 @@ def _resume(
     return state
 
 
+class AlreadyFinished(RlvrError):
+    """`--resume` of a run that already reached its last step."""
+
+
 def train(
     contract: Contract, contract_path: Path, run_dir: Path, steps: int, resume: bool, force: bool, progress: Progress
 ) -> int:
-    """Run (or resume) the contract in `run_dir` up to step `steps`; returns the exit code."""
+    """Run (or resume) the contract in `run_dir` up to step `steps`; returns the exit code.
+    Whatever stops the run — a rule, a signal, a full disk, a bug — `status.json` says so."""
     run = start(contract, contract_path, run_dir, steps, resume, force)
     setup = run.setup
     plan = build_plan(contract, contract_path, run_dir, steps, str(setup.device))
@@ -258,6 +290,33 @@ def train(
         run.status("aborted", reason=str(exc))
         _eprint(f"aborted: {exc}")
         return ExitCode.ABORTED
-    except KeyboardInterrupt:
-        run.status("paused", reason="interrupted by the user")
+    except (Interrupted, KeyboardInterrupt) as exc:
+        _stopped(run, exc.signal_name if isinstance(exc, Interrupted) else "SIGINT")
         raise
+    except OSError as exc:
+        _failed(run, f"{exc.strerror or exc} ({getattr(exc, 'filename', None) or 'run folder'})")
+        raise RlvrError(f"{exc.strerror or exc}: the run stopped at step {run.state.step}; {_kept(run)}") from None
+    except BaseException as exc:
+        _failed(run, f"{type(exc).__name__}: {exc}")
+        raise
+
+
+def _kept(run: Run) -> str:
+    """What survives in the run folder, and the command that goes on from it."""
+    found = run.folder.complete_checkpoints()
+    again = f"rlvr train {run.contract_path} --run-dir {run.folder.path} --auto"
+    if found:
+        return f"kept checkpoint step-{found[-1][0]} with every record and metric up to it; continue with: {again}"
+    return f"no checkpoint yet (records so far are kept and redone identically); start again with: {again}"
+
+
+def _stopped(run: Run, signal_name: str) -> None:
+    run.status("paused", reason=f"interrupted by {signal_name} at step {run.state.step}", next=_kept(run))
+    if run.setup.main:
+        _eprint(f"interrupted by {signal_name} at step {run.state.step}: {_kept(run)}")
+
+
+def _failed(run: Run, reason: str) -> None:
+    # the disk that failed the run may refuse the status too; the error still reaches the user
+    with contextlib.suppress(OSError):
+        run.status("failed", reason=reason, next=_kept(run))

@@ -15,7 +15,7 @@ import torch
 
 from rlvr_cli.chat.render import ChatRenderer
 from rlvr_cli.contract.models import Contract
-from rlvr_cli.contract.tasks import read_split
+from rlvr_cli.contract.tasks import read_splits
 from rlvr_cli.errors import RlvrError
 from rlvr_cli.train import distributed as dist
 from rlvr_cli.train.faults import Fault
@@ -74,7 +74,7 @@ def build(contract: Contract, folder: Path, fault: Fault) -> Setup:
     torch.manual_seed(hp.seed)
     policy = load_model(artifact_path(contract.artifacts.policy, folder, "policy"), None, dtype, device)
     optimizer = make_optimizer(contract, policy)
-    splits = contract.data.splits
+    splits = read_splits(folder, contract.data.splits)
     return Setup(
         contract=contract,
         folder=folder,
@@ -85,8 +85,8 @@ def build(contract: Contract, folder: Path, fault: Fault) -> Setup:
         reference=load_reference(contract, folder, dtype, device),
         optimizer=optimizer,
         scheduler=make_scheduler(contract, optimizer),
-        train_tasks=read_split(folder / splits.train.path, "train"),
-        holdout_tasks=read_split(folder / splits.holdout.path, "holdout"),
+        train_tasks=splits["train"],
+        holdout_tasks=splits["holdout"],
         rank=rank,
         world=world,
         fault=fault,

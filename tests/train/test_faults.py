@@ -1,0 +1,271 @@
+"""The run folder under faults and attack: crafted checkpoints, duplicate ids, a lost manifest,
+changed locked files, a damaged checkpoint, signals, a full disk, a busy folder, prints from
+the verifier, a verifier that always fails. Each through the real `rlvr` command."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from rlvr_cli.files import sha256_file
+from tests.conftest import ROOT, copy_experiment, edit, rlvr
+
+CONTRACT = "experiment.rlvr.yaml"
+
+
+@pytest.fixture(scope="module")
+def quick(single_turn: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Small steps, a checkpoint every step, no holdout."""
+    edits = [
+        ("prompts_per_step: 8", "prompts_per_step: 4"),
+        ("micro_batch_sequences: 16", "micro_batch_sequences: 8"),
+        ("every_steps: 20", "every_steps: 1"),
+        ("holdout_every: 10", "holdout_every: 50"),
+    ]
+    return copy_experiment(single_turn, tmp_path_factory.mktemp("faults") / "arith", edits)
+
+
+@pytest.fixture
+def experiment(quick: Path, tmp_path: Path) -> Path:
+    return copy_experiment(quick, tmp_path / "exp")
+
+
+@pytest.fixture(scope="module")
+def straight(quick: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An uninterrupted 4-step run: what every interrupted run must end up equal to."""
+    run_dir = tmp_path_factory.mktemp("straight") / "run"
+    done = rlvr("train", quick / CONTRACT, "--run-dir", run_dir, "--max-steps", "4", timeout=300)
+    assert done.code == 0, done.stderr[-2000:]
+    return run_dir
+
+
+def status(run: Path) -> dict:
+    return json.loads((run / "status.json").read_text())
+
+
+def steps_logged(run: Path) -> list[int]:
+    return [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def record_keys(run: Path) -> list[tuple]:
+    import pyarrow.parquet as pq
+
+    manifest = json.loads((run / "records" / "manifest.json").read_text())["shards"]
+    rows = [r for s in manifest for r in pq.read_table(run / "records" / s["file"]).to_pylist()]
+    return sorted((r["step"], r["round"], r["group"], r["sample"], tuple(r["response_ids"])) for r in rows)
+
+
+def same_final(a: Path, b: Path) -> bool:
+    wa, wb = load_file(a / "final" / "model.safetensors"), load_file(b / "final" / "model.safetensors")
+    return wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_a_crafted_checkpoint_runs_no_code(experiment: Path, tmp_path: Path) -> None:
+    run_dir, marker = tmp_path / "run", tmp_path / "owned"
+    assert rlvr("train", experiment / CONTRACT, "--run-dir", run_dir, "--max-steps", "1", timeout=300).code == 0
+    checkpoint = run_dir / "checkpoints" / "step-1"
+
+    class Exploit:
+        def __reduce__(self) -> tuple:
+            return (os.system, (f"touch {marker}",))
+
+    torch.save({"optimizer": Exploit()}, checkpoint / "state.pt")
+    sums = json.loads((checkpoint / "COMPLETE").read_text())
+    sums["files"]["state.pt"] = sha256_file(checkpoint / "state.pt")  # the attacker rewrites the checksums too
+    (checkpoint / "COMPLETE").write_text(json.dumps(sums))
+    resumed = rlvr("train", experiment / CONTRACT, "--run-dir", run_dir, "--max-steps", "2", "--resume", timeout=300)
+    assert resumed.code == 1 and "not loaded" in resumed.stderr and "Traceback" not in resumed.stderr
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize(("split", "row"), [("train", {"id": "dup"}), ("holdout", {"id": 1}), ("train", {"id": "1"})])
+def test_duplicate_task_ids_are_refused(experiment: Path, split: str, row: dict) -> None:
+    data = experiment / "data"
+    first = json.loads((data / "train.jsonl").read_text().splitlines()[0])
+    other = json.loads((data / "holdout.jsonl").read_text().splitlines()[0])
+    (data / "train.jsonl").write_text(
+        (data / "train.jsonl").read_text().replace(f'"id": {json.dumps(first["id"])}', '"id": "dup"', 1)
+    )
+    with (data / split).with_suffix(".jsonl").open("a") as fh:
+        fh.write(json.dumps({**other, **row, "answer": "7"}) + "\n")
+    if row["id"] in (1, "1"):  # an integer id and its text form are one id
+        with (data / "sealed_eval.jsonl").open("a") as fh:
+            fh.write(json.dumps({**other, "id": 1 if row["id"] == "1" else "1"}) + "\n")
+    checked = rlvr("validate", "--deep", "--format", "json", experiment / CONTRACT)
+    codes = [d["code"] for d in checked.json()["files"][0]["diagnostics"]]
+    assert checked.code == 1 and "RLV405" in codes
+    run = rlvr("train", experiment / CONTRACT, "--max-steps", "1", timeout=300)
+    assert run.code == 1 and "each task needs its own id" in run.stderr
+
+
+def test_a_missing_manifest_is_refused_never_cleaned(experiment: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    assert rlvr("train", experiment / CONTRACT, "--run-dir", run_dir, "--max-steps", "3", timeout=300).code == 0
+    (run_dir / "records" / "manifest.json").unlink()
+    shards = sorted(p.name for p in (run_dir / "records").glob("*.parquet"))
+    resumed = rlvr("train", experiment / CONTRACT, "--run-dir", run_dir, "--max-steps", "4", "--resume", timeout=300)
+    assert resumed.code == 1 and "no manifest.json" in resumed.stderr
+    assert sorted(p.name for p in (run_dir / "records").glob("*.parquet")) == shards and len(shards) == 3
+    audited = rlvr("audit", "rollouts", run_dir)
+    assert audited.code == 1 and "manifest.json is missing" in audited.stdout
+
+
+def test_a_changed_locked_verifier_is_refused_on_train_and_resume(experiment: Path, tmp_path: Path) -> None:
+    assert rlvr("lock", experiment / CONTRACT).code == 0
+    run_dir = tmp_path / "run"
+    assert rlvr("train", experiment / CONTRACT, "--run-dir", run_dir, "--max-steps", "1", timeout=300).code == 0
+    verifier = experiment / "verifier.py"
+    verifier.write_text(verifier.read_text().replace("correct = float(", "correct = 1.0 or float("))
+    resumed = rlvr("train", experiment / CONTRACT, "--run-dir", run_dir, "--max-steps", "2", "--resume", timeout=300)
+    assert resumed.code == 1 and "verifier.py changed since" in resumed.stderr
+    fresh = rlvr("train", experiment / CONTRACT, "--run-dir", tmp_path / "other", "--max-steps", "1", timeout=300)
+    assert fresh.code == 1 and "verifier.py changed since" in fresh.stderr
+
+
+def test_a_checkpoint_without_its_marker_is_passed_over(experiment: Path, tmp_path: Path, straight: Path) -> None:
+    run_dir = tmp_path / "run"
+    assert rlvr("train", experiment / CONTRACT, "--run-dir", run_dir, "--max-steps", "3", timeout=300).code == 0
+    (run_dir / "checkpoints" / "step-3" / "COMPLETE").unlink()
+    for _ in range(2):  # twice: the damaged folder must not break the next resume either
+        again = rlvr("train", experiment / CONTRACT, "--run-dir", run_dir, "--max-steps", "4", "--auto", timeout=300)
+        assert again.code == 0, again.stderr[-2000:]
+    assert status(run_dir)["state"] == "finished" and status(run_dir)["step"] == 4
+    assert steps_logged(run_dir) == [0, 1, 2, 3]
+    assert same_final(run_dir, straight) and record_keys(run_dir) == record_keys(straight)
+
+
+def _wait_for(path: Path, proc: subprocess.Popen, seconds: float = 120) -> None:
+    deadline = time.monotonic() + seconds
+    while not path.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def _train(experiment: Path, run_dir: Path, *extra: str, env: dict | None = None) -> subprocess.Popen:
+    command = [sys.executable, "-m", "rlvr_cli", "train", str(experiment / CONTRACT), "--run-dir", str(run_dir)]
+    return subprocess.Popen([*command, *extra], stderr=subprocess.PIPE, text=True, env=env)
+
+
+@pytest.mark.slow
+def test_sigterm_then_auto_resume_equals_a_straight_run(experiment: Path, tmp_path: Path, straight: Path) -> None:
+    run_dir = tmp_path / "run"
+    proc = _train(experiment, run_dir, "--max-steps", "400")
+    _wait_for(run_dir / "checkpoints" / "step-2", proc)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143 and "interrupted by SIGTERM" in err and "--auto" in err
+    state = status(run_dir)
+    assert state["state"] == "paused" and "SIGTERM" in state["reason"]
+    shown = rlvr("status", run_dir)
+    assert "paused" in shown.stdout and "--auto" in shown.stdout
+    done = rlvr("train", experiment / CONTRACT, "--run-dir", run_dir, "--max-steps", "4", "--auto", timeout=300)
+    assert done.code == 0 and "resuming" in done.stderr, done.stderr[-2000:]
+    assert steps_logged(run_dir) == [0, 1, 2, 3]
+    assert same_final(run_dir, straight) and record_keys(run_dir) == record_keys(straight)
+
+
+@pytest.mark.slow
+def test_ctrl_c_before_the_first_checkpoint_leaves_a_way_forward(
+    experiment: Path, tmp_path: Path, straight: Path
+) -> None:
+    edit(experiment, "every_steps: 1", "every_steps: 100")
+    run_dir = tmp_path / "run"
+    proc = _train(experiment, run_dir, "--max-steps", "400")
+    _wait_for(run_dir / "records" / "manifest.json", proc)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "Traceback" not in err and "no checkpoint yet" in err
+    assert status(run_dir)["state"] == "paused"
+    refused = rlvr("train", experiment / CONTRACT, "--run-dir", run_dir, "--max-steps", "4", "--resume")
+    assert refused.code == 2 and "--auto" in refused.stderr
+    edit(experiment, "every_steps: 100", "every_steps: 1")  # the contract must match the straight run's
+    done = rlvr("train", experiment / CONTRACT, "--run-dir", run_dir, "--max-steps", "4", "--auto", timeout=300)
+    assert done.code == 0 and "starting from step 0" in done.stderr, done.stderr[-2000:]
+    assert steps_logged(run_dir) == [0, 1, 2, 3]
+    assert same_final(run_dir, straight) and record_keys(run_dir) == record_keys(straight)
+
+
+def test_a_full_disk_fails_the_run_with_a_way_forward(experiment: Path, tmp_path: Path, straight: Path) -> None:
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "RLVR_FAULT": "disk_full@3"}
+    full = rlvr("train", experiment / CONTRACT, "--run-dir", run_dir, "--max-steps", "4", env=env, timeout=300)
+    assert full.code == 1 and "No space left on device" in full.stderr and "--auto" in full.stderr
+    assert "internal error" not in full.stderr
+    assert status(run_dir)["state"] == "failed" and "No space" in status(run_dir)["reason"]
+    assert "failed" in rlvr("status", run_dir).stdout
+    done = rlvr("train", experiment / CONTRACT, "--run-dir", run_dir, "--max-steps", "4", "--auto", timeout=300)
+    assert done.code == 0, done.stderr[-2000:]
+    assert steps_logged(run_dir) == [0, 1, 2, 3]
+    assert same_final(run_dir, straight) and record_keys(run_dir) == record_keys(straight)
+
+
+def test_two_trainers_never_share_a_run_folder(experiment: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    with (run_dir / ".lock").open("a+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        busy = rlvr("train", experiment / CONTRACT, "--run-dir", run_dir, "--max-steps", "1", timeout=300)
+    assert busy.code == 2 and "another rlvr train is running" in busy.stderr
+
+
+def test_a_verifier_that_prints_never_reaches_stdout(experiment: Path, tmp_path: Path) -> None:
+    verifier = experiment / "verifier.py"
+    verifier.write_text(
+        verifier.read_text().replace(
+            "    text = response.strip()", "    print('noise ' * 50)\n    text = response.strip()"
+        )
+    )
+    audited = rlvr("audit", "verifier", experiment / CONTRACT, "--format", "json", timeout=300)
+    assert audited.code == 0 and json.loads(audited.stdout)["disagreements"] == 0  # stdout is the report only
+    assert "noise" in audited.stderr
+    trained = rlvr("train", experiment / CONTRACT, "--run-dir", tmp_path / "run", "--max-steps", "1", timeout=300)
+    assert trained.code == 0 and "noise" not in trained.stdout
+
+
+def test_audits_and_report_survive_a_verifier_that_always_fails(experiment: Path, tmp_path: Path) -> None:
+    verifier = experiment / "verifier.py"
+    verifier.write_text(verifier.read_text().replace("    text = response.strip()", "    raise RuntimeError('down')"))
+    edit(experiment, "holdout_every: 50", "holdout_every: 1")  # holdout rows whose train reward is undefined
+    run_dir = tmp_path / "run"
+    trained = rlvr("train", experiment / CONTRACT, "--run-dir", run_dir, "--max-steps", "2", timeout=300)
+    assert trained.code == 5 and "verifier-broken" in trained.stderr, trained.stderr[-2000:]  # the rule stops it
+    audited = rlvr("audit", "rollouts", run_dir)
+    assert audited.code == 0 and "verifier errors" in audited.stdout, audited.stderr[-2000:]
+    assert rlvr("audit", "rollouts", run_dir, "--format", "json").code == 0
+    report = rlvr("report", run_dir, "--out", tmp_path / "r.html")
+    assert report.code == 0 and (tmp_path / "r.html").is_file(), report.stderr[-2000:]
+
+
+BLOCK = """
+import importlib.abc, sys
+
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] in ("torch", "transformers", "safetensors"):
+            raise ModuleNotFoundError(f"No module named {name!r}")
+        return None
+
+sys.meta_path.insert(0, Block())
+"""
+
+
+def test_without_the_train_extra_commands_say_what_to_install(quick: Path, straight: Path, tmp_path: Path) -> None:
+    (tmp_path / "sitecustomize.py").write_text(BLOCK)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    train = rlvr("train", quick / CONTRACT, "--run-dir", tmp_path / "run", env=env)
+    assert train.code == 2 and "pip install 'rlvr-cli[train]'" in train.stderr and "internal error" not in train.stderr
+    render = rlvr("render", quick / CONTRACT, "-c", ROOT / "contracts" / "arith" / "conversations.jsonl", env=env)
+    assert render.code == 2 and "rlvr-cli[train]" in render.stderr
+    shown = rlvr("status", straight, env=env)  # reading a run folder needs no torch
+    assert shown.code == 0 and "finished" in shown.stdout
+    report = rlvr("report", straight, "--out", tmp_path / "r.html", env=env)
+    assert report.code == 0, report.stderr[-2000:]
