@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from rlvr_cli.metrics import STATUS_LINE
@@ -22,7 +23,11 @@ def run_status(run_dir: Path) -> int:
     metrics = run.read_metrics()
     checkpoints = run.complete_checkpoints()
     print(f"run:        {run_dir}")
-    print(f"state:      {status.state} at step {status.step} ({status.reason or ''})")
+    state = status.state
+    if state == "running" and not run.writer_alive():
+        state = "running, but no process holds the run folder: it was killed or crashed"
+        status = replace(status, next=f"rlvr train CONTRACT --run-dir {run_dir} --auto")
+    print(f"state:      {state} at step {status.step} ({status.reason or ''})")
     if status.rule:
         print(f"fired rule: {status.rule.name} — {status.rule.describe()}")
     print(f"checkpoint: {checkpoints[-1][1].name if checkpoints else 'none'}")

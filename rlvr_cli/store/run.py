@@ -106,6 +106,21 @@ class RunFolder:
             raise RlvrError(f"{path} is not an rlvr run folder (no status.json)")
         return run
 
+    def writer_alive(self) -> bool:
+        """Whether a `rlvr train` process holds this folder now (its lock on `.lock`)."""
+        import fcntl
+
+        lock = self.path / ".lock"
+        if not lock.is_file():
+            return False
+        with lock.open("a") as fh:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except OSError:
+                return True
+            fcntl.flock(fh, fcntl.LOCK_UN)
+        return False
+
     def read_status(self) -> Status:
         try:
             return Status.from_json(json.loads(self.status_file.read_text(encoding="utf-8")))

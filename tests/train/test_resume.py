@@ -172,8 +172,19 @@ def test_sigkill_at_random_moments_never_leaves_a_partial_checkpoint(experiment:
             assert (run_dir / "records" / shard["file"]).is_file()
         listed = manifest
     assert kills == 8
+    shown = rlvr("status", run_dir)  # the trainer was killed: status must not claim it is running
+    assert "killed or crashed" in shown.stdout and "--auto" in shown.stdout
     newest = complete_checkpoints(run_dir / "checkpoints")[-1][0]
     command[-1] = str(newest + 2)
-    finish = subprocess.run([*command, "--resume"], capture_output=True, text=True, timeout=300)
+    finish = subprocess.run([*command, "--auto"], capture_output=True, text=True, timeout=300)
     assert finish.returncode == 0, finish.stderr[-2000:]
     assert status(run_dir)["state"] == "finished" and status(run_dir)["step"] == newest + 2
+    # the killed-and-resumed run equals one that never stopped: weights, records (each once), metrics
+    straight = tmp_path / "straight"
+    done = rlvr("train", experiment / CONTRACT, "--run-dir", straight, "--max-steps", str(newest + 2), timeout=300)
+    assert done.code == 0, done.stderr[-2000:]
+    a, b = weights(straight / "final"), weights(run_dir / "final")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert records(run_dir) == records(straight)
+    lines = [json.loads(x)["step"] for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert lines == list(range(newest + 2))
