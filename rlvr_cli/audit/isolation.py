@@ -59,16 +59,16 @@ def _probe_session(client: Any, task: dict[str, Any], marker: str) -> dict[str, 
 
 def run_isolation(contract: Contract, folder: Path, sessions: int) -> IsolationReport:
     from rlvr_cli.audit.verifier import all_tasks
-    from rlvr_cli.env.agent import EnvClient, EnvHTTPError, environment, load_app
+    from rlvr_cli.env.agent import EnvClient, EnvHTTPError, environment
 
     if contract.environment.kind != "tool_use":
         raise RlvrError("isolation audits need a tool_use environment (a resources server)")
     tasks = list(all_tasks(contract, folder).values())
     report = IsolationReport(sessions)
     spec = contract.environment.server or ""
-    local = None if spec.startswith(("http://", "https://")) else getattr(load_app(spec, folder).state, "server", None)
-    with environment(spec, folder) as url:
-        client = EnvClient(url, timeout_s=contract.environment.timeout_s)
+    with environment(spec, folder) as endpoint:
+        local = endpoint.server
+        client = EnvClient(endpoint, timeout_s=contract.environment.timeout_s)
         try:
             unknown = secrets.token_urlsafe(24)
             try:

@@ -21,13 +21,27 @@ from rlvr_cli.env.verdict import Verdict
 from rlvr_cli.errors import RlvrError
 
 
+@dataclass(frozen=True)
+class Endpoint:
+    """Where a resources server answers, and the bearer token it asks for (None: none)."""
+
+    url: str
+    token: str | None = None
+    server: Any = field(default=None, compare=False, repr=False)  # the in-process ResourcesServer, if any
+
+    def __str__(self) -> str:
+        return self.url
+
+
 class EnvClient:
     """HTTP client of one resources server."""
 
-    def __init__(self, base_url: str, timeout_s: float = 30.0) -> None:
+    def __init__(self, endpoint: str | Endpoint, timeout_s: float = 30.0) -> None:
         import httpx
 
-        self.http = httpx.Client(base_url=base_url, timeout=timeout_s)
+        endpoint = endpoint if isinstance(endpoint, Endpoint) else Endpoint(endpoint)
+        headers = {"Authorization": f"Bearer {endpoint.token}"} if endpoint.token else {}
+        self.http = httpx.Client(base_url=endpoint.url, timeout=timeout_s, headers=headers)
 
     def close(self) -> None:
         self.http.close()
@@ -138,7 +152,7 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def serve(app: Any) -> Iterator[str]:
-    """Run a FastAPI app under uvicorn on 127.0.0.1 in a thread; yields its base URL."""
+    """Run an ASGI app under uvicorn on 127.0.0.1 in a thread; yields its base URL."""
     import uvicorn
 
     port = free_port()
@@ -158,7 +172,7 @@ def serve(app: Any) -> Iterator[str]:
         thread.join(10)
 
 
-def load_app(spec: str, folder: Any) -> Any:
+def load_app(spec: str, folder: Any, token: str | None = None) -> Any:
     """`environment.server` resolved from the contract's folder (or installed packages): a
     `ResourcesServer` subclass (instantiated here), an instance, or an ASGI app as is."""
     from rlvr_cli.env.server import ResourcesServer, create_app
@@ -170,14 +184,20 @@ def load_app(spec: str, folder: Any) -> Any:
         raise RlvrError(f"cannot load the resources server {spec}: {exc}") from None
     if isinstance(found, type) and issubclass(found, ResourcesServer):
         found = found()
-    return create_app(found) if isinstance(found, ResourcesServer) else found
+    return create_app(found, token=token) if isinstance(found, ResourcesServer) else found
 
 
 @contextlib.contextmanager
-def environment(spec: str, folder: Any) -> Iterator[str]:
-    """A base URL for `environment.server`: a URL as is, `module:app` served here."""
+def environment(spec: str, folder: Any) -> Iterator[Endpoint]:
+    """The endpoint of `environment.server`: a URL as is (with the token in RLVR_ENV_TOKEN, if
+    set), or `module:Class` served here on 127.0.0.1 behind a fresh per-run bearer token."""
+    import os
+    import secrets
+
     if spec.startswith(("http://", "https://")):
-        yield spec.rstrip("/")
+        yield Endpoint(spec.rstrip("/"), os.environ.get("RLVR_ENV_TOKEN") or None)
         return
-    with serve(load_app(spec, folder)) as url:
-        yield url
+    token = secrets.token_urlsafe(24)
+    app = load_app(spec, folder, token=token)
+    with serve(app) as url:
+        yield Endpoint(url, token, getattr(app.state, "server", None))

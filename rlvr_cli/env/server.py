@@ -19,6 +19,7 @@ calls, not a transcript the client could forge.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import secrets
 import threading
@@ -49,6 +50,8 @@ class Session:
     task: dict[str, Any]
     calls: list[dict[str, Any]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    touched: float = field(default_factory=time.monotonic)
+    closed: bool = False
 
 
 class ResourcesServer:
@@ -58,6 +61,12 @@ class ResourcesServer:
     offered: tuple[str, ...] | None = None
     #: tools whose use fails the episode whatever the final state
     forbidden: tuple[str, ...] = ()
+    #: a session untouched this long is closed (and its resources freed) at the next seed
+    session_ttl_s: float | None = 3600.0
+    #: tool calls one session may make; later calls are answered with a tool error
+    max_calls_per_session: int = 10_000
+    #: characters of each tool output kept in the session's call log (the model still gets all)
+    max_logged_output: int = 65_536
 
     def __init__(self) -> None:
         self._sessions: dict[str, Session] = {}
@@ -107,11 +116,23 @@ class ResourcesServer:
         return out
 
     def seed_session(self, task: dict[str, Any]) -> str:
+        self.expire()
         session_id = secrets.token_urlsafe(24)
         state = self.seed(task)
         with self._lock:
             self._sessions[session_id] = Session(state, task)
         return session_id
+
+    def expire(self) -> None:
+        """Close every session untouched for `session_ttl_s` (a client that died mid-episode)."""
+        if self.session_ttl_s is None:
+            return
+        now = time.monotonic()
+        with self._lock:
+            stale = [sid for sid, s in self._sessions.items() if now - s.touched > self.session_ttl_s]
+        for sid in stale:
+            with contextlib.suppress(KeyError):
+                self.close_session(sid)
 
     def session(self, session_id: str) -> Session:
         with self._lock:
@@ -126,6 +147,11 @@ class ResourcesServer:
             raise PermissionError(name)
         fn = self.tools()[name]
         with session.lock:
+            if session.closed:  # closed while this call waited for the lock
+                raise KeyError(session_id)
+            session.touched = time.monotonic()
+            if len(session.calls) >= self.max_calls_per_session:
+                return f"error: this session has made its {self.max_calls_per_session} tool calls"
             record = {"tool": name, "arguments": arguments, "time": time.time()}
             session.calls.append(record)
             try:
@@ -136,12 +162,16 @@ class ResourcesServer:
                 output = f"error: bad arguments for {name}: {exc}"
             except Exception as exc:  # any failure of a tool is an answer the model reads, never a 500
                 output = f"error: {name} failed: {type(exc).__name__}: {str(exc)[:500]}"
-            record["output"] = output
+            logged = output if isinstance(output, str) else repr(output)
+            record["output"] = logged[: self.max_logged_output]
         return output
 
     def verify_session(self, session_id: str, final_message: str = "") -> Verdict:
         session = self.session(session_id)
         with session.lock:
+            if session.closed:
+                raise KeyError(session_id)
+            session.touched = time.monotonic()
             used = [c["tool"] for c in session.calls if c["tool"] in self.forbidden]
             try:
                 verdict = Verdict.coerce(self.verify(session.state, session.task, list(session.calls), final_message))
@@ -157,7 +187,9 @@ class ResourcesServer:
             session = self._sessions.pop(session_id, None)
         if session is None:
             raise KeyError(session_id)
-        self.release(session.state)
+        with session.lock:  # a tool call in flight finishes first; none starts after
+            session.closed = True
+            self.release(session.state)
 
     @property
     def open_sessions(self) -> int:
@@ -187,12 +219,48 @@ class CloseRequest(_Strict):
     session_id: str
 
 
-def create_app(server: ResourcesServer) -> Any:
-    """A FastAPI app serving `server`."""
+MAX_BODY_BYTES = 1 << 20
+
+
+class _Guard:
+    """ASGI wrapper: a request without the run's bearer token is 401; a body over the limit 413."""
+
+    def __init__(self, app: Any, token: str | None, max_body: int) -> None:
+        self.app, self.token, self.max_body = app, token, max_body
+        self.state = app.state
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            headers = dict(scope.get("headers") or [])
+            if self.token and not secrets.compare_digest(
+                headers.get(b"authorization", b""), f"Bearer {self.token}".encode()
+            ):
+                return await _answer(send, 401, "missing or wrong bearer token for this resources server")
+            length = headers.get(b"content-length")
+            if length is not None and (not length.isdigit() or int(length) > self.max_body):
+                return await _answer(send, 413, f"request bodies are at most {self.max_body} bytes")
+        await self.app(scope, receive, send)
+
+
+async def _answer(send: Any, status: int, detail: str) -> None:
+    import json
+
+    body = json.dumps({"detail": detail}).encode()
+    await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", b"application/json")]})
+    await send({"type": "http.response.body", "body": body})
+
+
+def create_app(server: ResourcesServer, token: str | None = None, max_body_bytes: int = MAX_BODY_BYTES) -> Any:
+    """A FastAPI app serving `server`; with `token`, every request must carry it as a bearer token."""
     from fastapi import FastAPI, HTTPException
 
     app = FastAPI(title=type(server).__name__)
     app.state.server = server
+    _routes(app, server, HTTPException)
+    return _Guard(app, token, max_body_bytes)
+
+
+def _routes(app: Any, server: ResourcesServer, HTTPException: Any) -> None:
 
     def unknown(session_id: str) -> HTTPException:
         return HTTPException(404, f"unknown or closed session {session_id[:8]}…; seed a session first")
@@ -232,5 +300,3 @@ def create_app(server: ResourcesServer) -> Any:
         except KeyError:
             raise unknown(body.session_id) from None
         return {"closed": True}
-
-    return app
