@@ -55,15 +55,20 @@ def atomic_write_json(path: Path, data: Any, *, durable: bool = True) -> None:
     atomic_write_text(path, json.dumps(data, indent=2, default=str) + "\n", durable=durable)
 
 
-def read_jsonl(path: Path, error: type[RlvrError] = RlvrError) -> Iterator[tuple[int, Any]]:
-    """(line number, value) for every non-empty line; `error` names the file and line."""
+def read_jsonl(
+    path: Path, error: type[RlvrError] = RlvrError, max_line: int | None = None
+) -> Iterator[tuple[int, Any]]:
+    """(line number, value) for every non-empty line; `error` names the file and line. A line
+    longer than `max_line` characters is refused before it is parsed."""
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except UnicodeDecodeError as exc:
-        raise error(f"{path}: not UTF-8 text ({exc.reason})") from None
+        raise error(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
+        if max_line is not None and len(line) > max_line:
+            raise error(f"{path}:{number}: a line of {len(line):,} characters (at most {max_line:,})")
         try:
             yield number, json.loads(line)
         except json.JSONDecodeError as exc:

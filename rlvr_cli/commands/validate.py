@@ -21,8 +21,10 @@ def expand(paths: list[Path]) -> tuple[list[Path], list[str]]:
     problems: list[str] = []
     for path in paths:
         if path.is_dir():
-            found = sorted({p for pattern in PATTERNS for p in path.rglob(pattern) if p.is_file()})
-            if not found:
+            matches = sorted({p for pattern in PATTERNS for p in path.rglob(pattern)})
+            found = [p for p in matches if p.is_file()]
+            problems += [f"{p}: not a regular file (a dangling link, a pipe, ...)" for p in matches if not p.is_file()]
+            if not matches:
                 problems.append(f"{path}: no *.rlvr.yaml file in this folder")
             files.extend(found)
         elif path.is_file():
@@ -51,8 +53,11 @@ def run_validate(paths: list[Path], fmt: str, *, deep: bool, strict: bool) -> in
     for path, problem in _readable(files):
         if problem:
             problems.append(f"{path}: cannot be read ({problem})")
-        else:
+            continue
+        try:
             results.append(check_file(path, deep=deep))
+        except OSError as exc:  # opens but cannot be read (e.g. /proc/self/mem)
+            problems.append(f"{path}: cannot be read ({exc.strerror or exc})")
     report = REPORTERS[fmt](results, use_color() and fmt == "text")
     if report:
         print(report)
@@ -67,6 +72,12 @@ def run_validate(paths: list[Path], fmt: str, *, deep: bool, strict: bool) -> in
     return EXIT_INVALID if failed or (strict and warned) else EXIT_OK
 
 
+def _path(text: str) -> Path:
+    if not text.strip():  # Path("") is the current folder: an empty argument must not validate it
+        raise argparse.ArgumentTypeError("an empty path names no contract")
+    return Path(text)
+
+
 def parser() -> argparse.ArgumentParser:
     """The one definition of validate's options (argparse: it runs on every commit, so no
     framework import is paid before the first contract is read)."""
@@ -76,7 +87,7 @@ def parser() -> argparse.ArgumentParser:
         "with --strict), 2 usage error or unreadable path, 3 internal error.",
     )
     p.add_argument(
-        "paths", nargs="+", type=Path, metavar="PATH", help="contract files, or folders searched for *.rlvr.yaml"
+        "paths", nargs="+", type=_path, metavar="PATH", help="contract files, or folders searched for *.rlvr.yaml"
     )
     p.add_argument("--format", "-f", choices=sorted(REPORTERS), default="text", help="report format")
     p.add_argument(

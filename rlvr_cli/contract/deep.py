@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import ast
 import json
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 from rlvr_cli.contract import lock
 from rlvr_cli.contract.diagnostics import Finding, error
 from rlvr_cli.contract.models import Contract
-from rlvr_cli.contract.tasks import duplicate_ids, task_problem
+from rlvr_cli.contract.tasks import MAX_ROW_BYTES, duplicate_ids, task_problem
 from rlvr_cli.files import sha256_file
 
 
@@ -149,10 +150,18 @@ def _file_hash(folder: Path, rel: str, sha: str | None, where: tuple) -> Iterato
 
 def _jsonl(path: Path, where: tuple, hint_field: str | None, out: list[tuple[int, dict]]) -> Iterator[Finding]:
     rows = 0
-    with path.open(encoding="utf-8", errors="replace") as fh:
-        for number, line in enumerate(fh, 1):
+    with path.open("rb") as fh:
+        for number, raw in enumerate(fh, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                yield error("RLV901", (*where, "path"), f"{path.name} line {number}: not UTF-8 (byte {exc.start})")
+                return
             if not line.strip():
                 continue
+            if len(line) > MAX_ROW_BYTES:
+                yield error("RLV901", (*where, "path"), f"{path.name} line {number}: over {MAX_ROW_BYTES:,} characters")
+                return
             problem = _task_problem(line)
             if problem:
                 yield error("RLV901", (*where, "path"), f"{path.name} line {number}: {problem}")
@@ -184,6 +193,9 @@ def _verifier(c: Contract, folder: Path) -> Iterator[Finding]:
         return
     module, function = spec.split(":", 1)
     where = ("environment", "verifier")
+    if module.split(".")[0] in sys.stdlib_module_names:
+        yield error("RLV901", where, f"'{module}' is a standard-library module; the verifier is your own code")
+        return
     candidates = [folder / f"{module.replace('.', '/')}.py", folder / module.replace(".", "/") / "__init__.py"]
     path = next((p for p in candidates if p.is_file()), None)
     if path is None:

@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from rlvr_cli.contract import deep as deep_checks
-from rlvr_cli.contract import rules, waivers, yaml12
+from rlvr_cli.contract import rules, rules_data, waivers, yaml12  # noqa: F401 - rules_data registers its rules
 from rlvr_cli.contract.diagnostics import ContractError, Diagnostic, Finding, dotted
 from rlvr_cli.contract.models import Contract
 

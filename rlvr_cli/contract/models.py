@@ -227,17 +227,17 @@ class Schedule(Section):
 
 
 class Hyperparameters(Section):
-    group_size: Int = Field(description="Samples per prompt (≥ 2).")
-    prompts_per_step: Int = Field(ge=1, description="Prompts (groups) per optimizer batch.")
+    group_size: Int = Field(le=4096, description="Samples per prompt (≥ 2).")
+    prompts_per_step: Int = Field(ge=1, le=1_000_000, description="Prompts (groups) per optimizer batch.")
     micro_batch_sequences: PositiveInt | None = Field(
         None, description="Sequences per forward/backward; must divide prompts_per_step · group_size."
     )
-    updates_per_batch: Int = Field(ge=1, description="Optimizer passes over one rollout batch.")
+    updates_per_batch: Int = Field(ge=1, le=1024, description="Optimizer passes over one rollout batch.")
     max_policy_lag: Int = Field(ge=0, description="How many optimizer steps old a rollout may be.")
     sampling: Sampling = Field(description="How responses are sampled.")
     optimizer: Optimizer = Field(description="The optimizer and its settings.")
     schedule: Schedule | None = Field(None, description="The learning-rate schedule (constant when absent).")
-    max_steps: Int = Field(ge=1, description="Optimizer batches in the run.")
+    max_steps: Int = Field(ge=1, le=100_000_000, description="Optimizer batches in the run.")
     seed: Int = Field(ge=0, description="Seeds sampling, shuffling and initialisation.")
     precision: Literal["fp32", "bf16", "fp16"] = Field(description="Weights and compute dtype (fp16 needs a GPU).")
 
@@ -326,8 +326,8 @@ class DynamicSampling(Section):
 class Length(Section):
     """What counts as an answer."""
 
-    max_prompt_tokens: Int = Field(ge=1, description="Longest prompt in tokens.")
-    max_response_tokens: Int = Field(ge=1, description="Longest response in tokens.")
+    max_prompt_tokens: Int = Field(ge=1, le=10_000_000, description="Longest prompt in tokens.")
+    max_response_tokens: Int = Field(ge=1, le=10_000_000, description="Longest response in tokens.")
     prompt_truncation: Literal["left", "error"] = Field(
         description="A longer prompt is cut on the left or refused; the generation prompt is never cut."
     )

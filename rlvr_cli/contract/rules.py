@@ -33,7 +33,7 @@ def run_all(contract: Contract, folder: Path) -> list[Finding]:
     return [finding for check in RULES for finding in check(contract, folder)]
 
 
-def _same_path(a: str, b: str) -> bool:
+def same_path(a: str, b: str) -> bool:
     return os.path.normpath(a) == os.path.normpath(b)
 
 
@@ -93,7 +93,7 @@ def rlv102_reference_is_policy(c: Contract, _: Path) -> Iterator[Finding]:
     ref, policy = c.artifacts.reference, c.artifacts.policy
     if ref is None or ref.same_as_policy:
         return
-    same_files = ref.path is not None and policy.path is not None and _same_path(ref.path, policy.path)
+    same_files = ref.path is not None and policy.path is not None and same_path(ref.path, policy.path)
     same_hub = ref.id is not None and (ref.id, ref.revision) == (policy.id, policy.revision)
     if same_files or same_hub:
         yield warning(
@@ -208,93 +208,6 @@ def rlv303_policy_lag(c: Contract, _: Path) -> Iterator[Finding]:
             ("hyperparameters", "updates_per_batch"),
             f"updates_per_batch = {hp.updates_per_batch} trains on rollouts up to {lag} optimizer steps old, "
             f"more than max_policy_lag = {hp.max_policy_lag}",
-        )
-
-
-# ── RLV4xx: data ──────────────────────────────────────────────────────────────────────
-
-
-@rule
-def rlv401_hints_need_sealed_eval(c: Contract, _: Path) -> Iterator[Finding]:
-    hints = c.data.hints
-    if hints is None or not hints.used:
-        return
-    if hints.leak_check is not True:
-        yield error(
-            "RLV401",
-            ("data", "hints"),
-            "hints.used is true without 'leak_check: true'; assisted rollouts need a "
-            "leak check against the hint-free sealed_eval",
-        )
-    if hints.source and _same_path(hints.source, c.data.splits.sealed_eval.path):
-        yield error(
-            "RLV401",
-            ("data", "hints", "source"),
-            "hints come from the sealed_eval split, so sealed_eval is not hint-free",
-        )
-
-
-@rule
-def rlv402_dedup_before_split(c: Contract, _: Path) -> Iterator[Finding]:
-    if c.data.dedup.stage != "before_split":
-        yield error(
-            "RLV402",
-            ("data", "dedup", "stage"),
-            f"dedup.stage is {c.data.dedup.stage}; deduplicate before splitting or near-copies leak across splits",
-        )
-
-
-@rule
-def rlv403_distinct_splits(c: Contract, _: Path) -> Iterator[Finding]:
-    names = ("train", "holdout", "sealed_eval")
-    seen: dict[str, str] = {}
-    for name in names:
-        path = os.path.normpath(getattr(c.data.splits, name).path)
-        if path in seen:
-            yield error(
-                "RLV403", ("data", "splits", name, "path"), f"splits.{name} is the same file as splits.{seen[path]}"
-            )
-        else:
-            seen[path] = name
-
-
-@rule
-def rlv404_source_provenance(c: Contract, _: Path) -> Iterator[Finding]:
-    for i, source in enumerate(c.data.sources):
-        missing = [k for k in ("license", "consent") if getattr(source, k) is None]
-        if missing:
-            yield warning("RLV404", ("data", "sources", i), f"source '{source.name}' lacks {' and '.join(missing)}")
-
-
-# ── RLV5xx: length ────────────────────────────────────────────────────────────────────
-
-
-@rule
-def rlv501_penalty_value(c: Contract, _: Path) -> Iterator[Finding]:
-    if c.length.on_truncated == "penalize" and c.length.truncation_penalty is None:
-        yield error("RLV501", ("length", "on_truncated"), "on_truncated is penalize but truncation_penalty is missing")
-
-
-@rule
-def rlv502_dynamic_sampling_logs(c: Contract, _: Path) -> Iterator[Finding]:
-    ds = c.length.dynamic_sampling
-    if ds is not None and ds.drop_uniform_groups and not ds.log_by:
-        yield error(
-            "RLV502",
-            ("length", "dynamic_sampling"),
-            "drop_uniform_groups changes the training distribution; name 'log_by' "
-            "fields (e.g. [domain, difficulty]) so acceptance rates are recorded",
-        )
-
-
-@rule
-def rlv503_packing_isolation(c: Contract, _: Path) -> Iterator[Finding]:
-    packing = c.length.packing
-    if packing is not None and packing.enabled and not packing.isolate_episodes:
-        yield error(
-            "RLV503",
-            ("length", "packing", "isolate_episodes"),
-            "packed episodes must not attend to each other; set isolate_episodes: true",
         )
 
 

@@ -14,6 +14,8 @@ from typing import Any
 from rlvr_cli.errors import RlvrError
 from rlvr_cli.files import read_jsonl
 
+MAX_ROW_BYTES = 1 << 20  # a task row over 1 MiB is refused before anything tokenizes it
+
 
 def task_problem(row: Any) -> str | None:
     """Why `row` is not a task, or None when it is one."""
@@ -22,8 +24,17 @@ def task_problem(row: Any) -> str | None:
     missing = [k for k in ("id", "prompt") if k not in row]
     if missing:
         return f"task lacks {' and '.join(missing)}"
-    if not isinstance(row["prompt"], (str, list)):
+    if not isinstance(row["id"], (str, int)) or isinstance(row["id"], bool):
+        return "id must be a string or an integer"
+    prompt = row["prompt"]
+    if not isinstance(prompt, (str, list)):
         return "prompt must be a string or a list of chat messages"
+    if isinstance(prompt, list):
+        for i, message in enumerate(prompt):
+            if not (isinstance(message, dict) and isinstance(message.get("role"), str)):
+                return f"prompt[{i}] must be a chat message {{role, content}}"
+            if not isinstance(message.get("content"), str) and not message.get("tool_calls"):
+                return f"prompt[{i}].content must be a string"
     return None
 
 
@@ -32,7 +43,7 @@ def read_split(path: Path, name: str) -> list[dict[str, Any]]:
     if not path.is_file():
         raise RlvrError(f"data split {name} ({path}) does not exist")
     tasks = []
-    for number, row in read_jsonl(path):
+    for number, row in read_jsonl(path, max_line=MAX_ROW_BYTES):
         problem = task_problem(row)
         if problem:
             raise RlvrError(f"{path}:{number}: {problem}")

@@ -43,7 +43,9 @@ def import_entry(spec: str, folder: Path) -> Any:
 
 
 def resolve(spec: str, folder: Path) -> Callable[[dict, str], Any]:
-    """A verifier `module:function`."""
+    """A verifier `module:function` (never one from the standard library: `os:system` is not a verifier)."""
+    if spec.partition(":")[0].split(".")[0] in sys.stdlib_module_names:
+        raise AttributeError(f"{spec} is in the standard library; the verifier is your own code")
     fn = import_entry(spec, folder)
     if not callable(fn):
         raise AttributeError(f"{spec} is not a function")

@@ -17,7 +17,7 @@ def test_contract_reference_lists_every_key_of_the_schema() -> None:
 
 
 def test_rules_reference_is_generated_from_the_code_table() -> None:
-    assert (ROOT / "docs" / "rules.md").read_text() == markdown(), "regenerate docs/rules.md from rlvr_cli/codes.py"
+    assert (ROOT / "docs" / "rules.md").read_text() == markdown(), "regenerate docs/rules.md from rlvr_cli/codes.yaml"
 
 
 def test_every_code_the_code_reports_is_documented() -> None:
