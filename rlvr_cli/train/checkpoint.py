@@ -88,6 +88,7 @@ def save_checkpoint(setup: Setup, state: TrainState, run: RunFolder, contract_pa
         "verifier": contract.artifacts.verifier.model_dump(),
         "lock_sha256": _lock_hash(contract, contract_path),
         "world_size": setup.world,
+        "metrics_sha256": sha256_file(run.metrics) if run.metrics.is_file() else None,
     }
     (tmp / "trainer.json").write_text(json.dumps(meta, indent=1, default=str), encoding="utf-8")
     sums = {p.relative_to(tmp).as_posix(): sha256_file(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
@@ -129,7 +130,9 @@ def verify(path: Path) -> None:
 
 
 def load_latest(setup: Setup, run: RunFolder, contract_path: Path) -> TrainState:
-    """Restore the newest complete checkpoint into the setup's models; returns its state."""
+    """Restore the newest complete checkpoint into the setup's models; returns its state. The
+    metrics log is cut back to the checkpoint's step and must then be what it was when the
+    checkpoint was written (its sha256 is in the checkpoint)."""
     clear_interrupted(run.checkpoints)
     found = run.complete_checkpoints()
     if not found:
@@ -149,7 +152,20 @@ def load_latest(setup: Setup, run: RunFolder, contract_path: Path) -> TrainState
     setup.optimizer.load_state_dict(blob["optimizer"])
     setup.scheduler.load_state_dict(blob["scheduler"])
     set_rng_state(blob["rng"])
-    return TrainState.from_json(meta, len(setup.train_tasks))
+    state = TrainState.from_json(meta, len(setup.train_tasks))
+    if setup.main:
+        _restore_metrics(run, state.step, meta.get("metrics_sha256"), path.name)
+    return state
+
+
+def _restore_metrics(run: RunFolder, step: int, expected: str | None, name: str) -> None:
+    run.truncate_metrics(step)
+    found = sha256_file(run.metrics) if run.metrics.is_file() else None
+    if expected is not None and found != expected:
+        raise RlvrError(
+            f"metrics.jsonl up to checkpoint {name} is not what the run wrote (its sha256 differs); "
+            "restore it, or start a new run"
+        )
 
 
 def _refuse_changes(setup: Setup, meta: dict[str, Any], path: Path, contract_path: Path) -> None:

@@ -269,3 +269,14 @@ def test_without_the_train_extra_commands_say_what_to_install(quick: Path, strai
     assert shown.code == 0 and "finished" in shown.stdout
     report = rlvr("report", straight, "--out", tmp_path / "r.html", env=env)
     assert report.code == 0, report.stderr[-2000:]
+
+
+def test_an_edited_metrics_log_is_caught_on_resume(experiment: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    assert rlvr("train", experiment / CONTRACT, "--run-dir", run_dir, "--max-steps", "2", timeout=300).code == 0
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    row = json.loads(lines[0])
+    row["reward_mean"] = 0.99  # a prettier curve
+    (run_dir / "metrics.jsonl").write_text("\n".join([json.dumps(row), *lines[1:]]) + "\n")
+    resumed = rlvr("train", experiment / CONTRACT, "--run-dir", run_dir, "--max-steps", "3", "--resume", timeout=300)
+    assert resumed.code == 1 and "metrics.jsonl up to checkpoint step-2" in resumed.stderr
