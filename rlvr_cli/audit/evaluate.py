@@ -41,8 +41,7 @@ def evaluate(
     model = AutoModelForCausalLM.from_pretrained(policy_folder(policy), local_files_only=True).eval()
     tok = renderer.tokenizer
     prompts = [renderer.prompt_ids(messages_of(t)) for t in tasks]
-    env = contract.environment
-    with VerifierPool(env.verifier, folder, env.timeout_s) as pool:  # type: ignore[arg-type]
+    with VerifierPool.for_contract(contract, folder) as pool:
         rows = answer_and_score(
             contract,
             model,

@@ -209,8 +209,7 @@ def audit_single_turn(contract: Contract, folder: Path, candidates: list[Candida
     tasks = all_tasks(contract, folder)
     todo = candidates + single_turn_arms(list(tasks.values())[:limit])
     report = AuditReport()
-    env = contract.environment
-    with VerifierPool(env.verifier, folder, env.timeout_s) as pool:  # type: ignore[arg-type]
+    with VerifierPool.for_contract(contract, folder) as pool:
         items = [(resolve_task(c.task, tasks), c.response or "") for c in todo]
         for candidate, (task, response), (verdict, _) in zip(todo, items, pool.verify_many(items), strict=True):
             got, reward = judge(contract, verdict)

@@ -140,6 +140,11 @@ class Environment(Section):
         None, description="Tools whose use fails the episode whatever the final state."
     )
     timeout_s: float = Field(gt=0, description="Wall-clock bound for one verification.")
+    memory_mb: PositiveInt | None = Field(
+        None,
+        description="Memory the verifier may allocate beyond what it holds once loaded (MiB); "
+        "over it, the verdict is verifier_error. None: no limit of rlvr's own.",
+    )
 
 
 # ── objective ─────────────────────────────────────────────────────────────────────────

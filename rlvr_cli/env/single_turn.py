@@ -63,10 +63,27 @@ def _isolate() -> None:
     sys.stdout = sys.stderr
 
 
-def _worker(spec: str, folder: str, conn: Any) -> None:  # runs in the child process
+def _limit_memory(extra_mb: int | None) -> None:
+    """Cap the address space at what the loaded verifier holds plus `extra_mb`: a verifier that
+    allocates past it gets MemoryError (a verifier_error verdict), not the machine's memory."""
+    if extra_mb is None:
+        return
+    import resource
+
+    held = next(
+        int(line.split()[1])
+        for line in Path("/proc/self/status").read_text().splitlines()
+        if line.startswith("VmSize:")
+    )
+    limit = held * 1024 + extra_mb * (1 << 20)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+def _worker(spec: str, folder: str, conn: Any, memory_mb: int | None = None) -> None:  # runs in the child process
     _isolate()
     try:
         fn = resolve(spec, Path(folder))
+        _limit_memory(memory_mb)
     except Exception as exc:
         conn.send(("load_error", f"{type(exc).__name__}: {exc}"))
         return
@@ -93,12 +110,18 @@ def _call(fn: Callable[[dict, str], Any], task: dict, response: str) -> tuple[st
 class VerifierPool:
     """One worker process, restarted after a timeout; `verify` is called from the trainer."""
 
-    def __init__(self, spec: str, folder: Path, timeout_s: float) -> None:
-        self.spec, self.folder, self.timeout_s = spec, folder, timeout_s
+    def __init__(self, spec: str, folder: Path, timeout_s: float, memory_mb: int | None = None) -> None:
+        self.spec, self.folder, self.timeout_s, self.memory_mb = spec, folder, timeout_s, memory_mb
         self._ctx = mp.get_context("spawn")
         self._proc: Any = None
         self._conn: Any = None
         self._seq = 0  # each batch's number: an answer that does not carry it is not trusted
+
+    @classmethod
+    def for_contract(cls, contract: Any, folder: Path) -> VerifierPool:
+        """The pool of a single_turn contract's `environment.verifier`, with its limits."""
+        env = contract.environment
+        return cls(env.verifier, folder, env.timeout_s, env.memory_mb)
 
     def __enter__(self) -> VerifierPool:
         self._start()
@@ -109,7 +132,8 @@ class VerifierPool:
 
     def _start(self) -> None:
         parent, child = self._ctx.Pipe()
-        self._proc = self._ctx.Process(target=_worker, args=(self.spec, str(self.folder), child), daemon=True)
+        args = (self.spec, str(self.folder), child, self.memory_mb)
+        self._proc = self._ctx.Process(target=_worker, args=args, daemon=True)
         self._proc.start()
         child.close()
         self._conn = parent

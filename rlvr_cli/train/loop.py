@@ -284,7 +284,7 @@ def train(
         run.folder.write_plan(plan)
         run.status("running", max_steps=steps)
     try:
-        with VerifierPool(contract.environment.verifier, setup.folder, contract.environment.timeout_s) as pool:  # type: ignore[arg-type]
+        with VerifierPool.for_contract(contract, setup.folder) as pool:
             return run_steps(run, pool, progress)
     except InvalidVerdictStop as exc:
         run.status("aborted", reason=str(exc))

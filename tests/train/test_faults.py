@@ -280,3 +280,60 @@ def test_an_edited_metrics_log_is_caught_on_resume(experiment: Path, tmp_path: P
     (run_dir / "metrics.jsonl").write_text("\n".join([json.dumps(row), *lines[1:]]) + "\n")
     resumed = rlvr("train", experiment / CONTRACT, "--run-dir", run_dir, "--max-steps", "3", "--resume", timeout=300)
     assert resumed.code == 1 and "metrics.jsonl up to checkpoint step-2" in resumed.stderr
+
+
+def test_a_verifier_that_allocates_too_much_is_a_verifier_error(experiment: Path) -> None:
+    verifier = experiment / "verifier.py"
+    hog = "    if task['id'] == HOG:\n        block = bytearray(4 << 30)\n    text = response.strip()"
+    text = verifier.read_text().replace("    text = response.strip()", hog)
+    first = json.loads((experiment / "data" / "train.jsonl").read_text().splitlines()[0])["id"]
+    verifier.write_text(
+        text.replace("from rlvr_cli.env import Verdict", f"from rlvr_cli.env import Verdict\n\nHOG = {first!r}")
+    )
+    candidates = experiment / "hog.yaml"
+    candidates.write_text(
+        f"candidates:\n  - {{name: hog, task: {json.dumps(first)}, kind: correct, expected: accept, response: '1'}}\n"
+    )
+    audited = rlvr("audit", "verifier", experiment / CONTRACT, "--candidates", candidates, "--format", "json")
+    outcomes = json.loads(audited.stdout)["outcomes"]
+    hogged = [o for o in outcomes if o["task"] == first and o["name"] == "hog"]
+    assert audited.code == 1 and hogged, audited.stderr[-2000:]  # a false reject, with its reason
+    assert hogged[0]["verdict"]["status"] == "verifier_error" and "MemoryError" in hogged[0]["verdict"]["detail"]
+
+
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        ("    import os\n    os._exit(3)", "exited with code 3"),
+        ("    import os, signal\n    os.kill(os.getpid(), signal.SIGKILL)", "killed by signal SIGKILL"),
+        ("    return {'status': 'ok', 'reward': True, 'components': {'correct': 1.0}}", "finite reward, got True"),
+    ],
+)
+def test_a_dying_or_lying_verifier_is_named_in_its_verdict(experiment: Path, body: str, words: str) -> None:
+    verifier = experiment / "verifier.py"
+    verifier.write_text(
+        verifier.read_text().replace("    text = response.strip()", body + "\n    text = response.strip()")
+    )
+    audited = rlvr("audit", "verifier", experiment / CONTRACT, "--format", "json", "--tasks", "1", timeout=120)
+    details = [o["verdict"]["detail"] or "" for o in json.loads(audited.stdout)["outcomes"]]
+    assert audited.code == 1 and any(words in d for d in details), details
+
+
+def test_children_of_the_verifier_die_with_it(experiment: Path, tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    child = "subprocess.Popen(['sleep', '300']).pid"
+    spawn = f"    import subprocess\n    open({str(pids)!r}, 'a').write(str({child}) + '\\n')"
+    verifier = experiment / "verifier.py"
+    verifier.write_text(
+        verifier.read_text().replace("    text = response.strip()", spawn + "\n    text = response.strip()")
+    )
+    assert rlvr("audit", "verifier", experiment / CONTRACT, "--tasks", "1", timeout=120).code == 0
+    alive = []
+    for pid in map(int, pids.read_text().split()):
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().split()[2]
+        except FileNotFoundError:
+            continue
+        if state != "Z":  # a zombie is dead, only not yet reaped
+            alive.append(pid)
+    assert pids.read_text() and alive == []
