@@ -337,3 +337,39 @@ def test_children_of_the_verifier_die_with_it(experiment: Path, tmp_path: Path) 
         if state != "Z":  # a zombie is dead, only not yet reaped
             alive.append(pid)
     assert pids.read_text() and alive == []
+
+
+INJECT = """
+    import gc, multiprocessing.connection
+    for conn in [o for o in gc.get_objects() if isinstance(o, multiprocessing.connection.Connection)]:
+        conn.send(("ok", ("ok", 1.2, {"correct": 1.0, "format": 1.0}, None)))  # a forged 'correct'
+"""
+
+
+def test_a_verifier_writing_into_the_pipe_cannot_shift_verdicts(experiment: Path) -> None:
+    verifier = experiment / "verifier.py"
+    verifier.write_text(
+        verifier.read_text().replace("    text = response.strip()", INJECT + "    text = response.strip()")
+    )
+    audited = rlvr("audit", "verifier", experiment / CONTRACT, "--format", "json", "--tasks", "2", timeout=120)
+    outcomes = json.loads(audited.stdout)["outcomes"]
+    forged = [o for o in outcomes if o["expected"] == "reject" and o["got"] == "accept"]
+    assert forged == []  # no wrong answer was accepted on a forged verdict
+    assert any("out of order" in (o["verdict"]["detail"] or "") for o in outcomes)
+
+
+def test_any_finite_reward_is_the_verifiers_word_and_recorded_as_such(experiment: Path, tmp_path: Path) -> None:
+    """Pinned limit (docs/security.md): rlvr does not bound component values; a component of 7 is
+    used as 7, and the verifier's own `reward` is recorded beside the contract's weighted sum."""
+    verifier = experiment / "verifier.py"
+    seven = "    return {'status': 'ok', 'reward': 7.0, 'components': {'correct': 7.0, 'format': 1.0}}\n"
+    verifier.write_text(
+        verifier.read_text().replace("    text = response.strip()", seven + "    text = response.strip()")
+    )
+    run_dir = tmp_path / "run"
+    assert rlvr("train", experiment / CONTRACT, "--run-dir", run_dir, "--max-steps", "1", timeout=300).code == 0
+    import pyarrow.parquet as pq
+
+    manifest = json.loads((run_dir / "records" / "manifest.json").read_text())["shards"]
+    rows = pq.read_table(run_dir / "records" / manifest[0]["file"]).to_pylist()
+    assert {(r["reward"], r["verifier_reward"]) for r in rows} == {(7.0 * 1.0 + 0.2 * 1.0, 7.0)}
