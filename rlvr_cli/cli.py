@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
+import typer.core
 
 from rlvr_cli import __version__
 from rlvr_cli.errors import guard
@@ -29,7 +30,18 @@ def _version(value: bool) -> None:
         raise typer.Exit(0)
 
 
+class _ExperimentOrder(typer.core.TyperGroup):
+    """`rlvr --help` lists the commands in the order of an experiment, not alphabetically."""
+
+    ORDER = ("init", "validate", "lock", "render", "audit", "train", "status", "gate", "report", "plan", "schema")
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        names = super().list_commands(ctx)
+        return sorted(names, key=lambda n: self.ORDER.index(n) if n in self.ORDER else len(self.ORDER))
+
+
 app = typer.Typer(
+    cls=_ExperimentOrder,
     name="rlvr",
     help="Reinforcement learning with verifiable rewards, run exactly as the contract says.",
     no_args_is_help=True,

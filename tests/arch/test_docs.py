@@ -40,3 +40,13 @@ def test_docs_cite_only_files_in_the_repository() -> None:
         text = path.read_text()
         for name in ("CONTRACT.md", "ARCHITECTURE.md", "STYLE.md"):
             assert name not in text, f"{path} cites {name}, which is not in the repository"
+
+
+def test_help_lists_commands_in_the_order_of_an_experiment_and_version_is_printed() -> None:
+    shown = rlvr("--help").stdout
+    order = ["init", "validate", "lock", "render", "audit", "train", "status", "gate", "report", "plan", "schema"]
+    positions = [shown.index(f"\n  {name} ") for name in order]
+    assert positions == sorted(positions)
+    from rlvr_cli import __version__
+
+    assert rlvr("--version").stdout.strip() == f"rlvr {__version__}"
