@@ -42,9 +42,9 @@ def by_segment(rows: list[dict[str, Any]], key: str) -> dict[str, dict[str, floa
     return {k: {"reward_mean": _mean(v), "samples": len(v)} for k, v in sorted(groups.items())}
 
 
-def suspicious(rows: list[dict[str, Any]], prompts: dict[str, str]) -> list[dict[str, Any]]:
-    """Rewarded samples worth a human look: length outliers, prompt echoes, exploit patterns."""
-    rewarded = [r for r in rows if r["reward"] is not None and r["reward"] > 0 and r["kept"]]
+def suspicious(rows: list[dict[str, Any]], prompts: dict[str, str], best: float) -> list[dict[str, Any]]:
+    """Successes (the best reward) worth a human look: length outliers, prompt echoes, exploit patterns."""
+    rewarded = [r for r in rows if r["reward"] is not None and r["reward"] >= best - 1e-9 and r["kept"]]
     lengths = [len(r["response_ids"] or []) for r in rewarded]
     mean = statistics.fmean(lengths) if lengths else 0.0
     spread = statistics.pstdev(lengths) if len(lengths) > 1 else 0.0
@@ -81,10 +81,10 @@ def _drift(rows: list[dict[str, Any]]) -> dict[str, float | None]:
     return {"first_steps_mean_length": length(early), "last_steps_mean_length": length(late)}
 
 
-def task_prompts(run_dir: Path) -> dict[str, str]:
-    """Prompt text by task id, from the train split of the contract named in plan.json; empty
-    when that contract or its data is no longer where the run found it (a broken plan.json is
-    an error, not an empty answer)."""
+def run_contract(run_dir: Path) -> tuple[Any, dict[str, str]]:
+    """The contract named in plan.json and the train prompts by task id; (None, {}) when that
+    contract or its data is no longer where the run found it (a broken plan.json is an error,
+    not an empty answer)."""
     from rlvr_cli.contract.load import load
     from rlvr_cli.contract.tasks import read_split
 
@@ -93,8 +93,9 @@ def task_prompts(run_dir: Path) -> dict[str, str]:
         contract = load(contract_path)
         tasks = read_split(contract_path.resolve().parent / contract.data.splits.train.path, "train")
     except (OSError, RlvrError):
-        return {}
-    return {str(t["id"]): t["prompt"] if isinstance(t["prompt"], str) else json.dumps(t["prompt"]) for t in tasks}
+        return None, {}
+    prompts = {str(t["id"]): t["prompt"] if isinstance(t["prompt"], str) else json.dumps(t["prompt"]) for t in tasks}
+    return contract, prompts
 
 
 def audit(run_dir: Path) -> dict[str, Any]:
@@ -102,9 +103,12 @@ def audit(run_dir: Path) -> dict[str, Any]:
     if problems:
         return {"manifest_ok": False, "problems": problems}
     rows, metrics = load_run(run_dir)
-    prompts = task_prompts(run_dir)
+    contract, prompts = run_contract(run_dir)
+    # a success earns the best reward the contract's components allow; a format bonus alone is not one
+    best = contract.objective.reward.best if contract else max((r["reward"] or 0.0 for r in rows), default=0.0)
     statuses = Counter(r["status"] or "not_verified" for r in rows)
-    wrong = sum(1 for r in rows if r["status"] in ("ok", "format_error") and (r["reward"] or 0) <= 0)
+    valid = [r for r in rows if r["status"] in ("ok", "format_error") and r["reward"] is not None]
+    wrong = sum(1 for r in valid if r["reward"] < best - 1e-9)
     reasons = Counter(r["discard_reason"] for r in rows if not r["kept"])
     holdout = [
         (m["step"], m.get("reward_mean"), m["holdout_reward"]) for m in metrics if m.get("holdout_reward") is not None
@@ -130,7 +134,8 @@ def audit(run_dir: Path) -> dict[str, Any]:
         "hints": {"used": any(r.get("hint") for r in rows)},
         "train_vs_holdout": [{"step": s, "train_reward": t, "holdout_reward": h} for s, t, h in holdout],
         "holdout_evaluations": len(holdout),
-        "suspicious_successes": suspicious(rows, prompts),
+        "format_errors": statuses.get("format_error", 0),
+        "suspicious_successes": suspicious(rows, prompts, best),
     }
 
 
@@ -157,7 +162,8 @@ def report_text(report: dict[str, Any]) -> str:
         )
     lines.append(
         f"truncation rate {_num(report['truncation_rate'])}; verdicts {report['verdicts']}; wrong answers "
-        f"{report['wrong_answers']}, verifier errors {report['verifier_errors']}"
+        f"{report['wrong_answers']} (below the best reward; {report['format_errors']} of them format errors), "
+        f"verifier errors {report['verifier_errors']}"
     )
     lines.append(f"discarded: {report['discarded'] or 'none'}; budget spent {report['budget_spent']}")
     d = report["length_drift"]

@@ -163,12 +163,18 @@ def rlv203_unit_vs_kind(c: Contract, _: Path) -> Iterator[Finding]:
 
 @rule
 def rlv204_reference_unused(c: Contract, _: Path) -> Iterator[Finding]:
-    if c.objective.kl.coef == 0 and _has_reference(c):
+    if c.objective.kl.coef == 0 and _has_reference(c) and not kl_watched(c):
         yield warning(
             "RLV204",
             ("artifacts", "reference"),
-            "kl.coef is 0, so the reference is loaded for nothing; write 'none: <reason>' or drop it",
+            "kl.coef is 0 and no rule watches kl, so the reference is loaded for nothing; "
+            "write 'none: <reason>', drop it, or watch kl with a monitoring rule",
         )
+
+
+def kl_watched(c: Contract) -> bool:
+    """A monitoring rule watches `kl`: the reference is loaded to measure the drift."""
+    return any(r.metric == "kl" for r in c.monitoring.rules)
 
 
 # ── RLV3xx: batch shapes ──────────────────────────────────────────────────────────────
@@ -244,8 +250,8 @@ def unavailable_metric(c: Contract, metric: str) -> str | None:
     if not is_metric(metric):
         return "is not a metric rlvr produces"
     needs = next((m.needs for m in METRICS if m.name == metric), None)
-    if needs == "reference" and not (_kl_on(c) and _has_reference(c)):
-        return "needs kl.coef > 0 and a reference"
+    if needs == "reference" and not _has_reference(c):
+        return "needs a reference (artifacts.reference): KL is measured against it, with or without a penalty"
     if needs == "holdout" and c.monitoring.holdout_every is None:
         return "needs holdout evaluations (monitoring.holdout_every)"
     return None

@@ -36,6 +36,8 @@ class Sample:
     reason: str | None = None
     old_logp: list[float] = field(default_factory=list)
     advantage: float = 0.0
+    revision: int = 0  # optimizer steps of the weights that sampled it
+    lag: int | None = None  # optimizer steps between those weights and the last ones it trained (None: untrained)
 
     @property
     def valid(self) -> bool:

@@ -36,6 +36,7 @@ class RecordRow:
     session_id: str = _col("string")
     parent_session_id: str | None = _col("string")
     policy_revision: int = _col("int64")
+    policy_lag: int | None = _col("int64")
     prompt_ids: list[int] = _col("list<int32>")
     response_ids: list[int] = _col("list<int32>")
     loss_mask: list[int] = _col("list<int8>")
@@ -58,6 +59,7 @@ class RecordRow:
     difficulty: str | None = _col("string")
     split: str = _col("string")
     verify_seconds: float = _col("float64")
+    verifier: str | None = _col("string")
 
 
 COLUMNS: tuple[tuple[str, str], ...] = tuple((f.name, f.metadata["arrow"]) for f in fields(RecordRow))

@@ -60,7 +60,7 @@ def acceptance_by(contract: Contract, result: StepResult) -> dict[str, float]:
     return out
 
 
-def record_rows(contract: Contract, step: int, revision: int, samples: list[Sample]) -> list[RecordRow]:
+def record_rows(contract: Contract, step: int, verifier: str, samples: list[Sample]) -> list[RecordRow]:
     run = contract.name
     sampling = json.dumps(contract.hyperparameters.sampling.model_dump())
     return [
@@ -73,7 +73,8 @@ def record_rows(contract: Contract, step: int, revision: int, samples: list[Samp
             sample=s.index,
             session_id=f"{run}/{step}/{s.group}/{s.index}",
             parent_session_id=None,
-            policy_revision=revision,
+            policy_revision=s.revision,
+            policy_lag=s.lag,
             prompt_ids=s.prompt_ids,
             response_ids=s.response_ids,
             loss_mask=s.mask,
@@ -96,6 +97,7 @@ def record_rows(contract: Contract, step: int, revision: int, samples: list[Samp
             difficulty=_str(s.task.get("difficulty")),
             split="train",
             verify_seconds=s.verify_seconds,
+            verifier=verifier,
         )
         for s in samples
     ]

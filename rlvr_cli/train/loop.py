@@ -70,6 +70,7 @@ def train_step(
     """One step: sample and verify groups, compute advantages, update the policy, measure."""
     started = time.perf_counter()
     result = rollout.collect(setup, state, prompts, pool)  # rollout → score
+    update.sampling_logprobs(setup, [s for s in result.generated if not s.kept])  # before the weights move
     kept = sum(s.kept for group in result.accepted for s in group)
     start = time.perf_counter()
     learned = update.learn(setup, state, result.accepted) if dist.total(float(kept)) else {}  # advantages → update
@@ -81,13 +82,11 @@ def train_step(
     metrics = StepMetrics(state.step)  # log
     metrics.update(rollout_metrics(setup.contract, result))
     metrics.update(learned)
-    _count(state, metrics, result, time.perf_counter() - started, setup.contract.hyperparameters.updates_per_batch)
+    _count(state, metrics, result, time.perf_counter() - started)
     return metrics, result.generated
 
 
-def _count(
-    state: TrainState, metrics: StepMetrics, result: rollout.StepResult, wall: float, updates_per_batch: int
-) -> None:
+def _count(state: TrainState, metrics: StepMetrics, result: rollout.StepResult, wall: float) -> None:
     """Timing, throughput and the running totals the budget is checked against."""
     generated_tokens = sum(len(s.response_ids) for s in result.generated)
     state.totals["rollouts"] += len(result.generated)
@@ -97,7 +96,6 @@ def _count(
     metrics.update({f"total_{k}": float(v) for k, v in state.totals.items()})
     metrics.tokens_per_s = generated_tokens / max(wall, 1e-9)
     metrics.step_seconds = wall
-    metrics.policy_lag = float(updates_per_batch - 1)
 
 
 def run_steps(run: Run, pool: VerifierPool, progress: Progress) -> int:
@@ -108,7 +106,7 @@ def run_steps(run: Run, pool: VerifierPool, progress: Progress) -> int:
         while state.step < run.steps:
             metrics, generated = train_step(setup, state, run.prompts, pool)
             if run.records is not None and state.step > run.records.last_step:  # a redone step is not written twice
-                run.records.append(record_rows(run.contract, state.step, state.optimizer_steps, generated), state.step)
+                run.records.append(record_rows(run.contract, state.step, setup.verifier_id, generated), state.step)
             holdout(run, pool, metrics)
             row = metrics.row()
             if setup.main:

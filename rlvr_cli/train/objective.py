@@ -234,8 +234,8 @@ def policy_loss(
     loss = pg_loss
     m = mask.to(logp.dtype)
     kl_sum = entropy_sum = 0.0
-    if ref_logp is not None and kl.estimator is not None:
-        kl_tok = kl_estimate(logp, ref_logp, kl.estimator)  # (B, T)
+    if ref_logp is not None:  # measured whenever a reference is given; in the loss only with a penalty
+        kl_tok = kl_estimate(logp, ref_logp, kl.estimator or "k3")  # (B, T)
         kl_sum = float((kl_tok.detach() * m).sum())
         if kl.coef > 0 and kl.placement == "loss":
             loss = loss + kl.coef * agg(kl_tok)

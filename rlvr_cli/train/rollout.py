@@ -58,7 +58,13 @@ class Prompts:
 
 
 def sample_groups(
-    setup: Setup, prompts: Prompts, tasks: list[dict[str, Any]], seed: int, round_: int, first_group: int
+    setup: Setup,
+    prompts: Prompts,
+    tasks: list[dict[str, Any]],
+    seed: int,
+    round_: int,
+    first_group: int,
+    revision: int = 0,
 ) -> list[Sample]:
     """`group_size` samples of every task, in one batched generate call."""
     hp, length = setup.contract.hyperparameters, setup.contract.length
@@ -87,18 +93,19 @@ def sample_groups(
             seed,
             round_,
             text=response_text(setup.tokenizer, gen.response_ids, gen.finish),
+            revision=revision,
         )
         for i, gen in enumerate(gens)
     ]
 
 
 def sample_own_groups(
-    setup: Setup, prompts: Prompts, tasks: list[dict[str, Any]], seed: int, round_: int
+    setup: Setup, prompts: Prompts, tasks: list[dict[str, Any]], seed: int, round_: int, revision: int
 ) -> list[Sample]:
     """This rank's groups (g ≡ rank mod world), each sampled alone with its own seed."""
     samples: list[Sample] = []
     for g in range(setup.rank, len(tasks), setup.world):
-        samples += sample_groups(setup, prompts, [tasks[g]], seed * 10_007 + g, round_, g)
+        samples += sample_groups(setup, prompts, [tasks[g]], seed * 10_007 + g, round_, g, revision)
     return samples
 
 
@@ -115,10 +122,11 @@ def collect(setup: Setup, state: TrainState, prompts: Prompts, pool: VerifierPoo
         seed = hp.seed * 1_000_003 + state.step * 101 + round_
         start = time.perf_counter()
         if setup.per_group_seeds:
-            samples = sample_own_groups(setup, prompts, tasks, seed, round_)
+            samples = sample_own_groups(setup, prompts, tasks, seed, round_, state.optimizer_steps)
             tasks = tasks[setup.rank :: setup.world]
         else:
-            samples = sample_groups(setup, prompts, tasks, seed, round_, len(result.generated) // hp.group_size)
+            first = len(result.generated) // hp.group_size
+            samples = sample_groups(setup, prompts, tasks, seed, round_, first, state.optimizer_steps)
         result.seconds["generate"] += time.perf_counter() - start
         start = time.perf_counter()
         score_all(setup.contract, samples, pool)

@@ -26,6 +26,11 @@ def contract_hash(path: Path) -> str:
     return sha256_file(path)
 
 
+def _kl_watched(c: Contract) -> bool:
+    ref = c.artifacts.reference
+    return ref is not None and not ref.is_none and any(r.metric == "kl" for r in c.monitoring.rules)
+
+
 def objective_words(c: Contract) -> list[str]:
     o, length = c.objective, c.length
     adv = o.advantage
@@ -34,7 +39,7 @@ def objective_words(c: Contract) -> list[str]:
     if o.clip.dual:
         clip += f", dual clip c = {o.clip.dual} for negative advantages"
     kl = (
-        "no KL term"
+        ("no KL term" + (" (KL to the reference measured with k3 for the monitoring rules)" if _kl_watched(c) else ""))
         if o.kl.coef == 0
         else (
             f"KL to the frozen reference, β = {o.kl.coef}, estimator {o.kl.estimator}, "

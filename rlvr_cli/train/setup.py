@@ -17,6 +17,7 @@ from rlvr_cli.chat.render import ChatRenderer
 from rlvr_cli.contract.models import Contract
 from rlvr_cli.contract.tasks import read_splits
 from rlvr_cli.errors import RlvrError
+from rlvr_cli.files import sha256_file
 from rlvr_cli.train import distributed as dist
 from rlvr_cli.train.faults import Fault
 
@@ -39,6 +40,7 @@ class Setup:
     rank: int
     world: int
     fault: Fault  # test-only fault injection, parsed once from RLVR_FAULT
+    verifier_id: str  # `module:function version sha256:...`, in every record
 
     @property
     def tokenizer(self) -> Any:
@@ -90,7 +92,18 @@ def build(contract: Contract, folder: Path, fault: Fault) -> Setup:
         rank=rank,
         world=world,
         fault=fault,
+        verifier_id=verifier_identity(contract, folder),
     )
+
+
+def verifier_identity(contract: Contract, folder: Path) -> str:
+    """Which verifier scored the run: its entry point, the contract's version string, and the
+    sha256 of its module file when the module lives beside the contract."""
+    spec = contract.environment.verifier or contract.environment.server or ""
+    module = spec.partition(":")[0].replace(".", "/")
+    found = next((p for p in (folder / f"{module}.py", folder / module / "__init__.py") if p.is_file()), None)
+    digest = f" sha256:{sha256_file(found)}" if found else ""
+    return f"{spec} {contract.artifacts.verifier.version}{digest}"
 
 
 def _check_shardable(contract: Contract, world: int) -> None:
@@ -125,7 +138,8 @@ def load_model(source: str, revision: str | None, dtype: torch.dtype, device: to
 
 def load_reference(contract: Contract, folder: Path, dtype: torch.dtype, device: torch.device) -> Any | None:
     ref = contract.artifacts.reference
-    if contract.objective.kl.coef == 0 or ref is None or ref.is_none:
+    watched = any(r.metric == "kl" for r in contract.monitoring.rules)
+    if ref is None or ref.is_none or (contract.objective.kl.coef == 0 and not watched):
         return None
     if ref.same_as_policy:
         source = artifact_path(contract.artifacts.policy, folder, "policy")

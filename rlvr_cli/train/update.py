@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
+from rlvr_cli.contract.models import Contract
 from rlvr_cli.engine.forward import Batch, make_batch, token_logprobs
 from rlvr_cli.env.scoring import Sample
 from rlvr_cli.train import distributed as dist
@@ -48,6 +49,19 @@ class Forward:
         return torch.cat([token_logprobs(model, self.rows(part), temperature)[0] for part in self.parts])  # (B, T)
 
 
+@torch.no_grad()
+def sampling_logprobs(setup: Setup, samples: list[Sample]) -> None:
+    """Old log-probs of samples that are not trained (excluded, truncated, uniform groups), from
+    the weights that sampled them, so every record carries them."""
+    todo = [s for s in samples if not s.old_logp and s.response_ids]
+    if not todo:
+        return
+    fwd = Forward.of(setup, todo)
+    logp = fwd.logprobs(setup.policy, setup.contract.hyperparameters.sampling.temperature)  # (B, T)
+    for s, row in zip(todo, logp.tolist(), strict=True):
+        s.old_logp = row[: len(s.response_ids)]
+
+
 def advantages(setup: Setup, flat: list[Sample], rewards: torch.Tensor) -> torch.Tensor:
     """Advantages over the whole (all-rank) batch, returned for this rank's samples `(N,)`."""
     hp, o = setup.contract.hyperparameters, setup.contract.objective
@@ -80,6 +94,16 @@ def learn(setup: Setup, state: TrainState, groups: list[list[Sample]]) -> dict[s
     return update(setup, state, trained, adv[kept].to(setup.device), fwd, old, ref)
 
 
+def normalisers(contract: Contract, tokens: float, sequences: float) -> dict[str, float]:
+    """What the aggregation divides by: this optimizer batch's trained tokens and sequences,
+    except that Dr. GRPO's `constant_norm` divides by a constant of the run (prompts_per_step ×
+    group_size sequences), however many samples truncation or invalid verdicts excluded."""
+    hp = contract.hyperparameters
+    if contract.objective.aggregation == "constant_norm":
+        sequences = float(hp.prompts_per_step * hp.group_size)
+    return {"total_tokens": tokens, "total_sequences": float(sequences)}
+
+
 def update(
     setup: Setup,
     state: TrainState,
@@ -95,13 +119,11 @@ def update(
     old ones: they come from the policy that sampled, before any optimizer step, through
     the same forward — so the first ratio is exactly 1 and no extra forward is paid."""
     hp = setup.contract.hyperparameters
-    totals = {
-        "total_tokens": dist.total(float(fwd.batch.response_mask.sum())),
-        "total_sequences": dist.total(float(len(samples))),
-    }
+    totals = normalisers(setup.contract, dist.total(float(fwd.batch.response_mask.sum())), dist.total(len(samples)))
     olds: list[torch.Tensor | None] = [None if old is None else old[part] for part in fwd.parts]
-    nonfinite = 0.0
+    nonfinite, lag = 0.0, 0
     for _ in range(hp.updates_per_batch):
+        lag = max([lag, *(state.optimizer_steps - s.revision for s in samples)])  # measured, not assumed
         setup.optimizer.zero_grad(set_to_none=True)
         stats, loss_sum, bad = _backward(setup, state, fwd, olds, ref, adv, totals)
         dist.sum_gradients(setup.policy)  # every rank now holds the whole batch's gradient
@@ -113,7 +135,10 @@ def update(
             state.optimizer_steps += 1
     for sample, lp in zip(samples, torch.cat(olds).tolist() if samples else [], strict=True):  # type: ignore[arg-type]
         sample.old_logp = lp[: len(sample.response_ids)]
-    return _update_metrics(setup, _global(stats), dist.total(loss_sum), grad_norm, nonfinite)
+        sample.lag = lag
+    metrics = _update_metrics(setup, _global(stats), dist.total(loss_sum), grad_norm, nonfinite)
+    metrics["policy_lag"] = dist.maximum(float(lag))
+    return metrics
 
 
 def _backward(

@@ -170,3 +170,16 @@ def test_report_renders_in_headless_chromium(trained: tuple[Path, Path], tmp_pat
         timeout=120,
     )
     assert shot.is_file() and shot.stat().st_size > 20_000  # a page with plots, not a blank one
+
+
+def test_wrong_answers_and_successes_are_counted_on_correctness_not_the_bonus(trained: tuple[Path, Path]) -> None:
+    _, run_dir = trained
+    report = json.loads(rlvr("audit", "rollouts", run_dir, "--format", "json").stdout)
+    import pyarrow.parquet as pq
+
+    manifest = json.loads((run_dir / "records" / "manifest.json").read_text())["shards"]
+    rows = [r for s in manifest for r in pq.read_table(run_dir / "records" / s["file"]).to_pylist()]
+    valid = [r for r in rows if r["status"] in ("ok", "format_error")]
+    wrong = [r for r in valid if json.loads(r["components"])["correct"] == 0]
+    assert report["wrong_answers"] == len(wrong) > report["format_errors"]  # a format bonus is not a success
+    assert all(s["reward"] >= 1.2 - 1e-9 for s in report["suspicious_successes"])
