@@ -70,6 +70,7 @@ def run_isolation(contract: Contract, folder: Path, sessions: int) -> IsolationR
         local = endpoint.server
         client = EnvClient(endpoint, timeout_s=contract.environment.timeout_s)
         try:
+            client.check_declaration(contract.environment.tools, contract.environment.forbidden_tools)
             unknown = secrets.token_urlsafe(24)
             try:
                 client.call(unknown, "list_files", {})

@@ -228,6 +228,7 @@ def audit_tool_use(contract: Contract, folder: Path, candidates: list[Candidate]
     with environment(env.server, folder) as url:  # type: ignore[arg-type]
         client = EnvClient(url, timeout_s=env.timeout_s)
         try:
+            client.check_declaration(env.tools, env.forbidden_tools)
             for candidate in todo:
                 task = resolve_task(candidate.task, tasks)
                 transcript = run_episode(ScriptedModel(candidate.trajectory or []), client, task, env.max_steps or 1)

@@ -135,9 +135,11 @@ class Environment(Section):
         "`module:app`, or a URL.",
     )
     max_steps: PositiveInt | None = Field(None, description="Model calls per episode (tool_use).")
-    tools: list[str] | None = Field(None, description="Tools offered to the policy.")
+    tools: list[str] | None = Field(
+        None, description="Tools offered to the policy; must be what the server declares (checked before any episode)."
+    )
     forbidden_tools: list[str] | None = Field(
-        None, description="Tools whose use fails the episode whatever the final state."
+        None, description="Tools whose use fails the episode whatever the final state; must match the server's."
     )
     timeout_s: float = Field(gt=0, description="Wall-clock bound for one verification.")
     memory_mb: PositiveInt | None = Field(

@@ -150,6 +150,41 @@ def rlv202_clip_range(c: Contract, _: Path) -> Iterator[Finding]:
         )
 
 
+# ── RLV010: values rlvr validates but does not run yet ────────────────────────────────
+
+NOT_RUN = (
+    (
+        ("length", "packing", "enabled"),
+        lambda c: c.length.packing is not None and c.length.packing.enabled,
+        "packing is not implemented in the update forward; every sequence is its own row (drop packing)",
+    ),
+    (
+        ("length", "padding_side"),
+        lambda c: c.length.padding_side == "right",
+        "prompts are left-padded (generation continues at the right edge); right padding is not run",
+    ),
+    (
+        ("objective", "reward", "unit"),
+        lambda c: c.objective.reward.unit == "set",
+        "reward.unit 'set' (one reward for several responses together) is not implemented",
+    ),
+    (
+        ("artifacts", "verifier", "container"),
+        lambda c: c.artifacts.verifier.container is not None,
+        "verifiers do not run in a container; the verifier runs as a local worker process (drop container)",
+    ),
+)
+
+
+@rule
+def rlv010_not_run(c: Contract, _: Path) -> Iterator[Finding]:
+    """A key the contract states must change the run; values rlvr cannot run yet are refused
+    here, before the first step, never ignored."""
+    for where, applies, why in NOT_RUN:
+        if applies(c):
+            yield error("RLV010", where, why)
+
+
 @rule
 def rlv203_unit_vs_kind(c: Contract, _: Path) -> Iterator[Finding]:
     unit = c.objective.reward.unit

@@ -55,6 +55,19 @@ class EnvClient:
     def tools(self) -> list[dict[str, Any]]:
         return self.http.get("/tools").json()
 
+    def check_declaration(self, tools: list[str] | None, forbidden: list[str] | None) -> None:
+        """The contract's `environment.tools` / `forbidden_tools` must be what the server offers
+        and forbids: a mismatch is an error before any episode, never a silent difference."""
+        answer = self.http.get("/declaration")
+        if answer.status_code == 404:  # a server that is not a ResourcesServer cannot say; nothing to compare
+            return
+        declared = answer.json()
+        for key, stated in (("tools", tools), ("forbidden_tools", forbidden)):
+            if stated is not None and sorted(stated) != sorted(declared.get(key, [])):
+                raise RlvrError(
+                    f"environment.{key} is {sorted(stated)} but the server declares {sorted(declared.get(key, []))}"
+                )
+
     def seed(self, task: dict[str, Any]) -> str:
         return self._post("/seed_session", {"task": task})["session_id"]
 

@@ -269,6 +269,12 @@ def _routes(app: Any, server: ResourcesServer, HTTPException: Any) -> None:
     def list_tools() -> list[dict[str, Any]]:
         return server.schemas()
 
+    @app.get("/declaration")
+    def declaration() -> dict[str, list[str]]:
+        """What the server offers the policy and what it forbids: checked against the contract."""
+        forbidden = [n for n in server.offered_tools() if n in server.forbidden]
+        return {"tools": [n for n in server.offered_tools() if n not in forbidden], "forbidden_tools": forbidden}
+
     @app.post("/seed_session")
     def seed_session(body: SeedRequest) -> dict[str, str]:
         try:

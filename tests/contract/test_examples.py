@@ -12,6 +12,7 @@ from tests.conftest import EXAMPLES, ROOT, rlvr
 
 INVALID = sorted((EXAMPLES / "invalid").glob("*.rlvr.yaml"))
 CONTRACT_CODES = [
+    "RLV010",
     "RLV001",
     "RLV002",
     "RLV003",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import copy_experiment, rlvr
+from tests.conftest import copy_experiment, edit, rlvr
 
 CONTRACT = "experiment.rlvr.yaml"
 
@@ -140,3 +140,21 @@ def test_tool_use_audit_needs_a_known_good_candidate(experiment: Path) -> None:
     (experiment / "audit" / "candidates.yaml").write_text("candidates: [{task: x, kind: nonsense}]\n")
     bad = rlvr("audit", "verifier", experiment / CONTRACT)
     assert bad.code == 1 and "candidates.yaml" in bad.stderr and "Traceback" not in bad.stderr
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "words"),
+    [
+        (
+            "tools: [list_files, read_file, write_file, replace_in_file]",
+            "tools: [list_files, read_file]",
+            "environment.tools",
+        ),
+        ("forbidden_tools: [delete_file]", "forbidden_tools: []", "environment.forbidden_tools"),
+    ],
+)
+def test_the_contracts_tools_must_be_what_the_server_declares(experiment: Path, old: str, new: str, words: str) -> None:
+    edit(experiment, old, new)
+    for audit_kind in ("verifier", "isolation"):
+        run = rlvr("audit", audit_kind, experiment / CONTRACT, timeout=120)
+        assert run.code == 1 and words in run.stderr and "server declares" in run.stderr
