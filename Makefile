@@ -31,7 +31,10 @@ demo: $(STAMP)
 	$(BIN)/rlvr train contracts/grpo-cpu.rlvr.yaml --run-dir $(DEMO)/grpo-cpu
 	$(BIN)/rlvr status $(DEMO)/grpo-cpu
 	$(BIN)/rlvr audit rollouts $(DEMO)/grpo-cpu
-	$(BIN)/rlvr gate contracts/grpo-cpu.rlvr.yaml --candidate $(DEMO)/grpo-cpu
+	# the toy policy learns the answer format but few sums, so its correctness gate fails (exit 1);
+	# the demo goes on to the report, which shows why
+	$(BIN)/rlvr gate contracts/grpo-cpu.rlvr.yaml --candidate $(DEMO)/grpo-cpu || \
+	  echo "demo: the release gate failed as it should; see $(DEMO)/grpo-cpu/gate/verdict.json"
 	$(BIN)/rlvr report $(DEMO)/grpo-cpu
 
 # The report test opens the HTML report in headless Chromium (Debian's package).

@@ -233,7 +233,9 @@ def status(run_dir: Annotated[Path, typer.Argument(help="A run folder written by
 @command
 def gate(
     contract: Annotated[Path, typer.Argument(help="The contract whose acceptance.gates to evaluate.")],
-    candidate: Annotated[Path, typer.Option("--candidate", help="The run folder to release.")],
+    candidate: Annotated[
+        Path, typer.Option("--candidate", help="The run folder to release, or a saved evaluation JSON.")
+    ],
     baseline: Annotated[
         Path | None, typer.Option("--baseline", help="Evaluation JSON, policy or run folder to beat.")
     ] = None,

@@ -23,7 +23,8 @@ def policy_folder(path: Path) -> Path:
 def evaluate(
     contract: Contract, folder: Path, policy: Path, split: str, *, samples: int = 1, greedy: bool = True, seed: int = 0
 ) -> dict[str, dict[str, Any]]:
-    """{item id: {"rewards": [...], "task": {...}}} for every task of `split`."""
+    """{item id: {"task", "rewards", "components", "statuses", "lengths"}} for every task of `split`,
+    one entry per sample in each list (an invalid verdict's reward and components are None)."""
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging
 
@@ -57,13 +58,59 @@ def evaluate(
         )
     out: dict[str, dict[str, Any]] = {}
     for row in rows:
-        item = out.setdefault(str(row.task["id"]), {"rewards": [], "task": row.task})
-        item["rewards"].append(row.reward if row.valid else 0.0)
+        item = out.setdefault(str(row.task["id"]), {"task": row.task, **{k: [] for k in SAMPLE_FIELDS}})
+        verdict = row.verdict
+        item["rewards"].append(row.reward if row.valid else None)  # an invalid verdict is no reward, not 0
+        item["components"].append(dict(verdict.components) if verdict is not None and verdict.valid else None)
+        item["statuses"].append(verdict.status if verdict is not None else "not_verified")
+        item["lengths"].append(len(row.response_ids))
+    return out
+
+
+SAMPLE_FIELDS = ("rewards", "components", "statuses", "lengths")
+INVALID = ("verifier_error", "timeout", "sandbox_error")
+
+
+def item_values(contract: Contract, evaluation: dict[str, dict[str, Any]], metric: str) -> dict[str, float]:
+    """{item: the metric over its samples}; items without a valid sample have no reward-type value.
+
+    Metrics (RLV803 checks a gate names one): reward_mean, success_rate (the best reward the
+    components allow), error_rate (invalid verdicts, never counted as 0), response_length, and
+    the mean of any reward component by its name (`correct` is the accuracy of a 0/1 component)."""
+    best = contract.objective.reward.best
+    out = {}
+    for key, item in evaluation.items():
+        if metric == "error_rate":
+            statuses = item.get("statuses") or []
+            out[key] = sum(s in INVALID for s in statuses) / max(len(statuses), 1)
+            continue
+        if metric == "response_length":
+            out[key] = sum(item["lengths"]) / max(len(item["lengths"]), 1)
+            continue
+        valid = [r for r in item["rewards"] if r is not None]
+        if not valid:
+            continue
+        if metric == "reward_mean":
+            out[key] = sum(valid) / len(valid)
+        elif metric == "success_rate":
+            out[key] = sum(r >= best - 1e-9 for r in valid) / len(valid)
+        else:
+            if "components" not in item:
+                raise RlvrError(f"the evaluation has no components to measure '{metric}' (an older evaluation file?)")
+            values = [c[metric] for c in item["components"] if c is not None and metric in c]
+            if values:
+                out[key] = sum(values) / len(values)
     return out
 
 
 def item_means(evaluation: dict[str, dict[str, Any]]) -> dict[str, float]:
-    return {k: sum(v["rewards"]) / len(v["rewards"]) for k, v in evaluation.items()}
+    """Mean reward per item over its valid samples."""
+    means = {}
+    for key, item in evaluation.items():
+        valid = [r for r in item["rewards"] if r is not None]
+        if valid:
+            means[key] = sum(valid) / len(valid)
+    return means
 
 
 def bootstrap(
@@ -96,7 +143,7 @@ def sign_flip_p(differences: list[float], resamples: int = 4000, seed: int = 0) 
 def save_evaluation(path: Path, evaluations: dict[str, dict[str, dict[str, Any]]]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     slim = {
-        split: {k: {"rewards": v["rewards"], "task": v["task"]} for k, v in ev.items()}
+        split: {k: {"task": v["task"], **{f: v[f] for f in SAMPLE_FIELDS if f in v}} for k, v in ev.items()}
         for split, ev in evaluations.items()
     }
     path.write_text(json.dumps(slim, indent=1), encoding="utf-8")

@@ -16,20 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlvr_cli.audit.evaluate import bootstrap, evaluate, item_means, save_evaluation, sign_flip_p
+from rlvr_cli.audit.evaluate import bootstrap, evaluate, item_means, item_values, save_evaluation, sign_flip_p
 from rlvr_cli.contract.models import Contract, Gate
 from rlvr_cli.errors import RlvrError, UsageProblem
 from rlvr_cli.files import atomic_write_text
-
-METRICS = ("reward_mean", "success_rate")
-
-
-def _metric_values(contract: Contract, evaluation: dict[str, dict[str, Any]], metric: str) -> dict[str, float]:
-    means = item_means(evaluation)
-    if metric == "reward_mean":
-        return means
-    best = contract.objective.reward.best
-    return {k: float(v >= best - 1e-9) for k, v in means.items()}
 
 
 @dataclass(frozen=True)
@@ -43,9 +33,15 @@ class Judgement:
     passed: bool
     checks: tuple[str, ...]
 
+    @property
+    def width(self) -> float:
+        """How wide the candidate's interval is: what the items can tell apart."""
+        return self.candidate[2] - self.candidate[1]
+
     def as_json(self) -> dict[str, Any]:
         return {
             "items": self.items,
+            "width": self.width,
             "candidate": list(self.candidate),
             "delta": list(self.delta),
             "confidence": self.confidence,
@@ -117,26 +113,26 @@ def judge_gate(gate: Gate, cand: dict[str, float], base: dict[str, float], items
         checks.append((d[1] >= gate.min_delta, f"delta lower bound {d[1]:+.3f} ≥ min_delta {gate.min_delta}"))
     if gate.max_drop is not None:
         checks.append((d[1] >= -gate.max_drop, f"delta lower bound {d[1]:+.3f} ≥ -max_drop {gate.max_drop}"))
+    if gate.min_items is not None:  # too few items: the interval cannot support a release
+        checks.append((len(items) >= gate.min_items, f"{len(items)} items ≥ min_items {gate.min_items}"))
     return Judgement(len(items), c, d, confidence, all(ok for ok, _ in checks), tuple(m for _, m in checks))
 
 
 def run_gates(contract: Contract, folder: Path, candidate: Path, baseline: Path | None) -> GateResult:
     gates = contract.acceptance.gates
-    for gate in gates:
-        if gate.metric not in METRICS:
-            raise RlvrError(
-                f"gate {gate.name!r}: metric {gate.metric!r} is not one rlvr gate evaluates ({', '.join(METRICS)})"
-            )
     splits = sorted({g.split for g in gates})
-    cand_eval = {s: evaluate(contract, folder, candidate, s) for s in splits}
+    if candidate.is_file():  # a saved evaluation (e.g. of a policy served elsewhere)
+        cand_eval = saved_evaluation(candidate, splits, "candidate")
+    else:
+        cand_eval = {s: evaluate(contract, folder, candidate, s) for s in splits}
     base_eval, base_name = _baseline(contract, folder, baseline, splits)
     outcomes = [_judge(contract, gate, cand_eval[gate.split], base_eval[gate.split]) for gate in gates]
     return GateResult(str(candidate), base_name, outcomes, {"candidate": cand_eval, "baseline": base_eval})
 
 
 def _judge(contract: Contract, gate: Gate, cand_eval: dict[str, Any], base_eval: dict[str, Any]) -> GateOutcome:
-    cand = _metric_values(contract, cand_eval, gate.metric)
-    base = _metric_values(contract, base_eval, gate.metric)
+    cand = item_values(contract, cand_eval, gate.metric)
+    base = item_values(contract, base_eval, gate.metric)
     items = sorted(set(cand) & set(base))
     if not items:
         raise RlvrError(f"gate {gate.name!r}: candidate and baseline share no item of split {gate.split}")
@@ -155,17 +151,25 @@ def _baseline(contract: Contract, folder: Path, baseline: Path | None, splits: l
     """A saved evaluation (JSON), a policy or run folder, or the contract's starting policy."""
     path = baseline or (folder / contract.acceptance.baseline if contract.acceptance.baseline else None)
     if path is not None and path.is_file():
-        data = json.loads(path.read_text(encoding="utf-8"))
-        missing = [s for s in splits if s not in data]
-        if missing:
-            raise UsageProblem(f"baseline evaluation {path} lacks split(s) {missing}")
-        return data, str(path)
+        return saved_evaluation(path, splits, "baseline"), str(path)
     if path is None:
         policy = contract.artifacts.policy
         if policy.path is None:
             raise UsageProblem("give --baseline: the starting policy is a hub id, not a local folder")
         path = folder / policy.path
     return {s: evaluate(contract, folder, path, s) for s in splits}, str(path)
+
+
+def saved_evaluation(path: Path, splits: list[str], role: str) -> dict[str, Any]:
+    """An evaluation JSON written by `rlvr gate` (evaluation.json): {split: {item: {...}}}."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UsageProblem(f"{role} evaluation {path} cannot be read: {exc}") from None
+    missing = [s for s in splits if not isinstance(data, dict) or s not in data]
+    if missing:
+        raise UsageProblem(f"{role} evaluation {path} lacks split(s) {missing}")
+    return data
 
 
 def write_verdict(result: GateResult, out: Path) -> None:

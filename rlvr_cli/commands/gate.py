@@ -15,11 +15,11 @@ def run_gate(contract_path: Path, candidate: Path, baseline: Path | None) -> int
     from rlvr_cli.audit.gates import gate_table, run_gates, write_verdict
 
     contract = load_valid_contract(contract_path)
-    if not candidate.is_dir():
-        raise UsageProblem(f"{candidate}: no such run folder")
+    if not candidate.exists():
+        raise UsageProblem(f"{candidate}: no such run folder or evaluation file")
     with user_code_to_stderr():
         result = run_gates(contract, contract_path.resolve().parent, candidate, baseline)
-    out = candidate / "gate"
+    out = candidate / "gate" if candidate.is_dir() else candidate.with_name(candidate.stem + "-gate")
     write_verdict(result, out)
     print(gate_table(result))
     print(f"verdict written to {out / 'verdict.json'}", file=sys.stderr)

@@ -58,7 +58,11 @@ class Budget(Section):
 
 class Gate(Section):
     name: str = Field(min_length=1, description="The gate's name, shown in the verdict.")
-    metric: str = Field(min_length=1, description="What is measured on each item.")
+    metric: str = Field(
+        min_length=1,
+        description="What is measured on each item: reward_mean, success_rate, error_rate, response_length, "
+        "or a reward component by name (e.g. correct).",
+    )
     split: str = Field(min_length=1, description="The split the gate evaluates (holdout or sealed_eval).")
     min: float | None = Field(None, description="The candidate's lower interval bound must reach this.")
     max: float | None = Field(None, description="The candidate's upper interval bound must stay below this.")
@@ -70,6 +74,9 @@ class Gate(Section):
         None, gt=0, lt=1, description="Confidence of the bootstrap interval (default 0.95)."
     )
     segments: list[str] | None = Field(None, description="Task fields to repeat the gate per value of.")
+    min_items: PositiveInt | None = Field(
+        None, description="Fewer items than this (overall or in a segment) fail the gate: too little evidence."
+    )
     critical: bool = Field(False, description="A critical gate failing in any segment fails the release.")
 
 

@@ -341,6 +341,25 @@ def rlv801_gate_threshold(c: Contract, _: Path) -> Iterator[Finding]:
             )
 
 
+GATE_METRICS = ("reward_mean", "success_rate", "error_rate", "response_length")
+
+
+@rule
+def rlv803_gate_metric(c: Contract, _: Path) -> Iterator[Finding]:
+    import difflib
+
+    known = [*GATE_METRICS, *(comp.name for comp in c.objective.reward.components)]
+    for i, gate in enumerate(c.acceptance.gates):
+        if gate.metric not in known:
+            close = difflib.get_close_matches(gate.metric, known, n=1)
+            yield error(
+                "RLV803",
+                ("acceptance", "gates", i, "metric"),
+                f"gate '{gate.name}' measures '{gate.metric}', which rlvr cannot evaluate ({', '.join(known)})",
+                suggestion=close[0] if close else None,
+            )
+
+
 @rule
 def rlv802_critical_gate(c: Contract, _: Path) -> Iterator[Finding]:
     if not any(g.critical for g in c.acceptance.gates):

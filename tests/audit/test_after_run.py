@@ -72,29 +72,57 @@ def test_bad_run_folders_get_clear_messages(tmp_path: Path) -> None:
 
 
 def test_gate_verdict_follows_from_its_own_numbers(trained: tuple[Path, Path]) -> None:
-    """Each gate's pass/fail is recomputed here from the per-item rewards it wrote and the
+    """Each gate's pass/fail is recomputed here from the per-item values it wrote and the
     thresholds of the contract; the release and the exit code must follow from them."""
     folder, run_dir = trained
     run = rlvr("gate", folder / CONTRACT, "--candidate", run_dir, "--baseline", folder / "model", timeout=300)
     verdict = json.loads((run_dir / "gate" / "verdict.json").read_text())
     evaluation = json.loads((run_dir / "gate" / "evaluation.json").read_text())
-    assert [g["name"] for g in verdict["gates"]] == ["holdout-accuracy", "sealed-accuracy"]
-    holdout, sealed = verdict["gates"]
-    for gate, split in ((holdout, "holdout"), (sealed, "sealed_eval")):
+    gates = {g["name"]: g for g in verdict["gates"]}
+    assert list(gates) == ["holdout-correct", "holdout-no-regression", "sealed-correct", "verifier-errors"]
+    for name, split in (("holdout-correct", "holdout"), ("sealed-correct", "sealed_eval")):
         items = evaluation[split]
-        assert (
-            gate["overall"]["items"] == len(items) == len((folder / "data" / f"{split}.jsonl").read_text().splitlines())
-        )
-        mean = sum(sum(v["rewards"]) / len(v["rewards"]) for v in items.values()) / len(items)
-        assert abs(gate["overall"]["candidate"][0] - mean) < 1e-9
-        low, high = gate["overall"]["delta"][1:]
-        assert low <= gate["overall"]["delta"][0] <= high
-    assert holdout["overall"]["passed"] == (holdout["overall"]["delta"][1] >= 0.0)  # min_delta: 0.0
-    assert sealed["overall"]["passed"] == (sealed["overall"]["delta"][1] >= -0.02)  # max_drop: 0.02
-    release = holdout["overall"]["passed"] and sealed["overall"]["passed"]
-    assert verdict["release"] == ("pass" if release else "fail")
-    assert run.code == (0 if release else 1)
-    assert f"release: {verdict['release'].upper()}" in run.stdout and "holdout-accuracy *" in run.stdout
+        rows = (folder / "data" / f"{split}.jsonl").read_text().splitlines()
+        assert gates[name]["overall"]["items"] == len(items) == len(rows)
+        correct = [sum(c["correct"] for c in v["components"]) / len(v["components"]) for v in items.values()]
+        assert abs(gates[name]["overall"]["candidate"][0] - sum(correct) / len(correct)) < 1e-9
+    low = gates["holdout-correct"]["overall"]["candidate"][1]
+    assert gates["holdout-correct"]["overall"]["passed"] == (low >= 0.3)
+    assert gates["holdout-no-regression"]["overall"]["passed"] == (
+        gates["holdout-no-regression"]["overall"]["delta"][1] >= 0
+    )
+    assert gates["sealed-correct"]["overall"]["passed"] == (gates["sealed-correct"]["overall"]["delta"][1] >= -0.02)
+    release = all(g["overall"]["passed"] for g in gates.values())
+    assert verdict["release"] == ("pass" if release else "fail") and run.code == (0 if release else 1)
+    assert f"release: {verdict['release'].upper()}" in run.stdout and "holdout-correct *" in run.stdout
+
+
+def test_a_format_bonus_alone_fails_the_shipped_gates(trained: tuple[Path, Path], tmp_path: Path) -> None:
+    """A policy that formats every answer and gets none right (0.2 reward a sample, 0 % correct)
+    fails the shipped release gates; gated on reward_mean, as they were, it passed."""
+    folder, _ = trained
+    formatted = {}
+    for split in ("holdout", "sealed_eval"):
+        rows = [json.loads(x) for x in (folder / "data" / f"{split}.jsonl").read_text().splitlines()]
+        one = {"rewards": [0.2], "components": [{"correct": 0.0, "format": 1.0}], "statuses": ["ok"], "lengths": [2]}
+        formatted[split] = {str(r["id"]): {"task": r, **one} for r in rows}
+    candidate = tmp_path / "formatted.json"
+    candidate.write_text(json.dumps(formatted))
+    shipped = rlvr("gate", folder / CONTRACT, "--candidate", candidate, "--baseline", folder / "model", timeout=300)
+    assert shipped.code == 1 and "release: FAIL" in shipped.stdout, shipped.stdout + shipped.stderr
+    assert json.loads((tmp_path / "formatted-gate" / "verdict.json").read_text())["release"] == "fail"
+    old = tmp_path / "old"
+    shutil.copytree(folder, old, ignore=shutil.ignore_patterns("runs"))
+    text = (old / CONTRACT).read_text()
+    start, end = text.index("  gates:\n"), text.index("- {name: verifier-errors")
+    gates = (
+        "  gates:\n"
+        "    - {name: holdout-accuracy, metric: reward_mean, split: holdout, min_delta: 0.0, critical: true}\n"
+        "    - {name: sealed-accuracy, metric: reward_mean, split: sealed_eval, max_drop: 0.02}\n    "
+    )
+    (old / CONTRACT).write_text(text[:start] + gates + text[end:])
+    fooled = rlvr("gate", old / CONTRACT, "--candidate", candidate, "--baseline", folder / "model", timeout=300)
+    assert fooled.code == 0 and "release: PASS" in fooled.stdout, fooled.stdout + fooled.stderr
 
 
 def test_a_critical_gate_failing_in_one_segment_fails_the_release(trained: tuple[Path, Path], tmp_path: Path) -> None:
@@ -103,7 +131,7 @@ def test_a_critical_gate_failing_in_one_segment_fails_the_release(trained: tuple
     shutil.copytree(folder, exp, ignore=shutil.ignore_patterns("runs"))
     contract = exp / CONTRACT
     text = contract.read_text().replace(
-        "metric: reward_mean, split: holdout, min_delta: 0.0, confidence: 0.9, critical: true}",
+        "metric: correct, split: holdout, min: 0.3, confidence: 0.9, critical: true}",
         "metric: success_rate, split: holdout, min: 0.99, segments: [difficulty], critical: true}",
     )
     contract.write_text(text)

@@ -12,6 +12,7 @@ from tests.conftest import EXAMPLES, ROOT, rlvr
 
 INVALID = sorted((EXAMPLES / "invalid").glob("*.rlvr.yaml"))
 CONTRACT_CODES = [
+    "RLV803",
     "RLV010",
     "RLV001",
     "RLV002",

@@ -179,6 +179,10 @@ EXAMPLES: dict[str, tuple[list[tuple[str, str]], list[tuple[str, str, str]]]] = 
         [("split: holdout, min_delta", "split: test, min_delta")],
         [("RLV801", "error", "split: test")],
     ),
+    "RLV803-gate-unknown-metric": (
+        [("{name: holdout, metric: reward_mean,", "{name: holdout, metric: accuracy,")],
+        [("RLV803", "error", "metric: accuracy")],
+    ),
     "RLV802-no-critical-gate": (
         [("critical: true", "critical: false")],
         [("RLV802", "warning", "  gates:")],
