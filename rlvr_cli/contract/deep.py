@@ -13,7 +13,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from rlvr_cli.contract import lock
+from rlvr_cli.contract import hub, lock
 from rlvr_cli.contract.diagnostics import Finding, error
 from rlvr_cli.contract.models import Contract
 from rlvr_cli.contract.tasks import MAX_ROW_BYTES, duplicate_ids, task_problem
@@ -42,16 +42,19 @@ def _artifacts(c: Contract, folder: Path) -> Iterator[Finding]:
     ref = c.artifacts.reference
     if ref is not None:
         yield from _model_folder(ref.path, folder, ("artifacts", "reference", "path"), "reference")
+    for role, hub_ref in (("policy", c.artifacts.policy), ("reference", ref), ("tokenizer", c.artifacts.tokenizer)):
+        if hub_ref is not None and getattr(hub_ref, "id", None) and hub.snapshot(hub_ref.id, hub_ref.revision) is None:
+            yield error("RLV901", ("artifacts", role, "id"), hub.missing(hub_ref.id, hub_ref.revision))
 
 
 def _tokenizer(c: Contract, folder: Path) -> Iterator[Finding]:
     tok = c.artifacts.tokenizer
-    if tok.path is None:  # a hub id: nothing on disk to check without the network
+    root = folder / tok.path if tok.path else hub.snapshot(tok.id, tok.revision)  # type: ignore[arg-type]
+    if root is None:  # a hub id the cache lacks: reported with the artifacts
         return
-    root = folder / tok.path
     where = ("artifacts", "tokenizer")
     if not (root / "tokenizer.json").is_file():
-        yield error("RLV901", (*where, "path"), f"no tokenizer.json in {tok.path}")
+        yield error("RLV901", (*where, "path"), f"no tokenizer.json in {tok.path or root}")
         return
     try:
         vocab = _vocabulary(root / "tokenizer.json")

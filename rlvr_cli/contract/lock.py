@@ -6,6 +6,7 @@ import json
 import os
 from pathlib import Path
 
+from rlvr_cli.contract import hub
 from rlvr_cli.contract.models import Contract
 from rlvr_cli.files import atomic_write_text, sha256_file
 
@@ -74,6 +75,17 @@ def compute(contract: Contract, folder: Path) -> dict:
             files[name] = sha256_file(path)
             names.append(name)
         artifacts[role] = names
+    for role, ref in (
+        ("policy", contract.artifacts.policy),
+        ("tokenizer", contract.artifacts.tokenizer),
+        ("reference", contract.artifacts.reference),
+    ):
+        if ref is not None and getattr(ref, "id", None):
+            found = hub.commit(ref.id, ref.revision)
+            if found is None:
+                raise FileNotFoundError(hub.missing(ref.id, ref.revision))
+            files[f"hub:{ref.id}@{ref.revision or 'main'}"] = found  # the commit it resolved to
+            artifacts[role] = [f"hub:{ref.id}@{ref.revision or 'main'}"]
     return {
         "lock_version": LOCK_VERSION,
         "contract": contract.name,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from rlvr_cli.contract import hub
 from rlvr_cli.contract.models import Contract
 from rlvr_cli.files import sha256_file
 
@@ -64,6 +65,22 @@ def objective_words(c: Contract) -> list[str]:
     ]
 
 
+def artifacts(c: Contract) -> dict[str, Any]:
+    """Where each model comes from: a local path, or a hub id with the commit the cache resolved."""
+    out: dict[str, Any] = {}
+    refs = {"policy": c.artifacts.policy, "tokenizer": c.artifacts.tokenizer, "reference": c.artifacts.reference}
+    for role, ref in refs.items():
+        if ref is None:
+            continue
+        if getattr(ref, "id", None):
+            out[role] = {"id": ref.id, "revision": ref.revision, "commit": hub.commit(ref.id, ref.revision)}
+        elif getattr(ref, "path", None):
+            out[role] = {"path": ref.path}
+        else:
+            out[role] = {"same_as_policy": True} if getattr(ref, "same_as_policy", None) else {"none": ref.none_}
+    return out
+
+
 def build_plan(c: Contract, contract_path: Path, run_dir: Path, max_steps: int, device: str) -> dict[str, Any]:
     hp = c.hyperparameters
     sequences = hp.prompts_per_step * hp.group_size
@@ -91,6 +108,7 @@ def build_plan(c: Contract, contract_path: Path, run_dir: Path, max_steps: int, 
         "precision": hp.precision,
         "device": device,
         "seed": hp.seed,
+        "artifacts": artifacts(c),
         "holdout": f"greedy decoding of every holdout task every {c.monitoring.holdout_every} steps"
         if c.monitoring.holdout_every
         else "none",

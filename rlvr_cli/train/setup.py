@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from rlvr_cli.chat.render import ChatRenderer
+from rlvr_cli.contract import hub
 from rlvr_cli.contract.models import Contract
 from rlvr_cli.contract.tasks import read_splits
 from rlvr_cli.errors import RlvrError
@@ -74,7 +75,8 @@ def build(contract: Contract, folder: Path, fault: Fault) -> Setup:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dtype = DTYPES[hp.precision]
     torch.manual_seed(hp.seed)
-    policy = load_model(artifact_path(contract.artifacts.policy, folder, "policy"), None, dtype, device)
+    policy_ref = contract.artifacts.policy
+    policy = load_model(artifact_path(policy_ref, folder, "policy"), policy_ref.revision, dtype, device)
     optimizer = make_optimizer(contract, policy)
     splits = read_splits(folder, contract.data.splits)
     return Setup(
@@ -115,12 +117,14 @@ def _check_shardable(contract: Contract, world: int) -> None:
 
 
 def artifact_path(ref: Any, folder: Path, what: str) -> str:
-    """A local folder (checked for config.json), or the hub id as written."""
+    """A local folder (checked for config.json), or a hub id the local cache holds."""
     if ref.path is not None:
         path = folder / ref.path
         if not (path / "config.json").is_file():
             raise RlvrError(f"{what} folder {path} has no config.json")
         return str(path)
+    if hub.snapshot(ref.id, ref.revision) is None:
+        raise RlvrError(f"{what}: {hub.missing(ref.id, ref.revision)}")
     return ref.id
 
 
@@ -142,10 +146,11 @@ def load_reference(contract: Contract, folder: Path, dtype: torch.dtype, device:
     if ref is None or ref.is_none or (contract.objective.kl.coef == 0 and not watched):
         return None
     if ref.same_as_policy:
-        source = artifact_path(contract.artifacts.policy, folder, "policy")
+        policy = contract.artifacts.policy
+        source, revision = artifact_path(policy, folder, "policy"), policy.revision
     else:
-        source = artifact_path(ref, folder, "reference")
-    model = load_model(source, ref.revision, dtype, device)
+        source, revision = artifact_path(ref, folder, "reference"), ref.revision
+    model = load_model(source, revision, dtype, device)
     for p in model.parameters():
         p.requires_grad_(False)
     return model
