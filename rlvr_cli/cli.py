@@ -203,7 +203,9 @@ def train(
         int | None, typer.Option("--max-steps", help="Stop after this step (the contract is unchanged).")
     ] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue from the newest complete checkpoint.")] = False,
-    force: Annotated[bool, typer.Option("--force", help="With --resume: continue an aborted run.")] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="With --resume: continue an aborted run, or a partial checkpoint.")
+    ] = False,
     auto: Annotated[
         bool,
         typer.Option("--auto", help="Resume if a checkpoint exists, else start in the same folder (for schedulers)."),

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from rlvr_cli.contract.models import CHECKPOINT_PARTS
 from rlvr_cli.errors import RlvrError
 from rlvr_cli.files import fsync_dir, sha256_file
 from rlvr_cli.store.run import MARKER, RunFolder
@@ -74,13 +75,19 @@ def save_checkpoint(setup: Setup, state: TrainState, run: RunFolder, contract_pa
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     setup.fault.disk(state.step)
-    setup.policy.save_pretrained(tmp / "model")  # safetensors, loadable by transformers
-    torch.save(
-        {"optimizer": setup.optimizer.state_dict(), "scheduler": setup.scheduler.state_dict(), "rng": rng_state()},
-        tmp / "state.pt",
-    )
+    parts = set(contract.checkpoint.include)  # what the contract asks to keep (RLV701 wants all)
+    if "model" in parts:
+        setup.policy.save_pretrained(tmp / "model")  # safetensors, loadable by transformers
+    saved = {"optimizer": setup.optimizer.state_dict, "scheduler": setup.scheduler.state_dict, "rng": rng_state}
+    torch.save({k: get() for k, get in saved.items() if k in parts}, tmp / "state.pt")
+    counters = state.as_json()
+    if "sampler" not in parts:
+        counters["sampler"] = {**counters["sampler"], "seed": None, "epoch": None}
+    if "data_cursor" not in parts:
+        counters["sampler"] = {**counters["sampler"], "position": None}
     meta = {
-        **state.as_json(),
+        **counters,
+        "include": sorted(parts),
         "records_cursor": records.cursor if records else None,
         "records_last_step": records.last_step if records else None,
         "contract_sha256": contract_hash(contract_path),
@@ -129,7 +136,7 @@ def verify(path: Path) -> None:
             raise RlvrError(f"checkpoint {path.name}: {name} does not match its checksum")
 
 
-def load_latest(setup: Setup, run: RunFolder, contract_path: Path) -> TrainState:
+def load_latest(setup: Setup, run: RunFolder, contract_path: Path, force: bool = False) -> TrainState:
     """Restore the newest complete checkpoint into the setup's models; returns its state. The
     metrics log is cut back to the checkpoint's step and must then be what it was when the
     checkpoint was written (its sha256 is in the checkpoint)."""
@@ -141,6 +148,8 @@ def load_latest(setup: Setup, run: RunFolder, contract_path: Path) -> TrainState
     verify(path)
     meta = json.loads((path / "trainer.json").read_text(encoding="utf-8"))
     _refuse_changes(setup, meta, path, contract_path)
+    included = set(meta.get("include", CHECKPOINT_PARTS))
+    _refuse_partial(included, path.name, force)
     _load_weights(setup, path)
     try:
         blob = torch.load(path / "state.pt", weights_only=True)  # tensors and plain values: no code runs
@@ -149,13 +158,36 @@ def load_latest(setup: Setup, run: RunFolder, contract_path: Path) -> TrainState
             f"checkpoint {path.name}: state.pt holds more than tensors and plain values, so it is not "
             f"loaded (a checkpoint from elsewhere must not run code): {str(exc).splitlines()[0][:200]}"
         ) from None
-    setup.optimizer.load_state_dict(blob["optimizer"])
-    setup.scheduler.load_state_dict(blob["scheduler"])
-    set_rng_state(blob["rng"])
+    if "optimizer" in blob:
+        setup.optimizer.load_state_dict(blob["optimizer"])
+    if "scheduler" in blob:
+        setup.scheduler.load_state_dict(blob["scheduler"])
+    if "rng" in blob:
+        set_rng_state(blob["rng"])
+    sampler = meta["sampler"]  # parts not kept start afresh (only with --force)
+    defaults = {"seed": setup.contract.hyperparameters.seed, "epoch": 0, "position": 0}
+    meta["sampler"] = {k: (defaults[k] if sampler.get(k) is None and k in defaults else v) for k, v in sampler.items()}
     state = TrainState.from_json(meta, len(setup.train_tasks))
     if setup.main:
         _restore_metrics(run, state.step, meta.get("metrics_sha256"), path.name)
     return state
+
+
+def _refuse_partial(included: set[str], name: str, force: bool) -> None:
+    """A checkpoint that kept less than everything resumes only with --force, and never without
+    the weights or the step counter."""
+    missing = [p for p in CHECKPOINT_PARTS if p not in included]
+    if not missing:
+        return
+    if "model" in missing or "rollout_cursor" in missing:
+        raise RlvrError(
+            f"checkpoint {name} lacks {', '.join(missing)} (checkpoint.include): there is nothing to resume"
+        )
+    if not force:
+        raise RlvrError(
+            f"checkpoint {name} lacks {', '.join(missing)} (checkpoint.include): resume would not be exact; "
+            "`--resume --force` continues with those parts started afresh"
+        )
 
 
 def _restore_metrics(run: RunFolder, step: int, expected: str | None, name: str) -> None:

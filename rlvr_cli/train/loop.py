@@ -253,7 +253,7 @@ def _resume(
     status = folder.read_status()
     if status.state == "aborted" and not force:
         raise RlvrError(f"the run was aborted ({status.reason}); resume refuses it unless --force")
-    state = load_latest(setup, folder, contract_path)
+    state = load_latest(setup, folder, contract_path, force)
     if status.state == "finished" and state.step >= steps:
         raise AlreadyFinished(f"the run already finished at step {state.step}")
     monitor.restore(state.monitor)

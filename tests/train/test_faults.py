@@ -373,3 +373,22 @@ def test_any_finite_reward_is_the_verifiers_word_and_recorded_as_such(experiment
     manifest = json.loads((run_dir / "records" / "manifest.json").read_text())["shards"]
     rows = pq.read_table(run_dir / "records" / manifest[0]["file"]).to_pylist()
     assert {(r["reward"], r["verifier_reward"]) for r in rows} == {(7.0 * 1.0 + 0.2 * 1.0, 7.0)}
+
+
+def test_checkpoint_include_is_what_a_checkpoint_holds(experiment: Path, tmp_path: Path) -> None:
+    text = (experiment / CONTRACT).read_text()
+    text = text.replace(
+        "include: [model, optimizer, scheduler, rng, sampler, data_cursor, rollout_cursor]",
+        "include: [model, scheduler, rng, sampler, data_cursor, rollout_cursor]",
+    )
+    (experiment / CONTRACT).write_text(
+        text + "waivers:\n  - {rule: RLV701, reason: optimizer state too large to keep}\n"
+    )
+    run_dir = tmp_path / "run"
+    assert rlvr("train", experiment / CONTRACT, "--run-dir", run_dir, "--max-steps", "2", timeout=300).code == 0
+    blob = torch.load(run_dir / "checkpoints" / "step-2" / "state.pt", weights_only=True)
+    assert sorted(blob) == ["rng", "scheduler"]  # no optimizer state was written
+    refused = rlvr("train", experiment / CONTRACT, "--run-dir", run_dir, "--max-steps", "3", "--resume", timeout=300)
+    assert refused.code == 1 and "lacks optimizer" in refused.stderr and "--force" in refused.stderr
+    forced = rlvr("train", experiment / CONTRACT, "--run-dir", run_dir, "--max-steps", "3", "--resume", "--force")
+    assert forced.code == 0 and status(run_dir)["step"] == 3, forced.stderr[-2000:]
