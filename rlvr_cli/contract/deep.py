@@ -141,6 +141,34 @@ def _data(c: Contract, folder: Path) -> Iterator[Finding]:
             yield from _jsonl(folder / split.path, where, hint_field if name == "sealed_eval" else None, rows[name])
     for problem in duplicate_ids(rows)[:20]:
         yield error("RLV405", ("data", "splits"), problem)
+    if c.data.holdout_design is not None and "train" in rows and "holdout" in rows:
+        yield from _holdout_design(
+            c.data.holdout_design, [r for _, r in rows["train"]], [r for _, r in rows["holdout"]]
+        )
+
+
+def _values(row: dict, field: str) -> set[str]:
+    value = row.get(field)
+    return {str(v) for v in value} if isinstance(value, list) else ({str(value)} if value is not None else set())
+
+
+def _holdout_design(design: object, train: list[dict], holdout: list[dict]) -> Iterator[Finding]:
+    """What the contract says the holdout withholds must be true of the data."""
+    where = ("data", "holdout_design")
+    for key, field in (("compositions", "composition"), ("entity_groups", "entity_group")):
+        for name in getattr(design, key) or []:
+            in_holdout = sum(name in _values(r, field) for r in holdout)
+            in_train = [str(r.get("id")) for r in train if name in _values(r, field)]
+            if not in_holdout:
+                yield error("RLV407", (*where, key), f"no holdout task has {field} '{name}'")
+            if in_train:
+                yield error(
+                    "RLV407", (*where, key), f"{field} '{name}' is in train too (tasks {', '.join(in_train[:3])})"
+                )
+    if getattr(design, "longer_trajectories", None):
+        size = lambda rows: sum(len(json.dumps(r.get("prompt"))) for r in rows) / max(len(rows), 1)  # noqa: E731
+        if size(holdout) <= size(train):
+            yield error("RLV407", (*where, "longer_trajectories"), "holdout prompts are not longer than train's")
 
 
 def _file_hash(folder: Path, rel: str, sha: str | None, where: tuple) -> Iterator[Finding]:

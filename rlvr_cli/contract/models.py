@@ -282,10 +282,17 @@ class Splits(Section):
 
 
 class HoldoutDesign(Section):
-    compositions: list[str] | None = Field(None, description="Compositions present only in the holdout.")
-    entity_groups: list[str] | None = Field(None, description="Entity groups present only in the holdout.")
+    compositions: list[str] | None = Field(
+        None,
+        description="Compositions present only in the holdout: task rows carry them in `composition` "
+        "(a string or a list); validate --deep checks each is in holdout and absent from train.",
+    )
+    entity_groups: list[str] | None = Field(
+        None,
+        description="Entity groups present only in the holdout (task field `entity_group`; checked the same way).",
+    )
     longer_trajectories: bool | None = Field(
-        None, description="Whether the holdout has longer trajectories than train."
+        None, description="The holdout's prompts are longer on average than train's (checked by validate --deep)."
     )
 
 

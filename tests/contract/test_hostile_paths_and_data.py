@@ -87,3 +87,20 @@ def test_data_outside_the_contract_folder_is_flagged(experiment: Path, tmp_path:
     codes = [d["code"] for d in run.json()["files"][0]["diagnostics"]]
     assert "RLV406" in codes
     assert rlvr("validate", "--strict", experiment / CONTRACT).code == 1
+
+
+def test_the_holdout_design_must_be_true_of_the_data(experiment: Path) -> None:
+    data = experiment / "data"
+    edit(experiment, "  hints: {used: false}", "  holdout_design: {compositions: [carry]}\n  hints: {used: false}")
+    claimed = rlvr("validate", "--deep", "--format", "json", experiment / CONTRACT)
+    found = [d for d in claimed.json()["files"][0]["diagnostics"] if d["code"] == "RLV407"]
+    assert claimed.code == 1 and "no holdout task has composition 'carry'" in found[0]["message"]
+    for split, tag in (("holdout", "carry"), ("train", "plain")):
+        rows = [json.loads(x) for x in (data / f"{split}.jsonl").read_text().splitlines()]
+        (data / f"{split}.jsonl").write_text("".join(json.dumps({**r, "composition": tag}) + "\n" for r in rows))
+    assert rlvr("validate", "--deep", experiment / CONTRACT).code == 0  # now the data shows it
+    rows = [json.loads(x) for x in (data / "train.jsonl").read_text().splitlines()]
+    rows[0]["composition"] = "carry"  # one leaked into train
+    (data / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    leaked = rlvr("validate", "--deep", experiment / CONTRACT)
+    assert leaked.code == 1 and "is in train too" in leaked.stdout
