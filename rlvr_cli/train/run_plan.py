@@ -78,7 +78,49 @@ def artifacts(c: Contract) -> dict[str, Any]:
             out[role] = {"path": ref.path}
         else:
             out[role] = {"same_as_policy": True} if getattr(ref, "same_as_policy", None) else {"none": ref.none_}
+    out["tokenizer"]["chat_template"] = c.artifacts.tokenizer.chat_template  # native, or the file that renders
     return out
+
+
+def _rule_text(r: Any) -> str:
+    return f"{r.name}: {r.metric} {r.when} for {r.window} evaluation(s) → {r.action} (owner {r.owner})"
+
+
+def _gate_text(g: Any) -> str:
+    bounds = ", ".join(
+        f"{k} {getattr(g, k)}" for k in ("min", "max", "min_delta", "max_drop") if getattr(g, k) is not None
+    )
+    extra = f", segments {g.segments}" if g.segments else ""
+    extra += f", min_items {g.min_items}" if g.min_items else ""
+    return f"{g.name}{' (critical)' if g.critical else ''}: {g.metric} on {g.split}, {bounds}, confidence {g.confidence or 0.95}{extra}"
+
+
+def sections(c: Contract) -> dict[str, Any]:
+    """Everything else the run does as the contract says, section by section: what a reader of
+    plan.json needs to know the run without the contract beside it (a test keeps it complete)."""
+    hp, env, d = c.hyperparameters, c.environment, c.data
+    return {
+        "description": c.description,
+        "schedule": hp.schedule.model_dump() if hp.schedule else {"name": "constant", "warmup_steps": 0},
+        "max_policy_lag": hp.max_policy_lag,
+        "length": c.length.model_dump(include={"prompt_truncation", "stop_tokens", "padding_side", "packing"}),
+        "environment": env.model_dump(exclude_none=True),
+        "verifier": c.artifacts.verifier.model_dump(exclude_none=True),
+        "lock": c.artifacts.lock,
+        "data": d.model_dump(mode="json", exclude_none=True),
+        "monitoring": {
+            "holdout_every": c.monitoring.holdout_every,
+            "rules": [_rule_text(r) for r in c.monitoring.rules],
+        },
+        "checkpoint": c.checkpoint.model_dump(),
+        "records": c.records.model_dump(),
+        "acceptance": {
+            "budget": c.acceptance.budget.model_dump(exclude_none=True) if c.acceptance.budget else None,
+            "baseline": c.acceptance.baseline,
+            "gates": [_gate_text(g) for g in c.acceptance.gates],
+        },
+        "waivers": [w.model_dump(exclude_none=True) for w in c.waivers or []],
+    }
 
 
 def build_plan(c: Contract, contract_path: Path, run_dir: Path, max_steps: int, device: str) -> dict[str, Any]:
@@ -109,6 +151,7 @@ def build_plan(c: Contract, contract_path: Path, run_dir: Path, max_steps: int, 
         "device": device,
         "seed": hp.seed,
         "artifacts": artifacts(c),
+        **sections(c),
         "holdout": f"greedy decoding of every holdout task every {c.monitoring.holdout_every} steps"
         if c.monitoring.holdout_every
         else "none",
