@@ -154,11 +154,6 @@ def rlv202_clip_range(c: Contract, _: Path) -> Iterator[Finding]:
 
 NOT_RUN = (
     (
-        ("length", "packing", "enabled"),
-        lambda c: c.length.packing is not None and c.length.packing.enabled,
-        "packing is not implemented in the update forward; every sequence is its own row (drop packing)",
-    ),
-    (
         ("length", "padding_side"),
         lambda c: c.length.padding_side == "right",
         "prompts are left-padded (generation continues at the right edge); right padding is not run",

@@ -10,6 +10,7 @@ import torch
 
 from rlvr_cli.contract.models import Contract
 from rlvr_cli.engine.forward import Batch, make_batch, token_logprobs
+from rlvr_cli.engine.packed import Packed, packed_logprobs
 from rlvr_cli.env.scoring import Sample
 from rlvr_cli.train import distributed as dist
 from rlvr_cli.train import objective as obj
@@ -19,10 +20,13 @@ from rlvr_cli.train.state import TrainState
 
 @dataclass
 class Forward:
-    """One rectangle for all kept samples, and the row indices of each micro-batch."""
+    """One rectangle for all kept samples, and the row indices of each micro-batch. With
+    `length.packing` each micro-batch's sequences run packed (engine/packed.py) instead."""
 
     batch: Batch
     parts: list[torch.Tensor]
+    samples: list[Sample] | None = None  # kept for packing; None: the padded rectangle is used
+    pad_id: int = 0
 
     @classmethod
     def of(cls, setup: Setup, samples: list[Sample]) -> Forward:
@@ -38,15 +42,37 @@ class Forward:
             setup.renderer.pad_id,
         ).to(setup.device)
         size = setup.contract.hyperparameters.micro_batch_sequences or len(samples)
-        return cls(batch, list(torch.arange(len(samples)).split(size)))
+        packing = setup.contract.length.packing
+        packed = samples if packing is not None and packing.enabled else None
+        return cls(batch, list(torch.arange(len(samples)).split(size)), packed, setup.renderer.pad_id)
 
     def rows(self, index: torch.Tensor) -> Batch:
         b = self.batch
         return Batch(b.input_ids[index], b.attention_mask[index], b.prompt_width, b.response_mask[index])
 
+    def forward(
+        self, model: object, part: torch.Tensor, temperature: float, with_entropy: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        """Log-probs `(b, T)` (and entropy) of one micro-batch's responses, and their loss mask."""
+        mb = self.rows(part)
+        if self.samples is None:
+            logp, entropy = token_logprobs(model, mb, temperature, with_entropy=with_entropy)
+            return logp, entropy, mb.response_mask
+        chosen = [self.samples[i] for i in part.tolist()]
+        width = self.batch.response_mask.shape[1]
+        packed = Packed.of(
+            [s.prompt_ids for s in chosen],
+            [s.response_ids for s in chosen],
+            [s.mask for s in chosen],
+            self.pad_id,
+            width,
+        )
+        logp, entropy = packed_logprobs(model, packed, temperature, with_entropy=with_entropy)
+        return logp, entropy, mb.response_mask
+
     @torch.no_grad()
     def logprobs(self, model: object, temperature: float) -> torch.Tensor:
-        return torch.cat([token_logprobs(model, self.rows(part), temperature)[0] for part in self.parts])  # (B, T)
+        return torch.cat([self.forward(model, part, temperature)[0] for part in self.parts])  # (B, T)
 
 
 @torch.no_grad()
@@ -154,8 +180,9 @@ def _backward(
     c = setup.contract
     stats, loss_sum, bad = obj.LossStats.empty(), 0.0, 0.0
     for i, part in enumerate(fwd.parts):
-        mb = fwd.rows(part)
-        logp, entropy = token_logprobs(setup.policy, mb, c.hyperparameters.sampling.temperature, with_entropy=True)
+        logp, entropy, response_mask = fwd.forward(
+            setup.policy, part, c.hyperparameters.sampling.temperature, with_entropy=True
+        )
         if olds[i] is None:
             olds[i] = logp.detach()
         loss, st = obj.policy_loss(
@@ -163,7 +190,7 @@ def _backward(
             olds[i],  # type: ignore[arg-type]
             None if ref is None else ref[part],
             adv[part],
-            mb.response_mask,
+            response_mask,
             c.objective,
             max_response_tokens=c.length.max_response_tokens,
             entropy=entropy,

@@ -134,8 +134,7 @@ EXAMPLES: dict[str, tuple[list[tuple[str, str]], list[tuple[str, str, str]]]] = 
                 '  stop_tokens: ["<|im_end|>"]\n  packing: {enabled: true, isolate_episodes: false}\n',
             )
         ],
-        # packing is also not run yet (RLV010), on the same line
-        [("RLV010", "error", "packing:"), ("RLV503", "error", "packing:")],
+        [("RLV503", "error", "packing:")],
     ),
     "RLV010-value-not-run": (
         [('  stop_tokens: ["<|im_end|>"]\n', '  stop_tokens: ["<|im_end|>"]\n  padding_side: right\n')],
