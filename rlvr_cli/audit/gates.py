@@ -201,13 +201,16 @@ def compare_policies(contract: Contract, folder: Path, a: Path, b: Path, samples
     """Reward distributions of two policies on the same tasks, with a paired test."""
     ev_a = evaluate(contract, folder, a, split, samples=samples, greedy=False, seed=1)
     ev_b = evaluate(contract, folder, b, split, samples=samples, greedy=False, seed=1)
-    items = sorted(set(ev_a) & set(ev_b))
-    ma, mb = item_means(ev_a), item_means(ev_b)
+    ma, mb = item_means(ev_a), item_means(ev_b)  # items with a valid verdict under both policies
+    items = sorted(set(ma) & set(mb))
+    if not items:
+        raise RlvrError(f"no {split} task got a valid verdict under both policies; see the verifier's errors")
     diffs = [mb[i] - ma[i] for i in items]
     mean, low, high = bootstrap(diffs, 0.95)
     best = contract.objective.reward.best
-    both_correct = sum(all(r >= best - 1e-9 for r in ev_a[i]["rewards"] + ev_b[i]["rewards"]) for i in items)
-    both_wrong = sum(all(r <= 0 for r in ev_a[i]["rewards"] + ev_b[i]["rewards"]) for i in items)
+    valid = {i: [r for r in ev_a[i]["rewards"] + ev_b[i]["rewards"] if r is not None] for i in items}
+    both_correct = sum(all(r >= best - 1e-9 for r in valid[i]) for i in items)
+    both_wrong = sum(all(r < best - 1e-9 for r in valid[i]) for i in items)  # not a success, bonus or not
     no_difference = low <= 0 <= high
     return {
         "split": split,

@@ -144,7 +144,8 @@ def holdout(run: Run, pool: VerifierPool, metrics: StepMetrics) -> None:
         stop_ids=setup.renderer.stop_ids,
         pad_id=setup.renderer.pad_id,
     )
-    reward = sum(s.reward if s.valid else 0.0 for s in rows) / len(rows)
+    valid = [s.reward for s in rows if s.valid]  # an invalid verdict is excluded, never a reward of 0
+    reward = sum(valid) / len(valid) if valid else float("nan")
     metrics.holdout_reward = reward
     history = run.state.holdout_history
     history.append((run.state.step, metrics.get("reward_mean") or float("nan"), reward))

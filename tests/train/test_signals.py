@@ -111,3 +111,17 @@ def test_the_shipped_dapo_contract_exercises_the_clip(tmp_path: Path) -> None:
     rows = metrics(run_dir)
     assert max(r["clip_fraction"] for r in rows) > 0 and max(r["ratio_max"] for r in rows) > 1.0
     assert {r["policy_lag"] for r in rows} == {1.0}
+
+
+def test_holdout_reward_excludes_invalid_verdicts(experiment: Path, tmp_path: Path) -> None:
+    holdout = {json.loads(x)["id"] for x in (experiment / "data" / "holdout.jsonl").read_text().splitlines()}
+    verifier = experiment / "verifier.py"
+    guard = f"    if task['id'] in {sorted(holdout)!r}:\n        raise RuntimeError('holdout verifier down')\n"
+    verifier.write_text(
+        verifier.read_text().replace("    text = response.strip()", guard + "    text = response.strip()")
+    )
+    edit(experiment, "holdout_every: 10", "holdout_every: 1")
+    run_dir = tmp_path / "run"
+    done = rlvr("train", experiment / CONTRACT, "--run-dir", run_dir, "--max-steps", "2", timeout=300)
+    assert done.code == 0, done.stderr[-2000:]
+    assert [m["holdout_reward"] for m in metrics(run_dir)] == [None, None]  # no valid verdict: undefined, not 0
