@@ -62,6 +62,14 @@ def copy_experiment(source: Path, target: Path, edits: list[tuple[str, str]] = (
     return target
 
 
+#: small, quick steps with a checkpoint after every one (the resume and fault tests)
+QUICK_STEPS = [
+    ("prompts_per_step: 8", "prompts_per_step: 4"),
+    ("micro_batch_sequences: 16", "micro_batch_sequences: 8"),
+    ("every_steps: 20", "every_steps: 1"),
+]
+
+
 @pytest.fixture(scope="session")
 def single_turn(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """`rlvr init --template single-turn` (contract name `arith`), made once per test process.

@@ -261,7 +261,8 @@ def report_text(report: AuditReport) -> str:
     for task, counts in sorted(report.matrix("task").items()):
         lines.append(f"  {task:<18} " + "  ".join(f"{k} {v}" for k, v in sorted(counts.items())))
     bad = report.disagreements
-    lines.append(f"{len(report.outcomes)} candidates, {len(bad)} disagreement(s)")
+    if bad:  # the one-line summary goes to stderr (commands/audit.py); here, the evidence
+        lines.append("disagreements:")
     for o in bad:
         what = "false accept" if o.got == "accept" else "false reject" if o.got == "reject" else "invalid verdict"
         lines.append(

@@ -27,14 +27,15 @@ def run_status(run_dir: Path) -> int:
     if state == "running" and not run.writer_alive():
         state = "running, but no process holds the run folder: it was killed or crashed"
         status = replace(status, next=f"rlvr train CONTRACT --run-dir {run_dir} --auto")
-    print(f"state:      {state} at step {status.step} ({status.reason or ''})")
+    print(f"state:      {state} after {status.step} step(s) ({status.reason or ''})")
     if status.rule:
         print(f"fired rule: {status.rule.name} — {status.rule.describe()}")
     print(f"checkpoint: {checkpoints[-1][1].name if checkpoints else 'none'}")
     if metrics:
         last = metrics[-1]
         shown = ", ".join(f"{k} {last[k]:.4g}" for k in STATUS_LINE if isinstance(last.get(k), (int, float)))
-        print(f"last step:  {last['step']}: {shown}")
+        # steps are counted from 1 here, as the progress line counts them; metrics.jsonl numbers rows from 0
+        print(f"last step:  {last['step'] + 1} (metrics.jsonl step {last['step']}): {shown}")
     default = NEXT.get(status.state, "").format(run=run_dir)
     print(f"next:       {default if status.rule or not status.next else status.next}")
     return 0

@@ -217,7 +217,8 @@ def rlv301_group_size(c: Contract, _: Path) -> Iterator[Finding]:
         yield error(
             "RLV301",
             ("hyperparameters", "group_size"),
-            f"group_size is {size}; a group-relative advantage needs at least 2 samples",
+            f"group_size is {size}; a group-relative advantage needs at least 2 samples (8 to 16 is usual)",
+            suggestion="8",
         )
 
 
@@ -231,6 +232,7 @@ def rlv302_micro_batches(c: Contract, _: Path) -> Iterator[Finding]:
             ("hyperparameters", "micro_batch_sequences"),
             f"prompts_per_step × group_size = {total} sequences is not divisible by "
             f"micro_batch_sequences = {hp.micro_batch_sequences}",
+            suggestion=str(max(d for d in range(1, hp.micro_batch_sequences + 1) if total % d == 0)),
         )
 
 

@@ -296,6 +296,10 @@ def parse(text: str) -> Document:
         what = exc.problem or exc.context or "invalid YAML"
         if mark is not None and _char_at(text, mark.line, mark.column) == "\t":
             what = "a tab character; YAML indents with spaces only"
+        opened = exc.context_mark if exc.problem_mark is not None else None
+        if opened is not None and exc.context and (opened.line, opened.column) != (mark.line, mark.column):
+            # an unclosed `[` or `{` is found where parsing fails; say where it was opened
+            what += f" ({exc.context} opened at line {opened.line + 1}, column {opened.column + 1})"
         raise YamlError(f"YAML syntax error: {what}", where) from None
     except yaml.YAMLError as exc:
         raise YamlError(f"YAML error: {exc}", Pos(1, 1)) from None

@@ -125,3 +125,12 @@ def test_a_copied_example_keeps_its_positions(tmp_path: Path) -> None:
     run = rlvr("validate", copy)
     line = expected(source)[0].split()[1]
     assert f"copy.rlvr.yaml:{line}:26: error[RLV302] hyperparameters.micro_batch_sequences:" in run.stdout
+
+
+def test_shape_rules_give_a_value_that_fixes_them() -> None:
+    found = {}
+    for name in ("RLV301-group-of-one", "RLV302-micro-batch-indivisible"):
+        run = rlvr("validate", "--format", "json", EXAMPLES / "invalid" / f"{name}.rlvr.yaml")
+        found.update({d["code"]: d["suggestion"] for d in run.json()["files"][0]["diagnostics"]})
+    assert found["RLV301"] == "8"
+    assert found["RLV302"] == "4"  # the largest micro-batch ≤ 5 that divides 16 sequences

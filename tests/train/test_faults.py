@@ -18,7 +18,7 @@ import torch
 from safetensors.torch import load_file
 
 from rlvr_cli.files import sha256_file
-from tests.conftest import ROOT, copy_experiment, edit, rlvr
+from tests.conftest import QUICK_STEPS, ROOT, copy_experiment, edit, rlvr
 
 CONTRACT = "experiment.rlvr.yaml"
 
@@ -26,12 +26,7 @@ CONTRACT = "experiment.rlvr.yaml"
 @pytest.fixture(scope="module")
 def quick(single_turn: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Small steps, a checkpoint every step, no holdout."""
-    edits = [
-        ("prompts_per_step: 8", "prompts_per_step: 4"),
-        ("micro_batch_sequences: 16", "micro_batch_sequences: 8"),
-        ("every_steps: 20", "every_steps: 1"),
-        ("holdout_every: 10", "holdout_every: 50"),
-    ]
+    edits = [*QUICK_STEPS, ("holdout_every: 10", "holdout_every: 50")]
     return copy_experiment(single_turn, tmp_path_factory.mktemp("faults") / "arith", edits)
 
 
@@ -167,6 +162,8 @@ def test_sigterm_then_auto_resume_equals_a_straight_run(experiment: Path, tmp_pa
     assert state["state"] == "paused" and "SIGTERM" in state["reason"]
     shown = rlvr("status", run_dir)
     assert "paused" in shown.stdout and "--auto" in shown.stdout
+    last = steps_logged(run_dir)[-1]  # status counts steps from 1, as the progress line does
+    assert f"last step:  {last + 1} (metrics.jsonl step {last})" in shown.stdout
     done = rlvr("train", experiment / CONTRACT, "--run-dir", run_dir, "--max-steps", "4", "--auto", timeout=300)
     assert done.code == 0 and "resuming" in done.stderr, done.stderr[-2000:]
     assert steps_logged(run_dir) == [0, 1, 2, 3]

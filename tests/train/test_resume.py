@@ -16,20 +16,14 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.conftest import copy_experiment, edit, rlvr
+from tests.conftest import QUICK_STEPS, copy_experiment, edit, rlvr
 
 CONTRACT = "experiment.rlvr.yaml"
 
 
 @pytest.fixture(scope="module")
 def scaffold(single_turn: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    # small, quick steps; a checkpoint every step
-    edits = [
-        ("prompts_per_step: 8", "prompts_per_step: 4"),
-        ("micro_batch_sequences: 16", "micro_batch_sequences: 8"),
-        ("every_steps: 20", "every_steps: 1"),
-        ("holdout_every: 10", "holdout_every: 3"),
-    ]
+    edits = [*QUICK_STEPS, ("holdout_every: 10", "holdout_every: 3")]
     return copy_experiment(single_turn, tmp_path_factory.mktemp("resume") / "arith", edits)
 
 
