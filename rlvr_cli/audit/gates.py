@@ -32,6 +32,7 @@ class Judgement:
     confidence: float
     passed: bool
     checks: tuple[str, ...]
+    failed: tuple[str, ...] = ()  # the checks that did not hold
 
     @property
     def width(self) -> float:
@@ -47,6 +48,7 @@ class Judgement:
             "confidence": self.confidence,
             "passed": self.passed,
             "checks": list(self.checks),
+            "failed": list(self.failed),
         }
 
 
@@ -115,7 +117,8 @@ def judge_gate(gate: Gate, cand: dict[str, float], base: dict[str, float], items
         checks.append((d[1] >= -gate.max_drop, f"delta lower bound {d[1]:+.3f} ≥ -max_drop {gate.max_drop}"))
     if gate.min_items is not None:  # too few items: the interval cannot support a release
         checks.append((len(items) >= gate.min_items, f"{len(items)} items ≥ min_items {gate.min_items}"))
-    return Judgement(len(items), c, d, confidence, all(ok for ok, _ in checks), tuple(m for _, m in checks))
+    failed = tuple(m for ok, m in checks if not ok)
+    return Judgement(len(items), c, d, confidence, not failed, tuple(m for _, m in checks), failed)
 
 
 def run_gates(contract: Contract, folder: Path, candidate: Path, baseline: Path | None) -> GateResult:
@@ -179,18 +182,22 @@ def write_verdict(result: GateResult, out: Path) -> None:
 
 
 def gate_table(result: GateResult) -> str:
-    lines = [f"{'gate':<20}{'split':<12}{'metric':<14}{'candidate [CI]':<26}{'delta [CI]':<28}{'result':<8}"]
+    """One line per gate (and per segment): the candidate's interval, the difference's, the result
+    and, when a gate fails, the check it failed."""
+    w = max([len("gate"), *(len(g.name) + 2 for g in result.gates)]) + 2
+    m = max([len("metric"), *(len(g.metric) for g in result.gates)]) + 2
+    lines = [f"{'gate':<{w}}{'split':<12}{'metric':<{m}}{'candidate [CI]':<26}{'delta [CI]':<28}result"]
     for g in result.gates:
         c, d = g.overall.candidate, g.overall.delta
-        state = "pass" if g.overall.passed else "FAIL"
+        state = "pass" if g.overall.passed else f"FAIL ({'; '.join(g.overall.failed)})"
         lines.append(
-            f"{g.name + (' *' if g.critical else ''):<20}{g.split:<12}{g.metric:<14}"
+            f"{g.name + (' *' if g.critical else ''):<{w}}{g.split:<12}{g.metric:<{m}}"
             f"{c[0]:.3f} [{c[1]:.3f}, {c[2]:.3f}]{'':<4}{d[0]:+.3f} [{d[1]:+.3f}, {d[2]:+.3f}]{'':<3}{state}"
         )
         for name, seg in g.segments.items():
             sc, sd = seg.candidate, seg.delta
             lines.append(
-                f"  {name:<42}{sc[0]:.3f}{'':<20}{sd[0]:+.3f} [{sd[1]:+.3f}, {sd[2]:+.3f}]{'':<3}"
+                f"  {name:<{w + 10 + m}}{sc[0]:.3f}{'':<20}{sd[0]:+.3f} [{sd[1]:+.3f}, {sd[2]:+.3f}]{'':<3}"
                 f"{'pass' if seg.passed else 'FAIL'}"
             )
     lines.append(f"* critical.  release: {result.release.upper()} (baseline: {result.baseline})")
