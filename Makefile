@@ -22,6 +22,8 @@ demo: $(STAMP)
 	$(BIN)/rlvr lock $(DEMO)/my-exp/experiment.rlvr.yaml
 	test -f contracts/arith/model/config.json || \
 	  $(BIN)/python -m rlvr_cli.chat.tiny contracts/arith/model --alphabet arithmetic
+	test -f contracts/echo/model/config.json || \
+	  $(BIN)/python -m rlvr_cli.chat.tiny contracts/echo/model --alphabet arithmetic
 	$(BIN)/rlvr validate --deep --strict contracts/
 	$(BIN)/rlvr render contracts/grpo-cpu.rlvr.yaml --conversations contracts/arith/conversations.jsonl
 	$(BIN)/rlvr init $(DEMO)/agent --template tool-use --no-model
@@ -36,6 +38,10 @@ demo: $(STAMP)
 	code=0; $(BIN)/rlvr gate contracts/grpo-cpu.rlvr.yaml --candidate $(DEMO)/grpo-cpu || code=$$?; \
 	  test $$code -le 1 && echo "demo: release gate exit $$code; see $(DEMO)/grpo-cpu/gate/verdict.json"
 	$(BIN)/rlvr report $(DEMO)/grpo-cpu
+	# a task the tiny model does learn: holdout correctness 0 → ~0.9, and the release passes
+	$(BIN)/rlvr train contracts/echo-cpu.rlvr.yaml --run-dir $(DEMO)/echo-cpu
+	$(BIN)/rlvr gate contracts/echo-cpu.rlvr.yaml --candidate $(DEMO)/echo-cpu
+	$(BIN)/rlvr report $(DEMO)/echo-cpu
 
 # The report test opens the HTML report in headless Chromium (Debian's package).
 browser:

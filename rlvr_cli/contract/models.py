@@ -354,7 +354,11 @@ class Length(Section):
     stop_tokens: list[str] = Field(
         min_length=1, description="Token strings that end a response; each is inside the loss mask."
     )
-    padding_side: Literal["left", "right"] = Field("left", description="Which side prompts are padded on.")
+    padding_side: Literal["left", "right"] = Field(
+        "left",
+        description="Which side the update forward pads sequences on (generation always pads prompts on "
+        "the left, as decoder-only generation needs); the log-probs are the same either way.",
+    )
     packing: Packing | None = Field(None, description="Pack episodes into one sequence with attention kept apart.")
     dynamic_sampling: DynamicSampling | None = Field(None, description="Drop uniform groups and sample again.")
 

@@ -154,11 +154,6 @@ def rlv202_clip_range(c: Contract, _: Path) -> Iterator[Finding]:
 
 NOT_RUN = (
     (
-        ("length", "padding_side"),
-        lambda c: c.length.padding_side == "right",
-        "prompts are left-padded (generation continues at the right edge); right padding is not run",
-    ),
-    (
         ("objective", "reward", "unit"),
         lambda c: c.objective.reward.unit == "set",
         "reward.unit 'set' (one reward for several responses together) is not implemented",

@@ -31,15 +31,22 @@ class Packed:
         masks: list[list[int]],
         pad_id: int,
         width: int | None = None,
+        one_per_row: bool = False,
     ) -> Packed:
+        """Pack sequences first-fit, longest first; `one_per_row` keeps each alone in its row,
+        which is the padded batch with the padding on the right."""
         lengths = [len(p) + len(r) for p, r in zip(prompts, responses, strict=True)]
         order = sorted(range(len(lengths)), key=lambda j: -lengths[j])  # first fit, longest first
         episodes = [(list(prompts[j]) + list(responses[j]), [1] * lengths[j]) for j in order]
-        packs = pack(episodes, max(lengths), pad_id=pad_id)  # rows as long as the longest sequence
+        packs = (
+            [row for e in episodes for row in pack([e], max(lengths), pad_id=pad_id)]
+            if one_per_row
+            else pack(episodes, max(lengths), pad_id=pad_id)  # rows as long as the longest sequence
+        )
         start_of: dict[int, tuple[int, int]] = {}
         for row, p in enumerate(packs):
             for start, _ in p.bounds:
-                start_of[order[p.episode[start]]] = (row, start)
+                start_of[order[row if one_per_row else p.episode[start]]] = (row, start)
         where = [(start_of[j][0], start_of[j][1] + len(prompts[j]), len(responses[j])) for j in range(len(prompts))]
         width = width or max(1, max(len(r) for r in responses))
         loss = torch.tensor([list(m) + [0] * (width - len(m)) for m in masks], dtype=torch.long)  # (B, T)

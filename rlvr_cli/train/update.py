@@ -25,8 +25,9 @@ class Forward:
 
     batch: Batch
     parts: list[torch.Tensor]
-    samples: list[Sample] | None = None  # kept for packing; None: the padded rectangle is used
+    samples: list[Sample] | None = None  # kept for packing or right padding; None: the left-padded rectangle
     pad_id: int = 0
+    packing: bool = False  # several sequences per row; otherwise one per row, padded on the right
 
     @classmethod
     def of(cls, setup: Setup, samples: list[Sample]) -> Forward:
@@ -42,9 +43,10 @@ class Forward:
             setup.renderer.pad_id,
         ).to(setup.device)
         size = setup.contract.hyperparameters.micro_batch_sequences or len(samples)
-        packing = setup.contract.length.packing
-        packed = samples if packing is not None and packing.enabled else None
-        return cls(batch, list(torch.arange(len(samples)).split(size)), packed, setup.renderer.pad_id)
+        length = setup.contract.length
+        packing = bool(length.packing and length.packing.enabled)
+        by_row = samples if packing or length.padding_side == "right" else None
+        return cls(batch, list(torch.arange(len(samples)).split(size)), by_row, setup.renderer.pad_id, packing)
 
     def rows(self, index: torch.Tensor) -> Batch:
         b = self.batch
@@ -66,6 +68,7 @@ class Forward:
             [s.mask for s in chosen],
             self.pad_id,
             width,
+            not self.packing,
         )
         logp, entropy = packed_logprobs(model, packed, temperature, with_entropy=with_entropy)
         return logp, entropy, mb.response_mask

@@ -137,8 +137,8 @@ EXAMPLES: dict[str, tuple[list[tuple[str, str]], list[tuple[str, str, str]]]] = 
         [("RLV503", "error", "packing:")],
     ),
     "RLV010-value-not-run": (
-        [('  stop_tokens: ["<|im_end|>"]\n', '  stop_tokens: ["<|im_end|>"]\n  padding_side: right\n')],
-        [("RLV010", "error", "padding_side: right")],
+        [("unit: response", "unit: set")],
+        [("RLV010", "error", "unit: set")],
     ),
     "RLV601-rule-without-owner": (
         [('when: "< 0.1", window: 3, action: pause, owner: oncall}', 'when: "< 0.1", window: 3, action: pause}')],

@@ -1,5 +1,6 @@
-"""`length.packing`: the update forward on packed rows gives the same log-probs, entropies and
-gradients as on the padded rectangle, and a packed run trains like an unpacked one."""
+"""`length.packing` and `length.padding_side`: the update forward on packed rows, or padded on
+the right, gives the same log-probs, entropies and gradients as the left-padded rectangle, and
+such runs train alike."""
 
 from __future__ import annotations
 
@@ -52,19 +53,22 @@ def test_packed_rows_give_the_padded_numbers_and_gradients(model) -> None:
     assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(*grads, strict=True))
 
 
-def test_a_packed_run_trains_like_an_unpacked_one(single_turn: Path, tmp_path: Path) -> None:
+def test_packed_and_right_padded_runs_train_like_the_left_padded_one(single_turn: Path, tmp_path: Path) -> None:
+    layouts = {
+        "padded-left": "  padding_side: left\n",
+        "packed": "  padding_side: left\n  packing: {enabled: true, isolate_episodes: true}\n",
+        "padded-right": "  padding_side: right\n",
+    }
     runs = {}
-    for packing in (False, True):
-        folder = copy_experiment(single_turn, tmp_path / f"exp-{packing}")
-        if packing:
-            edit(
-                folder,
-                "  padding_side: left\n",
-                "  padding_side: left\n  packing: {enabled: true, isolate_episodes: true}\n",
-            )
-        run_dir = tmp_path / f"run-{packing}"
+    for name, text in layouts.items():
+        folder = copy_experiment(single_turn, tmp_path / f"exp-{name}")
+        edit(folder, "  padding_side: left\n", text)
+        run_dir = tmp_path / f"run-{name}"
         done = rlvr("train", folder / "experiment.rlvr.yaml", "--run-dir", run_dir, "--max-steps", "2", timeout=300)
         assert done.code == 0, done.stderr[-2000:]
-        runs[packing] = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    for key in ("loss", "entropy", "kl", "grad_norm"):
-        assert abs(runs[False][0][key] - runs[True][0][key]) < 1e-4, key  # step 0: the same samples, the same update
+        runs[name] = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        plan = json.loads((run_dir / "plan.json").read_text())
+        assert plan["length"]["padding_side"] == ("right" if name == "padded-right" else "left")
+    for name in ("packed", "padded-right"):
+        for key in ("loss", "entropy", "kl", "grad_norm"):  # step 0: the same samples, the same update
+            assert abs(runs["padded-left"][0][key] - runs[name][0][key]) < 1e-4, (name, key)
