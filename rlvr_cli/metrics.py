@@ -63,31 +63,39 @@ class StepMetrics:
     )
     #: per-value dynamic-sampling acceptance, `accept_rate/<field>=<value>`
     accept_rates: dict[str, float] = field(default_factory=dict)
+    #: on holdout steps, the mean of each reward component over valid verdicts, `holdout/<component>`
+    holdout_components: dict[str, float] = field(default_factory=dict)
 
     def update(self, values: dict[str, float]) -> None:
         for key, value in values.items():
             if key.startswith("accept_rate/"):
                 self.accept_rates[key] = value
+            elif key.startswith("holdout/"):
+                self.holdout_components[key] = value
             elif key in NAMES:
                 setattr(self, key, value)
             else:
                 raise KeyError(f"{key!r} is not a metric (rlvr_cli.metrics)")
 
     def get(self, name: str) -> float | None:
-        value = self.accept_rates.get(name) if name.startswith("accept_rate/") else getattr(self, name, None)
+        if name.startswith(("accept_rate/", "holdout/")):
+            value = {**self.accept_rates, **self.holdout_components}.get(name)
+        else:
+            value = getattr(self, name, None)
         return None if value is None or (isinstance(value, float) and not math.isfinite(value)) else value
 
     def row(self) -> dict[str, Any]:
         """The metrics.jsonl object: every measured metric, NaN as null, accept rates last."""
         out: dict[str, Any] = {"step": self.step}
         for f in fields(self):
-            if f.name in ("step", "accept_rates"):
+            if f.name in ("step", "accept_rates", "holdout_components"):
                 continue
             value = getattr(self, f.name)
             if value is None:
                 continue
             out[f.name] = None if isinstance(value, float) and not math.isfinite(value) else value
         out.update(self.accept_rates)
+        out.update(self.holdout_components)
         return out
 
 
@@ -101,7 +109,7 @@ class Metric:
 METRICS: tuple[Metric, ...] = tuple(
     Metric(f.name, f.metadata["description"], f.metadata["needs"])
     for f in fields(StepMetrics)
-    if f.name not in ("step", "accept_rates")
+    if f.name not in ("step", "accept_rates", "holdout_components")
 )
 NAMES: frozenset[str] = frozenset(m.name for m in METRICS)
 #: metrics whose drift every run must watch (RLV603, docs/rules.md)
@@ -121,4 +129,4 @@ STATUS_LINE = (
 
 
 def is_metric(name: str) -> bool:
-    return name in NAMES or name.startswith("accept_rate/")
+    return name in NAMES or name.startswith(("accept_rate/", "holdout/"))

@@ -103,7 +103,8 @@ def build(run_dir: Path) -> str:
     rules = _rules(run)
     fired = status.rule
     sections = []
-    for title, keys in PLOTS:
+    components = sorted({k for row in metrics for k in row if k.startswith("holdout/")})
+    for title, keys in [*PLOTS[:1], ("Holdout, component by component (greedy)", components), *PLOTS[1:]]:
         series = {k: _points(metrics, k) for k in keys if _points(metrics, k)}
         thresholds = [
             (r.condition.threshold, f"{r.name}: {r.metric} {r.when} ({r.action}, owner {r.owner})")

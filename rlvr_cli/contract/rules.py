@@ -276,7 +276,9 @@ def unavailable_metric(c: Contract, metric: str) -> str | None:
     """Why this run cannot produce `metric`, or None when it can."""
     if not is_metric(metric):
         return "is not a metric rlvr produces"
-    needs = next((m.needs for m in METRICS if m.name == metric), None)
+    if metric.startswith("holdout/") and metric[8:] not in [p.name for p in c.objective.reward.components]:
+        return f"names '{metric[8:]}', which is not a reward component"
+    needs = "holdout" if metric.startswith("holdout/") else next((m.needs for m in METRICS if m.name == metric), None)
     if needs == "reference" and not _has_reference(c):
         return "needs a reference (artifacts.reference): KL is measured against it, with or without a penalty"
     if needs == "holdout" and c.monitoring.holdout_every is None:

@@ -147,6 +147,10 @@ def holdout(run: Run, pool: VerifierPool, metrics: StepMetrics) -> None:
     valid = [s.reward for s in rows if s.valid]  # an invalid verdict is excluded, never a reward of 0
     reward = sum(valid) / len(valid) if valid else float("nan")
     metrics.holdout_reward = reward
+    scored = [s.verdict.components for s in rows if s.valid and s.verdict is not None]
+    for part in run.contract.objective.reward.components:  # correctness apart from any bonus
+        values = [c[part.name] for c in scored if part.name in c]
+        metrics.holdout_components[f"holdout/{part.name}"] = sum(values) / len(values) if values else float("nan")
     history = run.state.holdout_history
     history.append((run.state.step, metrics.get("reward_mean") or float("nan"), reward))
     if len(history) >= 2:

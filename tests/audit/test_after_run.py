@@ -176,7 +176,12 @@ def test_report_renders_in_headless_chromium(trained: tuple[Path, Path], tmp_pat
     run = rlvr("report", run_dir, "--out", out)
     assert run.code == 0 and out.is_file()
     html = out.read_text()
-    assert html.count('<svg class="chart"') == 7 and 'class="threshold"' in html and "<script" not in html
+    assert (
+        html.count('<svg class="chart"') == 8
+        and "holdout/correct" in html
+        and 'class="threshold"' in html
+        and "<script" not in html
+    )
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     assert chromium, "Debian's chromium is needed for this test (make test installs it)"
     flags = [
@@ -190,7 +195,7 @@ def test_report_renders_in_headless_chromium(trained: tuple[Path, Path], tmp_pat
         f"--user-data-dir={tmp_path / 'ud'}",
     ]
     dom = subprocess.run([chromium, *flags, "--dump-dom", out.as_uri()], capture_output=True, text=True, timeout=120)
-    assert dom.stdout.count("<polyline") >= 7, dom.stderr[-1000:]
+    assert dom.stdout.count("<polyline") >= 8, dom.stderr[-1000:]
     shot = tmp_path / "shot.png"
     subprocess.run(
         [chromium, *flags, f"--screenshot={shot}", "--window-size=1400,1800", out.as_uri()],

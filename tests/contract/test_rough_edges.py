@@ -24,3 +24,14 @@ def test_audit_verifier_states_its_summary_once(tool_use: Path) -> None:
 def test_the_declared_license_is_in_the_repository() -> None:
     assert 'license = "Apache-2.0"' in (ROOT / "pyproject.toml").read_text()
     assert (ROOT / "LICENSE").read_text().lstrip().startswith("Apache License")
+
+
+def test_a_rule_can_watch_holdout_correctness_by_component(tmp_path: Path) -> None:
+    text = (ROOT / "contracts" / "grpo-cpu.rlvr.yaml").read_text()
+    rule = "    - {name: nan-guard,"
+    watch = "    - {name: correct-drop, metric: holdout/correct, when: '< 0.05', window: 3, action: pause, owner: me}\n"
+    (tmp_path / "ok.rlvr.yaml").write_text(text.replace(rule, watch + rule))
+    assert rlvr("validate", "--format", "json", tmp_path / "ok.rlvr.yaml").json()["files"][0]["valid"]
+    (tmp_path / "bad.rlvr.yaml").write_text(text.replace(rule, watch.replace("holdout/correct", "holdout/nope") + rule))
+    bad = rlvr("validate", tmp_path / "bad.rlvr.yaml")
+    assert bad.code == 1 and "error[RLV604]" in bad.stdout and "not a reward component" in bad.stdout

@@ -30,6 +30,10 @@ def test_echo_cpu_learns_correctness_and_passes_its_gates(tmp_path: Path) -> Non
     ]
     # reward = correct + 0.2 · format: 0.2–0.3 is format alone; ≥ 0.6 is ≥ 40 % correct
     assert holdout[0] <= 0.35 and max(holdout[-3:]) >= 0.6, holdout
+    rows = [m for m in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if "holdout/correct" in m]
+    assert rows[0]["holdout/correct"] <= 0.15 and rows[-1]["holdout/correct"] >= 0.4  # correctness itself, no bonus
+    report = rlvr("report", run_dir, "--out", tmp_path / "report.html")
+    assert report.code == 0 and "holdout/correct" in (tmp_path / "report.html").read_text()
     gate = rlvr("gate", contract, "--candidate", run_dir, timeout=300)
     verdict = json.loads((run_dir / "gate" / "verdict.json").read_text())
     correct = next(g for g in verdict["gates"] if g["name"] == "holdout-correct")
