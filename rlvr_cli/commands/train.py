@@ -102,7 +102,11 @@ def run_train(
     main = distributed.rank_world()[0] == 0
     try:
         with exclusive(run_dir) if main else contextlib.nullcontext(), signals_unwind():
-            resume = choose_mode(run_dir, resume, auto) if main else (resume or auto)
+            # every rank reaches the same answer: `--auto` resumes exactly when a checkpoint exists
+            if main:
+                resume = choose_mode(run_dir, resume, auto)
+            else:
+                resume = resume or (auto and bool(RunFolder(run_dir).complete_checkpoints()))
             distributed.barrier()
             try:
                 return train(contract, contract_path, run_dir, steps, resume, force, Progress(enabled=main))

@@ -77,10 +77,13 @@ def test_two_processes_equal_one(scaffold: Path, tmp_path: Path, aggregation: st
 @pytest.mark.slow
 def test_nproc_launcher_and_world_size_on_resume(scaffold: Path, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    launched = rlvr("train", scaffold / CONTRACT, "--nproc", "2", "--run-dir", run_dir, "--max-steps", "2", timeout=600)
-    assert launched.code == 0, launched.stderr[-3000:]
+    launch = ("train", scaffold / CONTRACT, "--nproc", "2", "--run-dir", run_dir, "--auto")
+    launched = rlvr(*launch, "--max-steps", "2", timeout=600)  # --auto on a new folder: every rank starts
+    assert launched.code == 0 and "starting from step 0" in launched.stderr, launched.stderr[-3000:]
+    again = rlvr(*launch, "--max-steps", "4", timeout=600)  # the same command again: every rank resumes
+    assert again.code == 0 and "resuming from checkpoint step-2" in again.stderr, again.stderr[-3000:]
     assert json.loads((run_dir / "status.json").read_text())["state"] == "finished"
-    single = rlvr("train", scaffold / CONTRACT, "--run-dir", run_dir, "--max-steps", "4", "--resume", timeout=600)
+    single = rlvr("train", scaffold / CONTRACT, "--run-dir", run_dir, "--max-steps", "6", "--resume", timeout=600)
     assert single.code == 1 and "written by 2 process(es)" in single.stderr
 
 
