@@ -15,6 +15,7 @@
 | RLT011 | error    | a system message the template cannot express (raises or drops it) |
 | RLT012 | error    | the prompt exceeds max_prompt_tokens and truncation would cut the generation prompt (or is refused) |
 | RLT013 | error    | the template fails to render the conversation |
+| RLT014 | warning  | the template refuses a prefix of a conversation it renders whole |
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ CheckFn = Callable[["ChatRenderer", "Conversation", "Located", "Rendered"], Iter
 CHECKS: list[CheckFn] = []
 _CLOCK = re.compile(r"strftime_now|date_string|\bnow\s*\(|\btoday\b")
 _PROBE_SYSTEM = "rlvr-probe-system"
+_WINDOW = 24
 _PROBE_USER = "rlvr-probe-user"
 
 
@@ -63,8 +65,7 @@ def double_bos(renderer: ChatRenderer, conv: Conversation, located: Located, _: 
     bos = tok.bos_token_id
     if bos is None or not located.ids or located.ids[0] != bos:
         return
-    with_specials = tok(located.text, add_special_tokens=True)["input_ids"]
-    if with_specials[:2] == [bos, bos]:
+    if _adds_bos(renderer):
         yield Check(
             "RLT001",
             "error",
@@ -72,6 +73,15 @@ def double_bos(renderer: ChatRenderer, conv: Conversation, located: Located, _: 
             "tokenizing with add_special_tokens=True adds another; encode rendered text "
             "with add_special_tokens=False",
         )
+
+
+def _adds_bos(renderer: ChatRenderer) -> bool:
+    """Whether tokenizing with add_special_tokens=True prepends BOS (asked once per renderer)."""
+    if renderer.__dict__.get("_adds_bos") is None:
+        tok = renderer.tokenizer
+        text = tok.bos_token + "x"
+        renderer.__dict__["_adds_bos"] = tok(text, add_special_tokens=True)["input_ids"][:2] == [tok.bos_token_id] * 2
+    return renderer.__dict__["_adds_bos"]
 
 
 @check
@@ -115,21 +125,47 @@ def history_rewriting(renderer: ChatRenderer, conv: Conversation, located: Locat
             yield Check(
                 "RLT007",
                 "error",
-                f"history rewriting: rendering later turns changes the tokens of {_turn(conv, problem.turn)}; "
-                f"first diverging token {problem.position}. That turn is not trained in the full "
-                "rendering; multi-turn episodes must keep the tokens as generated",
+                f"history rewriting: rendering later turns changes the tokens of {_turn(conv, problem.turn)} "
+                f"as it was rendered when it was the last turn; first diverging token {problem.position}. "
+                "That turn is not trained in the full rendering; multi-turn episodes must keep the "
+                "tokens as generated",
+            )
+        elif problem.kind == "context_rewrite":
+            yield Check(
+                "RLT007",
+                "error",
+                f"history rewriting: the prompt {_turn(conv, problem.turn)} was sampled from renders "
+                f"differently once later turns follow; first diverging token {problem.position}. That "
+                "turn is not trained in the full rendering; multi-turn episodes must keep the tokens "
+                "as generated",
             )
         elif problem.kind == "split_token":
             yield Check("RLT008", "warning", f"{problem.detail}: turn boundaries and tokens disagree")
 
 
 @check
+def refused_prefix(renderer: ChatRenderer, conv: Conversation, located: Located, _: Rendered) -> Iterator[Check]:
+    for problem in located.problems:
+        if problem.kind == "refused":
+            yield Check(
+                "RLT014",
+                "warning",
+                f"{problem.detail}; {_turn(conv, problem.turn)} is not trained or not checked for rewriting",
+            )
+
+
+@check
 def retokenization(renderer: ChatRenderer, conv: Conversation, located: Located, rendered: Rendered) -> Iterator[Check]:
+    # Drift happens where a turn's text meets the template's: a special token ends every
+    # pre-tokenizer run, so the turn's end is clean and its first tokens decide. The first
+    # _WINDOW tokens are encoded on their own and compared (all but a cut last one).
     spans = [s for s in rendered.spans if s.part == "content" and s.end > s.start]
-    tok = renderer.tokenizer
-    texts = [tok.decode(rendered.input_ids[s.start : s.end], skip_special_tokens=False) for s in spans]
-    for span, (again, _) in zip(spans, renderer.encode_many(texts), strict=True):
-        ids = rendered.input_ids[span.start : span.end]
+    ends = [min(s.end, s.start + _WINDOW) for s in spans]
+    texts = [rendered.text_of(s.start, end) for s, end in zip(spans, ends, strict=True)]
+    for span, end, (again, _) in zip(spans, ends, renderer.encode_many(texts), strict=True):
+        ids = rendered.input_ids[span.start : end]
+        if end < span.end:  # the window may cut a word: its last token is not compared
+            ids, again = ids[:-1], again[: len(ids) - 1]
         if again != ids:
             at = next(
                 (i for i, (a, b) in enumerate(zip(ids, again, strict=False)) if a != b), min(len(ids), len(again))
@@ -137,30 +173,40 @@ def retokenization(renderer: ChatRenderer, conv: Conversation, located: Located,
             yield Check(
                 "RLT008",
                 "warning",
-                f"retokenization drift in {_turn(conv, span.turn)}: decoding then re-encoding its ids "
-                f"differs at token {span.start + at}; train on sampled ids, never on re-encoded text",
+                f"retokenization drift in {_turn(conv, span.turn)}: its text encoded on its own gives "
+                f"other ids than in context, from token {span.start + at}; train on sampled ids, "
+                "never on re-encoded text",
             )
 
 
 @check
 def system_message(renderer: ChatRenderer, conv: Conversation, located: Located, _: Rendered) -> Iterator[Check]:
     for k, message in enumerate(conv.messages):
-        if message["role"] == "system" and message.get("content") and message["content"] not in located.text:
+        content = message.get("content")
+        if message["role"] != "system" or not content or content in located.text:
+            continue
+        # Not verbatim: a template may consume part of it (a mode flag such as SmolLM3's
+        # /no_think) and render the rest. It is dropped only if a marker added to it never shows.
+        marked = [dict(m) for m in conv.messages]
+        marked[k]["content"] = f"{content} {_PROBE_SYSTEM}"
+        try:
+            text = renderer.compiled.text(marked, conv.tools, False)
+        except Exception:
+            text = ""
+        if _PROBE_SYSTEM not in text:
             yield Check("RLT011", "error", f"the template drops the system message of turn {k}")
 
 
 @check
 def prompt_length(renderer: ChatRenderer, conv: Conversation, located: Located, _: Rendered) -> Iterator[Check]:
     limit = renderer.max_prompt_tokens
-    turns = [k for k, m in enumerate(conv.messages) if m["role"] == "assistant"]
+    turns = sorted(located.prompts)
     if limit is None or not turns:
         return
-    prompt = located.generation[turns[-1]]
-    size = len(renderer.encode(prompt)[0])
+    header, size = located.prompts[turns[-1]]  # tokens before the generated part of the last turn
     if size <= limit:
         return
-    before = located.plain[turns[-1] - 1] if turns[-1] > 0 else ""
-    opening = size - len(renderer.encode(before)[0])  # the tokens add_generation_prompt appends
+    opening = size - header  # the tokens add_generation_prompt appends
     if renderer.prompt_truncation == "error":
         yield Check(
             "RLT012",

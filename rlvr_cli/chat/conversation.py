@@ -25,6 +25,11 @@ class Span:
     end: int  # exclusive, token indices
     trainable: bool
     part: str  # header | content | glue | turn | rewritten
+    last_turn: int = -1  # a span over several turns the template renders as one ends here
+
+    def __post_init__(self) -> None:
+        if self.last_turn < 0:
+            self.last_turn = self.turn
 
 
 @dataclass

@@ -2,8 +2,18 @@
 
 Loss mask: 1 on assistant content through its first stop token; 0 on system, user and tool
 tokens, on template glue after the stop token, on padding, and after termination or
-truncation. `locate` works on a rendered conversation; `sampled_mask` builds the mask of a
-training episode from the token ids that were actually sampled.
+truncation.
+
+`locate` renders the whole conversation once and, for every assistant turn k, two prefixes:
+`messages[:k]` with the generation prompt (what the policy was sampled from) and
+`messages[:k+1]` without it (the turn as it was when it was the last one). Turn k is trained
+from the end of its generation prompt through its first stop token when both prefixes line
+up with the full rendering; otherwise the template rewrote history (or opens the turn with
+something it never renders) and the turn is reported, not trained. Turns are never found by
+searching for a message's content. Other turns are cut apart by rendering their prefixes
+too; a prefix the template refuses, or that later turns rewrite, merges those
+(untrained) turns into one span. `sampled_mask` builds the mask of a training episode from
+the token ids that were actually sampled.
 """
 
 from __future__ import annotations
@@ -11,7 +21,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rlvr_cli.chat.conversation import Rendered, Span
 
@@ -24,7 +34,7 @@ if TYPE_CHECKING:
 class Problem:
     """Something `locate` noticed that a check reports: kind, turn, token position, detail."""
 
-    kind: str  # rewrite | generation_prompt | no_stop | split_token
+    kind: str  # rewrite | context_rewrite | generation_prompt | no_stop | split_token | refused
     turn: int
     position: int
     detail: str = ""
@@ -35,9 +45,8 @@ class Located:
     text: str
     ids: list[int]
     offsets: list[tuple[int, int]]
-    spans: list[Span]
-    plain: list[str]  # plain[k]: messages[:k+1] rendered without a generation prompt
-    generation: dict[int, str]  # turn → messages[:turn] rendered with the generation prompt
+    spans: list[Span] = field(default_factory=list)
+    prompts: dict[int, tuple[int, int]] = field(default_factory=dict)  # turn → (header start, generated start)
     problems: list[Problem] = field(default_factory=list)
 
 
@@ -58,86 +67,176 @@ class _Tokens:
 
 def common_prefix(a: str, b: str) -> int:
     n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
-
-
-def locate(renderer: ChatRenderer, conversation: Conversation) -> Located:
-    """Render growing prefixes, compare them with the full rendering, and cut it into spans."""
-    messages, tools = conversation.messages, conversation.tools
-    n = len(messages)
-    plain = renderer.texts([messages[: k + 1] for k in range(n)], tools, add_generation_prompt=False)
-    turns = [k for k, m in enumerate(messages) if m["role"] == "assistant"]
-    gen_texts = renderer.texts([messages[:k] for k in turns], tools, add_generation_prompt=True)
-    generation = dict(zip(turns, gen_texts, strict=True))
-    full = plain[-1]
-    ids, offsets = renderer.encode(full)
-    located = Located(full, ids, offsets, [], plain, generation)
-    tokens = _Tokens(offsets, len(full))
-    bounds = _boundaries(located, tokens)
-    k = 0
-    while k < n:
-        nxt = next(j for j in range(k + 1, n + 1) if bounds[j] is not None)
-        start, end = bounds[k], bounds[nxt]
-        if nxt == k + 1:
-            located.spans.extend(_turn_spans(renderer, located, tokens, k, messages[k]["role"], start, end))
-        else:  # turns k..nxt-1 were rewritten by later turns: nothing in them is trained
-            located.spans.append(Span(messages[k]["role"], k, start, end, False, "rewritten"))
-        k = nxt
-    return located
-
-
-def _boundaries(located: Located, tokens: _Tokens) -> list[int | None]:
-    """Token index where turn k starts, or None where the prefix was rewritten."""
-    full = located.text
-    bounds: list[int | None] = [0]
-    for k, prefix in enumerate(located.plain):
-        if full.startswith(prefix):
-            index, aligned = tokens.at(len(prefix))
-            if not aligned:
-                located.problems.append(
-                    Problem("split_token", k, index - 1, f"the end of turn {k} falls inside token {index - 1}")
-                )
-            bounds.append(index)
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo], a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
         else:
-            diverge = common_prefix(prefix, full)
-            located.problems.append(Problem("rewrite", k, tokens.at(diverge)[0] - (not tokens.at(diverge)[1])))
-            bounds.append(None)
-    bounds[-1] = len(located.ids)  # the full rendering always ends the last turn
-    return bounds
+            hi = mid
+    return lo
 
 
-def _turn_spans(
-    renderer: ChatRenderer, located: Located, tokens: _Tokens, k: int, role: str, start: int, end: int
-) -> list[Span]:
-    if role != "assistant":
-        return [Span(role, k, start, end, False, "turn")]
-    prompt = located.generation[k]
-    first_char = len(located.plain[k - 1]) if k > 0 else 0
-    head = start
-    if located.text.startswith(prompt) and first_char <= len(prompt) <= len(located.plain[k]):
-        index, aligned = tokens.at(len(prompt))
-        head = min(max(index, start), end)
-        if not aligned:
-            located.problems.append(
-                Problem("split_token", k, index - 1, f"the generation prompt of turn {k} ends inside token {index - 1}")
+class _Locator:
+    """One conversation's location state: the full rendering and a cursor through it."""
+
+    def __init__(self, renderer: ChatRenderer, conversation: Conversation, split: bool) -> None:
+        self.renderer = renderer
+        self.messages = conversation.messages
+        self.tools = conversation.tools
+        self.split = split
+        template = renderer.compiled
+        self.chat = template.prepare(self.messages)
+        full = template.render(self.chat, self.tools, False)  # a failure here is the caller's to report
+        ids, offsets = renderer.encode(full)
+        self.out = Located(full, ids, offsets)
+        self.tokens = _Tokens(offsets, len(full))
+        self.opening, self.closing = renderer.opening_closing
+
+    # ── rendering and positions ──────────────────────────────────────────────────────
+
+    def prefix(self, count: int, generation: bool, turn: int, report: bool = True) -> str | None:
+        """messages[:count] rendered, or None (reported) when the template refuses it."""
+        try:
+            return self.renderer.compiled.render(self.chat[:count], self.tools, generation)
+        except Exception as exc:
+            if not report:
+                return None
+            what = "with the generation prompt" if generation else "as the last turn"
+            detail = f"the template refuses messages[:{count}] {what} ({type(exc).__name__}: {exc})"
+            self.out.problems.append(Problem("refused", turn, self.token(0, turn), detail))
+            return None
+
+    def lines_up(self, prefix: str) -> int | None:
+        """Where `prefix` ends in the full text (its closing taken off if it has one), or None."""
+        full = self.out.text
+        if full.startswith(prefix):
+            return len(prefix)
+        if self.closing and prefix.endswith(self.closing) and full.startswith(prefix[: -len(self.closing)]):
+            return len(prefix) - len(self.closing)
+        return None
+
+    def diverge(self, prefix: str) -> int:
+        """Token index where `prefix` and the full rendering first differ."""
+        char = common_prefix(prefix, self.out.text)
+        index, aligned = self.tokens.at(char)
+        return index - (not aligned)
+
+    def token(self, char: int, turn: int, what: str = "") -> int:
+        index, aligned = self.tokens.at(char)
+        if not aligned and what:
+            self.out.problems.append(
+                Problem("split_token", turn, index - 1, f"{what} of turn {turn} falls inside token {index - 1}")
             )
-    else:
-        located.problems.append(Problem("generation_prompt", k, start))
-    stops = set(renderer.stop_ids)
-    stop = next((i for i in range(head, end) if located.ids[i] in stops), None)
-    if stop is None:
-        located.problems.append(Problem("no_stop", k, end))
-        stop = end - 1
-    spans = []
-    if head > start:
-        spans.append(Span(role, k, start, head, False, "header"))
-    spans.append(Span(role, k, head, stop + 1, True, "content"))
-    if end > stop + 1:
-        spans.append(Span(role, k, stop + 1, end, False, "glue"))
-    return spans
+        return index
+
+    # ── the walk ─────────────────────────────────────────────────────────────────────
+
+    def run(self) -> Located:
+        start_char, first = 0, 0  # the region not yet given spans: chars from start_char, turns from first
+        for k, message in enumerate(self.messages):
+            if message["role"] != "assistant":
+                continue
+            found = self.assistant(k)
+            if found is None:
+                continue  # not located: stays in the region, untrained
+            header, head, end = found
+            if first == k:  # nothing between the previous turn and this one: the header takes the gap
+                header = start_char
+            self.context(start_char, header, first, k)
+            self.turn_spans(k, header, head, end)
+            start_char, first = end, k + 1
+        self.context(start_char, len(self.out.text), first, len(self.messages))
+        return self.out
+
+    def assistant(self, k: int) -> tuple[int, int, int] | None:
+        """(header, generated start, end) in chars for assistant turn k, or None."""
+        gen = self.prefix(k, True, k)
+        if gen is None:
+            return None
+        body = len(gen) - len(self.opening) if self.opening and gen.endswith(self.opening) else len(gen)
+        if self.out.text.startswith(gen):
+            head = len(gen)
+        else:
+            char = common_prefix(gen, self.out.text)
+            if char < body:  # earlier turns render differently once this one follows
+                self.out.problems.append(Problem("context_rewrite", k, self.diverge(gen)))
+                return None
+            self.out.problems.append(Problem("generation_prompt", k, self.diverge(gen)))
+            head = char
+        if k == len(self.messages) - 1:
+            return body, head, len(self.out.text)
+        plain = self.prefix(k + 1, False, k)
+        if plain is None:
+            return body, head, -1  # end unknown: the content ends at its stop token
+        end = self.lines_up(plain)
+        if end is None or end < head:
+            self.out.problems.append(Problem("rewrite", k, self.diverge(plain)))
+            return None
+        return body, head, end
+
+    def turn_spans(self, k: int, header_char: int, head_char: int, end_char: int) -> None:
+        header = self.token(header_char, k, "the start")
+        head = self.token(head_char, k, "the generation prompt's end")
+        end = len(self.out.ids) if end_char < 0 else self.token(end_char, k, "the end")
+        stops = set(self.renderer.stop_ids)
+        ids = self.out.ids
+        limit = len(ids) if end_char < 0 else end
+        stop = next((i for i in range(head, limit) if ids[i] in stops), None)
+        if stop is None:
+            self.out.problems.append(Problem("no_stop", k, limit))
+            stop = limit - 1
+        if end_char < 0:
+            end = stop + 1
+        self.out.prompts[k] = (header, head)
+        spans = self.out.spans
+        if head > header:
+            spans.append(Span("assistant", k, header, head, False, "header"))
+        spans.append(Span("assistant", k, head, stop + 1, True, "content"))
+        if end > stop + 1:
+            spans.append(Span("assistant", k, stop + 1, end, False, "glue"))
+
+    def context(self, start_char: int, end_char: int, first: int, stop: int) -> None:
+        """Untrained spans for turns first..stop-1 between two located points."""
+        if first >= stop:
+            if end_char > start_char and self.out.spans:  # trailing text after the last turn
+                last = self.out.spans[-1]
+                last.end = self.token(end_char, last.turn)
+            return
+        bounds: list[int | None] = [start_char]
+        turns = list(range(first, stop))
+        known = start_char
+        for j in turns[:-1]:
+            cut = None
+            if self.split:  # display only: a refused or rewritten prefix merges turns, silently
+                text = self.prefix(j + 1, False, j, report=False)
+                cut = None if text is None else self.lines_up(text)
+                if cut is not None and not known <= cut <= end_char:
+                    cut = None
+            known = cut if cut is not None else known
+            bounds.append(cut)
+        bounds.append(end_char)
+        self.group_spans(turns, bounds)
+
+    def group_spans(self, turns: list[int], bounds: list[int | None]) -> None:
+        """Spans for turns whose boundaries are known; a run of unknown boundaries merges."""
+        i = 0
+        while i < len(turns):
+            j = next(x for x in range(i + 1, len(bounds)) if bounds[x] is not None)
+            group = turns[i:j]
+            start = self.token(bounds[i], group[0])  # type: ignore[arg-type]
+            end = self.token(bounds[j], group[-1])  # type: ignore[arg-type]
+            roles = [self.messages[t]["role"] for t in group]
+            part = "rewritten" if "assistant" in roles else "turn"
+            self.out.spans.append(Span(roles[0], group[0], start, end, False, part, group[-1]))
+            i = j
+
+
+def locate(renderer: ChatRenderer, conversation: Conversation, *, split: bool = True) -> Located:
+    """Render the conversation and its prefixes and cut the full rendering into spans."""
+    return _Locator(renderer, conversation, split).run()
 
 
 def to_rendered(renderer: ChatRenderer, located: Located) -> Rendered:
@@ -147,6 +246,34 @@ def to_rendered(renderer: ChatRenderer, located: Located) -> Rendered:
             mask[span.start : span.end] = [1] * (span.end - span.start)
     tokens = renderer.tokens(located.ids)
     return Rendered(located.ids, tokens, mask, located.spans, [], located.text, located.offsets)
+
+
+def continuation(
+    renderer: ChatRenderer, messages: list[dict[str, Any]], added: list[dict[str, Any]], tools: list[dict] | None
+) -> list[int]:
+    """Token ids to append after an assistant turn's stop token so that the episode reads
+    as the template renders `messages + added` with the generation prompt: the glue after
+    the stop token, the added (tool, user) turns and the next generation prompt.
+
+    Token-in/token-out: the sampled ids stay as sampled; only the text after the last stop
+    token is rendered and tokenized (a special token ends a pre-tokenizer run, so tokenizing
+    after it matches tokenizing the whole). Raises ValueError where the template does not
+    keep `messages` as a prefix (history rewriting) or the turn has no stop token."""
+    template = renderer.compiled
+    before = template.text(messages, tools, False)
+    after = template.text(messages + added, tools, True)
+    closing = renderer.opening_closing[1]
+    if not after.startswith(before):
+        if closing and before.endswith(closing) and after.startswith(before[: -len(closing)]):
+            before = before[: -len(closing)]
+        else:
+            raise ValueError("the template renders the earlier turns differently once the new turns follow")
+    ids, offsets = renderer.encode(before)
+    stops = set(renderer.stop_ids)
+    last = next((i for i in range(len(ids) - 1, -1, -1) if ids[i] in stops), None)
+    if last is None:
+        raise ValueError("the last assistant turn has no stop token")
+    return renderer.encode(before[offsets[last][1] :] + after[len(before) :])[0]
 
 
 def sampled_mask(sampled: Sequence[int], stop_ids: Sequence[int]) -> tuple[list[int], str]:

@@ -1,13 +1,10 @@
 """Render conversations with a tokenizer's own chat template and find every turn's tokens.
 
-Turns are located by rendering growing prefixes of the conversation and comparing them,
-never by searching for a message's content: prefix k-1 must be a prefix of prefix k, and
-the tokens between the two are turn k. For an assistant turn, rendering the conversation
-before it with `add_generation_prompt=True` says where the generated part starts; the
-first stop token after that ends the trainable part (the stop token is trained, template
-glue after it is not). Everything is rendered through transformers' own Jinja environment
-(`render_jinja_template`, as `apply_chat_template` does) and tokenized once, explicitly with
-`add_special_tokens=False`, with character offsets that map turn boundaries to tokens.
+The template is compiled once (chat/jinja.py: transformers' own sandboxed environment, the
+inputs `apply_chat_template` passes) and turns are located by comparing prefix renderings
+with the full one (chat/masks.py), never by searching for a message's content. The full
+text is tokenized once, explicitly with `add_special_tokens=False`, with character offsets
+that map turn boundaries to tokens.
 """
 
 from __future__ import annotations
@@ -17,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rlvr_cli.chat import checks, masks
+from rlvr_cli.chat.jinja import CompiledTemplate
 from rlvr_cli.chat.conversation import (
     Check,
     Conversation,
@@ -63,6 +61,24 @@ class ChatRenderer:
         self.max_prompt_tokens = max_prompt_tokens
         self.prompt_truncation = prompt_truncation
         self._vocab: list[str] | None = None
+        self.compiled = CompiledTemplate(template, tokenizer.special_tokens_map)
+
+    @functools.cached_property
+    def opening_closing(self) -> tuple[str, str]:
+        """What `add_generation_prompt=True` appends after a user turn (the opening), and what
+        a rendering without it appends after the last turn only (the closing, e.g. Phi-3.5's
+        eos), from a one-message probe cut at a token boundary; ('', '') when refused."""
+        probe = [{"role": "user", "content": "rlvr-probe-user"}]
+        try:
+            plain = self.compiled.text(probe, None, False)
+            opened = self.compiled.text(probe, None, True)
+        except Exception:
+            return "", ""
+        char = masks.common_prefix(plain, opened)
+        starts = [{start for start, _ in self.encode(text)[1]} | {len(text)} for text in (plain, opened)]
+        while char > 0 and not all(char in s for s in starts):
+            char -= 1
+        return opened[char:], plain[char:]
 
     @functools.cached_property
     def template_checks(self) -> list[Check]:
@@ -104,24 +120,8 @@ class ChatRenderer:
     def texts(
         self, conversations: list[list[dict[str, Any]]], tools: list[dict] | None, add_generation_prompt: bool
     ) -> list[str]:
-        """Render several conversations in one call; an empty conversation renders as ''."""
-        from transformers.utils.chat_template_utils import render_jinja_template
-
-        if not conversations:
-            return []
-        out = ["" for _ in conversations]
-        todo = [i for i, c in enumerate(conversations) if c]
-        if todo:
-            rendered, _ = render_jinja_template(
-                conversations=[conversations[i] for i in todo],
-                tools=tools,
-                chat_template=self.template,
-                add_generation_prompt=add_generation_prompt,
-                **self.tokenizer.special_tokens_map,
-            )
-            for i, text in zip(todo, rendered, strict=True):
-                out[i] = text
-        return out
+        """Render several conversations; an empty conversation renders as ''."""
+        return [self.compiled.text(c, tools, add_generation_prompt) for c in conversations]
 
     def encode(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
         """Token ids and character offsets, explicitly without added special tokens."""
@@ -151,14 +151,23 @@ class ChatRenderer:
         text = self.texts([messages], tools, add_generation_prompt=True)[0]
         return self.encode(text)[0]
 
-    def render(self, conversation: Conversation) -> Rendered:
+    def render(self, conversation: Conversation, *, split: bool = True) -> Rendered:
+        """Tokens, loss mask, spans and checks of one conversation. `split=False` leaves the
+        untrained turns between two assistant turns in one span (fewer renders)."""
         try:
-            located = masks.locate(self, conversation)
+            located = masks.locate(self, conversation, split=split)
         except Exception as exc:
             return Rendered([], [], [], [], checks.template_failure(self, conversation, exc))
         rendered = masks.to_rendered(self, located)
         rendered.checks = checks.run_all(self, conversation, located, rendered)
         return rendered
+
+    def continuation(
+        self, messages: list[dict[str, Any]], added: list[dict[str, Any]], tools: list[dict] | None = None
+    ) -> list[int]:
+        """Ids to append after the stop token of the last assistant turn of `messages` for the
+        `added` tool/user turns and the next generation prompt (token-in/token-out)."""
+        return masks.continuation(self, messages, added, tools)
 
 
 def pad_id(tokenizer: Any) -> int:
