@@ -9,23 +9,24 @@
 | RLT005 | warning  | `add_generation_prompt` adds nothing |
 | RLT006 | error    | the generation prompt is not the start of the rendered assistant turn |
 | RLT007 | error    | appending a turn changes the tokens of earlier turns (history rewriting) |
-| RLT008 | warning  | decoding then re-encoding a turn's ids gives other ids (retokenization drift) |
+| RLT008 | warning  | a turn's text encoded on its own gives other ids than in context (retokenization drift) |
 | RLT009 | warning  | the template depends on the date or time |
-| RLT010 | warning  | the template injects a default system prompt |
+| RLT010 | warning  | without a system message the template still renders text of its own (a default system prompt, a date header) |
 | RLT011 | error    | a system message the template cannot express (raises or drops it) |
 | RLT012 | error    | the prompt exceeds max_prompt_tokens and truncation would cut the generation prompt (or is refused) |
 | RLT013 | error    | the template fails to render the conversation |
 | RLT014 | warning  | the template refuses a prefix of a conversation it renders whole |
+| RLT015 | error    | the template drops a tool call or a tool result |
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from rlvr_cli.chat.conversation import Check
-from rlvr_cli.chat.masks import common_prefix as _common_prefix
 
 if TYPE_CHECKING:
     from rlvr_cli.chat.conversation import Conversation, Rendered
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
 
 CheckFn = Callable[["ChatRenderer", "Conversation", "Located", "Rendered"], Iterator[Check]]
 CHECKS: list[CheckFn] = []
-_CLOCK = re.compile(r"strftime_now|date_string|\bnow\s*\(|\btoday\b")
+_CLOCK = re.compile(r"strftime_now|\bnow\s*\(")  # reads the clock (a date_string variable does not)
 _PROBE_SYSTEM = "rlvr-probe-system"
 _WINDOW = 24
 _PROBE_USER = "rlvr-probe-user"
@@ -198,6 +199,28 @@ def system_message(renderer: ChatRenderer, conv: Conversation, located: Located,
 
 
 @check
+def dropped_tool_traffic(
+    renderer: ChatRenderer, conv: Conversation, located: Located, rendered: Rendered
+) -> Iterator[Check]:
+    """Tool calls and results must reach the model: a template that renders an assistant's
+    `content` only (SmolLM3) trains tool turns as empty answers. Looked for in the turn's
+    own tokens (a tool's name also appears in the tool list of the system prompt)."""
+    for k, message in enumerate(conv.messages):
+        calls = message.get("tool_calls") or []
+        content = message.get("content")
+        is_result = message["role"] in ("tool", "ipython") and bool(content)
+        if not calls and not is_result:
+            continue
+        own = "".join(rendered.text_of(s.start, s.end) for s in rendered.spans if s.turn <= k <= s.last_turn)
+        for item in calls:
+            name = item["function"]["name"]
+            if name not in own:
+                yield Check("RLT015", "error", f"the template drops the tool call {name!r} of {_turn(conv, k)}")
+        if is_result and content not in own and json.dumps(content, ensure_ascii=False)[1:-1] not in own:
+            yield Check("RLT015", "error", f"the template drops the tool result of {_turn(conv, k)}")
+
+
+@check
 def prompt_length(renderer: ChatRenderer, conv: Conversation, located: Located, _: Rendered) -> Iterator[Check]:
     limit = renderer.max_prompt_tokens
     turns = sorted(located.prompts)
@@ -270,10 +293,17 @@ def _default_system(renderer: ChatRenderer) -> Iterator[Check]:
     user_part = both[len(system_only) :]
     if not alone.endswith(user_part):
         return
-    preamble = _common_prefix(alone, both)  # emitted whatever the messages (BOS, a date line)
-    extra = alone[preamble : len(alone) - len(user_part)]
+    extra = alone[: len(alone) - len(user_part)]
+    bos = renderer.tokenizer.bos_token
+    if bos and extra.startswith(bos):
+        extra = extra[len(bos) :]
     if extra.strip():
-        yield Check("RLT010", "warning", f"without a system message the template injects one: {extra.strip()[:80]!r}")
+        yield Check(
+            "RLT010",
+            "warning",
+            "without a system message the template still renders text of its own before the first turn: "
+            f"{extra.strip()[:80]!r}",
+        )
 
 
 def _ignored_generation_prompt(renderer: ChatRenderer) -> Iterator[Check]:

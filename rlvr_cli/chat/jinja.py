@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+
 def _transformers_helpers() -> tuple[Any, Any, Any]:
     from transformers.utils import chat_template_utils as ctu
 

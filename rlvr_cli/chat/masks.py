@@ -156,7 +156,11 @@ class _Locator:
         gen = self.prefix(k, True, k)
         if gen is None:
             return None
-        body = len(gen) - len(self.opening) if self.opening and gen.endswith(self.opening) else len(gen)
+        body = len(gen) - len(self.opening) if self.opening and gen.endswith(self.opening) else None
+        if body is None:  # a generation prompt that varies (SmolLM3's /no_think): where turn k-1 ends
+            before = self.prefix(k, False, k, report=False) if k else ""
+            end = None if before is None else self.lines_up(before)
+            body = end if end is not None and end <= len(gen) else len(gen)
         if self.out.text.startswith(gen):
             head = len(gen)
         else:
@@ -165,7 +169,8 @@ class _Locator:
                 self.out.problems.append(Problem("context_rewrite", k, self.diverge(gen)))
                 return None
             self.out.problems.append(Problem("generation_prompt", k, self.diverge(gen)))
-            head = char
+            index, aligned = self.tokens.at(char)
+            head = char if aligned else self.out.offsets[index - 1][0]  # texts part inside a token
         if k == len(self.messages) - 1:
             return body, head, len(self.out.text)
         plain = self.prefix(k + 1, False, k)

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from rlvr_cli.chat import checks, masks
-from rlvr_cli.chat.jinja import CompiledTemplate
 from rlvr_cli.chat.conversation import (
     Check,
     Conversation,
@@ -24,6 +23,7 @@ from rlvr_cli.chat.conversation import (
     parse_conversation,
     read_conversations,
 )
+from rlvr_cli.chat.jinja import CompiledTemplate
 from rlvr_cli.errors import UsageProblem
 
 __all__ = [

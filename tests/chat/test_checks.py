@@ -107,7 +107,7 @@ def test_rlt008_turn_boundary_inside_a_token(tmp_path: Path) -> None:
 def test_rlt009_date_dependent_template(family_tokenizer) -> None:
     template = "{{- 'Today: ' + strftime_now('%d %b %Y') + '\\n' -}}" + CHATML
     out = render(family_tokenizer("chatml"), "<|im_end|>", QA, template=template)
-    assert codes(out) == ["RLT009"]
+    assert codes(out) == ["RLT009", "RLT010"]  # the date line is also text no message asked for
 
 
 def test_rlt010_default_system_prompt(family_tokenizer) -> None:
@@ -143,3 +143,26 @@ def test_rlt013_template_failure(family_tokenizer) -> None:
     messages = [QA[0], {"role": "tool", "content": "5"}, QA[1]]
     out = render(family_tokenizer("mistral"), "</s>", messages)
     assert "RLT013" in codes(out) and "role tool is not supported" in out.checks[-1].message
+
+
+def test_rlt014_a_refused_prefix_is_reported_and_its_turn_not_trained(family_tokenizer) -> None:
+    refusing = (
+        CHATML + "{%- if add_generation_prompt and messages|length > 2 -%}{{ raise_exception('no') }}{%- endif -%}"
+    )
+    multi = [*QA, {"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}]
+    out = render(family_tokenizer("chatml"), "<|im_end|>", multi, template=refusing)
+    assert codes(out) == ["RLT014"] and "messages[:3]" in out.checks[0].message
+    trained = "".join(t for t, m in zip(out.tokens, out.loss_mask, strict=True) if m)
+    assert trained == "2<|im_end|>"  # turn 1 trains, turn 3 (its prompt refused) does not
+    assert codes(render(family_tokenizer("chatml"), "<|im_end|>", multi)) == []
+
+
+def test_rlt015_dropped_tool_result(family_tokenizer) -> None:
+    call = {"type": "function", "function": {"name": "add", "arguments": {"a": 1, "b": 1}}}
+    messages = [QA[0], {"role": "assistant", "content": "", "tool_calls": [call]}, {"role": "tool", "content": "2"}]
+    messages.append({"role": "assistant", "content": "2"})
+    dropping = CHATML.replace("{%- if not (loop.first and ns.skip) -%}", "{%- if message.role != 'tool' -%}")
+    assert dropping != CHATML
+    out = render(family_tokenizer("chatml"), "<|im_end|>", messages, template=dropping)
+    assert codes(out) == ["RLT015"] and "tool result of turn 2" in out.checks[0].message
+    assert codes(render(family_tokenizer("chatml"), "<|im_end|>", messages)) == []
