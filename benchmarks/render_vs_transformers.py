@@ -2,10 +2,13 @@
 
 Same conversations, same tiny tokenizer, same template (ChatML with {% generation %} tags,
 which transformers needs for `return_assistant_tokens_mask`). rlvr does more per
-conversation: it renders every prefix, checks the generation prompt, history rewriting,
-stop tokens, BOS and retokenization. Usage:
+conversation: it renders the prefixes that locate every assistant turn, checks the
+generation prompt, history rewriting, stop tokens, BOS, dropped tool traffic and
+retokenization. Each timed pass builds a fresh renderer, so no rendering is reused across
+passes. `--group G` builds the conversations as RL produces them: G completions per prompt
+(the completions differ, the prompt is shared). Usage:
 
-    .venv/bin/python benchmarks/render_vs_transformers.py [--conversations 400] [--repeat 3]
+    .venv/bin/python benchmarks/render_vs_transformers.py [--conversations 400] [--repeat 3] [--group 8]
 """
 
 from __future__ import annotations
@@ -21,16 +24,25 @@ from rlvr_cli.chat.render import ChatRenderer, Conversation
 from rlvr_cli.chat.tiny import build_tokenizer
 
 
-def conversations(n: int, max_turns: int = 4, seed: int = 0) -> list[list[dict]]:
+def conversations(n: int, max_turns: int = 4, seed: int = 0, group: int = 1) -> list[list[dict]]:
+    """n conversations; with group > 1, n // group prompts with `group` completions each."""
     rng = random.Random(seed)
     out = []
-    for _ in range(n):
-        messages = [{"role": "system", "content": "You add numbers."}] if rng.random() < 0.5 else []
-        for _ in range(rng.randint(1, max_turns)):
-            a, b = rng.randint(0, 999), rng.randint(0, 999)
-            messages.append({"role": "user", "content": f"What is {a}+{b}? Show your work."})
-            messages.append({"role": "assistant", "content": f"{a} plus {b} makes {a + b}. " * rng.randint(1, 5)})
-        out.append(messages)
+    while len(out) < n:
+        system = [{"role": "system", "content": "You add numbers."}] if rng.random() < 0.5 else []
+        a, b = rng.randint(0, 999), rng.randint(0, 999)
+        prompt = [*system, {"role": "user", "content": f"What is {a}+{b}? Show your work."}]
+        turns = rng.randint(1, max_turns)
+        for _ in range(min(group, n - len(out))):
+            messages = list(prompt)
+            for t in range(turns):
+                if t:
+                    c, d = rng.randint(0, 999), rng.randint(0, 999)
+                    messages.append({"role": "user", "content": f"What is {c}+{d}? Show your work."})
+                    a, b = c, d
+                answer = f"{a} plus {b} makes {a + b}. " * rng.randint(1, 5)
+                messages.append({"role": "assistant", "content": answer})
+            out.append(messages)
     return out
 
 
@@ -48,14 +60,19 @@ def main() -> None:
     parser.add_argument("--conversations", type=int, default=400)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--max-turns", type=int, default=4, help="user/assistant pairs per conversation")
+    parser.add_argument("--group", type=int, default=1, help="completions per prompt (1: all distinct)")
+    parser.add_argument("--template-file", type=Path, help="another ChatML template with generation tags")
     args = parser.parse_args()
-    tok = build_tokenizer(Path(tempfile.mkdtemp()) / "tok", "chatml-generation")
-    convs = conversations(args.conversations, args.max_turns)
-    renderer = ChatRenderer(tok, CHATML_GENERATION, ["<|im_end|>"])
+    template = args.template_file.read_text(encoding="utf-8") if args.template_file else CHATML_GENERATION
+    tok = build_tokenizer(Path(tempfile.mkdtemp()) / "tok", "chatml-generation", chat_template=template)
+    convs = conversations(args.conversations, args.max_turns, group=args.group)
+    renderer = ChatRenderer(tok, template, ["<|im_end|>"])
+    print(f"prefixes read off one rendering: {renderer.compiled.tracker is not None}")
 
     def ours() -> None:
+        fresh = ChatRenderer(tok, template, ["<|im_end|>"])  # nothing cached from an earlier pass
         for messages in convs:
-            renderer.render(Conversation(messages))
+            fresh.render(Conversation(messages))
 
     def theirs() -> None:
         for messages in convs:

@@ -37,7 +37,7 @@ CheckFn = Callable[["ChatRenderer", "Conversation", "Located", "Rendered"], Iter
 CHECKS: list[CheckFn] = []
 _CLOCK = re.compile(r"strftime_now|\bnow\s*\(")  # reads the clock (a date_string variable does not)
 _PROBE_SYSTEM = "rlvr-probe-system"
-_WINDOW = 24
+_WINDOW = 16
 _PROBE_USER = "rlvr-probe-user"
 
 
@@ -163,7 +163,7 @@ def retokenization(renderer: ChatRenderer, conv: Conversation, located: Located,
     spans = [s for s in rendered.spans if s.part == "content" and s.end > s.start]
     ends = [min(s.end, s.start + _WINDOW) for s in spans]
     texts = [rendered.text_of(s.start, end) for s, end in zip(spans, ends, strict=True)]
-    for span, end, (again, _) in zip(spans, ends, renderer.encode_many(texts), strict=True):
+    for span, end, again in zip(spans, ends, renderer.ids_of(texts), strict=True):
         ids = rendered.input_ids[span.start : end]
         if end < span.end:  # the window may cut a word: its last token is not compared
             ids, again = ids[:-1], again[: len(ids) - 1]

@@ -3,6 +3,7 @@ token spans of each turn, and the template checks' findings. Plain data, no toke
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,46 @@ class Check:
     message: str
 
 
+class Offsets:
+    """Each token's (start, end) characters in the rendered text. Backed by the Rust
+    tokenizer's encoding where there is one (nothing converted to Python until asked), else
+    by a plain list."""
+
+    def __init__(self, encoding: Any = None, pairs: list[tuple[int, int]] | None = None, count: int = 0) -> None:
+        self._encoding = encoding
+        self._pairs = pairs
+        self._count = len(pairs) if pairs is not None else count
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __getitem__(self, index: int) -> tuple[int, int]:
+        if self._pairs is None:
+            if not -self._count <= index < self._count:
+                raise IndexError(index)
+            return tuple(self._encoding.token_to_chars(index % self._count))
+        return self._pairs[index]
+
+    def pairs(self) -> list[tuple[int, int]]:
+        if self._pairs is None:
+            self._pairs = [tuple(pair) for pair in self._encoding.offsets]
+        return self._pairs
+
+    def at(self, char: int, length: int) -> tuple[int, bool]:
+        """First token starting at or after `char`; False when `char` falls inside a token."""
+        if char >= length:
+            return self._count, True
+        if self._pairs is None:
+            token = self._encoding.char_to_token(char)
+            if token is not None:
+                start = self._encoding.token_to_chars(token)[0]
+                return (token, True) if start == char else (token + 1, False)
+        pairs = self.pairs()  # a character no token covers: search the list
+        index = bisect.bisect_left(pairs, char, key=lambda pair: pair[0])
+        inside = index > 0 and pairs[index - 1][1] > char
+        return index, not inside
+
+
 @dataclass
 class Rendered:
     input_ids: list[int]
@@ -47,7 +88,7 @@ class Rendered:
     spans: list[Span]
     checks: list[Check] = field(default_factory=list)
     text: str = ""
-    offsets: list[tuple[int, int]] = field(default_factory=list)
+    offsets: Offsets | list[tuple[int, int]] = field(default_factory=list)
     line: int = 0  # the conversation's line in its JSONL file (0: built in code)
 
     def text_of(self, start: int, end: int) -> str:

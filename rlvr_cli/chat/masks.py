@@ -18,12 +18,12 @@ the token ids that were actually sampled.
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from rlvr_cli.chat.conversation import Rendered, Span
+from rlvr_cli.chat import tracked
+from rlvr_cli.chat.conversation import Offsets, Rendered, Span
 
 if TYPE_CHECKING:
     from rlvr_cli.chat.conversation import Conversation
@@ -44,7 +44,7 @@ class Problem:
 class Located:
     text: str
     ids: list[int]
-    offsets: list[tuple[int, int]]
+    offsets: Offsets
     spans: list[Span] = field(default_factory=list)
     prompts: dict[int, tuple[int, int]] = field(default_factory=dict)  # turn → (header start, generated start)
     problems: list[Problem] = field(default_factory=list)
@@ -53,16 +53,24 @@ class Located:
 class _Tokens:
     """Maps character boundaries of the full text to token indices."""
 
-    def __init__(self, offsets: Sequence[tuple[int, int]], length: int) -> None:
-        self.starts = [start for start, _ in offsets]
+    def __init__(self, offsets: Offsets, length: int) -> None:
         self.offsets = offsets
         self.length = length
 
     def at(self, char: int) -> tuple[int, bool]:
         """First token starting at or after `char`; False when `char` falls inside a token."""
-        index = bisect.bisect_left(self.starts, char)
-        inside = index > 0 and self.offsets[index - 1][1] > char and char < self.length
-        return index, not inside
+        return self.offsets.at(char, self.length)
+
+
+def _first_of(ids: list[int], wanted: Sequence[int], start: int, end: int) -> int | None:
+    """Index of the first of `wanted` in ids[start:end], or None."""
+    found = None
+    for token in wanted:
+        try:
+            found = ids.index(token, start, end if found is None else found)
+        except ValueError:
+            continue
+    return found
 
 
 def common_prefix(a: str, b: str) -> int:
@@ -89,18 +97,38 @@ class _Locator:
         self.split = split
         template = renderer.compiled
         self.chat = template.prepare(self.messages)
-        full = template.render(self.chat, self.tools, False)  # a failure here is the caller's to report
-        ids, offsets = renderer.encode(full)
+        self._keys: tuple[str, list[str]] | None = None
+        self._tails: tuple[str, ...] | None = None
+        self.log = None  # with a tracker: how the rendering reached each message (chat/tracked.py)
+        if template.tracker is not None:
+            full, self.log = template.tracker.run(self.chat, self.tools, False)  # a failure: the caller's
+        else:
+            full = template.cached(self.chat, self.keys(), len(self.chat), self.tools, False)
+        ids, offsets = renderer.encode_offsets(full)
         self.out = Located(full, ids, offsets)
         self.tokens = _Tokens(offsets, len(full))
         self.opening, self.closing = renderer.opening_closing
 
     # ── rendering and positions ──────────────────────────────────────────────────────
 
+    def keys(self) -> tuple[str, list[str]]:
+        """The prefix cache's keys, computed on the first real render."""
+        if self._keys is None:
+            self._keys = self.renderer.compiled.keys(self.chat, self.tools)
+        return self._keys
+
     def prefix(self, count: int, generation: bool, turn: int, report: bool = True) -> str | None:
         """messages[:count] rendered, or None (reported) when the template refuses it."""
+        if self.log is not None:
+            if self._tails is None:
+                tracker = self.renderer.compiled.tracker
+                self._tails = tracker.tails_of(self.chat, self.tools, self.out.text, self.log) or ()
+            if self._tails:
+                read = tracked.prefix_at(self.log, self.out.text, count, self._tails, generation)
+                if read is not None:
+                    return read
         try:
-            return self.renderer.compiled.render(self.chat[:count], self.tools, generation)
+            return self.renderer.compiled.cached(self.chat, self.keys(), count, self.tools, generation)
         except Exception as exc:
             if not report:
                 return None
@@ -186,10 +214,9 @@ class _Locator:
         header = self.token(header_char, k, "the start")
         head = self.token(head_char, k, "the generation prompt's end")
         end = len(self.out.ids) if end_char < 0 else self.token(end_char, k, "the end")
-        stops = set(self.renderer.stop_ids)
         ids = self.out.ids
         limit = len(ids) if end_char < 0 else end
-        stop = next((i for i in range(head, limit) if ids[i] in stops), None)
+        stop = _first_of(ids, self.renderer.stop_ids, head, limit)
         if stop is None:
             self.out.problems.append(Problem("no_stop", k, limit))
             stop = limit - 1

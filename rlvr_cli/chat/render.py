@@ -17,6 +17,7 @@ from rlvr_cli.chat import checks, masks
 from rlvr_cli.chat.conversation import (
     Check,
     Conversation,
+    Offsets,
     Rendered,
     RenderError,
     Span,
@@ -51,6 +52,7 @@ class ChatRenderer:
         *,
         max_prompt_tokens: int | None = None,
         prompt_truncation: str = "error",
+        read_prefixes: bool = True,
     ) -> None:
         if not template:
             raise RenderError("the tokenizer has no chat template and the contract names no template file")
@@ -61,7 +63,8 @@ class ChatRenderer:
         self.max_prompt_tokens = max_prompt_tokens
         self.prompt_truncation = prompt_truncation
         self._vocab: list[str] | None = None
-        self.compiled = CompiledTemplate(template, tokenizer.special_tokens_map)
+        # read_prefixes=False renders every prefix for real (the reference the fast path is tested against)
+        self.compiled = CompiledTemplate(template, tokenizer.special_tokens_map, read_prefixes=read_prefixes)
 
     @functools.cached_property
     def opening_closing(self) -> tuple[str, str]:
@@ -127,24 +130,45 @@ class ChatRenderer:
         """Token ids and character offsets, explicitly without added special tokens."""
         return self.encode_many([text])[0]
 
+    def encode_offsets(self, text: str) -> tuple[list[int], Offsets]:
+        """Token ids and an Offsets view that stays in the Rust encoding until asked."""
+        backend = getattr(self.tokenizer, "backend_tokenizer", None)
+        if backend is None:
+            ids, pairs = self.encode(text)
+            return ids, Offsets(pairs=pairs)
+        encoding = backend.encode(text, add_special_tokens=False)
+        ids = encoding.ids
+        return ids, Offsets(encoding, count=len(ids))
+
     def encode_many(self, texts: list[str]) -> list[tuple[list[int], list[tuple[int, int]]]]:
         backend = getattr(self.tokenizer, "backend_tokenizer", None)
-        if backend is not None:  # the Rust tokenizer itself: one batched call, no Python per-token work
-            encodings = backend.encode_batch(texts, add_special_tokens=False)
+        if backend is not None:  # the Rust tokenizer itself, no Python per-token work
+            if len(texts) < 8:  # a batch call's thread pool costs more than it saves on a few texts
+                encodings = [backend.encode(text, add_special_tokens=False) for text in texts]
+            else:
+                encodings = backend.encode_batch(texts, add_special_tokens=False)
             return [(e.ids, e.offsets) for e in encodings]
         enc = self.tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True, return_attention_mask=False)
         return [
             (list(i), [tuple(o) for o in off]) for i, off in zip(enc["input_ids"], enc["offset_mapping"], strict=True)
         ]
 
+    def ids_of(self, texts: list[str]) -> list[list[int]]:
+        """Token ids only (no offsets), explicitly without added special tokens."""
+        backend = getattr(self.tokenizer, "backend_tokenizer", None)
+        if backend is None:
+            return [ids for ids, _ in self.encode_many(texts)]
+        return [backend.encode(text, add_special_tokens=False).ids for text in texts]
+
     def tokens(self, ids: list[int]) -> list[str]:
         """Token strings for ids, from a vocabulary table built once."""
         if self._vocab is None:
             size = max(len(self.tokenizer), max(ids, default=0) + 1)
             self._vocab = self.tokenizer.convert_ids_to_tokens(list(range(size)))
-        if ids and max(ids) >= len(self._vocab):
+        try:
+            return list(map(self._vocab.__getitem__, ids))
+        except IndexError:  # an id past the table (a tokenizer that grew): ask the tokenizer
             return self.tokenizer.convert_ids_to_tokens(ids)
-        return [self._vocab[i] for i in ids]
 
     def prompt_ids(self, messages: list[dict[str, Any]], tools: list[dict] | None = None) -> list[int]:
         """The tokens a policy continues from: the conversation plus the generation prompt."""
