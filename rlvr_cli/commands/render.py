@@ -56,7 +56,10 @@ def _text(results: list[Rendered]) -> str:
         console.rule(f"conversation on line {result.line}: {len(result.input_ids)} tokens, {trained} trained")
         for span in result.spans:
             state = "trained" if span.trainable else "not trained"
-            header = f"[turn {span.turn} {span.role} {span.part}, tokens {span.start}-{span.end}, {state}]"
+            turns = f"turn {span.turn} {span.role}"
+            if span.last_turn != span.turn:  # the template renders these turns as one (or rewrote them)
+                turns = f"turns {span.turn}-{span.last_turn} from {span.role}"
+            header = f"[{turns} {span.part}, tokens {span.start}-{span.end}, {state}]"
             console.print(Text(header, style="bold" if span.trainable else "dim"))
             console.print(
                 Text(_visible(result.text_of(span.start, span.end)), style="green" if span.trainable else "dim")
