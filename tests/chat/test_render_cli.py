@@ -148,3 +148,32 @@ def test_agrees_with_transformers_assistant_mask_on_generation_tags(family_token
         )
         assert ours.input_ids == list(theirs["input_ids"])
         assert ours.loss_mask == list(theirs["assistant_masks"])
+
+
+def test_render_with_a_published_template_file(experiment: Path, tmp_path: Path) -> None:
+    """The contract names Qwen2.5's published template; parallel tool results render as one
+    untrained span and nothing is reported as rewritten (exit 0)."""
+    folder = tmp_path / "exp"
+    shutil.copytree(experiment, folder)
+    shutil.copy(Path(__file__).parent / "templates" / "qwen2.5.jinja", folder / "qwen2.5.jinja")
+    contract = folder / "experiment.rlvr.yaml"
+    text = contract.read_text().replace("chat_template: native", "chat_template: qwen2.5.jinja")
+    contract.write_text(text.replace("max_prompt_tokens: 512", "max_prompt_tokens: 1024"))
+    call = {"type": "function", "function": {"name": "calc", "arguments": {"q": 1}}}
+    conversation = {
+        "messages": [
+            {"role": "user", "content": "x and y?"},
+            {"role": "assistant", "content": None, "tool_calls": [call, call]},
+            {"role": "tool", "content": "1"},
+            {"role": "tool", "content": "2"},
+            {"role": "assistant", "content": "1 and 2"},
+        ],
+        "tools": [{"type": "function", "function": {"name": "calc", "parameters": {"type": "object"}}}],
+    }
+    (folder / "parallel.jsonl").write_text(json.dumps(conversation) + "\n")
+    run = rlvr("render", contract, "-c", folder / "parallel.jsonl")
+    assert run.code == 0, run.stdout + run.stderr
+    assert "turns 2-3 from tool turn" in run.stdout and "error[" not in run.stdout
+    data = rlvr("render", contract, "-c", folder / "parallel.jsonl", "--format", "json").json()[0]
+    trained = "".join(t for t, m in zip(data["tokens"], data["loss_mask"], strict=True) if m)
+    assert trained.endswith("1 and 2<|im_end|>") and "tool_response" not in trained
