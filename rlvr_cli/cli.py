@@ -146,7 +146,8 @@ def audit_verifier(
     format: Annotated[str, typer.Option("--format", "-f", help="text or json.")] = "text",
     tasks: Annotated[int, typer.Option(help="Single turn: tasks that get generated arms.")] = 5,
 ) -> int:
-    """Run the control group through the real verifier; exit 1 on any false accept or reject."""
+    """Run the control group through the real verifier: exit 0 passed, 1 a false accept or
+    reject (with the evidence), 2 usage (a missing candidates file), 3 the audit could not run."""
     from rlvr_cli.commands.audit import run_audit_verifier
 
     return run_audit_verifier(contract, candidates, format, tasks)
@@ -157,12 +158,16 @@ def audit_verifier(
 def audit_isolation(
     contract: Annotated[Path, typer.Argument(help="A tool_use contract.")],
     sessions: Annotated[int, typer.Option("--sessions", "-n", min=2, help="Concurrent sessions.")] = 16,
+    candidates: Annotated[
+        Path | None, typer.Option(help="Candidates whose tool calls are replayed (default: audit/candidates.yaml).")
+    ] = None,
     format: Annotated[str, typer.Option("--format", "-f", help="text or json.")] = "text",
 ) -> int:
-    """Run concurrent sessions with unique markers; exit 1 with the evidence on any leak."""
+    """Replay your candidates' tool calls in concurrent sessions with unique markers: exit 0
+    isolated, 1 a finding with its evidence, 2 usage, 3 the audit could not run (and why)."""
     from rlvr_cli.commands.audit import run_audit_isolation
 
-    return run_audit_isolation(contract, sessions, format)
+    return run_audit_isolation(contract, sessions, candidates, format)
 
 
 @audit_app.command("rollouts")

@@ -1,7 +1,8 @@
 """The one exception family domain code raises, the exit codes, and the one internal-error net.
 
 Every command exits with one of `ExitCode`: 0 success, 1 invalid input or a failed check,
-2 usage (bad arguments, a missing path or extra), 3 internal error (a bug in rlvr), 4 a run
+2 usage (bad arguments, a missing path or extra), 3 internal error (a bug in rlvr; for an audit:
+it could not run), 4 a run
 paused by a monitoring rule (resumable), 5 a run aborted. Domain code raises an `RlvrError`
 subclass; the CLI prints its message (never a traceback) and exits with its code.
 """
@@ -38,6 +39,16 @@ class UsageProblem(RlvrError):
     """Bad arguments, a missing or unreadable path, a missing extra: exit 2."""
 
     exit_code = ExitCode.USAGE
+
+
+class CannotRun(RlvrError):
+    """An audit that could not run (the environment lacks what the audit needs, a server
+    that fails): exit 3, saying why — never the exit 1 of a finding."""
+
+    exit_code = ExitCode.INTERNAL
+
+    def __init__(self, why: str) -> None:
+        super().__init__(f"the audit could not run: {why}")
 
 
 class Interrupted(BaseException):

@@ -1,31 +1,42 @@
-"""`rlvr audit isolation`: parallel sessions must never see each other's state.
+"""`rlvr audit isolation`: parallel sessions never see each other's state, for any environment.
 
-N sessions run concurrently, each seeded with a unique marker value, with their tool calls
-interleaved. The audit checks that no marker appears in another session's outputs or
-verdicts, that re-seeding resets state, that verify changes nothing, that closed sessions
-are gone, that tool calls before seeding fail, and that nothing is left on disk. A
-`session_id` field proves nothing by itself; these probes do.
+What the audit needs from an environment (docs/environments.md): `snapshot(state)` — a JSON
+view of the whole session state — and a `seed` that keeps `task["marker"]` in the state; the
+tool traffic comes from the user's own candidate solutions (`audit/candidates.yaml`: every
+candidate with a trajectory), so nothing here knows any tool by name.
+
+N sessions are seeded at once, each with a unique marker planted through its task; their
+candidates' tool calls are replayed concurrently, one call of every session before the next
+of any. A leak is another session's marker in a session's tool outputs, snapshots or
+verdicts. Then: verify is read-only (snapshot and verdict equal before and after), re-seeding
+a task gives the state it gave the first time, unseeded and closed sessions are refused, and
+closing frees the session and every resource it registered (`folder()`, `hold()`); for a
+server in this process, folders created during the audit that still hold a marker after
+every session closed are reported too. Every seeded session is closed, also when the audit
+stops early. A finding is exit 1 with its evidence; an audit that cannot run is exit 3.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rlvr_cli.contract.models import Contract
-from rlvr_cli.errors import RlvrError
-
-PROBE_FILE = "notes/probe.txt"
+from rlvr_cli.errors import CannotRun
 
 
 @dataclass
 class IsolationReport:
     sessions: int
     findings: list[dict[str, Any]] = field(default_factory=list)
+    calls: int = 0
+    refused: int = 0
 
     @property
     def ok(self) -> bool:
@@ -35,132 +46,268 @@ class IsolationReport:
         self.findings.append({"check": check, "evidence": evidence})
 
 
-def _probe_session(client: Any, task: dict[str, Any], marker: str) -> dict[str, Any]:
-    """Seed, write the marker, read everything back, verify twice; all outputs returned."""
-    session = client.seed({**task, "marker": marker})
-    outputs = [str(client.call(session, "list_files", {}))]
-    outputs.append(str(client.call(session, "write_file", {"path": PROBE_FILE, "content": marker})))
-    listing = client.call(session, "list_files", {})
-    outputs.append(str(listing))
-    for path in listing if isinstance(listing, list) else []:
-        outputs.append(str(client.call(session, "read_file", {"path": path})))
-    first = client.verify(session, marker)
-    after_verify = client.call(session, "list_files", {})
-    second = client.verify(session, marker)
-    return {
-        "session": session,
-        "marker": marker,
-        "outputs": outputs,
-        "listing": listing,
-        "after_verify": after_verify,
-        "verdicts": [first, second],
-    }
+@dataclass
+class _Session:
+    task: dict[str, Any]
+    marker: str
+    calls: list[tuple[str, dict[str, Any]]]
+    sid: str = ""
+    seen: list[str] = field(default_factory=list)  # every output, snapshot and verdict, as text
+    seeded: Any = None  # the snapshot right after seeding
+    resources: list[Any] = field(default_factory=list)
 
 
-def run_isolation(contract: Contract, folder: Path, sessions: int) -> IsolationReport:
-    from rlvr_cli.audit.verifier import all_tasks
-    from rlvr_cli.env.agent import EnvClient, EnvHTTPError, environment
+def traffic(candidates: list[Any], tasks: dict[str, dict[str, Any]]) -> list[tuple[dict, list]]:
+    """(task, tool calls) of every candidate with a trajectory: the user's own tool traffic."""
+    from rlvr_cli.audit.verifier import resolve_task
+
+    out = []
+    for candidate in candidates:
+        calls = [
+            (item["name"], _arguments(item.get("arguments")))
+            for step in candidate.trajectory or []
+            for item in step
+            if item.get("type") == "function_call" and isinstance(item.get("name"), str)
+        ]
+        if calls:
+            out.append((resolve_task(candidate.task, tasks), calls))
+    return out
+
+
+def _arguments(raw: Any) -> dict[str, Any]:
+    if isinstance(raw, str):
+        with contextlib.suppress(json.JSONDecodeError):
+            raw = json.loads(raw)
+    return raw if isinstance(raw, dict) else {}
+
+
+def run_isolation(contract: Contract, folder: Path, sessions: int, candidates_path: Path) -> IsolationReport:
+    from rlvr_cli.audit.verifier import all_tasks, load_candidates
+    from rlvr_cli.env.agent import EnvClient, environment
 
     if contract.environment.kind != "tool_use":
-        raise RlvrError("isolation audits need a tool_use environment (a resources server)")
-    tasks = list(all_tasks(contract, folder).values())
+        raise CannotRun("isolation audits need a tool_use environment (a resources server)")
+    plan = traffic(load_candidates(candidates_path), all_tasks(contract, folder))
+    if not plan:
+        raise CannotRun(f"{candidates_path} holds no candidate with tool calls to replay")
+    runs = [
+        _Session(task=plan[i % len(plan)][0], calls=plan[i % len(plan)][1], marker=f"rlvr-marker-{i}-{secrets.token_hex(6)}")
+        for i in range(sessions)
+    ]
     report = IsolationReport(sessions)
-    spec = contract.environment.server or ""
-    with environment(spec, folder) as endpoint:
-        local = endpoint.server
+    before = _temp_entries()
+    with environment(contract.environment.server or "", folder) as endpoint:
         client = EnvClient(endpoint, timeout_s=contract.environment.timeout_s)
         try:
             client.check_declaration(contract.environment.tools, contract.environment.forbidden_tools)
-            unknown = secrets.token_urlsafe(24)
-            try:
-                client.call(unknown, "list_files", {})
-                report.add("calls before seeding fail", "a tool call with an unseeded session id was served")
-            except EnvHTTPError as exc:
-                if exc.status != 404:
-                    report.add("calls before seeding fail", f"expected 404, got {exc.status}")
-            markers = [f"rlvr-marker-{i}-{secrets.token_hex(6)}" for i in range(sessions)]
-            with ThreadPoolExecutor(max_workers=min(sessions, 32)) as pool:
-                results = list(
-                    pool.map(lambda i: _probe_session(client, tasks[i % len(tasks)], markers[i]), range(sessions))
-                )
-            _check_leaks(report, results, markers)
-            _check_verify_is_read_only(report, results)
-            _check_reseed(report, client, tasks[0])
-            roots = _state_folders(local, [r["session"] for r in results])
-            _check_close(report, client, results)
+            _probe(report, client, endpoint.server, runs)
+            _close_all(client, runs)
+            _check_closed(report, client, runs[0])
         finally:
+            _close_all(client, runs)
             client.close()
-    _check_disk(report, local, roots)
+        if endpoint.server is not None:
+            _check_freed(report, endpoint.server, runs, before)
     return report
 
 
-def _state_folders(server: Any, sessions: list[str]) -> list[Path]:
-    """Folders the in-process server's sessions hold (a remote server's disk is not visible)."""
-    if server is None:
-        return []
-    roots = []
-    for sid in sessions:
-        try:
-            root = getattr(server.session(sid).state, "root", None)
-        except KeyError:
-            continue
-        if isinstance(root, Path):
-            roots.append(root)
-    return roots
+def _probe(report: IsolationReport, client: Any, local: Any, runs: list[_Session]) -> None:
+    _calibrate(client, runs[0])
+    _check_unseeded(report, client)
+    with ThreadPoolExecutor(max_workers=min(len(runs), 32)) as pool:
+        list(pool.map(lambda run: _seed(client, local, run), runs))
+        for step in range(max(len(run.calls) for run in runs)):  # one call of every session, then the next
+            active = [run for run in runs if step < len(run.calls)]
+            for refused in pool.map(lambda run, j=step: _call(client, run, j), active):
+                report.calls += 1
+                report.refused += refused
+        results = list(pool.map(lambda run: _verify_twice(client, run), runs))
+    for run, problem in zip(runs, results, strict=True):
+        if problem:
+            report.add("verify changes nothing", f"session {run.marker}: {problem}")
+    _check_leaks(report, runs)
+    _check_reseed(report, client, runs[0])
 
 
-def _check_disk(report: IsolationReport, server: Any, roots: list[Path]) -> None:
-    left = [str(r) for r in roots if r.exists()]
-    if left:
-        report.add("nothing left on disk", f"{len(left)} session folder(s) remain after close: {left[:3]}")
-    if server is not None and getattr(server, "open_sessions", 0):
-        report.add("closed sessions free their state", f"the server still holds {server.open_sessions} session(s)")
-
-
-def _check_leaks(report: IsolationReport, results: list[dict[str, Any]], markers: list[str]) -> None:
-    for result in results:
-        seen = " ".join(result["outputs"]) + json.dumps([v.detail for v in result["verdicts"]])
-        foreign = [m for m in markers if m != result["marker"] and m in seen]
-        if foreign:
-            report.add("no marker in another session", f"session with {result['marker']} saw {foreign[:3]}")
-
-
-def _check_verify_is_read_only(report: IsolationReport, results: list[dict[str, Any]]) -> None:
-    for result in results:
-        first, second = result["verdicts"]
-        if result["after_verify"] != result["listing"] or (first.reward, first.components) != (
-            second.reward,
-            second.components,
-        ):
-            report.add("verify changes nothing", f"session {result['marker']}: state or verdict changed after verify")
-
-
-def _check_reseed(report: IsolationReport, client: Any, task: dict[str, Any]) -> None:
-    fresh = client.seed(task)
-    try:
-        listing = client.call(fresh, "list_files", {})
-        if PROBE_FILE in (listing if isinstance(listing, list) else []):
-            report.add("re-seeding resets state", f"a fresh session already holds {PROBE_FILE}: {listing}")
-    finally:
-        client.close_session(fresh)
-
-
-def _check_close(report: IsolationReport, client: Any, results: list[dict[str, Any]]) -> None:
+def _calibrate(client: Any, run: _Session) -> None:
+    """One session alone first: the server can snapshot, and keeps the marker in its state."""
     from rlvr_cli.env.agent import EnvHTTPError
 
-    for result in results:
-        client.close_session(result["session"])
+    marker = f"rlvr-calibration-{secrets.token_hex(6)}"
+    try:
+        sid = client.seed({**run.task, "marker": marker})
+    except EnvHTTPError as exc:
+        raise CannotRun(f"seeding task {run.task.get('id')!r} failed: HTTP {exc.status} {exc.body[:300]}") from None
+    try:
+        view = client.snapshot(sid)
+    except EnvHTTPError as exc:
+        why = "the server has no snapshot(state)" if exc.status == 501 else f"snapshot failed: HTTP {exc.status}"
+        raise CannotRun(f"{why}; the audit compares session states {exc.body[:200]}") from None
+    finally:
+        with contextlib.suppress(EnvHTTPError):
+            client.close_session(sid)
+    if marker not in json.dumps(view):
+        raise CannotRun(
+            "the server's snapshot does not hold task['marker']: seed() must keep it in the session "
+            "state, so that a leak of one session into another can be seen (docs/environments.md)"
+        )
+
+
+def _seed(client: Any, local: Any, run: _Session) -> None:
+    run.sid = client.seed({**run.task, "marker": run.marker})
+    run.seeded = client.snapshot(run.sid)
+    if local is not None:
+        with contextlib.suppress(KeyError):
+            run.resources = local.resources(run.sid)
+    run.seen.append(json.dumps(run.seeded))
+
+
+def _call(client: Any, run: _Session, step: int) -> int:
+    from rlvr_cli.env.agent import EnvHTTPError
+
+    name, arguments = run.calls[step]
+    try:
+        run.seen.append(json.dumps(client.call(run.sid, name, arguments)))
+    except EnvHTTPError as exc:
+        if exc.status == 404:
+            raise CannotRun(f"session {run.marker} vanished mid-episode (HTTP 404 on {name})") from None
+        return 1  # refused (a tool not offered): not traffic, not a finding
+    return 0
+
+
+def _verify_twice(client: Any, run: _Session) -> str | None:
+    before = client.snapshot(run.sid)
+    first = client.verify(run.sid, run.marker)
+    after = client.snapshot(run.sid)
+    second = client.verify(run.sid, run.marker)
+    run.seen += [json.dumps(before), json.dumps(after), json.dumps(first.as_json()), json.dumps(second.as_json())]
+    if before != after:
+        return f"the state changed during verify: {_diff(before, after)}"
+    if (first.status, first.reward, first.components) != (second.status, second.reward, second.components):
+        return f"a second verify gave another verdict ({first.as_json()} then {second.as_json()})"
+    return None
+
+
+def _check_leaks(report: IsolationReport, runs: list[_Session]) -> None:
+    markers = [run.marker for run in runs]
+    lost = [run.marker for run in runs if run.marker not in json.dumps(run.seeded)]
+    if lost:
+        report.add("each session keeps its own state", f"{len(lost)} session(s) lost their marker at once: {lost[:3]}")
+    for run in runs:
+        seen = "\n".join(run.seen)
+        foreign = [m for m in markers if m != run.marker and m in seen]
+        if foreign:
+            where = next(text for text in run.seen if foreign[0] in text)
+            report.add("no marker in another session", f"session {run.marker} saw {foreign[:3]} in {where[:300]}")
+
+
+def _check_reseed(report: IsolationReport, client: Any, run: _Session) -> None:
+    fresh = client.seed({**run.task, "marker": run.marker})
+    try:
+        again = client.snapshot(fresh)
+    finally:
+        client.close_session(fresh)
+    if again != run.seeded:
+        report.add("re-seeding resets state", f"task {run.task.get('id')!r} seeded again: {_diff(run.seeded, again)}")
+
+
+def _check_unseeded(report: IsolationReport, client: Any) -> None:
+    from rlvr_cli.env.agent import EnvHTTPError
+
+    unknown = secrets.token_urlsafe(24)
+    try:
+        client.snapshot(unknown)
+        report.add("unseeded sessions are refused", "a snapshot of a session id never seeded was served")
+    except EnvHTTPError as exc:
+        if exc.status != 404:
+            report.add("unseeded sessions are refused", f"expected 404 for an unseeded session, got {exc.status}")
+
+
+def _check_closed(report: IsolationReport, client: Any, run: _Session) -> None:
+    from rlvr_cli.env.agent import EnvHTTPError
+
+    for probe in (lambda: client.snapshot(run.sid), lambda: client.call(run.sid, run.calls[0][0], run.calls[0][1])):
         try:
-            client.call(result["session"], "list_files", {})
-            report.add("closed sessions free their state", f"session {result['marker']} still answers after close")
+            probe()
+            report.add("closed sessions are refused", f"session {run.marker} still answers after close")
+            return
         except EnvHTTPError as exc:
             if exc.status != 404:
-                report.add("closed sessions free their state", f"expected 404 after close, got {exc.status}")
+                report.add("closed sessions are refused", f"expected 404 after close, got {exc.status}")
+                return
+
+
+def _close_all(client: Any, runs: list[_Session]) -> None:
+    from rlvr_cli.env.agent import EnvHTTPError
+
+    for run in runs:
+        if run.sid:
+            with contextlib.suppress(EnvHTTPError, OSError):
+                client.close_session(run.sid)
+
+
+def _check_freed(report: IsolationReport, server: Any, runs: list[_Session], before: set[str]) -> None:
+    still = [run.marker for run in runs if run.sid and _answers(server, run.sid)]
+    if still:
+        report.add("closed sessions are refused", f"{len(still)} closed session(s) still answer: {still[:3]}")
+    if server.open_sessions:
+        report.add("close frees the session", f"the server still holds {server.open_sessions} session(s)")
+    kept = [r for run in runs for r in run.resources if _alive(r)]
+    if kept:
+        report.add("close frees every registered resource", f"{len(kept)} still alive after close: {kept[:3]}")
+    markers = [run.marker for run in runs]
+    left = [p for p in _temp_entries() - before if _holds_marker(Path(p), markers)]
+    if left:
+        report.add("nothing left on disk", f"{len(left)} folder(s) with session markers remain after close: {left[:3]}")
+
+
+def _answers(server: Any, sid: str) -> bool:
+    try:
+        server.session(sid)
+    except KeyError:
+        return False
+    return True
+
+
+def _alive(resource: Any) -> bool:
+    if isinstance(resource, Path):
+        return resource.exists()
+    return getattr(resource, "closed", None) is False
+
+
+def _temp_entries() -> set[str]:
+    root = Path(tempfile.gettempdir())
+    with contextlib.suppress(OSError):
+        return {str(p) for p in root.iterdir()}
+    return set()
+
+
+def _holds_marker(path: Path, markers: list[str], budget: int = 200) -> bool:
+    """A folder created during the audit that still holds a session's marker (bounded scan)."""
+    files = [path] if path.is_file() else list(path.rglob("*"))[:budget] if path.is_dir() else []
+    for file in files:
+        with contextlib.suppress(OSError):
+            if file.is_file() and file.stat().st_size < 1 << 20:
+                text = file.read_text(encoding="utf-8", errors="replace")
+                if any(m in text for m in markers):
+                    return True
+    return False
+
+
+def _diff(a: Any, b: Any) -> str:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b), key=str):
+            if a.get(key) != b.get(key):
+                return f"{key!r} was {json.dumps(a.get(key))[:120]}, now {json.dumps(b.get(key))[:120]}"
+    return f"{json.dumps(a)[:150]} became {json.dumps(b)[:150]}"
 
 
 def report_text(report: IsolationReport) -> str:
+    head = f"{report.sessions} concurrent sessions, {report.calls} tool calls replayed"
+    if report.refused:
+        head += f" ({report.refused} refused by the server)"
     if report.ok:
-        return f"{report.sessions} concurrent sessions: no leak, re-seed resets, verify is read-only, close frees"
-    lines = [f"{report.sessions} concurrent sessions: {len(report.findings)} finding(s)"]
-    lines += [f"  LEAK [{f['check']}] {f['evidence']}" for f in report.findings]
+        return f"{head}: no leak, verify is read-only, re-seed resets, close frees"
+    lines = [f"{head}: {len(report.findings)} finding(s)"]
+    lines += [f"  FINDING [{f['check']}] {f['evidence']}" for f in report.findings]
     return "\n".join(lines)

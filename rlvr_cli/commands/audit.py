@@ -18,7 +18,7 @@ def run_audit_verifier(contract_path: Path, candidates: Path | None, fmt: str, l
     contract = load_valid_contract(contract_path)
     folder = contract_path.resolve().parent
     with user_code_to_stderr():
-        report = run_audit(contract, folder, candidates or folder / "audit" / "candidates.yaml", limit)
+        report = run_audit(contract, folder, _candidates(candidates, folder), limit)
     emit("audit verifier", fmt, report)
     verdict = "passed" if not report.disagreements else "FAILED"
     print(
@@ -46,16 +46,25 @@ def _verifier_json(report: Any) -> str:
     )
 
 
-def run_audit_isolation(contract_path: Path, sessions: int, fmt: str) -> int:
+def run_audit_isolation(contract_path: Path, sessions: int, candidates: Path | None, fmt: str) -> int:
     require_extra("env", "fastapi", "uvicorn", "httpx")
     from rlvr_cli.audit.isolation import run_isolation
 
     check("audit isolation", fmt)
     contract = load_valid_contract(contract_path)
+    folder = contract_path.resolve().parent
     with user_code_to_stderr():
-        report = run_isolation(contract, contract_path.resolve().parent, sessions)
+        report = run_isolation(contract, folder, sessions, _candidates(candidates, folder))
     emit("audit isolation", fmt, report)
+    print(f"isolation audit {'passed' if report.ok else 'FAILED'}", file=sys.stderr)
     return 0 if report.ok else 1
+
+
+def _candidates(given: Path | None, folder: Path) -> Path:
+    """A named candidates file must exist (a typo is a usage error, never an empty control group)."""
+    if given is not None and not given.is_file():
+        raise UsageProblem(f"{given}: no such candidates file")
+    return given or folder / "audit" / "candidates.yaml"
 
 
 @reporter("audit isolation", "text")
@@ -67,7 +76,15 @@ def _isolation_text(report: Any) -> str:
 
 @reporter("audit isolation", "json")
 def _isolation_json(report: Any) -> str:
-    return as_json({"sessions": report.sessions, "ok": report.ok, "findings": report.findings})
+    return as_json(
+        {
+            "sessions": report.sessions,
+            "calls": report.calls,
+            "refused": report.refused,
+            "ok": report.ok,
+            "findings": report.findings,
+        }
+    )
 
 
 def run_audit_rollouts(run_dir: Path, fmt: str) -> int:

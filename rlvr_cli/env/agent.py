@@ -78,6 +78,9 @@ class EnvClient:
         data = self._post("/verify", {"session_id": session_id, "final_message": final_message})
         return Verdict.coerce(data)
 
+    def snapshot(self, session_id: str) -> Any:
+        return self._post("/snapshot", {"session_id": session_id})["snapshot"]
+
     def close_session(self, session_id: str) -> None:
         self._post("/close", {"session_id": session_id})
 

@@ -1,13 +1,29 @@
 """Resources servers: tool-use environments served over HTTP with state isolated per session.
 
-Subclass `ResourcesServer`, mark tool methods with `@tool`, implement `seed(task)`
-(create the session's state), `verify(state, task, calls, final_message)` (read-only) and
-optionally `release(state)`. The contract's `environment.server` names the class
-(`module:MyServer`); `create_app(MyServer())` is the FastAPI app that serves an instance:
+The plug-in contract (docs/environments.md walks through a complete example):
+
+    class Inventory(ResourcesServer):
+        offered = ("list_items", "set_quantity")     # tools the policy is shown (None: every @tool)
+        forbidden = ("remove_item",)                  # tools whose use fails the episode
+
+        def seed(self, task) -> State: ...           # a fresh state for one session (plant task["marker"])
+        @tool
+        def set_quantity(self, state, item: str, quantity: int) -> str: ...
+        def verify(self, state, task, calls, final_message) -> Verdict: ...   # read-only
+        def snapshot(self, state) -> dict: ...        # a JSON view of the whole session state
+        def release(self, state) -> None: ...         # optional: free what seed made
+
+Tool parameters are typed by their annotations (chat schema and validation: env/tools.py).
+Per-session resources are made through `self.folder()` (a temporary directory) or
+`self.hold(obj)` (anything with `close()`) inside `seed`: closing the session frees them,
+whatever the state calls them, and the isolation audit checks that it did. The contract's
+`environment.server` names the class (`module:Inventory`); `create_app(Inventory())` is the
+FastAPI app that serves an instance:
 
     POST /seed_session  {"task": {...}}                          → {"session_id"}
     POST /tools/{name}  {"session_id", "arguments": {...}}       → {"output"}
     POST /verify        {"session_id", "final_message"?}         → {"status", "reward", "components", ...}
+    POST /snapshot      {"session_id"}                           → {"snapshot"} (501 without snapshot())
     POST /close         {"session_id"}                           → {"closed": true}
     GET  /tools                                                   → tool schemas offered to the policy
 
@@ -21,15 +37,20 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import json
 import secrets
+import shutil
+import tempfile
 import threading
 import time
+from pathlib import Path
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from rlvr_cli.env import tools as signatures
 from rlvr_cli.env.verdict import Verdict
 from rlvr_cli.errors import RlvrError
 
@@ -52,6 +73,7 @@ class Session:
     lock: threading.Lock = field(default_factory=threading.Lock)
     touched: float = field(default_factory=time.monotonic)
     closed: bool = False
+    resources: list[Any] = field(default_factory=list)  # made through folder()/hold() while seeding
 
 
 class ResourcesServer:
@@ -71,6 +93,7 @@ class ResourcesServer:
     def __init__(self) -> None:
         self._sessions: dict[str, Session] = {}
         self._lock = threading.Lock()
+        self._seeding = threading.local()  # the resources of the session being seeded
 
     # ── to implement ──────────────────────────────────────────────────────────────────
 
@@ -81,7 +104,46 @@ class ResourcesServer:
         raise NotImplementedError  # pragma: no cover - abstract
 
     def release(self, state: Any) -> None:
-        """Free what `seed` created (files, processes)."""
+        """Free what `seed` created beyond folder()/hold() resources (those are freed anyway)."""
+
+    def snapshot(self, state: Any) -> Any:
+        """A JSON view of the whole session state (the isolation audit compares them)."""
+        raise NotImplementedError
+
+    # ── resources a session holds ─────────────────────────────────────────────────────
+
+    def folder(self, prefix: str = "rlvr-session-") -> Path:
+        """A fresh temporary directory owned by the session being seeded; removed on close."""
+        path = Path(tempfile.mkdtemp(prefix=prefix))
+        self._collect(path)
+        return path
+
+    def hold(self, resource: Any) -> Any:
+        """Register anything with `close()` (a file, a process, a connection) to the session
+        being seeded; closed when the session closes. Returns it."""
+        if not callable(getattr(resource, "close", None)):
+            raise TypeError("hold() takes an object with a close() method")
+        self._collect(resource)
+        return resource
+
+    def _collect(self, resource: Any) -> None:
+        pending = getattr(self._seeding, "resources", None)
+        if pending is None:
+            raise RuntimeError("folder() and hold() are for seed(): a session's resources are made while seeding")
+        pending.append(resource)
+
+    def resources(self, session_id: str) -> list[Any]:
+        """The resources a session holds (folders as paths, held objects)."""
+        return list(self.session(session_id).resources)
+
+    @staticmethod
+    def free(resources: list[Any]) -> None:
+        for resource in reversed(resources):
+            with contextlib.suppress(Exception):
+                if isinstance(resource, Path):
+                    shutil.rmtree(resource, ignore_errors=True)
+                else:
+                    resource.close()
 
     # ── machinery ─────────────────────────────────────────────────────────────────────
 
@@ -96,32 +158,33 @@ class ResourcesServer:
         return [n for n in names if self.offered is None or n in self.offered or n in self.forbidden]
 
     def schemas(self) -> list[dict[str, Any]]:
-        """OpenAI-style function schemas of the tools the policy may call."""
-        out = []
-        for name in self.offered_tools():
-            fn = self.tools()[name]
-            params = [p for p in inspect.signature(fn).parameters.values() if p.name not in ("self", "state")]
-            props = {p.name: {"type": "string"} for p in params}
-            required = [p.name for p in params if p.default is inspect.Parameter.empty]
-            out.append(
-                {
-                    "type": "function",
-                    "function": {
-                        "name": name,
-                        "description": (fn.__doc__ or "").strip().split("\n")[0],
-                        "parameters": {"type": "object", "properties": props, "required": required},
-                    },
-                }
-            )
-        return out
+        """OpenAI-style function schemas of the tools the policy may call, typed from annotations."""
+        tools = self.tools()
+        return [signatures.schema(name, tools[name]) for name in self.offered_tools()]
 
     def seed_session(self, task: dict[str, Any]) -> str:
         self.expire()
         session_id = secrets.token_urlsafe(24)
-        state = self.seed(task)
+        self._seeding.resources = collected = []
+        try:
+            state = self.seed(task)
+        except BaseException:
+            self.free(collected)
+            raise
+        finally:
+            self._seeding.resources = None
         with self._lock:
-            self._sessions[session_id] = Session(state, task)
+            self._sessions[session_id] = Session(state, task, resources=collected)
         return session_id
+
+    def snapshot_session(self, session_id: str) -> Any:
+        """The session's snapshot as JSON data; NotImplementedError without snapshot()."""
+        session = self.session(session_id)
+        with session.lock:
+            if session.closed:
+                raise KeyError(session_id)
+            view = self.snapshot(session.state)
+        return json.loads(json.dumps(view, sort_keys=True, default=str))
 
     def expire(self) -> None:
         """Close every session untouched for `session_ttl_s` (a client that died mid-episode)."""
@@ -155,11 +218,9 @@ class ResourcesServer:
             record = {"tool": name, "arguments": arguments, "time": time.time()}
             session.calls.append(record)
             try:
-                output = fn(self, session.state, **arguments)
-            except ToolError as exc:
+                output = fn(self, session.state, **signatures.validate(name, fn, arguments))
+            except (ToolError, signatures.ToolArgumentError) as exc:
                 output = f"error: {exc}"
-            except TypeError as exc:
-                output = f"error: bad arguments for {name}: {exc}"
             except Exception as exc:  # any failure of a tool is an answer the model reads, never a 500
                 output = f"error: {name} failed: {type(exc).__name__}: {str(exc)[:500]}"
             logged = output if isinstance(output, str) else repr(output)
@@ -189,7 +250,10 @@ class ResourcesServer:
             raise KeyError(session_id)
         with session.lock:  # a tool call in flight finishes first; none starts after
             session.closed = True
-            self.release(session.state)
+            try:
+                self.release(session.state)
+            finally:
+                self.free(session.resources)
 
     @property
     def open_sessions(self) -> int:
@@ -298,6 +362,17 @@ def _routes(app: Any, server: ResourcesServer, HTTPException: Any) -> None:
         except KeyError:
             raise unknown(body.session_id) from None
         return verdict.as_json()
+
+    @app.post("/snapshot")
+    def snapshot(body: CloseRequest) -> dict[str, Any]:
+        try:
+            return {"snapshot": server.snapshot_session(body.session_id)}
+        except KeyError:
+            raise unknown(body.session_id) from None
+        except NotImplementedError:
+            raise HTTPException(501, f"{type(server).__name__} has no snapshot(state)") from None
+        except Exception as exc:  # the environment's bug, reported with what it raised
+            raise HTTPException(500, f"snapshot raised {type(exc).__name__}: {str(exc)[:500]}") from None
 
     @app.post("/close")
     def close(body: CloseRequest) -> dict[str, bool]:

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,21 +67,19 @@ class FileEditServer(ResourcesServer):
         files = seed_files(task)
         for rel in files:  # a path from the task is as untrusted as one from a tool call
             inside(rel)
-        root = Path(tempfile.mkdtemp(prefix="rlvr-file-edit-"))
+        root = self.folder("rlvr-file-edit-")  # removed when the session closes (or seeding fails)
         seeded = {}
-        try:
-            for rel, text in files.items():
-                path = self.resolve(Sandbox(root, {}), rel)
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(text, encoding="utf-8")
-                seeded[rel] = text.encode()
-        except BaseException:
-            shutil.rmtree(root, ignore_errors=True)
-            raise
+        for rel, text in files.items():
+            path = self.resolve(Sandbox(root, {}), rel)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+            seeded[rel] = text.encode()
         return Sandbox(root, seeded)
 
-    def release(self, state: Sandbox) -> None:
-        shutil.rmtree(state.root, ignore_errors=True)
+    def snapshot(self, state: Sandbox) -> dict[str, str]:
+        """Every file of the sandbox and its content."""
+        files = sorted(p for p in state.root.rglob("*") if p.is_file())
+        return {p.relative_to(state.root).as_posix(): p.read_text(encoding="utf-8", errors="replace") for p in files}
 
     # ── path safety ───────────────────────────────────────────────────────────────────
 
