@@ -144,7 +144,12 @@ def audit_verifier(
     contract: Annotated[Path, typer.Argument(help="The contract whose verifier to audit.")],
     candidates: Annotated[Path | None, typer.Option(help="Candidates file (default: audit/candidates.yaml).")] = None,
     format: Annotated[str, typer.Option("--format", "-f", help="text or json.")] = "text",
-    tasks: Annotated[int, typer.Option(help="Single turn: tasks that get generated arms.")] = 5,
+    tasks: Annotated[
+        int | None,
+        typer.Option(
+            min=1, help="Single turn: generated arms for a random sample of this many tasks (default: every task)."
+        ),
+    ] = None,
 ) -> int:
     """Run the control group through the real verifier: exit 0 passed, 1 a false accept or
     reject (with the evidence), 2 usage (a missing candidates file), 3 the audit could not run."""

@@ -91,7 +91,9 @@ def run_isolation(contract: Contract, folder: Path, sessions: int, candidates_pa
     if not plan:
         raise CannotRun(f"{candidates_path} holds no candidate with tool calls to replay")
     runs = [
-        _Session(task=plan[i % len(plan)][0], calls=plan[i % len(plan)][1], marker=f"rlvr-marker-{i}-{secrets.token_hex(6)}")
+        _Session(
+            task=plan[i % len(plan)][0], calls=plan[i % len(plan)][1], marker=f"rlvr-marker-{i}-{secrets.token_hex(6)}"
+        )
         for i in range(sessions)
     ]
     report = IsolationReport(sessions)

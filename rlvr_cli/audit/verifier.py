@@ -7,55 +7,25 @@ accept` means it must pass, `expected: reject` that it must not. Invalid verdict
 (verifier_error, timeout, sandbox_error) are reported as such — never as a reward of 0 —
 and always disagree with the expectation.
 
-Generated arms — tool use: for every task with a correct trajectory, a no-op claim (a final
-message, nothing changed), an empty response, and the correct trajectory replayed with one
-extra collateral edit. Single turn: an empty response, and for tasks with an `answer`,
-the answer (accept), a wrong answer and a format error (reject).
+Generated arms (audit/arms.py) fit the environment: built from the user's own candidates and
+the environment's own tools and snapshots; an arm the server refuses is reported as "could
+not run", never judged.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
+from rlvr_cli.audit.candidates import Candidate, CandidateFile, load_candidates, resolve_task
 from rlvr_cli.contract.models import Contract
 from rlvr_cli.errors import RlvrError
 
-Kind = Literal[
-    "correct",
-    "alternate_correct",
-    "collateral_damage",
-    "forbidden_tool",
-    "no_op_claim",
-    "custom",
-    "wrong",
-    "format_error",
-    "empty",
-]
-
-
-class Candidate(BaseModel):
-    """One control-group candidate: a task, what kind of solution it is, what must happen."""
-
-    model_config = ConfigDict(extra="forbid")
-    name: str | None = None
-    task: str | dict[str, Any] = Field(description="A task id from the contract's splits, or an inline task.")
-    kind: Kind
-    expected: Literal["accept", "reject"]
-    trajectory: list[list[dict[str, Any]]] | None = Field(
-        None, description="tool_use: model outputs per step, in Responses API item shapes."
-    )
-    response: str | None = Field(None, description="single_turn: the response text.")
-
-
-class CandidateFile(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    candidates: list[Candidate]
+__all__ = ["AuditReport", "Candidate", "CandidateFile", "Outcome", "load_candidates", "resolve_task", "run_audit"]
 
 
 @dataclass
@@ -87,10 +57,15 @@ class Outcome:
 @dataclass
 class AuditReport:
     outcomes: list[Outcome] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # arms that could not be built, and why
 
     @property
     def disagreements(self) -> list[Outcome]:
-        return [o for o in self.outcomes if not o.agrees]
+        return [o for o in self.outcomes if not o.agrees and o.got != "not_run"]
+
+    @property
+    def not_run(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.got == "not_run"]
 
     def matrix(self, key: str) -> dict[str, Counter]:
         table: dict[str, Counter] = defaultdict(Counter)
@@ -98,27 +73,6 @@ class AuditReport:
             name = o.candidate.kind if key == "kind" else str(o.task.get("id"))
             table[name][f"{o.candidate.expected}→{o.got}"] += 1
         return dict(table)
-
-
-def load_candidates(path: Path) -> list[Candidate]:
-    import yaml
-    from pydantic import ValidationError
-
-    if not path.is_file():
-        return []
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {"candidates": []}
-        return CandidateFile.model_validate(data).candidates
-    except (yaml.YAMLError, ValidationError) as exc:
-        raise RlvrError(f"{path}: {exc}") from None
-
-
-def resolve_task(task: str | dict[str, Any], tasks: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    if isinstance(task, dict):
-        return task
-    if task not in tasks:
-        raise RlvrError(f"candidate task {task!r} is in no split of the contract")
-    return tasks[task]
 
 
 def judge(contract: Contract, verdict: Any) -> tuple[str, float | None]:
@@ -134,62 +88,6 @@ def judge(contract: Contract, verdict: Any) -> tuple[str, float | None]:
     return ("accept" if reward >= contract.objective.reward.best - 1e-9 else "reject"), reward
 
 
-# ── generated arms ────────────────────────────────────────────────────────────────────
-
-
-def single_turn_arms(tasks: list[dict[str, Any]]) -> list[Candidate]:
-    arms = []
-    for task in tasks:
-        tid = str(task["id"])
-        arms.append(Candidate(name=f"{tid}/empty", task=task, kind="empty", expected="reject", response=""))
-        if "answer" in task:
-            answer = str(task["answer"])
-            wrong = str(int(answer) + 1) if answer.lstrip("-").isdigit() else answer + "x"
-            arms += [
-                Candidate(name=f"{tid}/answer", task=task, kind="correct", expected="accept", response=answer),
-                Candidate(name=f"{tid}/wrong", task=task, kind="wrong", expected="reject", response=wrong),
-                Candidate(
-                    name=f"{tid}/format", task=task, kind="format_error", expected="reject", response="I cannot say."
-                ),
-            ]
-    return arms
-
-
-def tool_use_arms(candidates: list[Candidate], tasks: dict[str, dict[str, Any]]) -> list[Candidate]:
-    arms = []
-    seen: set[str] = set()
-    for c in candidates:
-        if c.kind != "correct" or not c.trajectory:
-            continue
-        task = resolve_task(c.task, tasks)
-        tid = str(task.get("id"))
-        if tid in seen:
-            continue
-        seen.add(tid)
-        claim = [{"type": "message", "role": "assistant", "content": "Done: the version is now 2."}]
-        collateral = [
-            {"type": "function_call", "name": "write_file", "arguments": {"path": "README.md", "content": "# edited\n"}}
-        ]
-        arms += [
-            Candidate(name=f"{tid}/no-op claim", task=task, kind="no_op_claim", expected="reject", trajectory=[claim]),
-            Candidate(
-                name=f"{tid}/empty",
-                task=task,
-                kind="custom",
-                expected="reject",
-                trajectory=[[{"type": "message", "role": "assistant", "content": ""}]],
-            ),
-            Candidate(
-                name=f"{tid}/correct + collateral edit",
-                task=task,
-                kind="collateral_damage",
-                expected="reject",
-                trajectory=[*c.trajectory[:-1], collateral, *c.trajectory[-1:]],
-            ),
-        ]
-    return arms
-
-
 # ── running ───────────────────────────────────────────────────────────────────────────
 
 
@@ -203,11 +101,12 @@ def all_tasks(contract: Contract, folder: Path) -> dict[str, dict[str, Any]]:
     return tasks
 
 
-def audit_single_turn(contract: Contract, folder: Path, candidates: list[Candidate], limit: int) -> AuditReport:
+def audit_single_turn(contract: Contract, folder: Path, candidates: list[Candidate], sample: int | None) -> AuditReport:
+    from rlvr_cli.audit.arms import single_turn_arms
     from rlvr_cli.env.single_turn import VerifierPool
 
     tasks = all_tasks(contract, folder)
-    todo = candidates + single_turn_arms(list(tasks.values())[:limit])
+    todo = candidates + single_turn_arms(list(tasks.values()), sample)
     report = AuditReport()
     with VerifierPool.for_contract(contract, folder) as pool:
         items = [(resolve_task(c.task, tasks), c.response or "") for c in todo]
@@ -218,30 +117,66 @@ def audit_single_turn(contract: Contract, folder: Path, candidates: list[Candida
 
 
 def audit_tool_use(contract: Contract, folder: Path, candidates: list[Candidate]) -> AuditReport:
-    from rlvr_cli.env.agent import EnvClient, environment, run_episode
-    from rlvr_cli.env.model import ScriptedModel
+    from rlvr_cli.audit.arms import tool_use_arms
+    from rlvr_cli.env.agent import EnvClient, environment
 
     tasks = all_tasks(contract, folder)
-    todo = candidates + tool_use_arms(candidates, tasks)
     report = AuditReport()
     env = contract.environment
     with environment(env.server, folder) as url:  # type: ignore[arg-type]
         client = EnvClient(url, timeout_s=env.timeout_s)
         try:
             client.check_declaration(env.tools, env.forbidden_tools)
-            for candidate in todo:
-                task = resolve_task(candidate.task, tasks)
-                transcript = run_episode(ScriptedModel(candidate.trajectory or []), client, task, env.max_steps or 1)
-                got, reward = judge(contract, transcript.verdict)
-                report.outcomes.append(
-                    Outcome(candidate, task, got, reward, transcript.verdict.as_json(), transcript.as_json())
-                )
+            arms, report.notes = tool_use_arms(
+                candidates, tasks, list(env.forbidden_tools or []), lambda task, steps: _probe(client, task, steps)
+            )
+            for candidate in candidates + arms:
+                report.outcomes.append(_episode(contract, client, candidate, resolve_task(candidate.task, tasks)))
         finally:
             client.close()
     return report
 
 
-def run_audit(contract: Contract, folder: Path, candidates_path: Path, limit: int = 5) -> AuditReport:
+def _episode(contract: Contract, client: Any, candidate: Candidate, task: dict[str, Any]) -> Outcome:
+    from rlvr_cli.env.agent import run_episode
+    from rlvr_cli.env.model import ScriptedModel
+
+    steps = contract.environment.max_steps or 1
+    transcript = run_episode(ScriptedModel(candidate.trajectory or []), client, task, steps)
+    refused = [
+        o["output"]
+        for step in transcript.steps
+        for o in step["tool_outputs"]
+        if str(o["output"]).startswith("error: HTTP 403")
+    ]
+    if refused and candidate.kind not in (
+        "correct",
+        "alternate_correct",
+    ):  # a generated or custom arm the server refuses
+        return Outcome(candidate, task, "not_run", None, {"refused": refused[:3]}, transcript.as_json())
+    got, reward = judge(contract, transcript.verdict)
+    return Outcome(candidate, task, got, reward, transcript.verdict.as_json(), transcript.as_json())
+
+
+def _probe(client: Any, task: dict[str, Any], steps: list[list[dict[str, Any]]]) -> Any:
+    """The snapshot after replaying `steps` in a fresh session; None without snapshot()."""
+    from rlvr_cli.env.agent import EnvHTTPError, _call_tool
+
+    session = client.seed(task)
+    try:
+        for step in steps:
+            for item in step:
+                if item.get("type") == "function_call":
+                    _call_tool(client, session, item)
+        return client.snapshot(session)
+    except EnvHTTPError:
+        return None
+    finally:
+        with contextlib.suppress(EnvHTTPError):
+            client.close_session(session)
+
+
+def run_audit(contract: Contract, folder: Path, candidates_path: Path, sample: int | None = None) -> AuditReport:
     candidates = load_candidates(candidates_path)
     if contract.environment.kind == "tool_use":
         if not any(c.kind == "correct" and c.trajectory for c in candidates):
@@ -250,7 +185,7 @@ def run_audit(contract: Contract, folder: Path, candidates_path: Path, limit: in
                 "needs at least one known-good solution"
             )
         return audit_tool_use(contract, folder, candidates)
-    return audit_single_turn(contract, folder, candidates, limit)
+    return audit_single_turn(contract, folder, candidates, sample)
 
 
 def report_text(report: AuditReport) -> str:
@@ -260,6 +195,11 @@ def report_text(report: AuditReport) -> str:
     lines.append("by task:")
     for task, counts in sorted(report.matrix("task").items()):
         lines.append(f"  {task:<18} " + "  ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    for o in report.not_run:
+        lines.append(
+            f"could not run: {o.candidate.name or o.candidate.kind} (the server refused {o.verdict['refused']})"
+        )
+    lines += [f"note: {note}" for note in report.notes]
     bad = report.disagreements
     if bad:  # the one-line summary goes to stderr (commands/audit.py); here, the evidence
         lines.append("disagreements:")

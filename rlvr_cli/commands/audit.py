@@ -11,18 +11,20 @@ from rlvr_cli.commands.formats import as_json, check, emit, reporter, user_code_
 from rlvr_cli.errors import UsageProblem
 
 
-def run_audit_verifier(contract_path: Path, candidates: Path | None, fmt: str, limit: int) -> int:
+def run_audit_verifier(contract_path: Path, candidates: Path | None, fmt: str, sample: int | None) -> int:
     from rlvr_cli.audit.verifier import run_audit
 
     check("audit verifier", fmt)
     contract = load_valid_contract(contract_path)
     folder = contract_path.resolve().parent
     with user_code_to_stderr():
-        report = run_audit(contract, folder, _candidates(candidates, folder), limit)
+        report = run_audit(contract, folder, _candidates(candidates, folder), sample)
     emit("audit verifier", fmt, report)
     verdict = "passed" if not report.disagreements else "FAILED"
+    skipped = f", {len(report.not_run)} could not run" if report.not_run else ""
     print(
-        f"verifier audit {verdict}: {len(report.disagreements)} disagreement(s) in {len(report.outcomes)} candidates",
+        f"verifier audit {verdict}: {len(report.disagreements)} disagreement(s) in {len(report.outcomes)} candidates"
+        + skipped,
         file=sys.stderr,
     )
     return 1 if report.disagreements else 0
@@ -42,6 +44,8 @@ def _verifier_json(report: Any) -> str:
             "outcomes": [o.as_json() for o in report.outcomes],
             "by_kind": {k: dict(v) for k, v in report.matrix("kind").items()},
             "disagreements": len(report.disagreements),
+            "not_run": len(report.not_run),
+            "notes": report.notes,
         }
     )
 

@@ -25,7 +25,7 @@ class _Arguments(BaseModel):
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=False)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _model(fn: Callable[..., Any]) -> type[BaseModel]:
     fields: dict[str, Any] = {}
     for param in inspect.signature(fn).parameters.values():

@@ -94,7 +94,7 @@ def test_target_only_verifier_is_caught_by_the_collateral_arm(experiment: Path) 
     assert code == 1
     false_accepts = [o for o in report["outcomes"] if o["got"] == "accept" and o["expected"] == "reject"]
     assert {o["kind"] for o in false_accepts} == {"collateral_damage"}
-    assert any("correct + collateral edit" in (o["name"] or "") for o in false_accepts)
+    assert any("correct + collateral" in (o["name"] or "") for o in false_accepts)  # a generated arm
     assert all(o["transcript"]["steps"] for o in false_accepts)  # the evidence is shown
 
 

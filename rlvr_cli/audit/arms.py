@@ -1,0 +1,160 @@
+"""Generated control arms that fit the environment under audit (`rlvr audit verifier`).
+
+Tool use — built from the user's own candidates and the environment's own tools, never
+from a tool name rlvr knows:
+- **no-op claim**: the final message of a correct solution, with no tool call before it;
+- **empty**: an empty final message;
+- **collateral damage**: a correct solution, then mutating calls taken from other candidates
+  (another task's first), kept only where the environment's `snapshot` shows that they
+  really changed the state the correct solution left;
+- **forbidden tool**: a correct solution plus a call of each declared forbidden tool, with
+  arguments from a candidate that used it.
+
+Single turn — for every task with an `answer` (or a stated random sample of them): the
+answer (accept); a wrong answer, an empty response, a refusal, and the answer inside an
+enumeration of candidate answers (reject).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from rlvr_cli.audit.candidates import Candidate, resolve_task
+
+Trajectory = list[list[dict[str, Any]]]
+
+
+def calls_of(trajectory: Trajectory) -> list[list[dict[str, Any]]]:
+    return [step for step in trajectory if any(i.get("type") == "function_call" for i in step)]
+
+
+def final_of(trajectory: Trajectory) -> list[dict[str, Any]]:
+    messages = [step for step in trajectory if all(i.get("type") == "message" for i in step)]
+    return messages[-1] if messages else [{"type": "message", "role": "assistant", "content": "Done."}]
+
+
+def tool_use_arms(
+    candidates: list[Candidate], tasks: dict[str, dict[str, Any]], forbidden: list[str], probe: Any
+) -> tuple[list[Candidate], list[str]]:
+    """Arms for every task with a correct trajectory, and notes on arms that could not be built.
+    `probe(task, steps)` replays tool steps in a fresh session and returns its snapshot (None
+    when the environment has none)."""
+    arms: list[Candidate] = []
+    notes: list[str] = []
+    seen: set[str] = set()
+    for c in candidates:
+        if c.kind != "correct" or not c.trajectory:
+            continue
+        task = resolve_task(c.task, tasks)
+        tid = str(task.get("id"))
+        if tid in seen:
+            continue
+        seen.add(tid)
+        arms += [
+            Candidate(
+                name=f"{tid}/no-op claim",
+                task=task,
+                kind="no_op_claim",
+                expected="reject",
+                trajectory=[final_of(c.trajectory)],
+            ),
+            Candidate(
+                name=f"{tid}/empty",
+                task=task,
+                kind="custom",
+                expected="reject",
+                trajectory=[[{"type": "message", "role": "assistant", "content": ""}]],
+            ),
+        ]
+        collateral, why = _collateral(c, task, candidates, tasks, forbidden, probe)
+        arms += collateral
+        notes += why
+        arms += _forbidden(c, task, candidates, forbidden, notes)
+    return arms, notes
+
+
+def _collateral(
+    correct: Candidate,
+    task: dict[str, Any],
+    candidates: list[Candidate],
+    tasks: dict[str, dict[str, Any]],
+    forbidden: list[str],
+    probe: Any,
+) -> tuple[list[Candidate], list[str]]:
+    tid = str(task.get("id"))
+    steps = calls_of(correct.trajectory or [])
+    after = probe(task, steps)
+    if after is None:
+        return [], [f"{tid}: no collateral arm (the environment has no snapshot to prove a change)"]
+    others = sorted(candidates, key=lambda o: str(resolve_task(o.task, tasks).get("id")) == tid)  # other tasks first
+    arms, tried = [], set()
+    for other in others:
+        for extra in calls_of(other.trajectory or []):
+            key = repr(extra)
+            if key in tried or any(i.get("name") in forbidden for i in extra):
+                continue
+            tried.add(key)
+            if probe(task, [*steps, extra]) not in (None, after):
+                name = f"{tid}/correct + collateral {extra[0].get('name')} (from {other.name or other.kind})"
+                trajectory = [*steps, extra, final_of(correct.trajectory or [])]
+                arms.append(
+                    Candidate(name=name, task=task, kind="collateral_damage", expected="reject", trajectory=trajectory)
+                )
+            if len(arms) >= 2:
+                return arms, []
+    return arms, [] if arms else [f"{tid}: no collateral arm (no other candidate's call changes this task's state)"]
+
+
+def _forbidden(
+    correct: Candidate, task: dict[str, Any], candidates: list[Candidate], forbidden: list[str], notes: list[str]
+) -> list[Candidate]:
+    tid = str(task.get("id"))
+    arms = []
+    for name in forbidden:
+        use = next((i for c in candidates for step in c.trajectory or [] for i in step if i.get("name") == name), None)
+        if use is None:
+            notes.append(f"{tid}: no arm for forbidden tool {name!r} (no candidate calls it; give one its arguments)")
+            continue
+        steps = calls_of(correct.trajectory or [])
+        trajectory = [*steps, [use], final_of(correct.trajectory or [])]
+        arms.append(
+            Candidate(
+                name=f"{tid}/correct + {name}",
+                task=task,
+                kind="forbidden_tool",
+                expected="reject",
+                trajectory=trajectory,
+            )
+        )
+    return arms
+
+
+def single_turn_arms(tasks: list[dict[str, Any]], sample: int | None, seed: int = 0) -> list[Candidate]:
+    chosen = [t for t in tasks if "answer" in t]
+    if sample is not None and sample < len(chosen):
+        chosen = random.Random(seed).sample(chosen, sample)
+    arms = []
+    for task in tasks if sample is None else chosen:
+        tid = str(task["id"])
+        arms.append(Candidate(name=f"{tid}/empty", task=task, kind="empty", expected="reject", response=""))
+    for task in chosen:
+        tid = str(task["id"])
+        answer = str(task["answer"])
+        wrong = str(int(answer) + 1) if answer.lstrip("-").isdigit() else answer + "x"
+        others = [str(int(answer) + d) for d in (-3, -2, -1, 1, 2, 3)] if answer.lstrip("-").isdigit() else [wrong]
+        arms += [
+            Candidate(name=f"{tid}/answer", task=task, kind="correct", expected="accept", response=answer),
+            Candidate(name=f"{tid}/wrong", task=task, kind="wrong", expected="reject", response=wrong),
+            Candidate(
+                name=f"{tid}/refusal", task=task, kind="format_error", expected="reject", response="I cannot say."
+            ),
+            Candidate(
+                name=f"{tid}/enumeration",
+                task=task,
+                kind="wrong",
+                expected="reject",
+                response=" ".join([*others[:3], answer, *others[3:]]),
+            ),
+        ]
+    return arms
