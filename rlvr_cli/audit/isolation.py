@@ -101,7 +101,7 @@ def run_isolation(contract: Contract, folder: Path, sessions: int, candidates_pa
     with environment(contract.environment.server or "", folder) as endpoint:
         client = EnvClient(endpoint, timeout_s=contract.environment.timeout_s)
         try:
-            client.check_declaration(contract.environment.tools, contract.environment.forbidden_tools)
+            _declaration(client, contract)
             _probe(report, client, endpoint.server, runs)
             _close_all(client, runs)
             _check_closed(report, client, runs[0])
@@ -111,6 +111,17 @@ def run_isolation(contract: Contract, folder: Path, sessions: int, candidates_pa
         if endpoint.server is not None:
             _check_freed(report, endpoint.server, runs, before)
     return report
+
+
+def _declaration(client: Any, contract: Contract) -> None:
+    """The server answers and offers what the contract declares; a server that fails here
+    means the audit cannot run (exit 3), a declaration mismatch is the contract's (exit 1)."""
+    from rlvr_cli.env.agent import EnvHTTPError
+
+    try:
+        client.check_declaration(contract.environment.tools, contract.environment.forbidden_tools)
+    except EnvHTTPError as exc:
+        raise CannotRun(f"the resources server failed to list its tools: {exc}") from None
 
 
 def _probe(report: IsolationReport, client: Any, local: Any, runs: list[_Session]) -> None:

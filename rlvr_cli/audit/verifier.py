@@ -126,7 +126,7 @@ def audit_tool_use(contract: Contract, folder: Path, candidates: list[Candidate]
     with environment(env.server, folder) as url:  # type: ignore[arg-type]
         client = EnvClient(url, timeout_s=env.timeout_s)
         try:
-            client.check_declaration(env.tools, env.forbidden_tools)
+            _declaration(client, contract)
             arms, report.notes = tool_use_arms(
                 candidates, tasks, list(env.forbidden_tools or []), lambda task, steps: _probe(client, task, steps)
             )
@@ -135,6 +135,16 @@ def audit_tool_use(contract: Contract, folder: Path, candidates: list[Candidate]
         finally:
             client.close()
     return report
+
+
+def _declaration(client: Any, contract: Contract) -> None:
+    from rlvr_cli.env.agent import EnvHTTPError
+    from rlvr_cli.errors import CannotRun
+
+    try:
+        client.check_declaration(contract.environment.tools, contract.environment.forbidden_tools)
+    except EnvHTTPError as exc:
+        raise CannotRun(f"the resources server failed to list its tools: {exc}") from None
 
 
 def _episode(contract: Contract, client: Any, candidate: Candidate, task: dict[str, Any]) -> Outcome:

@@ -53,7 +53,10 @@ class EnvClient:
         return response.json()
 
     def tools(self) -> list[dict[str, Any]]:
-        return self.http.get("/tools").json()
+        response = self.http.get("/tools")
+        if response.status_code >= 400:
+            raise EnvHTTPError(response.status_code, response.text)
+        return response.json()
 
     def check_declaration(self, tools: list[str] | None, forbidden: list[str] | None) -> None:
         """The contract's `environment.tools` / `forbidden_tools` must be what the server offers
@@ -89,6 +92,7 @@ class EnvHTTPError(RlvrError):
     def __init__(self, status: int, body: str) -> None:
         super().__init__(f"HTTP {status}: {body[:300]}")
         self.status = status
+        self.body = body
 
 
 @dataclass

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import typing
 from collections.abc import Callable
 from typing import Any
 
@@ -28,10 +29,15 @@ class _Arguments(BaseModel):
 @functools.cache
 def _model(fn: Callable[..., Any]) -> type[BaseModel]:
     fields: dict[str, Any] = {}
+    try:  # annotations written as strings (`from __future__ import annotations`) resolved
+        hints = typing.get_type_hints(fn)
+    except Exception:
+        hints = {}
     for param in inspect.signature(fn).parameters.values():
         if param.name in ("self", "state") or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             continue
-        annotation = str if param.annotation is inspect.Parameter.empty else param.annotation
+        annotation = hints.get(param.name, param.annotation)
+        annotation = str if annotation is inspect.Parameter.empty else annotation
         default = ... if param.default is inspect.Parameter.empty else param.default
         fields[param.name] = (annotation, default)
     return create_model(f"{fn.__name__}_arguments", __base__=_Arguments, **fields)
