@@ -81,6 +81,12 @@ class EnvClient:
         data = self._post("/verify", {"session_id": session_id, "final_message": final_message})
         return Verdict.coerce(data)
 
+    def verify_observed(self, session_id: str, final_message: str = "") -> tuple[Any, Verdict, Any]:
+        """(snapshot before, verdict, snapshot after) in one request."""
+        data = self._post("/verify", {"session_id": session_id, "final_message": final_message, "snapshots": True})
+        before, after = data.pop("snapshot_before", None), data.pop("snapshot_after", None)
+        return before, Verdict.coerce(data), after
+
     def snapshot(self, session_id: str) -> Any:
         return self._post("/snapshot", {"session_id": session_id})["snapshot"]
 

@@ -22,7 +22,8 @@ FastAPI app that serves an instance:
 
     POST /seed_session  {"task": {...}}                          → {"session_id"}
     POST /tools/{name}  {"session_id", "arguments": {...}}       → {"output"}
-    POST /verify        {"session_id", "final_message"?}         → {"status", "reward", "components", ...}
+    POST /verify        {"session_id", "final_message"?,         → {"status", "reward", "components", ...}
+                         "snapshots"?}                           (+ "snapshot_before", "snapshot_after")
     POST /snapshot      {"session_id"}                           → {"snapshot"} (501 without snapshot())
     POST /close         {"session_id"}                           → {"closed": true}
     GET  /tools                                                   → tool schemas offered to the policy
@@ -183,8 +184,7 @@ class ResourcesServer:
         with session.lock:
             if session.closed:
                 raise KeyError(session_id)
-            view = self.snapshot(session.state)
-        return json.loads(json.dumps(view, sort_keys=True, default=str))
+            return self._view(session.state)
 
     def expire(self) -> None:
         """Close every session untouched for `session_ttl_s` (a client that died mid-episode)."""
@@ -228,16 +228,32 @@ class ResourcesServer:
         return output
 
     def verify_session(self, session_id: str, final_message: str = "") -> Verdict:
+        return self.verify_observed(session_id, final_message, observe=False)[1]
+
+    def verify_observed(
+        self, session_id: str, final_message: str = "", observe: bool = True
+    ) -> tuple[Any, Verdict, Any]:
+        """(snapshot before, verdict, snapshot after), atomically under the session's lock:
+        how the isolation audit proves verify read-only in one request."""
         session = self.session(session_id)
         with session.lock:
             if session.closed:
                 raise KeyError(session_id)
             session.touched = time.monotonic()
-            used = [c["tool"] for c in session.calls if c["tool"] in self.forbidden]
-            try:
-                verdict = Verdict.coerce(self.verify(session.state, session.task, list(session.calls), final_message))
-            except Exception as exc:  # the environment's bug: an invalid verdict, never a reward
-                return Verdict("verifier_error", detail=f"verify raised {type(exc).__name__}: {str(exc)[:500]}")
+            before = self._view(session.state) if observe else None
+            verdict = self._judge(session, final_message)
+            after = self._view(session.state) if observe else None
+        return before, verdict, after
+
+    def _view(self, state: Any) -> Any:
+        return json.loads(json.dumps(self.snapshot(state), sort_keys=True, default=str))
+
+    def _judge(self, session: Session, final_message: str) -> Verdict:
+        used = [c["tool"] for c in session.calls if c["tool"] in self.forbidden]
+        try:
+            verdict = Verdict.coerce(self.verify(session.state, session.task, list(session.calls), final_message))
+        except Exception as exc:  # the environment's bug: an invalid verdict, never a reward
+            return Verdict("verifier_error", detail=f"verify raised {type(exc).__name__}: {str(exc)[:500]}")
         if used and verdict.valid:  # the path matters: a forbidden tool fails the episode
             zero = dict.fromkeys(verdict.components, 0.0)
             return Verdict("ok", 0.0, {**zero, "forbidden_tool": 1.0}, f"forbidden tool used: {', '.join(used)}")
@@ -277,6 +293,7 @@ class ToolRequest(_Strict):
 class VerifyRequest(_Strict):
     session_id: str
     final_message: str = ""
+    snapshots: bool = False  # also the snapshots right before and after, taken under the same lock
 
 
 class CloseRequest(_Strict):
@@ -358,9 +375,13 @@ def _routes(app: Any, server: ResourcesServer, HTTPException: Any) -> None:
     @app.post("/verify")
     def verify(body: VerifyRequest) -> dict[str, Any]:
         try:
-            verdict = server.verify_session(body.session_id, body.final_message)
+            before, verdict, after = server.verify_observed(body.session_id, body.final_message, body.snapshots)
         except KeyError:
             raise unknown(body.session_id) from None
+        except NotImplementedError:
+            raise HTTPException(501, f"{type(server).__name__} has no snapshot(state)") from None
+        if body.snapshots:
+            return {**verdict.as_json(), "snapshot_before": before, "snapshot_after": after}
         return verdict.as_json()
 
     @app.post("/snapshot")

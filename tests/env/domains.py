@@ -52,7 +52,9 @@ class Inventory(ResourcesServer):
     def verify(self, state, task, calls, final_message):
         items = state["items"]
         target = float(items.get(task["item"]) == task["quantity"])
-        others = float(all(items.get(k) == v for k, v in STOCK.items() if k != task["item"]) and set(items) == set(STOCK))
+        others = float(
+            all(items.get(k) == v for k, v in STOCK.items() if k != task["item"]) and set(items) == set(STOCK)
+        )
         return Verdict("ok", target * others, {"success": target * others})
 
     def snapshot(self, state):

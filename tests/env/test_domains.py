@@ -46,10 +46,34 @@ candidates:
         "tools": ["balance", "transfer"],
         "forbidden": ["close_account"],
         "tasks": [
-            {"id": "pay-bob", "prompt": "Move 30 from alice to bob.", "source": "alice", "target": "bob", "amount": 30.0},
-            {"id": "pay-carol", "prompt": "Move 10 from bob to carol.", "source": "bob", "target": "carol", "amount": 10.0},
-            {"id": "refund", "prompt": "Move 5 from carol to alice.", "source": "carol", "target": "alice", "amount": 5.0},
-            {"id": "big", "prompt": "Move 60 from alice to carol.", "source": "alice", "target": "carol", "amount": 60.0},
+            {
+                "id": "pay-bob",
+                "prompt": "Move 30 from alice to bob.",
+                "source": "alice",
+                "target": "bob",
+                "amount": 30.0,
+            },
+            {
+                "id": "pay-carol",
+                "prompt": "Move 10 from bob to carol.",
+                "source": "bob",
+                "target": "carol",
+                "amount": 10.0,
+            },
+            {
+                "id": "refund",
+                "prompt": "Move 5 from carol to alice.",
+                "source": "carol",
+                "target": "alice",
+                "amount": 5.0,
+            },
+            {
+                "id": "big",
+                "prompt": "Move 60 from alice to carol.",
+                "source": "alice",
+                "target": "carol",
+                "amount": 60.0,
+            },
         ],
         "candidates": """
 candidates:
@@ -159,8 +183,12 @@ def test_broken_isolation_is_caught_with_its_evidence(domains, tmp_path, domain,
 
 def test_an_environment_without_snapshot_cannot_be_audited_and_says_so(domains, tmp_path: Path) -> None:
     contract = _serve(domains["inventory"], "Inventory", tmp_path)
-    code = (contract.parent / "domains.py").read_text().replace(
-        "    def snapshot(self, state):\n        return {\"items\": state[\"items\"], \"note\": state[\"note\"]}\n", ""
+    code = (
+        (contract.parent / "domains.py")
+        .read_text()
+        .replace(
+            '    def snapshot(self, state):\n        return {"items": state["items"], "note": state["note"]}\n', ""
+        )
     )
     (contract.parent / "domains.py").write_text(code)
     run = rlvr("audit", "isolation", contract, "--sessions", "4", timeout=300)

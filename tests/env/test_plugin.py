@@ -15,7 +15,7 @@ from rlvr_cli.env.server import ResourcesServer, create_app, tool
 from rlvr_cli.env.verdict import Verdict
 
 sys.path.insert(0, str(Path(__file__).parent))
-from domains import Bank, Inventory  # noqa: E402
+from domains import Bank, Inventory
 
 
 class Color(enum.Enum):
@@ -59,7 +59,9 @@ class Typed(ResourcesServer):
 
 
 def _schema(server: ResourcesServer, name: str) -> dict:
-    return next(s["function"] for s in TestClient(create_app(server)).get("/tools").json() if s["function"]["name"] == name)
+    return next(
+        s["function"] for s in TestClient(create_app(server)).get("/tools").json() if s["function"]["name"] == name
+    )
 
 
 def test_schemas_are_typed_from_annotations() -> None:
@@ -90,7 +92,10 @@ def test_arguments_are_validated_before_the_tool_runs() -> None:
     ]:
         answer = http.post("/tools/everything", json={"session_id": sid, "arguments": bad})
         assert answer.status_code == 200  # a tool error the model reads, not an HTTP failure
-        assert answer.json()["output"].startswith("error: bad arguments for everything: ") and words in answer.json()["output"]
+        assert (
+            answer.json()["output"].startswith("error: bad arguments for everything: ")
+            and words in answer.json()["output"]
+        )
     snapshot = http.post("/snapshot", json={"session_id": sid}).json()["snapshot"]
     assert len(snapshot["calls"]) == 1  # no bad call reached the tool
 
