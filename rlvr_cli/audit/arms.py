@@ -11,8 +11,9 @@ from a tool name rlvr knows:
   arguments from a candidate that used it.
 
 Single turn — for every task with an `answer` (or a stated random sample of them): the
-answer (accept); a wrong answer, an empty response, a refusal, and the answer inside an
-enumeration of candidate answers (reject).
+answer (accept); a wrong answer, an empty response and a refusal (reject); and two exploits,
+kept where the policy could write them within `length.max_response_tokens`: the answer inside
+an enumeration of candidate answers, and the answer followed by a contradiction (reject).
 """
 
 from __future__ import annotations
@@ -130,11 +131,16 @@ def _forbidden(
     return arms
 
 
-def single_turn_arms(tasks: list[dict[str, Any]], sample: int | None, seed: int = 0) -> list[Candidate]:
+def single_turn_arms(
+    tasks: list[dict[str, Any]], sample: int | None, seed: int = 0
+) -> tuple[list[Candidate], list[Candidate]]:
+    """(basic arms, exploit arms); the caller keeps an exploit only where the policy could
+    write it within `length.max_response_tokens`."""
     chosen = [t for t in tasks if "answer" in t]
     if sample is not None and sample < len(chosen):
         chosen = random.Random(seed).sample(chosen, sample)
-    arms = []
+    arms: list[Candidate] = []
+    exploits: list[Candidate] = []
     for task in tasks if sample is None else chosen:
         tid = str(task["id"])
         arms.append(Candidate(name=f"{tid}/empty", task=task, kind="empty", expected="reject", response=""))
@@ -149,6 +155,8 @@ def single_turn_arms(tasks: list[dict[str, Any]], sample: int | None, seed: int 
             Candidate(
                 name=f"{tid}/refusal", task=task, kind="format_error", expected="reject", response="I cannot say."
             ),
+        ]
+        exploits += [
             Candidate(
                 name=f"{tid}/enumeration",
                 task=task,
@@ -156,5 +164,12 @@ def single_turn_arms(tasks: list[dict[str, Any]], sample: int | None, seed: int 
                 expected="reject",
                 response=" ".join([*others[:3], answer, *others[3:]]),
             ),
+            Candidate(
+                name=f"{tid}/answer then contradiction",
+                task=task,
+                kind="wrong",
+                expected="reject",
+                response=f"{answer}\nNo, that is wrong: the answer is {wrong}.",
+            ),
         ]
-    return arms
+    return arms, exploits

@@ -106,14 +106,38 @@ def audit_single_turn(contract: Contract, folder: Path, candidates: list[Candida
     from rlvr_cli.env.single_turn import VerifierPool
 
     tasks = all_tasks(contract, folder)
-    todo = candidates + single_turn_arms(list(tasks.values()), sample)
+    arms, exploits = single_turn_arms(list(tasks.values()), sample)
     report = AuditReport()
+    kept, count = _producible(contract, folder, exploits)
+    if len(kept) < len(exploits):
+        report.notes.append(
+            f"{len(exploits) - len(kept)} exploit arm(s) (enumeration, answer then contradiction) left out: "
+            f"longer than length.max_response_tokens={contract.length.max_response_tokens} ({count}), "
+            "the policy cannot write them"
+        )
+    todo = candidates + arms + kept
     with VerifierPool.for_contract(contract, folder) as pool:
         items = [(resolve_task(c.task, tasks), c.response or "") for c in todo]
         for candidate, (task, response), (verdict, _) in zip(todo, items, pool.verify_many(items), strict=True):
             got, reward = judge(contract, verdict)
             report.outcomes.append(Outcome(candidate, task, got, reward, verdict.as_json(), {"response": response}))
     return report
+
+
+def _producible(contract: Contract, folder: Path, arms: list[Candidate]) -> tuple[list[Candidate], str]:
+    """The arms a policy could write within max_response_tokens, counted with the contract's
+    tokenizer where it loads, else in characters (never fewer than tokens for ASCII text)."""
+    limit = contract.length.max_response_tokens
+    count, how = len, "counted in characters"
+    try:
+        from rlvr_cli.chat.render import load_tokenizer
+
+        ref = contract.artifacts.tokenizer
+        tokenizer = load_tokenizer(folder / ref.path if ref.path else None, ref.id, ref.revision)
+        count, how = (lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])), "in tokens"
+    except Exception:  # no train extra, no model folder: characters bound the tokens from above
+        pass
+    return [a for a in arms if count(a.response or "") <= limit], how
 
 
 def audit_tool_use(contract: Contract, folder: Path, candidates: list[Candidate]) -> AuditReport:

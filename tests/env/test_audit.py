@@ -160,3 +160,31 @@ def test_the_contracts_tools_must_be_what_the_server_declares(experiment: Path, 
     for audit_kind in ("verifier", "isolation"):
         run = rlvr("audit", audit_kind, experiment / CONTRACT, timeout=120)
         assert run.code == 1 and words in run.stderr and "server declares" in run.stderr
+
+
+def test_single_turn_exploit_arms_catch_a_verifier_that_reads_only_the_start(tmp_path: Path) -> None:
+    """With room for a sentence, an answer followed by its contradiction must be rejected: a
+    verifier that reads only the opening number is caught; within two tokens the arm is left
+    out (the policy cannot write it) and the audit says so."""
+    folder = tmp_path / "arith"
+    assert rlvr("init", folder, "--no-model").code == 0
+    short = rlvr("audit", "verifier", folder / CONTRACT, "--tasks", "3")
+    assert short.code == 0 and "exploit arm(s)" in short.stdout and "left out" in short.stdout
+    edit(folder, "max_response_tokens: 2", "max_response_tokens: 64")
+    (folder / "verifier.py").write_text(
+        "from rlvr_cli.env import Verdict\n"
+        "def verify(task, response):\n"
+        "    ok = float(response.split()[0] == task['answer']) if response.split() else 0.0\n"
+        "    return Verdict('ok', ok, {'correct': ok, 'format': 1.0})\n"
+    )
+    opening = rlvr("audit", "verifier", folder / CONTRACT, "--tasks", "3", "--format", "json")
+    assert opening.code == 1
+    wrong = {o["name"].split("/")[-1] for o in json.loads(opening.stdout)["outcomes"] if o["got"] != o["expected"]}
+    assert wrong == {"answer then contradiction"}
+    (folder / "verifier.py").write_text(
+        "from rlvr_cli.env import Verdict\n"
+        "def verify(task, response):\n"
+        "    ok = float(response.strip() == task['answer'])\n"
+        "    return Verdict('ok', ok, {'correct': ok, 'format': 1.0})\n"
+    )
+    assert rlvr("audit", "verifier", folder / CONTRACT, "--tasks", "3").code == 0
