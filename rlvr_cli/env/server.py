@@ -49,11 +49,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
 from rlvr_cli.env import tools as signatures
+from rlvr_cli.env.app import MAX_BODY_BYTES, create_app
 from rlvr_cli.env.verdict import Verdict
 from rlvr_cli.errors import RlvrError
+
+__all__ = ["MAX_BODY_BYTES", "ResourcesServer", "Session", "ToolError", "create_app", "tool"]
 
 
 def tool(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -275,130 +276,3 @@ class ResourcesServer:
     def open_sessions(self) -> int:
         with self._lock:
             return len(self._sessions)
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class SeedRequest(_Strict):
-    task: dict[str, Any]
-
-
-class ToolRequest(_Strict):
-    session_id: str
-    arguments: dict[str, Any] = {}
-
-
-class VerifyRequest(_Strict):
-    session_id: str
-    final_message: str = ""
-    snapshots: bool = False  # also the snapshots right before and after, taken under the same lock
-
-
-class CloseRequest(_Strict):
-    session_id: str
-
-
-MAX_BODY_BYTES = 1 << 20
-
-
-class _Guard:
-    """ASGI wrapper: a request without the run's bearer token is 401; a body over the limit 413."""
-
-    def __init__(self, app: Any, token: str | None, max_body: int) -> None:
-        self.app, self.token, self.max_body = app, token, max_body
-        self.state = app.state
-
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] == "http":
-            headers = dict(scope.get("headers") or [])
-            if self.token and not secrets.compare_digest(
-                headers.get(b"authorization", b""), f"Bearer {self.token}".encode()
-            ):
-                return await _answer(send, 401, "missing or wrong bearer token for this resources server")
-            length = headers.get(b"content-length")
-            if length is not None and (not length.isdigit() or int(length) > self.max_body):
-                return await _answer(send, 413, f"request bodies are at most {self.max_body} bytes")
-        await self.app(scope, receive, send)
-
-
-async def _answer(send: Any, status: int, detail: str) -> None:
-    import json
-
-    body = json.dumps({"detail": detail}).encode()
-    await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", b"application/json")]})
-    await send({"type": "http.response.body", "body": body})
-
-
-def create_app(server: ResourcesServer, token: str | None = None, max_body_bytes: int = MAX_BODY_BYTES) -> Any:
-    """A FastAPI app serving `server`; with `token`, every request must carry it as a bearer token."""
-    from fastapi import FastAPI, HTTPException
-
-    app = FastAPI(title=type(server).__name__)
-    app.state.server = server
-    _routes(app, server, HTTPException)
-    return _Guard(app, token, max_body_bytes)
-
-
-def _routes(app: Any, server: ResourcesServer, HTTPException: Any) -> None:
-
-    def unknown(session_id: str) -> HTTPException:
-        return HTTPException(404, f"unknown or closed session {session_id[:8]}…; seed a session first")
-
-    @app.get("/tools")
-    def list_tools() -> list[dict[str, Any]]:
-        return server.schemas()
-
-    @app.get("/declaration")
-    def declaration() -> dict[str, list[str]]:
-        """What the server offers the policy and what it forbids: checked against the contract."""
-        forbidden = [n for n in server.offered_tools() if n in server.forbidden]
-        return {"tools": [n for n in server.offered_tools() if n not in forbidden], "forbidden_tools": forbidden}
-
-    @app.post("/seed_session")
-    def seed_session(body: SeedRequest) -> dict[str, str]:
-        try:
-            return {"session_id": server.seed_session(body.task)}
-        except Exception as exc:  # a task this environment cannot seed: the caller's input, not a crash
-            raise HTTPException(422, f"cannot seed this task: {type(exc).__name__}: {str(exc)[:500]}") from None
-
-    @app.post("/tools/{name}")
-    def call_tool(name: str, body: ToolRequest) -> dict[str, Any]:
-        try:
-            return {"output": server.call(body.session_id, name, body.arguments)}
-        except KeyError:
-            raise unknown(body.session_id) from None
-        except PermissionError:
-            raise HTTPException(403, f"tool {name!r} is not offered to the policy") from None
-
-    @app.post("/verify")
-    def verify(body: VerifyRequest) -> dict[str, Any]:
-        try:
-            before, verdict, after = server.verify_observed(body.session_id, body.final_message, body.snapshots)
-        except KeyError:
-            raise unknown(body.session_id) from None
-        except NotImplementedError:
-            raise HTTPException(501, f"{type(server).__name__} has no snapshot(state)") from None
-        if body.snapshots:
-            return {**verdict.as_json(), "snapshot_before": before, "snapshot_after": after}
-        return verdict.as_json()
-
-    @app.post("/snapshot")
-    def snapshot(body: CloseRequest) -> dict[str, Any]:
-        try:
-            return {"snapshot": server.snapshot_session(body.session_id)}
-        except KeyError:
-            raise unknown(body.session_id) from None
-        except NotImplementedError:
-            raise HTTPException(501, f"{type(server).__name__} has no snapshot(state)") from None
-        except Exception as exc:  # the environment's bug, reported with what it raised
-            raise HTTPException(500, f"snapshot raised {type(exc).__name__}: {str(exc)[:500]}") from None
-
-    @app.post("/close")
-    def close(body: CloseRequest) -> dict[str, bool]:
-        try:
-            server.close_session(body.session_id)
-        except KeyError:
-            raise unknown(body.session_id) from None
-        return {"closed": True}

@@ -206,3 +206,22 @@ class BankNoFree(Bank):
         handle.flush()
         state["statement"] = str(folder)
         return state
+
+
+class InventoryForgetsForbidden(Inventory):
+    """Offers remove_item as an ordinary tool: nothing would fail an episode that uses it."""
+
+    offered = ("list_items", "set_quantity", "adjust_quantity", "remove_item")
+    forbidden = ()
+
+
+class InventoryChatty(Inventory):
+    """Prints from its tools and its verifier: the audits' JSON output must stay parseable."""
+
+    def seed(self, task):
+        print("seeding", task.get("id"))
+        return super().seed(task)
+
+    def verify(self, state, task, calls, final_message):
+        print("verifying", state["items"])
+        return super().verify(state, task, calls, final_message)

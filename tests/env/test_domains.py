@@ -195,3 +195,17 @@ def test_an_environment_without_snapshot_cannot_be_audited_and_says_so(domains, 
     assert run.code == 3 and "could not run" in run.stderr and "snapshot" in run.stderr
     missing = rlvr("audit", "isolation", contract, "--candidates", contract.parent / "nope.yaml")
     assert missing.code == 2 and "no such candidates file" in missing.stderr
+
+
+def test_a_forbidden_tool_the_server_forgot_to_forbid_is_caught_before_any_episode(domains, tmp_path) -> None:
+    contract = _serve(domains["inventory"], "InventoryForgetsForbidden", tmp_path)
+    for audit in ("verifier", "isolation"):
+        run = rlvr("audit", audit, contract, timeout=300)
+        assert run.code == 1 and "but the server declares" in run.stderr, run.stderr
+
+
+def test_json_output_stays_parseable_whatever_the_environment_prints(domains, tmp_path) -> None:
+    contract = _serve(domains["inventory"], "InventoryChatty", tmp_path)
+    code, report = _verifier(contract)
+    assert code == 0 and report["disagreements"] == 0
+    assert _isolation(contract) == (0, [])
