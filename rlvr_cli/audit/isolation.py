@@ -84,7 +84,7 @@ def _arguments(raw: Any) -> dict[str, Any]:
 
 def run_isolation(contract: Contract, folder: Path, sessions: int, candidates_path: Path) -> IsolationReport:
     from rlvr_cli.audit.verifier import all_tasks, load_candidates
-    from rlvr_cli.env.agent import EnvClient, environment
+    from rlvr_cli.env.agent import EnvClient, EnvHTTPError, environment
 
     if contract.environment.kind != "tool_use":
         raise CannotRun("isolation audits need a tool_use environment (a resources server)")
@@ -103,7 +103,10 @@ def run_isolation(contract: Contract, folder: Path, sessions: int, candidates_pa
         client = EnvClient(endpoint, timeout_s=contract.environment.timeout_s)
         try:
             _declaration(client, contract)
-            _probe(report, client, endpoint.server, runs)
+            try:
+                _probe(report, client, endpoint.server, runs)
+            except EnvHTTPError as exc:  # the server failed mid-audit: no evidence either way
+                raise CannotRun(f"the resources server failed during the audit: {exc}") from None
             _close_all(client, runs)
             _check_closed(report, client, runs[0])
         finally:

@@ -121,6 +121,8 @@ def _session_routes(app: Any, server: ResourcesServer, HTTPException: Any) -> No
             raise unknown(body.session_id) from None
         except NotImplementedError:
             raise HTTPException(501, f"{type(server).__name__} has no snapshot(state)") from None
+        except Exception as exc:  # snapshot() raised: the environment's bug, reported with what it raised
+            raise HTTPException(500, f"snapshot raised {type(exc).__name__}: {str(exc)[:500]}") from None
         if body.snapshots:
             return {**verdict.as_json(), "snapshot_before": before, "snapshot_after": after}
         return verdict.as_json()

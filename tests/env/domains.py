@@ -225,3 +225,17 @@ class InventoryChatty(Inventory):
     def verify(self, state, task, calls, final_message):
         print("verifying", state["items"])
         return super().verify(state, task, calls, final_message)
+
+
+class InventoryBreaksMidAudit(Inventory):
+    """Holds a folder per session; its snapshot crashes once the audit's sessions run."""
+
+    def seed(self, task):
+        state = super().seed(task)
+        state["folder"] = str(self.folder("rlvr-abort-"))
+        return state
+
+    def snapshot(self, state):
+        if state["note"].startswith("rlvr-marker-"):
+            raise RuntimeError("snapshot broke")
+        return super().snapshot(state)

@@ -209,3 +209,12 @@ def test_json_output_stays_parseable_whatever_the_environment_prints(domains, tm
     code, report = _verifier(contract)
     assert code == 0 and report["disagreements"] == 0
     assert _isolation(contract) == (0, [])
+
+
+def test_an_audit_that_stops_early_closes_every_session_it_seeded(domains, tmp_path) -> None:
+    import tempfile
+
+    before = set(Path(tempfile.gettempdir()).glob("rlvr-abort-*"))
+    run = rlvr("audit", "isolation", _serve(domains["inventory"], "InventoryBreaksMidAudit", tmp_path), timeout=300)
+    assert run.code == 3 and "could not run" in run.stderr and "snapshot broke" in run.stderr
+    assert set(Path(tempfile.gettempdir()).glob("rlvr-abort-*")) == before  # every session's folder freed
