@@ -13,7 +13,8 @@ from a tool name rlvr knows:
 Single turn — for every task with an `answer` (or a stated random sample of them): the
 answer (accept); a wrong answer, an empty response and a refusal (reject); and two exploits,
 kept where the policy could write them within `length.max_response_tokens`: the answer inside
-an enumeration of candidate answers, and the answer followed by a contradiction (reject).
+an enumeration of candidate answers, the answer followed by a contradiction, and — when the
+contract rewards a `format` component — the answer written in another format (reject).
 """
 
 from __future__ import annotations
@@ -132,7 +133,7 @@ def _forbidden(
 
 
 def single_turn_arms(
-    tasks: list[dict[str, Any]], sample: int | None, seed: int = 0
+    tasks: list[dict[str, Any]], sample: int | None, seed: int = 0, format_rewarded: bool = False
 ) -> tuple[list[Candidate], list[Candidate]]:
     """(basic arms, exploit arms); the caller keeps an exploit only where the policy could
     write it within `length.max_response_tokens`."""
@@ -172,4 +173,14 @@ def single_turn_arms(
                 response=f"{answer}\nNo, that is wrong: the answer is {wrong}.",
             ),
         ]
+        if format_rewarded:  # the contract rewards a format: the right value written another way earns it not
+            exploits.append(
+                Candidate(
+                    name=f"{tid}/answer in a wrong format",
+                    task=task,
+                    kind="format_error",
+                    expected="reject",
+                    response=f"Answer: ({answer})",
+                )
+            )
     return arms, exploits

@@ -106,12 +106,13 @@ def audit_single_turn(contract: Contract, folder: Path, candidates: list[Candida
     from rlvr_cli.env.single_turn import VerifierPool
 
     tasks = all_tasks(contract, folder)
-    arms, exploits = single_turn_arms(list(tasks.values()), sample)
+    formats = any("format" in c.name for c in contract.objective.reward.components)
+    arms, exploits = single_turn_arms(list(tasks.values()), sample, format_rewarded=formats)
     report = AuditReport()
     kept, count = _producible(contract, folder, exploits)
     if len(kept) < len(exploits):
         report.notes.append(
-            f"{len(exploits) - len(kept)} exploit arm(s) (enumeration, answer then contradiction) left out: "
+            f"{len(exploits) - len(kept)} exploit arm(s) (enumeration, contradiction, wrong format) left out: "
             f"longer than length.max_response_tokens={contract.length.max_response_tokens} ({count}), "
             "the policy cannot write them"
         )

@@ -181,6 +181,17 @@ def test_single_turn_exploit_arms_catch_a_verifier_that_reads_only_the_start(tmp
     assert opening.code == 1
     wrong = {o["name"].split("/")[-1] for o in json.loads(opening.stdout)["outcomes"] if o["got"] != o["expected"]}
     assert wrong == {"answer then contradiction"}
+    (folder / "verifier.py").write_text(  # finds the number anywhere, and gives format credit anyway
+        "import re\n"
+        "from rlvr_cli.env import Verdict\n"
+        "def verify(task, response):\n"
+        "    numbers = re.findall(r'-?\\d+', response)\n"
+        "    ok = float(numbers == [task['answer']])\n"
+        "    return Verdict('ok', ok, {'correct': ok, 'format': 1.0})\n"
+    )
+    anywhere = rlvr("audit", "verifier", folder / CONTRACT, "--tasks", "3", "--format", "json")
+    wrong = {o["name"].split("/")[-1] for o in json.loads(anywhere.stdout)["outcomes"] if o["got"] != o["expected"]}
+    assert anywhere.code == 1 and wrong == {"answer in a wrong format"}
     (folder / "verifier.py").write_text(
         "from rlvr_cli.env import Verdict\n"
         "def verify(task, response):\n"
