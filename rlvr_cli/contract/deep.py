@@ -16,7 +16,7 @@ from pathlib import Path
 from rlvr_cli.contract import hub, lock
 from rlvr_cli.contract.diagnostics import Finding, error
 from rlvr_cli.contract.models import Contract
-from rlvr_cli.contract.tasks import MAX_ROW_BYTES, duplicate_ids, task_problem
+from rlvr_cli.contract.tasks import MAX_ROW_BYTES, duplicate_ids, duplicate_prompts, task_problem
 from rlvr_cli.files import sha256_file
 
 
@@ -141,6 +141,9 @@ def _data(c: Contract, folder: Path) -> Iterator[Finding]:
             yield from _jsonl(folder / split.path, where, hint_field if name == "sealed_eval" else None, rows[name])
     for problem in duplicate_ids(rows)[:20]:
         yield error("RLV405", ("data", "splits"), problem)
+    if len(rows) == 3:  # every split read: the same prompt in two splits is a leak
+        for problem in duplicate_prompts(rows)[:20]:
+            yield error("RLV408", ("data", "splits"), problem)
     if c.data.holdout_design is not None and "train" in rows and "holdout" in rows:
         yield from _holdout_design(
             c.data.holdout_design, [r for _, r in rows["train"]], [r for _, r in rows["holdout"]]

@@ -104,3 +104,23 @@ def test_the_holdout_design_must_be_true_of_the_data(experiment: Path) -> None:
     (data / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     leaked = rlvr("validate", "--deep", experiment / CONTRACT)
     assert leaked.code == 1 and "is in train too" in leaked.stdout
+
+
+def test_a_prompt_in_two_splits_is_a_leak_with_both_places(experiment: Path) -> None:
+    data = experiment / "data"
+    clean = rlvr("validate", "--deep", "--format", "json", experiment / CONTRACT)
+    assert "RLV408" not in [d["code"] for d in clean.json()["files"][0]["diagnostics"]]
+    train = [json.loads(x) for x in (data / "train.jsonl").read_text().splitlines()]
+    holdout = [json.loads(x) for x in (data / "holdout.jsonl").read_text().splitlines()]
+    copied = [{**row, "id": f"copy-{i}"} for i, row in enumerate(holdout[:2])]
+    spaced = {**train[0], "id": "spaced", "prompt": "  " + train[0]["prompt"] + " "}  # the same prompt, padded
+    (data / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [*train, *copied]))
+    with (data / "sealed_eval.jsonl").open("a") as fh:
+        fh.write(json.dumps(spaced) + "\n")
+    leaked = rlvr("validate", "--deep", "--format", "json", experiment / CONTRACT)
+    found = [d["message"] for d in leaked.json()["files"][0]["diagnostics"] if d["code"] == "RLV408"]
+    assert leaked.code == 1 and len(found) == 3
+    assert any(f"holdout line 1 is the prompt at train line {len(train) + 1}" in m for m in found)
+    assert any("sealed_eval line" in m and "train line 1" in m for m in found)
+    run = rlvr("train", experiment / CONTRACT, "--max-steps", "1", timeout=300)
+    assert run.code == 1 and "is the prompt at" in run.stderr
