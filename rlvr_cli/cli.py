@@ -261,13 +261,17 @@ def gate(
 @app.command()
 @command
 def report(
-    run_dir: Annotated[Path, typer.Argument(help="A run folder written by rlvr train.")],
-    out: Annotated[Path | None, typer.Option("--out", help="HTML file (default RUN_DIR/report.html).")] = None,
+    run_dirs: Annotated[list[Path], typer.Argument(help="One run folder, or several to compare.")],
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="HTML file (default RUN_DIR/report.html; comparing: ./rlvr-compare.html)."),
+    ] = None,
 ) -> int:
-    """Write one self-contained HTML report (curves, thresholds, fired rules, rollout audit)."""
+    """Write one self-contained HTML page: a run's report (plan, gates, curves, rollout audit,
+    samples), or several runs compared (contract differences key by key, curves overlaid)."""
     from rlvr_cli.commands.gate import run_report
 
-    return run_report(run_dir, out)
+    return run_report(run_dirs, out)
 
 
 @app.command()

@@ -1,134 +1,337 @@
-"""`rlvr report RUN_DIR`: one self-contained HTML file (inline SVG, no scripts, no network)
-with the run's curves, the monitoring thresholds drawn on them, fired rules marked, and the
-rollout audit."""
+"""`rlvr report RUN_DIR [RUN_DIR ...]`: one self-contained HTML file (inline SVG and CSS, no
+scripts, no network).
+
+One run: what was run (contract, hash, the objective in words, shapes), when and how it
+ended; at a glance, whether the policy got better at the task itself (the correctness
+component on the hint-free holdout, apart from any bonus) and whether the release passed
+(`gate/verdict.json`); curves with real axes (audit/charts.py) with every monitoring
+threshold and fired rule; the rollout audit as tables; a sample browser (best, worst and a
+random rollout at the first, middle and last step). Several runs: their curves overlaid and
+their contracts compared key by key — the table an ablation needs.
+"""
 
 from __future__ import annotations
 
+import datetime
 import html
+import json
 import math
+import random
 from pathlib import Path
 from typing import Any
 
+from rlvr_cli.audit.charts import Chart, render
 from rlvr_cli.contract.diagnostics import ContractError
 from rlvr_cli.store.run import RunFolder
 
-PLOTS = [
-    ("Reward", ["reward_mean", "holdout_reward"]),
-    ("KL to the reference", ["kl"]),
-    ("Entropy", ["entropy"]),
-    ("Clip fraction", ["clip_fraction"]),
-    ("Response length", ["response_length_mean"]),
-    ("Zero-std groups", ["zero_std_fraction", "all_correct_fraction", "all_wrong_fraction"]),
-    ("Truncation rate", ["truncation_rate"]),
-]
-COLORS = ["#1f6feb", "#d1242f", "#1a7f37", "#9a6700"]
-W, H, PAD = 640, 200, 40
+STYLE = (
+    "body{font-family:system-ui,sans-serif;margin:1.5em auto;max-width:1300px;padding:0 1em;color:#1f2328}"
+    "h1{font-size:1.5em;margin:.2em 0}h2{font-size:1.15em;margin:1.4em 0 .5em;border-bottom:1px solid #d0d7de}"
+    ".grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(380px,1fr));gap:1em}"
+    ".chart-box{margin:0;min-width:0}.chart-box svg{width:100%;height:auto;display:block}"
+    "figcaption{font-weight:600;font-size:.95em;margin-bottom:.2em}.legend{font-size:.8em;line-height:1.5}"
+    ".note{font-size:.8em;color:#57606a;margin:.2em 0}table{border-collapse:collapse;font-size:.85em;margin:.4em 0}"
+    "td,th{border:1px solid #d0d7de;padding:.25em .6em;text-align:left;vertical-align:top}th{background:#f6f8fa}"
+    ".pass{color:#1a7f37;font-weight:600}.fail{color:#cf222e;font-weight:600}.glance{font-size:1.1em;"
+    "background:#f6f8fa;padding:.6em 1em;border-left:4px solid #1f6feb}code,pre{white-space:pre-wrap;"
+    "word-break:break-word}details{margin:.3em 0}.wide{overflow-x:auto;max-width:100%}"
+)
 
 
-def _points(metrics: list[dict[str, Any]], key: str) -> list[tuple[float, float]]:
-    out = []
-    for row in metrics:
-        value = row.get(key)
-        if isinstance(value, (int, float)) and math.isfinite(value):
-            out.append((float(row["step"]), float(value)))
-    return out
+def _esc(value: Any) -> str:
+    return html.escape(str(value))
 
 
-def chart(
-    title: str,
-    series: dict[str, list[tuple[float, float]]],
-    thresholds: list[tuple[float, str]],
-    marks: list[tuple[float, str]],
-) -> str:
-    """An SVG line chart; thresholds as dashed horizontal lines, marks as vertical ones."""
-    values = [v for pts in series.values() for _, v in pts] + [t for t, _ in thresholds]
-    steps = [s for pts in series.values() for s, _ in pts] + [m for m, _ in marks]
-    if not values or not steps:
-        return f"<section><h2>{html.escape(title)}</h2><p>no data</p></section>"
-    lo, hi = min(values), max(values)
-    lo, hi = (lo - 0.5, hi + 0.5) if hi == lo else (lo, hi)
-    s0, s1 = min(steps), max(steps) if max(steps) > min(steps) else min(steps) + 1
-    x = lambda s: PAD + (s - s0) / (s1 - s0) * (W - 2 * PAD)  # noqa: E731
-    y = lambda v: H - PAD + (lo - v) / (hi - lo) * (H - 2 * PAD)  # noqa: E731
-    parts = [
-        f'<svg class="chart" viewBox="0 0 {W} {H}" width="{W}" height="{H}" role="img" '
-        f'aria-label="{html.escape(title)}">',
-        f'<rect x="{PAD}" y="{PAD // 2}" width="{W - 2 * PAD}" height="{H - 1.5 * PAD}" fill="#fafafa" stroke="#ddd"/>',
-        f'<text x="4" y="{y(hi) + 4:.1f}" font-size="10">{hi:.3g}</text>',
-        f'<text x="4" y="{y(lo) + 4:.1f}" font-size="10">{lo:.3g}</text>',
-        f'<text x="{PAD}" y="{H - 8}" font-size="10">step {s0:g}</text>',
-        f'<text x="{W - PAD - 50}" y="{H - 8}" font-size="10">step {s1:g}</text>',
+def _num(value: Any, digits: int = 3) -> str:
+    if isinstance(value, float):
+        return f"{value:.{digits}f}" if math.isfinite(value) else str(value)
+    return _esc(value)
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> str:
+    head = "".join(f"<th>{_esc(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<div class='wide'><table><tr>{head}</tr>{body}</table></div>"
+
+
+def points(metrics: list[dict[str, Any]], key: str) -> list[tuple[float, float]]:
+    return [
+        (float(r["step"]), float(r[key]))
+        for r in metrics
+        if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])
     ]
-    for value, label in thresholds:
-        parts.append(
-            f'<line class="threshold" x1="{PAD}" x2="{W - PAD}" y1="{y(value):.1f}" y2="{y(value):.1f}" '
-            f'stroke="#cf222e" stroke-dasharray="5 4"><title>{html.escape(label)}</title></line>'
-        )
-    for step, label in marks:
-        parts.append(
-            f'<line class="fired" x1="{x(step):.1f}" x2="{x(step):.1f}" y1="{PAD // 2}" y2="{H - PAD}" '
-            f'stroke="#8250df" stroke-width="2"><title>{html.escape(label)}</title></line>'
-        )
-    for i, (name, pts) in enumerate(series.items()):
-        color = COLORS[i % len(COLORS)]
-        path = " ".join(f"{x(s):.1f},{y(v):.1f}" for s, v in pts)
-        if len(pts) > 1:
-            parts.append(f'<polyline class="series" fill="none" stroke="{color}" stroke-width="1.5" points="{path}"/>')
-        parts += [f'<circle cx="{x(s):.1f}" cy="{y(v):.1f}" r="2" fill="{color}"/>' for s, v in pts if len(pts) <= 60]
-        parts.append(
-            f'<text x="{W - PAD - 150}" y="{PAD // 2 + 14 + 12 * i}" font-size="11" fill="{color}">'
-            f"{html.escape(name)}</text>"
-        )
-    parts.append("</svg>")
-    return f"<section><h2>{html.escape(title)}</h2>{''.join(parts)}</section>"
 
 
-def _rules(run: RunFolder) -> list[Any]:
-    """The monitoring rules of the run's contract; none when the contract is no longer there
-    (a broken plan.json is an error, not an empty answer)."""
+def _contract(run: RunFolder) -> Any:
     from rlvr_cli.contract.load import load
 
     try:
-        return list(load(Path(run.read_plan()["contract"])).monitoring.rules)
-    except (OSError, ContractError):
-        return []
+        return load(Path(run.read_plan()["contract"]))
+    except (OSError, KeyError, ContractError):
+        return None
 
 
-def build(run_dir: Path) -> str:
-    from rlvr_cli.audit.rollouts import audit, load_run, report_text
+# ── one run ───────────────────────────────────────────────────────────────────────────
 
-    _, metrics = load_run(run_dir)
-    run = RunFolder(run_dir)
+
+def _duration(seconds: float) -> str:
+    return (
+        f"{seconds:.0f} s"
+        if seconds < 120
+        else f"{seconds / 60:.1f} min"
+        if seconds < 7200
+        else f"{seconds / 3600:.1f} h"
+    )
+
+
+def _facts(rows: list[list[str]]) -> str:
+    return (
+        "<div class='wide'><table>" + "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows) + "</table></div>"
+    )
+
+
+def _header(run_dir: Path, run: RunFolder, plan: dict[str, Any], metrics: list[dict[str, Any]]) -> str:
     status = run.read_status()
-    rules = _rules(run)
+    started = datetime.datetime.fromtimestamp(run.plan.stat().st_mtime, datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    seconds = sum(r.get("step_seconds") or 0.0 for r in metrics)
+    state = f"{_esc(status.state)} at step {status.step}: {_esc(status.reason or '')}"
+    facts = [
+        [
+            "contract",
+            f"<code>{_esc(plan.get('contract'))}</code> (sha256 {_esc(str(plan.get('contract_sha256'))[:12])}…)",
+        ],
+        ["started", started],
+        ["last update", _esc(status.updated)],
+        ["training time", f"{_duration(seconds)} over {len(metrics)} steps"],
+        ["state", state],
+        [
+            "device, precision, seed",
+            f"{_esc(plan.get('device'))}, {_esc(plan.get('precision'))}, {_esc(plan.get('seed'))}",
+        ],
+    ]
+    if status.rule:
+        r = status.rule
+        facts.append(["fired rule", f"{_esc(r.name)}: {_esc(r.metric)} {_esc(r.when)} (owner {_esc(r.owner)})"])
+    shapes = plan.get("shapes") or {}
+    objective = "".join(f"<li>{_esc(line)}</li>" for line in plan.get("objective") or [])
+    return (
+        f"<h1>{_esc(plan.get('name', run_dir.name))}</h1><p>{_esc(plan.get('description') or '')}</p>"
+        + _facts(facts)
+        + f"<h2>What was run</h2><ul>{objective}</ul>"
+        + _table(list(shapes), [[_esc(v) for v in shapes.values()]])
+    )
+
+
+def _glance(run_dir: Path, metrics: list[dict[str, Any]]) -> str:
+    """Did the policy get better at the task (not only the bonus), and did the release pass?"""
+    lines = []
+    components = sorted({k for r in metrics for k in r if k.startswith("holdout/")})
+    main = "holdout/correct" if "holdout/correct" in components else (components[0] if components else None)
+    if main:
+        pts = points(metrics, main)
+        first, last = pts[0][1], pts[-1][1]
+        verb = "improved" if last > first + 1e-9 else "did not improve"
+        lines.append(
+            f"Held-out {_esc(main.split('/', 1)[1])} (hint-free, greedy): {first:.2f} at step {pts[0][0]:g} → "
+            f"{last:.2f} at step {pts[-1][0]:g} — the policy {verb} at the task itself."
+        )
+    verdict = run_dir / "gate" / "verdict.json"
+    if verdict.is_file():
+        release = json.loads(verdict.read_text(encoding="utf-8")).get("release")
+        css = "pass" if release == "pass" else "fail"
+        lines.append(f"Release gates: <span class='{css}'>{_esc(release)}</span> (see Gates below).")
+    else:
+        lines.append("Release gates: not evaluated yet (`rlvr gate CONTRACT --candidate RUN_DIR`).")
+    return "<div class='glance'>" + "<br>".join(lines) + "</div>"
+
+
+def _gates(run_dir: Path) -> str:
+    path = run_dir / "gate" / "verdict.json"
+    if not path.is_file():
+        return ""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    rows = []
+    for gate in data.get("gates", []):
+        o = gate.get("overall") or {}
+        mean, lo, hi = (o.get("candidate") or [None] * 3)[:3]  # (estimate, lower, upper)
+        d_mean, d_lo, d_hi = (o.get("delta") or [None] * 3)[:3]
+        ok = "<span class='pass'>pass</span>" if o.get("passed") else "<span class='fail'>fail</span>"
+        rows.append(
+            [
+                _esc(gate.get("name")),
+                f"{_esc(gate.get('metric'))} on {_esc(gate.get('split'))}",
+                "yes" if gate.get("critical") else "no",
+                f"{_num(mean)} [{_num(lo)}, {_num(hi)}]",
+                f"{_num(d_mean)} [{_num(d_lo)}, {_num(d_hi)}]",
+                ok,
+                _esc("; ".join(o.get("checks") or [])),
+                _esc(", ".join(gate.get("failed_segments") or [])) or "—",
+            ]
+        )
+    release = data.get("release")
+    head = f"<p>Release: <span class='{'pass' if release == 'pass' else 'fail'}'>{_esc(release)}</span>"
+    head += f" against baseline <code>{_esc(data.get('baseline'))}</code></p>"
+    header = [
+        "gate",
+        "metric",
+        "critical",
+        "candidate [interval]",
+        "Δ vs baseline [interval]",
+        "",
+        "checks",
+        "failed segments",
+    ]
+    return "<h2>Gates</h2>" + head + _table(header, rows)
+
+
+def _charts(metrics: list[dict[str, Any]], contract: Any, status: Any, plan: dict[str, Any]) -> str:
+    rules = list(contract.monitoring.rules) if contract is not None else []
+    best = contract.objective.reward.best if contract is not None else None
+    max_len = (plan.get("shapes") or {}).get("max_response_tokens")
+    components = sorted({k for r in metrics for k in r if k.startswith("holdout/")})
+    specs = [
+        (
+            "Reward: train mean and holdout",
+            ["reward_mean", "holdout_reward"],
+            (0.0, best) if best else None,
+            "Includes every component and bonus; the correctness of the task is charted on its own next.",
+        ),
+        ("Holdout by component (greedy, hint-free)", components, (0.0, 1.0), ""),
+        (
+            "Groups with no signal (all equal rewards)",
+            ["zero_std_fraction", "all_correct_fraction", "all_wrong_fraction"],
+            (0.0, 1.0),
+            "",
+        ),
+        ("KL to the reference", ["kl"], None, ""),
+        ("Entropy", ["entropy"], None, ""),
+        ("Clip fraction", ["clip_fraction"], (0.0, 0.05), ""),
+        ("Response length (tokens)", ["response_length_mean"], (0.0, float(max_len)) if max_len else None, ""),
+        ("Truncation and verifier errors", ["truncation_rate", "verifier_error_rate"], (0.0, 1.0), ""),
+    ]
     fired = status.rule
-    sections = []
-    components = sorted({k for row in metrics for k in row if k.startswith("holdout/")})
-    for title, keys in [*PLOTS[:1], ("Holdout, component by component (greedy)", components), *PLOTS[1:]]:
-        series = {k: _points(metrics, k) for k in keys if _points(metrics, k)}
+    out = []
+    for title, keys, y_range, note in specs:
+        series = {k: points(metrics, k) for k in keys if points(metrics, k)}
         thresholds = [
-            (r.condition.threshold, f"{r.name}: {r.metric} {r.when} ({r.action}, owner {r.owner})")
+            (r.condition.threshold, f"{r.name}: {r.metric} {r.when} → {r.action}")
             for r in rules
             if r.metric in keys and r.condition.threshold is not None
         ]
-        marks = [(float(fired.step), f"rule {fired.name} fired")] if fired and fired.metric in keys else []
-        sections.append(chart(title, series, thresholds, marks))
-    audit_text = report_text(audit(run_dir))
-    head = f"<p><b>state</b> {html.escape(status.state)} at step {status.step} — {html.escape(status.reason or '')}</p>"
-    if fired:
-        head += (
-            f"<p class='fired-rule'><b>fired rule</b> {html.escape(fired.name)}: {html.escape(fired.metric)} "
-            f"{html.escape(fired.when)}, values {html.escape(str(fired.values))}, owner "
-            f"{html.escape(str(fired.owner))}</p>"
+        marks = [(float(fired.step), f"{fired.name} fired")] if fired and fired.metric in keys else []
+        out.append(render(Chart(title, series, y_range, thresholds, marks, note)))
+    return "<h2>Curves</h2><div class='grid'>" + "".join(out) + "</div>"
+
+
+def _audit_tables(report: dict[str, Any]) -> str:
+    parts = [
+        _table(
+            ["samples", "kept", "steps", "wrong answers", "format errors", "verifier errors", "truncation rate"],
+            [
+                [
+                    report["samples"],
+                    report["kept"],
+                    report["steps"],
+                    report["wrong_answers"],
+                    report["format_errors"],
+                    report["verifier_errors"],
+                    _num(report["truncation_rate"]),
+                ]
+            ],
         )
-    return (
-        "<!doctype html><html><head><meta charset='utf-8'><title>rlvr report: "
-        f"{html.escape(run_dir.name)}</title><style>body{{font-family:system-ui,sans-serif;margin:2em;max-width:70em}}"
-        "section{display:inline-block;margin:0 1em 1em 0}h2{font-size:1em;margin:.2em 0}"
-        "pre{background:#f6f8fa;padding:1em;white-space:pre-wrap}</style></head><body>"
-        f"<h1>rlvr run {html.escape(run_dir.name)}</h1>{head}{''.join(sections)}"
-        f"<h2>Rollout audit</h2><pre>{html.escape(audit_text)}</pre></body></html>"
+    ]
+    for key, label in (("reward_by_domain", "domain"), ("reward_by_difficulty", "difficulty")):
+        rows = [[_esc(k), _num(v["reward_mean"]), v["samples"]] for k, v in report[key].items()]
+        parts.append(_table([label, "mean reward", "samples"], rows))
+    verdicts = [[_esc(k), v] for k, v in report["verdicts"].items()]
+    parts.append(_table(["verdict", "samples"], verdicts))
+    drift = report["length_drift"]
+    parts.append(
+        f"<p>Response length: {_num(drift.get('first_steps_mean_length'))} tokens in the first steps, "
+        f"{_num(drift.get('last_steps_mean_length'))} in the last.</p>"
     )
+    tvh = [[r["step"], _num(r["train_reward"]), _num(r["holdout_reward"])] for r in report["train_vs_holdout"]]
+    if tvh:
+        parts.append(_table(["step", "train reward", "holdout reward"], tvh))
+    odd = report["suspicious_successes"][:10]
+    if odd:
+        rows = [
+            [
+                r.get("step"),
+                _esc(r.get("prompt_id")),
+                f"<code>{_esc(r.get('response'))}</code>",
+                _esc(", ".join(r.get("why", []))),
+            ]
+            for r in odd
+        ]
+        parts.append(
+            "<p>Suspicious successes, for a human to read:</p>" + _table(["step", "task", "response", "why"], rows)
+        )
+    state = "<span class='pass'>verified</span>" if report["manifest_ok"] else "<span class='fail'>MISMATCH</span>"
+    return f"<h2>Rollout audit</h2><p>Record manifest: {state}.</p>" + "".join(parts)
+
+
+def _sample_row(label: str, r: dict[str, Any], prompts: dict[str, str]) -> str:
+    trained, length = sum(r["loss_mask"] or []), len(r["response_ids"] or [])
+    cells = [
+        label,
+        _esc(r["prompt_id"]),
+        f"<code>{_esc(prompts.get(r['prompt_id'], ''))}</code>",
+        f"<code>{_esc(r['response_text'])}</code><br><small>{trained} of {length} tokens trained, "
+        f"{_esc(r['finish_reason'])}</small>",
+        _num(r["reward"]),
+        _esc(r["status"]),
+        f"<code>{_esc(r['components'])}</code>",
+    ]
+    return "<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
+
+
+def _samples(rows: list[dict[str, Any]], prompts: dict[str, str]) -> str:
+    """Best, worst and a random rollout at the first, middle and last recorded step."""
+    steps = sorted({r["step"] for r in rows})
+    if not steps:
+        return ""
+    chosen = sorted({steps[0], steps[len(steps) // 2], steps[-1]})
+    out = []
+    for step in chosen:
+        here = [r for r in rows if r["step"] == step and r["reward"] is not None]
+        if not here:
+            continue
+        ranked = sorted(here, key=lambda r: r["reward"])
+        picks = [("best", ranked[-1]), ("worst", ranked[0]), ("random", random.Random(step).choice(here))]
+        items = [_sample_row(label, r, prompts) for label, r in picks]
+        header = ["", "task", "prompt", "response", "reward", "verdict", "components"]
+        head = "<tr>" + "".join(f"<th>{h}</th>" for h in header) + "</tr>"
+        out.append(
+            f"<details{' open' if step == chosen[-1] else ''}><summary>step {step}</summary>"
+            f"<div class='wide'><table>{head}{''.join(items)}</table></div></details>"
+        )
+    return "<h2>Samples</h2>" + "".join(out)
+
+
+def _page(title: str, body: str) -> str:
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><meta name='viewport' content='width=device-width'>"
+        f"<title>{_esc(title)}</title><style>{STYLE}</style></head><body>{body}</body></html>"
+    )
+
+
+def build(run_dir: Path) -> str:
+    from rlvr_cli.audit.rollouts import audit, load_run, run_contract
+
+    rows, metrics = load_run(run_dir)
+    run = RunFolder(run_dir)
+    plan = run.read_plan()
+    contract = _contract(run)
+    body = (
+        _header(run_dir, run, plan, metrics)
+        + _glance(run_dir, metrics)
+        + _gates(run_dir)
+        + _charts(metrics, contract, run.read_status(), plan)
+        + _audit_tables(audit(run_dir))
+        + _samples(rows, run_contract(run_dir)[1])
+    )
+    return _page(f"rlvr report: {plan.get('name', run_dir.name)}", body)
 
 
 def write_report(run_dir: Path, out: Path | None = None) -> Path:

@@ -170,39 +170,105 @@ def test_audit_rewards_compares_two_policies(trained: tuple[Path, Path]) -> None
     assert rlvr("audit", "rewards", folder / CONTRACT, "--policy", folder / "model").code == 2
 
 
-def test_report_renders_in_headless_chromium(trained: tuple[Path, Path], tmp_path: Path) -> None:
-    _, run_dir = trained
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
+MEASURE = (
+    "<script>window.addEventListener('load',()=>{const d=document.documentElement;"
+    "const out=document.createElement('pre');out.id='measured';"
+    "out.textContent=JSON.stringify({scroll:d.scrollWidth,client:d.clientWidth,"
+    "ticks:[...document.querySelectorAll('svg.chart')].map(s=>[s.querySelectorAll('.tick.x').length,"
+    "s.querySelectorAll('.tick.y').length]),labels:[...document.querySelectorAll('.threshold-label')]"
+    ".map(t=>t.getBBox().width)});document.body.appendChild(out);});</script>"
+)
+
+
+def _chromium() -> str:
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert chromium, "Debian's chromium is needed for this test (make test installs it)"
+    return chromium
+
+
+def _measure(page: Path, width: int, tmp_path: Path) -> dict:
+    """Layout facts read from the page as Chromium lays it out at `width` pixels (a measuring
+    script is added to a copy: the report itself has none)."""
+    probe = tmp_path / f"measure-{width}.html"
+    probe.write_text(page.read_text().replace("</body>", MEASURE + "</body>"))
+    dom = subprocess.run(
+        [
+            _chromium(),
+            *FLAGS,
+            f"--user-data-dir={tmp_path / 'ud'}",
+            f"--window-size={width},1200",
+            "--virtual-time-budget=5000",
+            "--dump-dom",
+            probe.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    found = dom.stdout.split('<pre id="measured">', 1)[1].split("</pre>", 1)[0]
+    return json.loads(found.replace("&quot;", '"'))
+
+
+def test_report_reads_in_a_real_browser(trained: tuple[Path, Path], tmp_path: Path) -> None:
+    folder, run_dir = trained
+    assert rlvr("gate", folder / CONTRACT, "--candidate", run_dir, timeout=600).code in (0, 1)
     out = tmp_path / "report.html"
     run = rlvr("report", run_dir, "--out", out)
     assert run.code == 0 and out.is_file()
     html = out.read_text()
-    assert (
-        html.count('<svg class="chart"') == 8
-        and "holdout/correct" in html
-        and 'class="threshold"' in html
-        and "<script" not in html
-    )
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    assert chromium, "Debian's chromium is needed for this test (make test installs it)"
-    flags = [
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--no-first-run",
-        "--disable-sync",
-        f"--user-data-dir={tmp_path / 'ud'}",
-    ]
-    dom = subprocess.run([chromium, *flags, "--dump-dom", out.as_uri()], capture_output=True, text=True, timeout=120)
-    assert dom.stdout.count("<polyline") >= 8, dom.stderr[-1000:]
+    assert "<script" not in html and "http" not in html.split("<body>", 1)[1].split("sha256", 1)[0]
+    assert html.count('<svg class="chart"') == 8 and "holdout/correct" in html
+    assert "Release gates:" in html and "<h2>Gates</h2>" in html and "holdout-correct" in html
+    assert "Held-out correct (hint-free, greedy)" in html  # the task itself, apart from the format bonus
+    assert "sha256" in html and "What was run" in html and "Samples" in html
+    for width in (1400, 800):
+        facts = _measure(out, width, tmp_path)
+        assert facts["scroll"] <= facts["client"], f"the page overflows at {width}px: {facts}"
+        assert facts["ticks"] and all(x >= 3 and y >= 3 for x, y in facts["ticks"]), facts["ticks"]
+        assert facts["labels"] and all(w > 20 for w in facts["labels"])  # thresholds carry visible labels
     shot = tmp_path / "shot.png"
     subprocess.run(
-        [chromium, *flags, f"--screenshot={shot}", "--window-size=1400,1800", out.as_uri()],
+        [
+            _chromium(),
+            *FLAGS,
+            f"--user-data-dir={tmp_path / 'ud'}",
+            f"--screenshot={shot}",
+            "--window-size=1400,1800",
+            out.as_uri(),
+        ],
         capture_output=True,
         timeout=120,
     )
     assert shot.is_file() and shot.stat().st_size > 20_000  # a page with plots, not a blank one
+
+
+def test_report_compares_runs_key_by_key(trained: tuple[Path, Path], tmp_path: Path) -> None:
+    folder, run_dir = trained
+    other_contract = folder / "variant.rlvr.yaml"
+    other_contract.write_text((folder / CONTRACT).read_text().replace("name: arith", "name: arith-variant"))
+    text = other_contract.read_text()
+    assert "high: 0.28" in text or "high: 0.2" in text
+    other_contract.write_text(text.replace("high: 0.28", "high: 0.35").replace("high: 0.2}", "high: 0.35}"))
+    other = tmp_path / "variant"
+    shutil.copytree(run_dir, other)
+    plan = json.loads((other / "plan.json").read_text())
+    (other / "plan.json").write_text(json.dumps({**plan, "contract": str(other_contract), "name": "arith-variant"}))
+    out = tmp_path / "compare.html"
+    run = rlvr("report", run_dir, other, "--out", out)
+    assert run.code == 0, run.stderr
+    page = out.read_text()
+    assert "Comparing 2 runs" in page and "objective.clip.high" in page and "<code>name</code>" in page
+    assert page.count('<svg class="chart"') >= 6 and "arith-variant" in page
+    assert rlvr("report", run_dir, tmp_path / "missing").code == 2
 
 
 def test_wrong_answers_and_successes_are_counted_on_correctness_not_the_bonus(trained: tuple[Path, Path]) -> None:
@@ -216,3 +282,19 @@ def test_wrong_answers_and_successes_are_counted_on_correctness_not_the_bonus(tr
     wrong = [r for r in valid if json.loads(r["components"])["correct"] == 0]
     assert report["wrong_answers"] == len(wrong) > report["format_errors"]  # a format bonus is not a success
     assert all(s["reward"] >= 1.2 - 1e-9 for s in report["suspicious_successes"])
+
+
+def test_gate_intervals_read_estimate_then_bounds(trained: tuple[Path, Path], tmp_path: Path) -> None:
+    folder, run_dir = trained
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    (copy / "gate").mkdir(exist_ok=True)
+    gate = {"name": "g", "metric": "correct", "split": "holdout", "critical": True, "failed_segments": []}
+    overall = {"candidate": [0.9, 0.8, 1.0], "delta": [0.5, 0.25, 0.75], "passed": True, "checks": ["ok"]}
+    (copy / "gate" / "verdict.json").write_text(
+        json.dumps({"release": "pass", "baseline": "b", "gates": [{**gate, "overall": overall}]})
+    )
+    out = tmp_path / "r.html"
+    assert rlvr("report", copy, "--out", out).code == 0
+    page = out.read_text()
+    assert "0.900 [0.800, 1.000]" in page and "0.500 [0.250, 0.750]" in page
