@@ -285,7 +285,7 @@ def test_wrong_answers_and_successes_are_counted_on_correctness_not_the_bonus(tr
 
 
 def test_gate_intervals_read_estimate_then_bounds(trained: tuple[Path, Path], tmp_path: Path) -> None:
-    folder, run_dir = trained
+    _, run_dir = trained
     copy = tmp_path / "run"
     shutil.copytree(run_dir, copy)
     (copy / "gate").mkdir(exist_ok=True)
