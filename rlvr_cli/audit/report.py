@@ -20,6 +20,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+from rlvr_cli.audit import report_records as records
 from rlvr_cli.audit.charts import Chart, render
 from rlvr_cli.contract.diagnostics import ContractError
 from rlvr_cli.store.run import RunFolder
@@ -35,6 +36,7 @@ STYLE = (
     ".pass{color:#1a7f37;font-weight:600}.fail{color:#cf222e;font-weight:600}.glance{font-size:1.1em;"
     "background:#f6f8fa;padding:.6em 1em;border-left:4px solid #1f6feb}code,pre{white-space:pre-wrap;"
     "word-break:break-word}details{margin:.3em 0}.wide{overflow-x:auto;max-width:100%}"
+    "mark{background:#dafbe1}.untrained{color:#8c959f}"
 )
 
 
@@ -150,41 +152,38 @@ def _gates(run_dir: Path) -> str:
     if not path.is_file():
         return ""
     data = json.loads(path.read_text(encoding="utf-8"))
-    rows = []
-    for gate in data.get("gates", []):
-        o = gate.get("overall") or {}
-        mean, lo, hi = (o.get("candidate") or [None] * 3)[:3]  # (estimate, lower, upper)
-        d_mean, d_lo, d_hi = (o.get("delta") or [None] * 3)[:3]
-        ok = "<span class='pass'>pass</span>" if o.get("passed") else "<span class='fail'>fail</span>"
-        rows.append(
-            [
-                _esc(gate.get("name")),
-                f"{_esc(gate.get('metric'))} on {_esc(gate.get('split'))}",
-                "yes" if gate.get("critical") else "no",
-                f"{_num(mean)} [{_num(lo)}, {_num(hi)}]",
-                f"{_num(d_mean)} [{_num(d_lo)}, {_num(d_hi)}]",
-                ok,
-                _esc("; ".join(o.get("checks") or [])),
-                _esc(", ".join(gate.get("failed_segments") or [])) or "—",
-            ]
-        )
+    rows = [
+        _gate_row(gate, segment, judged)
+        for gate in data.get("gates", [])
+        for segment, judged in [("all", gate.get("overall") or {}), *(gate.get("segments") or {}).items()]
+    ]
     release = data.get("release")
     head = f"<p>Release: <span class='{'pass' if release == 'pass' else 'fail'}'>{_esc(release)}</span>"
     head += f" against baseline <code>{_esc(data.get('baseline'))}</code></p>"
-    header = [
-        "gate",
-        "metric",
-        "critical",
-        "candidate [interval]",
-        "Δ vs baseline [interval]",
-        "",
-        "checks",
-        "failed segments",
-    ]
+    header = ["gate", "segment", "metric", "critical", "candidate [interval]", "Δ vs baseline [interval]", "", "checks"]
     return "<h2>Gates</h2>" + head + _table(header, rows)
 
 
-def _charts(metrics: list[dict[str, Any]], contract: Any, status: Any, plan: dict[str, Any]) -> str:
+def _gate_row(gate: dict[str, Any], segment: str, judged: dict[str, Any]) -> list[str]:
+    """One gate in one segment: estimate and interval (the verdict stores estimate, lower, upper)."""
+    mean, lo, hi = (judged.get("candidate") or [None] * 3)[:3]
+    d_mean, d_lo, d_hi = (judged.get("delta") or [None] * 3)[:3]
+    ok = "<span class='pass'>pass</span>" if judged.get("passed") else "<span class='fail'>fail</span>"
+    return [
+        _esc(gate.get("name")),
+        _esc(segment),
+        f"{_esc(gate.get('metric'))} on {_esc(gate.get('split'))}",
+        "yes" if gate.get("critical") else "no",
+        f"{_num(mean)} [{_num(lo)}, {_num(hi)}]",
+        f"{_num(d_mean)} [{_num(d_lo)}, {_num(d_hi)}]",
+        ok,
+        _esc("; ".join(judged.get("checks") or [])),
+    ]
+
+
+def _charts(
+    metrics: list[dict[str, Any]], rows: list[dict[str, Any]], contract: Any, status: Any, plan: dict[str, Any]
+) -> str:
     rules = list(contract.monitoring.rules) if contract is not None else []
     best = contract.objective.reward.best if contract is not None else None
     max_len = (plan.get("shapes") or {}).get("max_response_tokens")
@@ -211,7 +210,15 @@ def _charts(metrics: list[dict[str, Any]], contract: Any, status: Any, plan: dic
     ]
     fired = status.rule
     out = []
-    for title, keys, y_range, note in specs:
+    from_records = {
+        "Train reward by component": (records.components_by_step(rows), (0.0, 1.0)),
+        "Response length distribution (tokens)": (records.length_percentiles(rows), (0.0, float(max_len or 1))),
+        "Verdict statuses (share of samples)": (records.statuses_by_step(rows), (0.0, 1.0)),
+    }
+    derived = [render(Chart(t, {k: v for k, v in ser.items() if v}, yr)) for t, (ser, yr) in from_records.items()]
+    for i, (title, keys, y_range, note) in enumerate(specs):
+        if i == 2:  # after the reward and the holdout components: the training side of the same story
+            out += derived
         series = {k: points(metrics, k) for k in keys if points(metrics, k)}
         thresholds = [
             (r.condition.threshold, f"{r.name}: {r.metric} {r.when} → {r.action}")
@@ -271,14 +278,17 @@ def _audit_tables(report: dict[str, Any]) -> str:
     return f"<h2>Rollout audit</h2><p>Record manifest: {state}.</p>" + "".join(parts)
 
 
-def _sample_row(label: str, r: dict[str, Any], prompts: dict[str, str]) -> str:
+def _sample_row(label: str, r: dict[str, Any], prompts: dict[str, str], tokenizer: Any) -> str:
     trained, length = sum(r["loss_mask"] or []), len(r["response_ids"] or [])
+    transcript = ""
+    if r.get("transcript"):
+        transcript = f"<details><summary>transcript</summary><pre>{_esc(r['transcript'][:4000])}</pre></details>"
     cells = [
         label,
         _esc(r["prompt_id"]),
         f"<code>{_esc(prompts.get(r['prompt_id'], ''))}</code>",
-        f"<code>{_esc(r['response_text'])}</code><br><small>{trained} of {length} tokens trained, "
-        f"{_esc(r['finish_reason'])}</small>",
+        f"{records.highlighted(r, tokenizer)}<br><small>{trained} of {length} tokens trained (marked), "
+        f"{_esc(r['finish_reason'])}</small>{transcript}",
         _num(r["reward"]),
         _esc(r["status"]),
         f"<code>{_esc(r['components'])}</code>",
@@ -286,7 +296,7 @@ def _sample_row(label: str, r: dict[str, Any], prompts: dict[str, str]) -> str:
     return "<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
 
 
-def _samples(rows: list[dict[str, Any]], prompts: dict[str, str]) -> str:
+def _samples(rows: list[dict[str, Any]], prompts: dict[str, str], tokenizer: Any) -> str:
     """Best, worst and a random rollout at the first, middle and last recorded step."""
     steps = sorted({r["step"] for r in rows})
     if not steps:
@@ -299,7 +309,7 @@ def _samples(rows: list[dict[str, Any]], prompts: dict[str, str]) -> str:
             continue
         ranked = sorted(here, key=lambda r: r["reward"])
         picks = [("best", ranked[-1]), ("worst", ranked[0]), ("random", random.Random(step).choice(here))]
-        items = [_sample_row(label, r, prompts) for label, r in picks]
+        items = [_sample_row(label, r, prompts, tokenizer) for label, r in picks]
         header = ["", "task", "prompt", "response", "reward", "verdict", "components"]
         head = "<tr>" + "".join(f"<th>{h}</th>" for h in header) + "</tr>"
         out.append(
@@ -307,6 +317,20 @@ def _samples(rows: list[dict[str, Any]], prompts: dict[str, str]) -> str:
             f"<div class='wide'><table>{head}{''.join(items)}</table></div></details>"
         )
     return "<h2>Samples</h2>" + "".join(out)
+
+
+def _tokenizer(run: RunFolder, contract: Any) -> Any:
+    """The run's tokenizer, to show samples token by token; None when it does not load."""
+    if contract is None:
+        return None
+    try:
+        from rlvr_cli.chat.render import load_tokenizer
+
+        ref = contract.artifacts.tokenizer
+        folder = Path(run.read_plan()["contract"]).resolve().parent
+        return load_tokenizer(folder / ref.path if ref.path else None, ref.id, ref.revision)
+    except Exception:  # no train extra or the model folder moved: the text is shown instead
+        return None
 
 
 def _page(title: str, body: str) -> str:
@@ -327,9 +351,9 @@ def build(run_dir: Path) -> str:
         _header(run_dir, run, plan, metrics)
         + _glance(run_dir, metrics)
         + _gates(run_dir)
-        + _charts(metrics, contract, run.read_status(), plan)
+        + _charts(metrics, rows, contract, run.read_status(), plan)
         + _audit_tables(audit(run_dir))
-        + _samples(rows, run_contract(run_dir)[1])
+        + _samples(rows, run_contract(run_dir)[1], _tokenizer(run, contract))
     )
     return _page(f"rlvr report: {plan.get('name', run_dir.name)}", body)
 

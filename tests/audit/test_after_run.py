@@ -226,7 +226,7 @@ def test_report_reads_in_a_real_browser(trained: tuple[Path, Path], tmp_path: Pa
     assert run.code == 0 and out.is_file()
     html = out.read_text()
     assert "<script" not in html and "http" not in html.split("<body>", 1)[1].split("sha256", 1)[0]
-    assert html.count('<svg class="chart"') == 8 and "holdout/correct" in html
+    assert html.count('<svg class="chart"') == 11 and "holdout/correct" in html and "train/correct" in html
     assert "Release gates:" in html and "<h2>Gates</h2>" in html and "holdout-correct" in html
     assert "Held-out correct (hint-free, greedy)" in html  # the task itself, apart from the format bonus
     assert "sha256" in html and "What was run" in html and "Samples" in html
