@@ -129,8 +129,10 @@ def _glance(run_dir: Path, metrics: list[dict[str, Any]]) -> str:
     lines = []
     components = sorted({k for r in metrics for k in r if k.startswith("holdout/")})
     main = "holdout/correct" if "holdout/correct" in components else (components[0] if components else None)
-    if main:
-        pts = points(metrics, main)
+    pts = points(metrics, main) if main else []
+    if not pts and main:
+        lines.append(f"Held-out {_esc(main.split('/', 1)[1])}: no valid evaluation (every verdict invalid).")
+    if pts:
         first, last = pts[0][1], pts[-1][1]
         verb = "improved" if last > first + 1e-9 else "did not improve"
         lines.append(
