@@ -195,14 +195,14 @@ def _episode(contract: Contract, client: Any, candidate: Candidate, task: dict[s
 
 def _probe(client: Any, task: dict[str, Any], steps: list[list[dict[str, Any]]]) -> Any:
     """The snapshot after replaying `steps` in a fresh session; None without snapshot()."""
-    from rlvr_cli.env.agent import EnvHTTPError, _call_tool
+    from rlvr_cli.env.agent import EnvHTTPError, call_tool
 
     session = client.seed(task)
     try:
         for step in steps:
             for item in step:
                 if item.get("type") == "function_call":
-                    _call_tool(client, session, item)
+                    call_tool(client, session, item)
         return client.snapshot(session)
     except EnvHTTPError:
         return None

@@ -307,12 +307,7 @@ def _default_system(renderer: ChatRenderer) -> Iterator[Check]:
 
 
 def _ignored_generation_prompt(renderer: ChatRenderer) -> Iterator[Check]:
-    user = [{"role": "user", "content": _PROBE_USER}]
-    try:
-        plain, opened = (renderer.texts([user], None, False)[0], renderer.texts([user], None, True)[0])
-    except Exception:
-        return
-    if plain == opened:
+    if renderer.probe is not None and renderer.probe[0] == renderer.probe[1]:
         yield Check(
             "RLT005",
             "warning",

@@ -90,11 +90,10 @@ def common_prefix(a: str, b: str) -> int:
 class _Locator:
     """One conversation's location state: the full rendering and a cursor through it."""
 
-    def __init__(self, renderer: ChatRenderer, conversation: Conversation, split: bool) -> None:
+    def __init__(self, renderer: ChatRenderer, conversation: Conversation) -> None:
         self.renderer = renderer
         self.messages = conversation.messages
         self.tools = conversation.tools
-        self.split = split
         template = renderer.compiled
         self.chat = template.prepare(self.messages)
         self._keys: tuple[str, list[str]] | None = None
@@ -240,13 +239,11 @@ class _Locator:
         bounds: list[int | None] = [start_char]
         turns = list(range(first, stop))
         known = start_char
-        for j in turns[:-1]:
-            cut = None
-            if self.split:  # display only: a refused or rewritten prefix merges turns, silently
-                text = self.prefix(j + 1, False, j, report=False)
-                cut = None if text is None else self.lines_up(text)
-                if cut is not None and not known <= cut <= end_char:
-                    cut = None
+        for j in turns[:-1]:  # display only: a refused or rewritten prefix merges turns, silently
+            text = self.prefix(j + 1, False, j, report=False)
+            cut = None if text is None else self.lines_up(text)
+            if cut is not None and not known <= cut <= end_char:
+                cut = None
             known = cut if cut is not None else known
             bounds.append(cut)
         bounds.append(end_char)
@@ -266,9 +263,9 @@ class _Locator:
             i = j
 
 
-def locate(renderer: ChatRenderer, conversation: Conversation, *, split: bool = True) -> Located:
+def locate(renderer: ChatRenderer, conversation: Conversation) -> Located:
     """Render the conversation and its prefixes and cut the full rendering into spans."""
-    return _Locator(renderer, conversation, split).run()
+    return _Locator(renderer, conversation).run()
 
 
 def to_rendered(renderer: ChatRenderer, located: Located) -> Rendered:

@@ -67,16 +67,23 @@ class ChatRenderer:
         self.compiled = CompiledTemplate(template, tokenizer.special_tokens_map, read_prefixes=read_prefixes)
 
     @functools.cached_property
+    def probe(self) -> tuple[str, str] | None:
+        """A one-user-message conversation rendered without and with the generation prompt;
+        None when the template refuses it."""
+        user = [{"role": "user", "content": "rlvr-probe-user"}]
+        try:
+            return self.compiled.text(user, None, False), self.compiled.text(user, None, True)
+        except Exception:
+            return None
+
+    @functools.cached_property
     def opening_closing(self) -> tuple[str, str]:
         """What `add_generation_prompt=True` appends after a user turn (the opening), and what
         a rendering without it appends after the last turn only (the closing, e.g. Phi-3.5's
-        eos), from a one-message probe cut at a token boundary; ('', '') when refused."""
-        probe = [{"role": "user", "content": "rlvr-probe-user"}]
-        try:
-            plain = self.compiled.text(probe, None, False)
-            opened = self.compiled.text(probe, None, True)
-        except Exception:
+        eos), cut at a token boundary; ('', '') when the probe is refused."""
+        if self.probe is None:
             return "", ""
+        plain, opened = self.probe
         char = masks.common_prefix(plain, opened)
         starts = [{start for start, _ in self.encode(text)[1]} | {len(text)} for text in (plain, opened)]
         while char > 0 and not all(char in s for s in starts):
@@ -175,11 +182,10 @@ class ChatRenderer:
         text = self.texts([messages], tools, add_generation_prompt=True)[0]
         return self.encode(text)[0]
 
-    def render(self, conversation: Conversation, *, split: bool = True) -> Rendered:
-        """Tokens, loss mask, spans and checks of one conversation. `split=False` leaves the
-        untrained turns between two assistant turns in one span (fewer renders)."""
+    def render(self, conversation: Conversation) -> Rendered:
+        """Tokens, loss mask, spans and checks of one conversation."""
         try:
-            located = masks.locate(self, conversation, split=split)
+            located = masks.locate(self, conversation)
         except Exception as exc:
             return Rendered([], [], [], [], checks.template_failure(self, conversation, exc))
         rendered = masks.to_rendered(self, located)

@@ -135,7 +135,7 @@ def run_episode(
             transcript.steps.append(step)
             items += output
             for call in calls:
-                result = _call_tool(client, transcript.session_id, call)
+                result = call_tool(client, transcript.session_id, call)
                 step["tool_outputs"].append(result)
                 items.append(result)
             if not calls:
@@ -153,7 +153,7 @@ def run_episode(
     return transcript
 
 
-def _call_tool(client: EnvClient, session_id: str, call: dict[str, Any]) -> dict[str, Any]:
+def call_tool(client: EnvClient, session_id: str, call: dict[str, Any]) -> dict[str, Any]:
     try:
         arguments = call.get("arguments") or "{}"
         arguments = json.loads(arguments) if isinstance(arguments, str) else arguments

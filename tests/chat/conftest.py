@@ -50,6 +50,21 @@ def family_tokenizer(tmp_path_factory: pytest.TempPathFactory):
     return get
 
 
+@pytest.fixture(scope="session")
+def published_tokenizer(tmp_path_factory: pytest.TempPathFactory):
+    """A tiny tokenizer with a published family's special tokens and template (tests/chat/published.py)."""
+    from tests.chat.published import FAMILIES, build
+
+    cache: dict[str, object] = {}
+
+    def get(name: str):
+        if name not in cache:
+            cache[name] = build(tmp_path_factory.mktemp(name) / "tok", FAMILIES[name])
+        return cache[name]
+
+    return get
+
+
 def render(
     tokenizer,
     stop: str,

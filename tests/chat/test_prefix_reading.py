@@ -11,7 +11,7 @@ import pytest
 
 from rlvr_cli.chat.families import CHATML, CHATML_GENERATION
 from rlvr_cli.chat.render import ChatRenderer, Conversation
-from tests.chat.published import FAMILIES, build
+from tests.chat.published import FAMILIES
 from tests.chat.test_published import MULTI, NO_SYSTEM, PARALLEL, REASONING, SINGLE, TOOL, TOOL_USE
 
 NO_THINK = [{"role": "system", "content": "You are terse. /no_think"}, *MULTI[1:]]
@@ -35,30 +35,18 @@ def _same(tokenizer, template: str, stops: list[str], conversation: list[dict], 
     assert [asdict(c) for c in fast.checks] == [asdict(c) for c in slow.checks]
 
 
-@pytest.fixture(scope="module")
-def tokenizers(tmp_path_factory: pytest.TempPathFactory):
-    cache: dict[str, object] = {}
-
-    def get(name: str):
-        if name not in cache:
-            cache[name] = build(tmp_path_factory.mktemp(name) / "tok", FAMILIES[name])
-        return cache[name]
-
-    return get
-
-
 @pytest.mark.parametrize("name", sorted(FAMILIES))
-def test_published_templates_read_and_rendered_prefixes_agree(tokenizers, name: str) -> None:
+def test_published_templates_read_and_rendered_prefixes_agree(published_tokenizer, name: str) -> None:
     family = FAMILIES[name]
     for conversation, tools in KINDS:
-        _same(tokenizers(name), family.source, list(family.stops), conversation, tools)
+        _same(published_tokenizer(name), family.source, list(family.stops), conversation, tools)
 
 
-def test_which_published_templates_are_read_off_one_rendering(tokenizers) -> None:
+def test_which_published_templates_are_read_off_one_rendering(published_tokenizer) -> None:
     read = {
         name
         for name, family in FAMILIES.items()
-        if ChatRenderer(tokenizers(name), family.source, list(family.stops)).compiled.tracker is not None
+        if ChatRenderer(published_tokenizer(name), family.source, list(family.stops)).compiled.tracker is not None
     }
     # One loop over the messages, no look-ahead, a constant tail; the others look ahead
     # (loop.last, a reverse scan, a second pass over the messages) and are rendered.

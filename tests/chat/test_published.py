@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from rlvr_cli.chat.render import ChatRenderer, Conversation, Rendered
-from tests.chat.published import FAMILIES, build, expect
+from tests.chat.published import FAMILIES, expect
 
 TOOL = {
     "type": "function",
@@ -62,21 +62,9 @@ PARALLEL = [
 REASONING = [USER, {"role": "assistant", "content": "<think>\nadd them\n</think>\n\n5"}]
 
 
-@pytest.fixture(scope="module")
-def tokenizers(tmp_path_factory: pytest.TempPathFactory):
-    cache: dict[str, object] = {}
-
-    def get(name: str):
-        if name not in cache:
-            cache[name] = build(tmp_path_factory.mktemp(name) / "tok", FAMILIES[name])
-        return cache[name]
-
-    return get
-
-
-def render(tokenizers, name: str, messages: list[dict], tools: list | None = None) -> Rendered:
+def render(published_tokenizer, name: str, messages: list[dict], tools: list | None = None) -> Rendered:
     family = FAMILIES[name]
-    renderer = ChatRenderer(tokenizers(name), family.source, list(family.stops))
+    renderer = ChatRenderer(published_tokenizer(name), family.source, list(family.stops))
     return renderer.render(Conversation(messages, tools))
 
 
@@ -115,9 +103,9 @@ def qwen_call(args: dict) -> str:
     return '<tool_call>\n{"name": "add", "arguments": ' + json.dumps(args) + "}\n</tool_call>"
 
 
-def test_qwen25_single_multi_and_default_system(tokenizers) -> None:
+def test_qwen25_single_multi_and_default_system(published_tokenizer) -> None:
     check(
-        render(tokenizers, "qwen2.5", SINGLE),
+        render(published_tokenizer, "qwen2.5", SINGLE),
         "qwen2.5",
         [
             ("<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\nWhat is 2+3?<|im_end|>\n", 0),
@@ -128,7 +116,7 @@ def test_qwen25_single_multi_and_default_system(tokenizers) -> None:
         ["RLT010"],  # without a system message it injects "You are Qwen..."
     )
     check(
-        render(tokenizers, "qwen2.5", MULTI),
+        render(published_tokenizer, "qwen2.5", MULTI),
         "qwen2.5",
         [
             ("<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\nWhat is 2+3?<|im_end|>\n", 0),
@@ -142,9 +130,9 @@ def test_qwen25_single_multi_and_default_system(tokenizers) -> None:
     )
 
 
-def test_qwen25_tool_call_and_parallel_results_merge_without_alarm(tokenizers) -> None:
+def test_qwen25_tool_call_and_parallel_results_merge_without_alarm(published_tokenizer) -> None:
     check(
-        render(tokenizers, "qwen2.5", TOOL_USE, [TOOL]),
+        render(published_tokenizer, "qwen2.5", TOOL_USE, [TOOL]),
         "qwen2.5",
         [
             ("<|im_start|>system\nYou are terse." + QWEN_TOOLS, 0),
@@ -156,7 +144,7 @@ def test_qwen25_tool_call_and_parallel_results_merge_without_alarm(tokenizers) -
         ],
         ["RLT010"],
     )
-    out = render(tokenizers, "qwen2.5", PARALLEL, [TOOL])
+    out = render(published_tokenizer, "qwen2.5", PARALLEL, [TOOL])
     check(
         out,
         "qwen2.5",
@@ -178,9 +166,9 @@ def test_qwen25_tool_call_and_parallel_results_merge_without_alarm(tokenizers) -
     assert [(s.turn, s.last_turn, s.trainable) for s in merged] == [(2, 3, False)]
 
 
-def test_qwen3_reasoning_and_its_real_rewrites(tokenizers) -> None:
+def test_qwen3_reasoning_and_its_real_rewrites(published_tokenizer) -> None:
     check(
-        render(tokenizers, "qwen3", SINGLE),
+        render(published_tokenizer, "qwen3", SINGLE),
         "qwen3",
         [
             ("<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\nWhat is 2+3?<|im_end|>\n", 0),
@@ -191,7 +179,7 @@ def test_qwen3_reasoning_and_its_real_rewrites(tokenizers) -> None:
         [],
     )
     check(
-        render(tokenizers, "qwen3", REASONING),
+        render(published_tokenizer, "qwen3", REASONING),
         "qwen3",
         [
             ("<|im_start|>user\nWhat is 2+3?<|im_end|>\n<|im_start|>assistant\n", 0),
@@ -202,7 +190,7 @@ def test_qwen3_reasoning_and_its_real_rewrites(tokenizers) -> None:
     )
     # Several turns: an earlier turn loses its think block once a user turn follows. The
     # policy produced it with one; trained on the full rendering it would learn the other.
-    out = render(tokenizers, "qwen3", MULTI)
+    out = render(published_tokenizer, "qwen3", MULTI)
     check(
         out,
         "qwen3",
@@ -218,9 +206,9 @@ def test_qwen3_reasoning_and_its_real_rewrites(tokenizers) -> None:
     assert "turn 2 (assistant)" in out.checks[0].message
 
 
-def test_qwen3_tool_calls(tokenizers) -> None:
+def test_qwen3_tool_calls(published_tokenizer) -> None:
     check(
-        render(tokenizers, "qwen3", TOOL_USE[1:], [TOOL]),
+        render(published_tokenizer, "qwen3", TOOL_USE[1:], [TOOL]),
         "qwen3",
         [
             ("<|im_start|>system\n" + QWEN_TOOLS.lstrip("\n"), 0),
@@ -235,9 +223,9 @@ def test_qwen3_tool_calls(tokenizers) -> None:
     )
 
 
-def test_smollm2_and_phi4(tokenizers) -> None:
+def test_smollm2_and_phi4(published_tokenizer) -> None:
     check(
-        render(tokenizers, "smollm2", MULTI),
+        render(published_tokenizer, "smollm2", MULTI),
         "smollm2",
         [
             ("<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\nWhat is 2+3?<|im_end|>\n", 0),
@@ -250,7 +238,7 @@ def test_smollm2_and_phi4(tokenizers) -> None:
         ["RLT010"],
     )
     check(
-        render(tokenizers, "phi-4", MULTI),
+        render(published_tokenizer, "phi-4", MULTI),
         "phi-4",
         [
             ("<|im_start|>system<|im_sep|>You are terse.<|im_end|><|im_start|>user<|im_sep|>What is 2+3?<|im_end|>", 0),
@@ -271,10 +259,10 @@ def smollm3_system(mode: str, instructions: str, tools: str = "None") -> str:
     )
 
 
-def test_smollm3_mode_flag_in_the_system_prompt_is_no_false_alarm(tokenizers) -> None:
+def test_smollm3_mode_flag_in_the_system_prompt_is_no_false_alarm(published_tokenizer) -> None:
     no_think = [{"role": "system", "content": "You are terse. /no_think"}, USER, FIVE]
     check(
-        render(tokenizers, "smollm3", no_think),
+        render(published_tokenizer, "smollm3", no_think),
         "smollm3",
         [
             (smollm3_system("/no_think", "You are terse.") + "<|im_start|>user\nWhat is 2+3?<|im_end|>\n", 0),
@@ -284,7 +272,7 @@ def test_smollm3_mode_flag_in_the_system_prompt_is_no_false_alarm(tokenizers) ->
         ],
         ["RLT009", "RLT010"],  # today's date in the system prompt; a default one without a system message
     )
-    out = render(tokenizers, "smollm3", [SYSTEM, *REASONING])
+    out = render(published_tokenizer, "smollm3", [SYSTEM, *REASONING])
     check(
         out,
         "smollm3",
@@ -298,8 +286,8 @@ def test_smollm3_mode_flag_in_the_system_prompt_is_no_false_alarm(tokenizers) ->
     )
 
 
-def test_smollm3_drops_tool_calls_and_says_so(tokenizers) -> None:
-    out = render(tokenizers, "smollm3", TOOL_USE, [TOOL])
+def test_smollm3_drops_tool_calls_and_says_so(published_tokenizer) -> None:
+    out = render(published_tokenizer, "smollm3", TOOL_USE, [TOOL])
     assert "RLT015" in [c.code for c in out.checks]
     assert "add" in next(c.message for c in out.checks if c.code == "RLT015")
 
@@ -318,11 +306,13 @@ def llama_system(date: str, body: str, tools: bool = False) -> str:
 
 
 @pytest.mark.parametrize(("name", "date"), [("llama-3.1", "26 Jul 2024"), ("llama-3.2", None)])
-def test_llama_single_multi_and_tools_in_the_first_user_message(tokenizers, name: str, date: str | None) -> None:
+def test_llama_single_multi_and_tools_in_the_first_user_message(
+    published_tokenizer, name: str, date: str | None
+) -> None:
     date = date or _day("%d %b %Y")
     dated = ["RLT010"] + (["RLT009"] if name == "llama-3.2" else [])
     check(
-        render(tokenizers, name, MULTI),
+        render(published_tokenizer, name, MULTI),
         name,
         [
             (llama_system(date, "You are terse.") + HEADER.format("user") + "What is 2+3?<|eot_id|>", 0),
@@ -342,7 +332,7 @@ def test_llama_single_multi_and_tools_in_the_first_user_message(tokenizers, name
         + json.dumps(TOOL, indent=4)
         + "\n\n"
     )
-    out = render(tokenizers, name, TOOL_USE, [TOOL])
+    out = render(published_tokenizer, name, TOOL_USE, [TOOL])
     check(
         out,
         name,
@@ -358,8 +348,8 @@ def test_llama_single_multi_and_tools_in_the_first_user_message(tokenizers, name
     assert out.spans[0].turn == 0 and out.spans[0].last_turn == 1  # system and user render as one
 
 
-def test_llama_refuses_parallel_calls_with_the_template_s_reason(tokenizers) -> None:
-    out = render(tokenizers, "llama-3.1", PARALLEL, [TOOL])
+def test_llama_refuses_parallel_calls_with_the_template_s_reason(published_tokenizer) -> None:
+    out = render(published_tokenizer, "llama-3.1", PARALLEL, [TOOL])
     failure = [c for c in out.checks if c.code == "RLT013"]
     assert failure and "single tool-calls" in failure[0].message and out.input_ids == []
 
@@ -374,10 +364,10 @@ MISTRAL_TOOLS = (
 
 
 @pytest.mark.parametrize(("name", "sp"), [("mistral-7b-v0.3", " "), ("mistral-nemo", "")])
-def test_mistral_turns_and_tool_calls(tokenizers, name: str, sp: str) -> None:
+def test_mistral_turns_and_tool_calls(published_tokenizer, name: str, sp: str) -> None:
     multi = [USER, FIVE, USER2, TWENTY]
     check(
-        render(tokenizers, name, multi),
+        render(published_tokenizer, name, multi),
         name,
         [
             (f"<s>[INST]{sp}What is 2+3?[/INST]", 0),
@@ -389,7 +379,7 @@ def test_mistral_turns_and_tool_calls(tokenizers, name: str, sp: str) -> None:
     )
     conversation = [USER, {"role": "assistant", "content": None, "tool_calls": [call()]}, tool(), FIVE]
     check(
-        render(tokenizers, name, conversation, [TOOL]),
+        render(published_tokenizer, name, conversation, [TOOL]),
         name,
         [
             (f"<s>[AVAILABLE_TOOLS]{sp}[" + MISTRAL_TOOLS + f"][/AVAILABLE_TOOLS][INST]{sp}What is 2+3?[/INST]", 0),
@@ -402,10 +392,10 @@ def test_mistral_turns_and_tool_calls(tokenizers, name: str, sp: str) -> None:
 
 
 @pytest.mark.parametrize("name", ["mistral-7b-v0.3", "mistral-nemo"])
-def test_mistral_system_message_is_a_real_trap(tokenizers, name: str) -> None:
+def test_mistral_system_message_is_a_real_trap(published_tokenizer, name: str) -> None:
     """The system message goes into the last user message only: a conversation ending with
     an assistant turn renders without it, while that turn was sampled with it."""
-    out = render(tokenizers, name, SINGLE)
+    out = render(published_tokenizer, name, SINGLE)
     assert {"RLT007", "RLT011"} <= {c.code for c in out.checks}
     assert sum(out.loss_mask) == 0  # nothing trained on a prompt it was not sampled from
 
@@ -413,9 +403,9 @@ def test_mistral_system_message_is_a_real_trap(tokenizers, name: str) -> None:
 # ── Gemma 2 / 3 ───────────────────────────────────────────────────────────────────────
 
 
-def test_gemma2_multi_turn_and_no_system_role(tokenizers) -> None:
+def test_gemma2_multi_turn_and_no_system_role(published_tokenizer) -> None:
     check(
-        render(tokenizers, "gemma-2", [USER, FIVE, USER2, TWENTY]),
+        render(published_tokenizer, "gemma-2", [USER, FIVE, USER2, TWENTY]),
         "gemma-2",
         [
             ("<bos><start_of_turn>user\nWhat is 2+3?<end_of_turn>\n<start_of_turn>model\n", 0),
@@ -426,14 +416,14 @@ def test_gemma2_multi_turn_and_no_system_role(tokenizers) -> None:
         ],
         [],
     )
-    out = render(tokenizers, "gemma-2", SINGLE)
+    out = render(published_tokenizer, "gemma-2", SINGLE)
     assert [c.code for c in out.checks] == ["RLT011"] and "System role not supported" in out.checks[0].message
-    assert [c.code for c in render(tokenizers, "gemma-2", TOOL_USE[1:], [TOOL]).checks] == ["RLT013"]
+    assert [c.code for c in render(published_tokenizer, "gemma-2", TOOL_USE[1:], [TOOL]).checks] == ["RLT013"]
 
 
-def test_gemma3_folds_the_system_message_into_the_first_user_turn(tokenizers) -> None:
+def test_gemma3_folds_the_system_message_into_the_first_user_turn(published_tokenizer) -> None:
     check(
-        render(tokenizers, "gemma-3", MULTI),
+        render(published_tokenizer, "gemma-3", MULTI),
         "gemma-3",
         [
             ("<bos><start_of_turn>user\nYou are terse.\n\nWhat is 2+3?<end_of_turn>\n<start_of_turn>model\n", 0),
@@ -449,9 +439,9 @@ def test_gemma3_folds_the_system_message_into_the_first_user_turn(tokenizers) ->
 # ── Phi-3.5: eos after the whole conversation ─────────────────────────────────────────
 
 
-def test_phi35_closing_eos_does_not_defeat_prefix_location(tokenizers) -> None:
+def test_phi35_closing_eos_does_not_defeat_prefix_location(published_tokenizer) -> None:
     check(
-        render(tokenizers, "phi-3.5", MULTI),
+        render(published_tokenizer, "phi-3.5", MULTI),
         "phi-3.5",
         [
             ("<|system|>\nYou are terse.<|end|>\n<|user|>\nWhat is 2+3?<|end|>\n<|assistant|>\n", 0),
@@ -469,8 +459,8 @@ def test_phi35_closing_eos_does_not_defeat_prefix_location(tokenizers) -> None:
 DS_BOS, DS_EOS, DS_A, DS_U = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜Assistant｜>", "<｜User｜>"
 
 
-def test_deepseek_r1_trains_the_answer_not_the_role_header(tokenizers) -> None:
-    out = render(tokenizers, "deepseek-r1-distill", [SYSTEM, *REASONING])
+def test_deepseek_r1_trains_the_answer_not_the_role_header(published_tokenizer) -> None:
+    out = render(published_tokenizer, "deepseek-r1-distill", [SYSTEM, *REASONING])
     check(
         out,
         "deepseek-r1-distill",
@@ -483,7 +473,7 @@ def test_deepseek_r1_trains_the_answer_not_the_role_header(tokenizers) -> None:
     )
 
 
-def test_deepseek_r1_parallel_tool_calls(tokenizers) -> None:
+def test_deepseek_r1_parallel_tool_calls(published_tokenizer) -> None:
     def ds_call(args: dict) -> str:
         return (
             "<｜tool▁call▁begin｜>function<｜tool▁sep｜>add\n```json\n" + json.dumps(args) + "\n```<｜tool▁call▁end｜>"
@@ -496,7 +486,7 @@ def test_deepseek_r1_parallel_tool_calls(tokenizers) -> None:
         "tool_calls": [call(ARGS_JSON), call(json.dumps({"a": 4, "b": 5}), "call00002")],
     }
     check(
-        render(tokenizers, "deepseek-r1-distill", conversation),
+        render(published_tokenizer, "deepseek-r1-distill", conversation),
         "deepseek-r1-distill",
         [
             (DS_BOS + DS_U + "2+3 and 4+5?", 0),
@@ -523,11 +513,11 @@ def harmony_system(tools: bool = False) -> str:
     )
 
 
-def test_gpt_oss_final_channel_thinking_and_tool_calls(tokenizers) -> None:
+def test_gpt_oss_final_channel_thinking_and_tool_calls(published_tokenizer) -> None:
     thinking = [SYSTEM, USER, {"role": "assistant", "content": "5", "thinking": "add them"}]
     developer = "<|start|>developer<|message|># Instructions\n\nYou are terse.\n\n<|end|>"
     check(
-        render(tokenizers, "gpt-oss", thinking),
+        render(published_tokenizer, "gpt-oss", thinking),
         "gpt-oss",
         [
             (harmony_system() + developer + "<|start|>user<|message|>What is 2+3?<|end|>", 0),
@@ -545,7 +535,7 @@ def test_gpt_oss_final_channel_thinking_and_tool_calls(tokenizers) -> None:
         "a: number,\nb: number,\n}) => any;\n\n} // namespace functions"
     )
     check(
-        render(tokenizers, "gpt-oss", conversation, [TOOL]),
+        render(published_tokenizer, "gpt-oss", conversation, [TOOL]),
         "gpt-oss",
         [
             (harmony_system(tools=True) + "<|start|>developer<|message|>" + namespace + "<|end|>", 0),
@@ -558,10 +548,10 @@ def test_gpt_oss_final_channel_thinking_and_tool_calls(tokenizers) -> None:
     )
 
 
-def test_gpt_oss_multi_turn_rewrites_the_return_token(tokenizers) -> None:
+def test_gpt_oss_multi_turn_rewrites_the_return_token(published_tokenizer) -> None:
     """An answer ends with <|return|> while it is the last turn and with <|end|> once another
     follows: the sampled ids are not what the full rendering trains."""
-    out = render(tokenizers, "gpt-oss", [USER, FIVE, USER2, TWENTY])
+    out = render(published_tokenizer, "gpt-oss", [USER, FIVE, USER2, TWENTY])
     assert [c.code for c in out.checks if c.severity == "error"] == ["RLT007"]
     trained = "".join(t for t, m in zip(out.tokens, out.loss_mask, strict=True) if m)
     assert trained == "<|channel|>final<|message|>20<|return|>"
@@ -580,11 +570,13 @@ def test_gpt_oss_multi_turn_rewrites_the_return_token(tokenizers) -> None:
         ("gemma-3", MULTI, None),
     ],
 )
-def test_continuation_appends_exactly_what_the_full_rendering_holds(tokenizers, name, conversation, tools) -> None:
+def test_continuation_appends_exactly_what_the_full_rendering_holds(
+    published_tokenizer, name, conversation, tools
+) -> None:
     """Episode ids built turn by turn (sampled ids kept, continuation appended) equal the ids
     of the full rendering wherever the template keeps history."""
     family = FAMILIES[name]
-    renderer = ChatRenderer(tokenizers(name), family.source, list(family.stops))
+    renderer = ChatRenderer(published_tokenizer(name), family.source, list(family.stops))
     full = renderer.render(Conversation(conversation, tools))
     turns = [k for k, m in enumerate(conversation) if m["role"] == "assistant"]
     first = turns[0]
@@ -598,9 +590,9 @@ def test_continuation_appends_exactly_what_the_full_rendering_holds(tokenizers, 
     assert ids == full.input_ids[: last.end]
 
 
-def test_continuation_refuses_a_template_that_rewrites_history(tokenizers) -> None:
+def test_continuation_refuses_a_template_that_rewrites_history(published_tokenizer) -> None:
     family = FAMILIES["gpt-oss"]
-    renderer = ChatRenderer(tokenizers("gpt-oss"), family.source, list(family.stops))
+    renderer = ChatRenderer(published_tokenizer("gpt-oss"), family.source, list(family.stops))
     with pytest.raises(ValueError, match="renders the earlier turns differently"):
         renderer.continuation([USER, FIVE], [USER2])
 
