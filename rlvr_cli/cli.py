@@ -33,7 +33,20 @@ def _version(value: bool) -> None:
 class _ExperimentOrder(typer.core.TyperGroup):
     """`rlvr --help` lists the commands in the order of an experiment, not alphabetically."""
 
-    ORDER = ("init", "validate", "lock", "render", "audit", "train", "status", "gate", "report", "plan", "schema")
+    ORDER = (
+        "init",
+        "validate",
+        "data",
+        "lock",
+        "render",
+        "audit",
+        "train",
+        "status",
+        "gate",
+        "report",
+        "plan",
+        "schema",
+    )
 
     def list_commands(self, ctx: Any) -> list[str]:
         names = super().list_commands(ctx)
@@ -107,6 +120,46 @@ def validate(ctx: typer.Context) -> None:
     from rlvr_cli.commands.validate import main as validate_main
 
     raise typer.Exit(validate_main(ctx.args))
+
+
+data_app = typer.Typer(help="Check and split the task data the contract names.", no_args_is_help=True)
+app.add_typer(data_app, name="data")
+
+
+@data_app.command("check")
+@command
+def data_check(
+    contract: Annotated[Path, typer.Argument(help="The contract whose data splits to check.")],
+    format: Annotated[str, typer.Option("--format", "-f", help="text, json or github.")] = "text",
+    out: Annotated[Path | None, typer.Option(help="Also write the JSON report (data-check.json) here.")] = None,
+) -> int:
+    """Check every claim of the contract's data section against the split files: ids,
+    duplicates and near duplicates across splits, answer leakage, secrets and personal data,
+    the holdout design, row schema. Exit 0 clean, 1 an error finding, 2 usage."""
+    from rlvr_cli.commands.data import run_data_check
+
+    return run_data_check(contract, format, out)
+
+
+@data_app.command("split")
+@command
+def data_split(
+    contract: Annotated[Path, typer.Argument(help="The contract whose split files to write.")],
+    source: Annotated[
+        Path | None, typer.Option(help="JSONL of every task (default: the contract's first data source).")
+    ] = None,
+    by: Annotated[
+        str | None, typer.Option(help="Task field whose groups never straddle two splits (default: each task).")
+    ] = None,
+    fractions: Annotated[str, typer.Option(help="Shares of train, holdout and sealed_eval.")] = "0.8,0.1,0.1",
+    seed: Annotated[int | None, typer.Option(help="Seed of the placement (default: hyperparameters.seed).")] = None,
+    force: Annotated[bool, typer.Option(help="Replace split files that already exist.")] = False,
+) -> int:
+    """Deduplicate, then split by a key, seeded and reproducible; writes the three splits the
+    contract names and a manifest (data.split_manifest) that `rlvr lock` pins."""
+    from rlvr_cli.commands.data import run_data_split
+
+    return run_data_split(contract, source, by, fractions, seed, force=force)
 
 
 @app.command()

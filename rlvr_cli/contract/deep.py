@@ -1,8 +1,9 @@
 """`rlvr validate --deep`: read the files the contract names (never the network).
 
 RLV901 when an artifact, data file, chat template, stop token or verifier cannot be found or
-loaded; RLV104 when a file no longer matches its sha256 (lock file or `sha256:` keys);
-RLV401 when the sealed evaluation split carries the hint field.
+loaded; RLV104 when a file no longer matches its sha256 (lock file or `sha256:` keys). The
+rows of the data splits are checked by `rlvr data check` (rlvr_cli/data/), which
+`rlvr validate --deep` runs too.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from pathlib import Path
 from rlvr_cli.contract import hub, lock
 from rlvr_cli.contract.diagnostics import Finding, error
 from rlvr_cli.contract.models import Contract
-from rlvr_cli.contract.tasks import MAX_ROW_BYTES, duplicate_ids, duplicate_prompts, task_problem
 from rlvr_cli.files import sha256_file
 
 
@@ -127,51 +127,13 @@ def _compile_template(source: str, where: tuple) -> Iterator[Finding]:
 
 
 def _data(c: Contract, folder: Path) -> Iterator[Finding]:
+    """The data files exist and match their sha256; what is in them is the data check's
+    (rlvr_cli/data/, run by `rlvr validate --deep` through `check_file(more=...)`)."""
     for i, source in enumerate(c.data.sources):
         yield from _file_hash(folder, source.path, source.sha256, ("data", "sources", i))
-    hint_field = c.data.hints.field if c.data.hints and c.data.hints.used else None
-    rows: dict[str, list[tuple[int, dict]]] = {}
     for name in ("train", "holdout", "sealed_eval"):
         split = getattr(c.data.splits, name)
-        where = ("data", "splits", name)
-        found = list(_file_hash(folder, split.path, split.sha256, where))
-        yield from found
-        if not found:
-            rows[name] = []
-            yield from _jsonl(folder / split.path, where, hint_field if name == "sealed_eval" else None, rows[name])
-    for problem in duplicate_ids(rows)[:20]:
-        yield error("RLV405", ("data", "splits"), problem)
-    if len(rows) == 3:  # every split read: the same prompt in two splits is a leak
-        for problem in duplicate_prompts(rows)[:20]:
-            yield error("RLV408", ("data", "splits"), problem)
-    if c.data.holdout_design is not None and "train" in rows and "holdout" in rows:
-        yield from _holdout_design(
-            c.data.holdout_design, [r for _, r in rows["train"]], [r for _, r in rows["holdout"]]
-        )
-
-
-def _values(row: dict, field: str) -> set[str]:
-    value = row.get(field)
-    return {str(v) for v in value} if isinstance(value, list) else ({str(value)} if value is not None else set())
-
-
-def _holdout_design(design: object, train: list[dict], holdout: list[dict]) -> Iterator[Finding]:
-    """What the contract says the holdout withholds must be true of the data."""
-    where = ("data", "holdout_design")
-    for key, field in (("compositions", "composition"), ("entity_groups", "entity_group")):
-        for name in getattr(design, key) or []:
-            in_holdout = sum(name in _values(r, field) for r in holdout)
-            in_train = [str(r.get("id")) for r in train if name in _values(r, field)]
-            if not in_holdout:
-                yield error("RLV407", (*where, key), f"no holdout task has {field} '{name}'")
-            if in_train:
-                yield error(
-                    "RLV407", (*where, key), f"{field} '{name}' is in train too (tasks {', '.join(in_train[:3])})"
-                )
-    if getattr(design, "longer_trajectories", None):
-        size = lambda rows: sum(len(json.dumps(r.get("prompt"))) for r in rows) / max(len(rows), 1)  # noqa: E731
-        if size(holdout) <= size(train):
-            yield error("RLV407", (*where, "longer_trajectories"), "holdout prompts are not longer than train's")
+        yield from _file_hash(folder, split.path, split.sha256, ("data", "splits", name))
 
 
 def _file_hash(folder: Path, rel: str, sha: str | None, where: tuple) -> Iterator[Finding]:
@@ -180,45 +142,6 @@ def _file_hash(folder: Path, rel: str, sha: str | None, where: tuple) -> Iterato
         yield error("RLV901", (*where, "path"), f"{rel} does not exist")
     elif sha is not None and sha256_file(path) != sha:
         yield error("RLV104", (*where, "sha256"), f"{rel} no longer matches its sha256")
-
-
-def _jsonl(path: Path, where: tuple, hint_field: str | None, out: list[tuple[int, dict]]) -> Iterator[Finding]:
-    rows = 0
-    with path.open("rb") as fh:
-        for number, raw in enumerate(fh, 1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                yield error("RLV901", (*where, "path"), f"{path.name} line {number}: not UTF-8 (byte {exc.start})")
-                return
-            if not line.strip():
-                continue
-            if len(line) > MAX_ROW_BYTES:
-                yield error("RLV901", (*where, "path"), f"{path.name} line {number}: over {MAX_ROW_BYTES:,} characters")
-                return
-            problem = _task_problem(line)
-            if problem:
-                yield error("RLV901", (*where, "path"), f"{path.name} line {number}: {problem}")
-                return
-            rows += 1
-            out.append((number, json.loads(line)))
-            if hint_field and hint_field in out[-1][1]:
-                yield error(
-                    "RLV401",
-                    (*where, "path"),
-                    f"{path.name} line {number} carries the hint field '{hint_field}'; sealed_eval must be hint-free",
-                )
-                return
-    if rows == 0:
-        yield error("RLV901", (*where, "path"), f"{path.name} holds no task")
-
-
-def _task_problem(line: str) -> str | None:
-    try:
-        row = json.loads(line)
-    except json.JSONDecodeError as exc:
-        return f"not JSON ({exc.msg})"
-    return task_problem(row)
 
 
 def _verifier(c: Contract, folder: Path) -> Iterator[Finding]:

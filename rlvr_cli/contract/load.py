@@ -7,6 +7,7 @@ Nothing here prints; the CLI chooses a reporter.
 from __future__ import annotations
 
 import typing
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -108,8 +109,15 @@ def _offset_pos(data: bytes | str, offset: int) -> yaml12.Pos:
     return yaml12.Pos(line + 1, offset - (head.rfind(newline) + 1) + 1)  # type: ignore[arg-type]
 
 
-def check_file(path: str | Path, *, deep: bool = False, today: str | None = None) -> CheckResult:
-    """Parse, type-check and rule-check one contract file; never raises on bad content."""
+DeepCheck = Callable[[Contract, Path, Path], Iterable[Finding]]
+
+
+def check_file(
+    path: str | Path, *, deep: bool = False, today: str | None = None, more: Sequence[DeepCheck] = ()
+) -> CheckResult:
+    """Parse, type-check and rule-check one contract file; never raises on bad content. With
+    `deep`, the files the contract names are read too, and each of `more` (checks of a later
+    stage, such as the data check) runs before waivers are applied."""
     result = CheckResult(path=str(path))
     try:
         document = yaml12.parse(read_text(Path(path)))
@@ -130,6 +138,9 @@ def check_file(path: str | Path, *, deep: bool = False, today: str | None = None
     if deep:
         for finding in deep_checks.run_all(result.contract, result.folder, Path(path)):
             result.add(finding)
+        for extra in more:
+            for finding in extra(result.contract, result.folder, Path(path)):
+                result.add(finding)
     waivers.apply_waivers(result, today=today)
     return result
 

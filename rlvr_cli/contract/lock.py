@@ -41,6 +41,8 @@ def locked_paths(contract: Contract) -> dict[str, str]:
         "splits.holdout": d.splits.holdout.path,
         "splits.sealed_eval": d.splits.sealed_eval.path,
     }
+    if d.split_manifest:
+        roles["splits.manifest"] = d.split_manifest
     for source in d.sources:
         roles[f"sources.{source.name}"] = source.path
     verifier = contract.environment.verifier

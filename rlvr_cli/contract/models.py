@@ -10,6 +10,7 @@ from typing import Annotated, Literal
 
 from pydantic import BeforeValidator, ConfigDict, Field, model_validator
 
+from rlvr_cli.contract.data_section import Data
 from rlvr_cli.contract.operations import (
     Acceptance,
     Budget,
@@ -23,8 +24,6 @@ from rlvr_cli.contract.operations import (
 from rlvr_cli.contract.sections import (
     CHECKPOINT_PARTS,
     ENTRYPOINT,
-    SHA256,
-    Handling,
     Int,
     PositiveInt,
     Section,
@@ -247,76 +246,6 @@ class Hyperparameters(Section):
     max_steps: Int = Field(ge=1, le=100_000_000, description="Optimizer batches in the run.")
     seed: Int = Field(ge=0, description="Seeds sampling, shuffling and initialisation.")
     precision: Literal["fp32", "bf16", "fp16"] = Field(description="Weights and compute dtype (fp16 needs a GPU).")
-
-
-# ── data ──────────────────────────────────────────────────────────────────────────────
-
-
-class Source(Section):
-    name: str = Field(min_length=1, description="The source's name.")
-    path: str = Field(min_length=1, description="The source file, relative to the contract.")
-    sha256: str | None = Field(None, pattern=SHA256, description="The file's sha256 (checked by validate --deep).")
-    license: str | None = Field(None, min_length=1, description="The license the data is used under.")
-    consent: str | None = Field(None, min_length=1, description="How consent was obtained.")
-    pii: Handling = Field(description="How personal data was handled.")
-    secrets: Handling = Field(description="How secrets (keys, tokens) were handled.")
-
-
-class Dedup(Section):
-    stage: Literal["before_split", "after_split"] = Field(
-        description="When duplicates were removed; only before_split keeps the splits apart (RLV402)."
-    )
-    method: Literal["exact", "minhash"] = Field(description="exact or minhash (near duplicates).")
-    semantic_clusters: bool = Field(description="Whether semantic clusters were kept within one split.")
-
-
-class Split(Section):
-    path: str = Field(min_length=1, description="JSONL, one task per line.")
-    sha256: str | None = Field(None, pattern=SHA256, description="The file's sha256 (checked by validate --deep).")
-
-
-class Splits(Section):
-    train: Split = Field(description="Tasks trained on.")
-    holdout: Split = Field(description="Tasks evaluated during training (greedy, hint-free).")
-    sealed_eval: Split = Field(description="Never read by training.")
-
-
-class HoldoutDesign(Section):
-    compositions: list[str] | None = Field(
-        None,
-        description="Compositions present only in the holdout: task rows carry them in `composition` "
-        "(a string or a list); validate --deep checks each is in holdout and absent from train.",
-    )
-    entity_groups: list[str] | None = Field(
-        None,
-        description="Entity groups present only in the holdout (task field `entity_group`; checked the same way).",
-    )
-    longer_trajectories: bool | None = Field(
-        None, description="The holdout's prompts are longer on average than train's (checked by validate --deep)."
-    )
-
-
-class Hints(Section):
-    used: bool = Field(description="Whether rollouts may show the model a hint.")
-    source: str | None = Field(None, min_length=1, description="Where the hints come from.")
-    field: str | None = Field(None, min_length=1, description="The task field that holds the hint.")
-    leak_check: bool | None = Field(
-        None, description="Whether sealed_eval is checked to carry no hint (required with hints)."
-    )
-
-
-class Data(Section):
-    """Provenance and isolation."""
-
-    sources: list[Source] = Field(
-        min_length=1, description="Where the tasks came from, with license, consent and PII/secret handling."
-    )
-    dedup: Dedup = Field(description="How duplicates were removed, and when.")
-    splits: Splits = Field(description="The train, holdout and sealed_eval JSONL files.")
-    holdout_design: HoldoutDesign | None = Field(None, description="What the holdout withholds to test generalisation.")
-    hints: Hints | None = Field(None, description="Whether hint-assisted rollouts are used.")
-    filters: str | None = Field(None, description="Version string of the filtering recipe.")
-    mixture: str | None = Field(None, description="Version string of the mixing recipe.")
 
 
 # ── length ────────────────────────────────────────────────────────────────────────────

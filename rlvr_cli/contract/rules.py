@@ -69,7 +69,7 @@ def conditional_keys(c: Contract, _: Path) -> Iterator[Finding]:
                 yield _required(("objective", "kl"), key, "kl.coef > 0")
     hints = c.data.hints
     if hints is not None and hints.used:
-        for key in ("source", "field"):
+        for key in ("source", "field", "placement", "share", "until_step", "advantage"):
             if getattr(hints, key) is None:
                 yield _required(("data", "hints"), key, "hints.used is true")
 

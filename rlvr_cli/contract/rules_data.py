@@ -4,6 +4,7 @@ register into the same registry as the rest (`rules.RULES`)."""
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -77,6 +78,33 @@ def rlv404_source_provenance(c: Contract, _: Path) -> Iterator[Finding]:
         missing = [k for k in ("license", "consent") if getattr(source, k) is None]
         if missing:
             yield warning("RLV404", ("data", "sources", i), f"source '{source.name}' lacks {' and '.join(missing)}")
+
+
+@rule
+def data_keys_that_would_change_nothing(c: Contract, _: Path) -> Iterator[Finding]:
+    """A key that changes nothing is refused: near-duplicate settings without minhash, a hint
+    format without prompt placement, a pattern that is not a regular expression."""
+    dedup = c.data.dedup
+    if dedup.method != "minhash":
+        for key in ("threshold", "shingle", "permutations"):
+            if getattr(dedup, key) is not None:
+                yield error(
+                    "RLV003", ("data", "dedup", key), f"{key} applies to method minhash; method is {dedup.method}"
+                )
+    hints = c.data.hints
+    if hints is not None and hints.format is not None:
+        if hints.placement != "prompt":
+            yield error("RLV003", ("data", "hints", "format"), "format applies to placement prompt")
+        elif "{prompt}" not in hints.format or "{hint}" not in hints.format:
+            yield error("RLV003", ("data", "hints", "format"), "format must contain {prompt} and {hint}")
+    for name, pattern in (c.data.pii_patterns or {}).items():
+        try:
+            compiled = re.compile(pattern)
+        except re.error as exc:
+            yield error("RLV003", ("data", "pii_patterns", name), f"not a regular expression: {exc}")
+            continue
+        if compiled.match(""):
+            yield error("RLV003", ("data", "pii_patterns", name), "the pattern matches the empty string")
 
 
 # ── RLV5xx: length ────────────────────────────────────────────────────────────────────

@@ -32,7 +32,7 @@ CONDITIONS: dict[str, list[dict[str, Any]]] = {
     ],
     "Advantage": [_when("scale", {"enum": ["group_std", "batch_std"]}, "std", "epsilon")],
     "KL": [_when("coef", {"type": "number", "exclusiveMinimum": 0}, "estimator", "placement")],
-    "Hints": [_when("used", {"const": True}, "source", "field")],
+    "Hints": [_when("used", {"const": True}, "source", "field", "placement", "share", "until_step", "advantage")],
     "Length": [_when("on_truncated", {"const": "penalize"}, "truncation_penalty")],
     "DynamicSampling": [_when("drop_uniform_groups", {"const": True}, "log_by")],
     "Rule": [_present("window", "owner")],

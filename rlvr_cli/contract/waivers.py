@@ -46,3 +46,18 @@ def _apply_one(result: CheckResult, i: int, waiver: Any, day: dt.date) -> Findin
     if not matched:
         return warning("RLV005", (*where, "rule"), f"waiver for {waiver.rule} matches no diagnostic")
     return None
+
+
+def active(contract: Any, today: dt.date | None = None) -> dict[str, str]:
+    """Rule code → reason, for every waiver of the contract that has not expired (a later
+    stage's findings, such as the data check's, are waived with these)."""
+    day = today or dt.date.today()
+    found = {}
+    for waiver in contract.waivers or []:
+        try:
+            expired = waiver.expires is not None and dt.date.fromisoformat(waiver.expires) < day
+        except ValueError:
+            expired = True
+        if not expired and waiver.rule not in UNWAIVABLE:
+            found[waiver.rule] = waiver.reason
+    return found

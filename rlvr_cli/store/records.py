@@ -60,6 +60,7 @@ class RecordRow:
     split: str = _col("string")
     verify_seconds: float = _col("float64")
     verifier: str | None = _col("string")
+    data_check: str | None = _col("string")  # sha256 of the run's data-check.json
 
 
 COLUMNS: tuple[tuple[str, str], ...] = tuple((f.name, f.metadata["arrow"]) for f in fields(RecordRow))

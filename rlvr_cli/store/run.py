@@ -92,6 +92,7 @@ class RunFolder:
     records = property(lambda self: self.path / "records")
     checkpoints = property(lambda self: self.path / "checkpoints")
     final = property(lambda self: self.path / "final")
+    data_check = property(lambda self: self.path / "data-check.json")
 
     def is_run(self) -> bool:
         return self.status_file.is_file()
@@ -138,6 +139,11 @@ class RunFolder:
 
     def write_plan(self, plan: dict[str, Any]) -> None:
         atomic_write_json(self.plan, plan)
+
+    def write_data_check(self, text: str) -> None:
+        """The data check this run started from (`rlvr data check`'s JSON report)."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(self.data_check, text)
 
     def read_metrics(self) -> list[dict[str, Any]]:
         if not self.metrics.is_file():

@@ -60,7 +60,9 @@ def acceptance_by(contract: Contract, result: StepResult) -> dict[str, float]:
     return out
 
 
-def record_rows(contract: Contract, step: int, verifier: str, samples: list[Sample]) -> list[RecordRow]:
+def record_rows(
+    contract: Contract, step: int, verifier: str, samples: list[Sample], data_check: str | None = None
+) -> list[RecordRow]:
     run = contract.name
     sampling = json.dumps(contract.hyperparameters.sampling.model_dump())
     return [
@@ -98,6 +100,7 @@ def record_rows(contract: Contract, step: int, verifier: str, samples: list[Samp
             split="train",
             verify_seconds=s.verify_seconds,
             verifier=verifier,
+            data_check=data_check,
         )
         for s in samples
     ]

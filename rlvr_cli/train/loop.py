@@ -20,6 +20,7 @@ from rlvr_cli.contract.models import Contract
 from rlvr_cli.env.scoring import InvalidVerdictStop, Sample, answer_and_score
 from rlvr_cli.env.single_turn import VerifierPool
 from rlvr_cli.errors import ExitCode, Interrupted, RlvrError
+from rlvr_cli.files import sha256_bytes
 from rlvr_cli.metrics import StepMetrics
 from rlvr_cli.store.records import RecordStore
 from rlvr_cli.store.run import FiredRule, RunFolder, Status
@@ -30,7 +31,7 @@ from rlvr_cli.train.faults import Fault
 from rlvr_cli.train.logbook import record_rows, rollout_metrics
 from rlvr_cli.train.monitor import Monitor
 from rlvr_cli.train.run_plan import build_plan, plan_text
-from rlvr_cli.train.setup import Setup, build
+from rlvr_cli.train.setup import Setup, build, check_data
 from rlvr_cli.train.state import TrainState
 
 
@@ -106,7 +107,8 @@ def run_steps(run: Run, pool: VerifierPool, progress: Progress) -> int:
         while state.step < run.steps:
             metrics, generated = train_step(setup, state, run.prompts, pool)
             if run.records is not None and state.step > run.records.last_step:  # a redone step is not written twice
-                run.records.append(record_rows(run.contract, state.step, setup.verifier_id, generated), state.step)
+                rows = record_rows(run.contract, state.step, setup.verifier_id, generated, setup.data_check)
+                run.records.append(rows, state.step)
             holdout(run, pool, metrics)
             row = metrics.row()
             if setup.main:
@@ -217,7 +219,11 @@ def start(contract: Contract, contract_path: Path, run_dir: Path, steps: int, re
         raise RlvrError("rlvr train runs single_turn environments; tool_use training needs the agent loop")
     folder = RunFolder(run_dir)
     check_locked_files(contract, contract_path)
+    report = check_data(contract, contract_path)
     setup = build(contract, contract_path.resolve().parent, Fault.from_env())
+    setup.data_check = sha256_bytes(report.dumps().encode()) if setup.main else None
+    if setup.main:
+        folder.write_data_check(report.dumps())
     monitor = Monitor(contract)
     if resume:
         state = _resume(setup, folder, monitor, contract_path, steps, force)

@@ -14,9 +14,11 @@ from typing import Any
 import torch
 
 from rlvr_cli.chat.render import ChatRenderer
-from rlvr_cli.contract import hub
+from rlvr_cli.contract import hub, waivers
 from rlvr_cli.contract.models import Contract
 from rlvr_cli.contract.tasks import read_splits
+from rlvr_cli.data.check import check
+from rlvr_cli.data.report import DataReport
 from rlvr_cli.errors import RlvrError
 from rlvr_cli.files import sha256_file
 from rlvr_cli.train import distributed as dist
@@ -42,6 +44,7 @@ class Setup:
     world: int
     fault: Fault  # test-only fault injection, parsed once from RLVR_FAULT
     verifier_id: str  # `module:function version sha256:...`, in every record
+    data_check: str | None = None  # sha256 of the run's data-check.json, in every record
 
     @property
     def tokenizer(self) -> Any:
@@ -182,3 +185,16 @@ def make_scheduler(contract: Contract, optimizer: torch.optim.Optimizer) -> torc
         return 1.0  # 2c. constant
 
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def check_data(contract: Contract, contract_path: Path) -> DataReport:
+    """The data check `rlvr data check` runs; a contract whose data has an error is not trained."""
+    report = check(contract, contract_path.resolve().parent, contract_path.name, waivers.active(contract))
+    if report.errors:
+        first = next(f for f in report.findings if f.severity == "error")
+        where = report.where(first.at, first.split)
+        raise RlvrError(
+            f"the data check found {report.errors} error(s), first {where}: [{first.code}] {first.message}; "
+            f"`rlvr data check {contract_path}` lists them"
+        )
+    return report

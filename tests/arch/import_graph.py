@@ -17,12 +17,13 @@ from pathlib import Path
 LAYERS = {
     "base": 0,  # errors, files, metrics, codes, store/
     "contract": 1,
-    "chat": 2,
-    "engine": 3,
-    "env": 4,
-    "train": 5,
-    "audit": 5,
-    "cli": 6,  # cli.py, __main__.py, commands/
+    "data": 2,
+    "chat": 3,
+    "engine": 4,
+    "env": 5,
+    "train": 6,
+    "audit": 6,
+    "cli": 7,  # cli.py, __main__.py, commands/
 }
 _BASE = {"errors", "files", "metrics", "codes", "store", "__init__"}
 _CLI = {"cli", "__main__", "commands"}

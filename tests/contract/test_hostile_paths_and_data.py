@@ -43,7 +43,7 @@ def test_a_file_that_opens_but_cannot_be_read_is_exit_2() -> None:
     ("row", "words"),
     [
         (b'{"id": "l1", "prompt": "caf\xe9", "answer": "1"}', "not UTF-8"),
-        (json.dumps({"id": "big", "prompt": "x" * (2 << 20), "answer": "1"}).encode(), "characters"),
+        (json.dumps({"id": "big", "prompt": "x" * (2 << 20), "answer": "1"}).encode(), "a line over 1,048,576 bytes"),
         (json.dumps({"id": "m", "prompt": [{"role": "user", "content": 5}], "answer": "1"}).encode(), "content"),
         (json.dumps({"id": "m", "prompt": ["hi"], "answer": "1"}).encode(), "chat message"),
         (json.dumps({"id": True, "prompt": "x", "answer": "1"}).encode(), "id must be"),
@@ -61,7 +61,7 @@ def test_a_huge_row_is_refused_before_anything_tokenizes_it(experiment: Path) ->
     with (experiment / "data" / "train.jsonl").open("a") as fh:
         fh.write(json.dumps({"id": "big", "prompt": "1+1=" * (1 << 20), "answer": "2"}) + "\n")
     run = rlvr("train", experiment / CONTRACT, "--max-steps", "1", timeout=120)
-    assert run.code == 1 and "characters (at most" in run.stderr
+    assert run.code == 1 and "train.jsonl:36: [RLV901] a line over 1,048,576 bytes" in run.stderr
 
 
 def test_a_standard_library_function_is_not_a_verifier(experiment: Path) -> None:
@@ -120,7 +120,7 @@ def test_a_prompt_in_two_splits_is_a_leak_with_both_places(experiment: Path) -> 
     leaked = rlvr("validate", "--deep", "--format", "json", experiment / CONTRACT)
     found = [d["message"] for d in leaked.json()["files"][0]["diagnostics"] if d["code"] == "RLV408"]
     assert leaked.code == 1 and len(found) == 3
-    assert any(f"holdout line 1 is the prompt at train line {len(train) + 1}" in m for m in found)
-    assert any("sealed_eval line" in m and "train line 1" in m for m in found)
+    assert any(f"data/holdout.jsonl:1: the prompt of data/train.jsonl:{len(train) + 1} again" in m for m in found)
+    assert any("data/sealed_eval.jsonl:" in m and "the prompt of data/train.jsonl:1 again" in m for m in found)
     run = rlvr("train", experiment / CONTRACT, "--max-steps", "1", timeout=300)
-    assert run.code == 1 and "is the prompt at" in run.stderr
+    assert run.code == 1 and "[RLV408]" in run.stderr and "rlvr data check" in run.stderr

@@ -126,7 +126,7 @@ def test_deep_finds_missing_paths_and_bad_rows(experiment: Path) -> None:
     messages = {d["path"]: d["message"] for d in diags}
     assert code == 1
     assert "does not exist" in messages["data.splits.holdout.path"]
-    assert "line 36: task lacks prompt" in messages["data.splits.train.path"]
+    assert "train.jsonl:36: task lacks prompt" in messages["data.splits.train.path"]
     assert "defines no 'check'" in messages["environment.verifier"]
 
 

@@ -87,7 +87,12 @@ def set_at(data: dict, path: tuple, value: Any) -> dict:
 
 
 def test_the_bases_hold_every_key_of_the_schema() -> None:
-    held = {dotted(p) for name in BASES for p in leaves(yaml.safe_load((COVERAGE / name).read_text()))}
+    held = {
+        dotted(p[:n])
+        for name in BASES
+        for p in leaves(yaml.safe_load((COVERAGE / name).read_text()))
+        for n in range(1, len(p) + 1)
+    }  # a free-form mapping (data.pii_patterns) is held by its entries
     schema = contract_schema()
     missing = schema_leaves(schema, schema["$defs"]) - held - REFUSED - NOT_LEAVES
     assert missing == set(), f"add these keys to {BASES}: {sorted(missing)}"

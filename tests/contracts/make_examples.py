@@ -99,7 +99,13 @@ EXAMPLES: dict[str, tuple[list[tuple[str, str]], list[tuple[str, str, str]]]] = 
         [("RLV303", "error", "updates_per_batch: 3")],
     ),
     "RLV401-hints-without-leak-check": (
-        [("hints: {used: false}", "hints: {used: true, source: data/hints.jsonl, field: hint}")],
+        [
+            (
+                "hints: {used: false}",
+                "hints: {used: true, source: data/hints.jsonl, field: hint, placement: prompt, share: 0.5, "
+                "until_step: 10, advantage: subgroup}",
+            )
+        ],
         [("RLV401", "error", "hints: {used: true")],
     ),
     "RLV402-dedup-after-split": (

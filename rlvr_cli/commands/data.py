@@ -1,0 +1,111 @@
+"""`rlvr data check` and `rlvr data split`."""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from pathlib import Path
+
+from rlvr_cli.commands.common import load_valid_contract
+from rlvr_cli.commands.formats import emit, reporter
+from rlvr_cli.contract.diagnostics import Finding
+from rlvr_cli.contract.models import Contract
+from rlvr_cli.contract.waivers import active
+from rlvr_cli.data.report import DataReport
+from rlvr_cli.errors import UsageProblem
+from rlvr_cli.files import atomic_write_text
+
+VALIDATE_PER_CODE = 20
+
+
+@reporter("data check", "text")
+def _text(report: DataReport) -> str:
+    return report.text()
+
+
+@reporter("data check", "json")
+def _json(report: DataReport) -> str:
+    return report.dumps().rstrip("\n")
+
+
+@reporter("data check", "github")
+def _github(report: DataReport) -> str:
+    return report.github()
+
+
+def data_report(contract: Contract, contract_path: Path, *, waive: bool = True) -> DataReport:
+    from rlvr_cli.data.check import check
+
+    waivers = active(contract) if waive else {}
+    return check(contract, contract_path.resolve().parent, contract_path.name, waivers)
+
+
+def run_data_check(contract_path: Path, fmt: str, out: Path | None) -> int:
+    """Exit 0 clean (warnings and waived findings allowed), 1 an error finding."""
+    from rlvr_cli.commands.formats import check as check_format
+
+    check_format("data check", fmt)
+    contract = load_valid_contract(contract_path)
+    report = data_report(contract, contract_path)
+    if out is not None:
+        atomic_write_text(out, report.dumps())
+    emit("data check", fmt, report)
+    print(report.summary(), file=sys.stderr)
+    return 1 if report.errors else 0
+
+
+def deep_findings(contract: Contract, folder: Path, contract_path: Path) -> list[Finding]:
+    """The data check as `rlvr validate --deep` reports it: at the split's key in the contract,
+    with the data file and line in the message (the first VALIDATE_PER_CODE of each code;
+    waivers are applied by validate itself)."""
+    report = data_report(contract, contract_path, waive=False)
+    found, shown = [], Counter[str]()
+    for f in report.findings:
+        shown[f.code] += 1
+        if shown[f.code] > VALIDATE_PER_CODE:
+            continue
+        split = f.at.split if f.at is not None else f.split
+        where: tuple[str, ...] = ("data", "splits", split, "path") if split else ("data",)
+        if f.code == "RLV407":
+            where = ("data", "holdout_design")
+        message = f"{report.where(f.at)}: {f.message}" if f.at is not None else f.message
+        found.append(Finding(f.code, "error" if f.severity == "error" else "warning", where, message))
+    for code, total in report.counts.items():
+        if total > VALIDATE_PER_CODE:
+            more = f"... and {total - VALIDATE_PER_CODE} more {code} findings (`rlvr data check` lists them)"
+            found.append(Finding(code, "error", ("data",), more))
+    return found
+
+
+def run_data_split(
+    contract_path: Path, source: Path | None, by: str | None, fractions: str, seed: int | None, *, force: bool
+) -> int:
+    from rlvr_cli.data.split import write_split
+
+    contract = load_valid_contract(contract_path)
+    shares = _fractions(fractions)
+    folder = contract_path.resolve().parent
+    source_path = source if source is not None else folder / contract.data.sources[0].path
+    if not source_path.is_file():
+        raise UsageProblem(f"{source_path}: no such source file")
+    chosen = contract.hyperparameters.seed if seed is None else seed
+    target, manifest = write_split(contract, contract_path, source_path, by, shares, chosen, force=force)
+    for name, info in manifest["splits"].items():
+        print(f"{name}: {info['rows']} tasks → {info['path']}")
+    dropped = len(manifest["dropped_duplicates"])
+    print(f"{dropped} exact duplicate(s) dropped, {manifest['near_duplicate_joins']} near-duplicate join(s)")
+    print(f"manifest: {target}")
+    if not contract.data.split_manifest:
+        rel = target.relative_to(folder).as_posix()
+        print(f"add `split_manifest: {rel}` to the contract's data section so `rlvr lock` pins it", file=sys.stderr)
+    return 0
+
+
+def _fractions(text: str) -> list[float]:
+    try:
+        shares = [float(part) for part in text.split(",")]
+    except ValueError:
+        raise UsageProblem(f"--fractions {text!r}: three numbers, e.g. 0.8,0.1,0.1") from None
+    if len(shares) != 3 or any(not 0 < s < 1 for s in shares) or abs(sum(shares) - 1) > 1e-6:
+        raise UsageProblem(f"--fractions {text!r}: three shares between 0 and 1 that sum to 1")
+    return shares

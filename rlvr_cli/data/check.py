@@ -1,0 +1,251 @@
+"""`rlvr data check`: every claim the contract's `data` section makes, checked against the
+split files in one streaming pass each.
+
+Checked (rule codes in docs/rules.md): rows are tasks (RLV901: JSON, UTF-8, size, schema);
+ids unique within and across splits (RLV405) and of one type (RLV409); no prompt twice
+after the declared normalisation, across splits (RLV408) or within one (RLV410); with
+`dedup.method: minhash` no near-duplicate prompts across splits (RLV411); no answer of one
+split verbatim in another split's prompt or hint (RLV412); no secret (RLV413) or personal
+datum (RLV414); the holdout design holds (RLV407); sealed_eval carries no hint (RLV401).
+
+Memory stays bounded by the evaluation splits: train rows are checked as they stream past
+and only an 8-byte digest and the id of each are kept.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from rlvr_cli.contract.models import Contract
+from rlvr_cli.contract.tasks import MAX_ROW_BYTES, task_problem
+from rlvr_cli.data.holdout import HoldoutTally
+from rlvr_cli.data.leak import AnswerIndex, answers
+from rlvr_cli.data.normal import normalizer, prompt_text, strings
+from rlvr_cli.data.report import SPLITS, DataFinding, DataReport, Place
+from rlvr_cli.data.scan import Scanner
+from rlvr_cli.files import sha256_file
+
+ORDER = ("holdout", "sealed_eval", "train")  # evaluation splits first: they are indexed, train is queried
+BATCH = 1024
+DEFAULT_LEAKAGE = {"answer_fields": ["answer"], "min_chars": 8}
+
+
+def settings_of(c: Contract) -> dict[str, Any]:
+    """The settings the check runs with, defaults resolved (written into the report)."""
+    d = c.data
+    near = None
+    if d.dedup.method == "minhash":
+        near = {
+            "threshold": d.dedup.threshold if d.dedup.threshold is not None else 0.8,
+            "shingle": d.dedup.shingle or 5,
+            "permutations": d.dedup.permutations or 128,
+        }
+    leakage = d.leakage.model_dump() if d.leakage is not None else dict(DEFAULT_LEAKAGE)
+    return {
+        "normalize": list(d.dedup.normalize),
+        "near_duplicates": near,
+        "leakage": leakage,
+        "pii_patterns": dict(d.pii_patterns or {}),
+        "hint_field": d.hints.field if d.hints is not None and d.hints.used else None,
+    }
+
+
+def check(c: Contract, folder: Path, contract_path: str, waivers: dict[str, str] | None = None) -> DataReport:
+    """Check every split the contract names; a missing file is a finding, not an exception."""
+    files = {}
+    for name in SPLITS:
+        path = folder / getattr(c.data.splits, name).path
+        files[name] = {
+            "path": getattr(c.data.splits, name).path,
+            "sha256": sha256_file(path) if path.is_file() else None,
+            "rows": 0,
+        }
+    report = DataReport(contract_path, files, settings_of(c), waivers=dict(waivers or {}))
+    with Scanner(c.data.pii_patterns) as scanner:
+        _Check(c, folder, report, scanner).run()
+    return report
+
+
+def _loc(split: str, line: int) -> int:
+    return SPLITS.index(split) << 40 | line
+
+
+def _place(loc: int) -> Place:
+    return Place(SPLITS[loc >> 40], loc & ((1 << 40) - 1))
+
+
+def _pair(a: int, b: int) -> tuple[Place, Place]:
+    """The later of two places first: the finding sits where the copy is."""
+    return (_place(max(a, b)), _place(min(a, b)))
+
+
+class _Check:
+    def __init__(self, c: Contract, folder: Path, report: DataReport, scanner: Scanner) -> None:
+        self.c, self.folder, self.report, self.scanner = c, folder, report, scanner
+        s = report.settings
+        self.normalize = normalizer(s["normalize"])
+        self.hint_field = s["hint_field"]
+        self.answer_fields = s["leakage"]["answer_fields"]
+        self.answers = AnswerIndex(s["leakage"]["min_chars"])
+        self.eval_texts: list[tuple[str, int]] = []  # (normalised prompt and hint, loc): leak-checked at the end
+        self.ids: dict[str, int] = {}
+        self.id_types: dict[str, int] = {}  # type name → first loc
+        self.digests: dict[bytes, int] = {}
+        self.holdout = HoldoutTally(c.data.holdout_design)
+        self.near = _Near(s["near_duplicates"], self) if s["near_duplicates"] else None
+
+    def run(self) -> None:
+        for name in ORDER:
+            self._split(name)
+        if self.near is not None:
+            self.near.flush()
+        for text, loc in self.eval_texts:
+            self._leaks(text, loc)
+        self._id_types()
+        for code, where, message in self.holdout.problems():
+            self.report.add(DataFinding(code, "error", message, split=where))
+
+    def _split(self, name: str) -> None:
+        path = self.folder / self.report.files[name]["path"]
+        if not path.is_file():
+            self.report.add(DataFinding("RLV901", "error", f"{path.name} does not exist", split=name))
+            return
+        rows = 0
+        for line, raw in _lines(path):
+            row = self._row(name, line, raw)
+            if row is not None:
+                rows += 1
+                self._task(name, line, row)
+        self.report.files[name]["rows"] = rows
+        if rows == 0:
+            self.report.add(DataFinding("RLV901", "error", f"{path.name} holds no task", split=name))
+
+    def _row(self, name: str, line: int, raw: bytes | None) -> dict[str, Any] | None:
+        """The task on one line, or None (reported) when the line is not one."""
+        problem = None
+        row: Any = None
+        if raw is None:
+            problem = f"a line over {MAX_ROW_BYTES:,} bytes (refused before reading it)"
+        else:
+            try:
+                row = json.loads(raw)
+            except UnicodeDecodeError as exc:
+                problem = f"not UTF-8 (byte {exc.start})"
+            except json.JSONDecodeError as exc:
+                problem = f"not JSON ({exc.msg} at column {exc.colno})"
+            else:
+                problem = task_problem(row)
+        if problem:
+            self.report.add(DataFinding("RLV901", "error", problem, at=Place(name, line)))
+            return None
+        return row  # type: ignore[no-any-return]
+
+    def _task(self, name: str, line: int, row: dict[str, Any]) -> None:
+        loc = _loc(name, line)
+        self._id(row["id"], loc)
+        text = self.normalize(prompt_text(row["prompt"]))
+        digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+        first = self.digests.setdefault(digest, loc)
+        if first != loc:
+            self._duplicate(first, loc, text)
+        hint = row.get(self.hint_field) if self.hint_field else None
+        if hint is not None and name == "sealed_eval":
+            self.report.add(
+                DataFinding("RLV401", "error", f"carries the hint field '{self.hint_field}'", at=Place(name, line))
+            )
+        full = text if not isinstance(hint, str) else text + "\n" + self.normalize(hint)
+        for answer in answers(row, self.answer_fields):
+            self.answers.add(self.normalize(answer), Place(name, line))
+        if name == "train":
+            self._leaks(full, loc)
+        else:
+            self.eval_texts.append((full, loc))
+        if self.near is not None:
+            self.near.add(text, digest, loc)
+        self.holdout.add(name, row)
+        for kind, what, shown in self.scanner.row(list(strings(row))):
+            code = "RLV413" if kind == "secret" else "RLV414"
+            label = "a secret" if kind == "secret" else "personal data"
+            self.report.add(DataFinding(code, "error", f"{label}: {what} ({shown})", at=Place(name, line)))
+
+    def _id(self, value: Any, loc: int) -> None:
+        self.id_types.setdefault(type(value).__name__, loc)
+        first = self.ids.setdefault(str(value), loc)
+        if first != loc:
+            at, other = _pair(first, loc)
+            message = f"task id {str(value)!r} is already used at {self.report.where(other)}"
+            self.report.add(DataFinding("RLV405", "error", message, at=at, other=other))
+
+    def _duplicate(self, first: int, loc: int, text: str) -> None:
+        at, other = _pair(first, loc)
+        within = at.split == other.split
+        code = "RLV410" if within else "RLV408"
+        how = "within the split" if within else "across splits"
+        message = f"the prompt of {self.report.where(other)} again ({how}): {text[:60]!r}"
+        self.report.add(DataFinding(code, "error", message, at=at, other=other))
+
+    def _leaks(self, text: str, loc: int) -> None:
+        here = _place(loc)
+        for answer, source in self.answers.find(text, here.split):
+            message = f"the answer of {self.report.where(source)} ({answer[:40]!r}) is in this prompt or hint"
+            self.report.add(DataFinding("RLV412", "error", message, at=here, other=source))
+
+    def _id_types(self) -> None:
+        if len(self.id_types) > 1:
+            where = ", ".join(f"{t} at {self.report.where(_place(loc))}" for t, loc in self.id_types.items())
+            self.report.add(DataFinding("RLV409", "error", f"task ids of more than one type: {where}"))
+
+
+class _Near:
+    """Prompts batched for signing; evaluation splits indexed, every prompt queried."""
+
+    def __init__(self, settings: dict[str, Any], check: _Check) -> None:
+        from rlvr_cli.data.near import Index, Signer
+
+        self.signer = Signer(settings["permutations"], settings["shingle"])
+        self.index = Index(settings["threshold"], settings["permutations"])
+        self.check = check
+        self.pending: list[tuple[str, bytes, int]] = []
+
+    def add(self, text: str, digest: bytes, loc: int) -> None:
+        self.pending.append((text, digest, loc))
+        if len(self.pending) >= BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        signatures = self.signer.signatures([text for text, _, _ in self.pending])
+        for (_, digest, loc), signature in zip(self.pending, signatures, strict=True):
+            split = loc >> 40
+            for (other_digest, other), similarity in self.index.matches(signature):  # type: ignore[misc]
+                if other >> 40 != split and other_digest != digest:  # exact copies are RLV408 already
+                    self._report(loc, other, similarity)
+            if SPLITS[split] != "train":
+                self.index.add((digest, loc), signature)
+        self.pending.clear()
+
+    def _report(self, loc: int, other_loc: int, similarity: float) -> None:
+        report = self.check.report
+        at, other = _pair(other_loc, loc)
+        message = f"a near duplicate of {report.where(other)} (estimated Jaccard similarity {similarity:.2f})"
+        report.add(DataFinding("RLV411", "error", message, at=at, other=other, similarity=similarity))
+
+
+def _lines(path: Path) -> Iterator[tuple[int, bytes | None]]:
+    """(line number, bytes) for each non-blank line; None for a line over MAX_ROW_BYTES, which
+    is skipped without being held in memory."""
+    with path.open("rb") as fh:
+        number = 0
+        while raw := fh.readline(MAX_ROW_BYTES + 1):
+            number += 1
+            if len(raw) > MAX_ROW_BYTES and not raw.endswith(b"\n"):
+                while raw and not raw.endswith(b"\n"):
+                    raw = fh.readline(1 << 20)
+                yield number, None
+            elif raw.strip():
+                yield number, raw

@@ -1,0 +1,129 @@
+"""Near-duplicate prompts across splits: MinHash signatures over character shingles, an LSH
+index (datasketch's `MinHashLSH`) of the evaluation splits, and each other prompt queried
+against it.
+
+Signatures are computed for a batch of prompts at once with datasketch's own `affine32`
+permutations (the MurmurHash3 finalizer, then `a·h + b` mod 2³²), so they are exactly what
+`datasketch.MinHash(scheme="affine32", hashfunc=shingle_hash)` would give for the same
+shingles — only without a Python call per shingle. A candidate pair from the index is kept
+when its estimated Jaccard similarity (the share of equal signature values) reaches the
+threshold.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+_SEED = 1
+_POLY = np.uint64(0x100000001B3)  # FNV-64 prime: the shingle's characters as a polynomial
+_FMIX32 = (16, np.uint32(0x85EBCA6B), 13, np.uint32(0xC2B2AE35), 16)
+
+
+def shingle_hash(shingle: str) -> int:
+    """The 32-bit hash of one shingle, as `signatures` computes it (for datasketch's `hashfunc`)."""
+    h = 0
+    for i, ch in enumerate(shingle):
+        h = (h + ord(ch) * pow(int(_POLY), i, 1 << 64)) % (1 << 64)
+    return (h ^ (h >> 32)) & 0xFFFFFFFF
+
+
+def _fmix32(h: np.ndarray) -> np.ndarray:
+    s1, m1, s2, m2, s3 = _FMIX32
+    h = h ^ (h >> np.uint32(s1))
+    h = h * m1
+    h = h ^ (h >> np.uint32(s2))
+    h = h * m2
+    return h ^ (h >> np.uint32(s3))
+
+
+def _window_hashes(texts: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The hash of every k-character window of every text (a text shorter than k is one
+    window), and the index of the text each window belongs to."""
+    codes = np.frombuffer("".join(texts).encode("utf-32-le"), dtype=np.uint32).astype(np.uint64)
+    lengths = np.fromiter((len(t) for t in texts), dtype=np.int64, count=len(texts))
+    owner = np.repeat(np.arange(len(texts)), lengths)
+    n = len(codes)
+    span = min(k, n)
+    acc = np.zeros(max(n - span + 1, 0), dtype=np.uint64)
+    power = np.uint64(1)
+    with np.errstate(over="ignore"):
+        for j in range(span):
+            acc += codes[j : n - span + 1 + j] * power
+            power = power * _POLY
+    valid = owner[: len(acc)] == owner[span - 1 :] if len(acc) else np.zeros(0, dtype=bool)
+    hashes, who = acc[valid], owner[: len(acc)][valid]
+    short = [i for i, t in enumerate(texts) if 0 < len(t) < k or (len(t) == 0)]
+    if short:
+        extra = np.array([shingle_hash(texts[i]) for i in short], dtype=np.uint64)
+        hashes = np.concatenate([hashes ^ (hashes >> np.uint64(32)), extra])
+        who = np.concatenate([who, np.array(short, dtype=np.int64)])
+        order = np.argsort(who, kind="stable")
+        return hashes[order].astype(np.uint32), who[order]
+    return (hashes ^ (hashes >> np.uint64(32))).astype(np.uint32), who
+
+
+@dataclass
+class Signer:
+    """MinHash signatures, `permutations` uint32 values per text."""
+
+    permutations: int
+    shingle: int
+    a: np.ndarray = field(init=False, repr=False)
+    b: np.ndarray = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        from datasketch import MinHash
+
+        a, b = MinHash(num_perm=self.permutations, seed=_SEED, scheme="affine32").permutations
+        self.a, self.b = a.astype(np.uint32)[:, None], b.astype(np.uint32)[:, None]
+
+    def signatures(self, texts: Sequence[str]) -> np.ndarray:
+        """`(len(texts), permutations)` uint32; texts are signed in batches of a few hundred."""
+        out = np.empty((len(texts), self.permutations), dtype=np.uint32)
+        for start in range(0, len(texts), 512):
+            out[start : start + 512] = self._batch(texts[start : start + 512])
+        return out
+
+    def _batch(self, texts: Sequence[str]) -> np.ndarray:
+        hashes, who = _window_hashes(texts, self.shingle)
+        starts = np.searchsorted(who, np.arange(len(texts)))
+        with np.errstate(over="ignore"):
+            mixed = _fmix32(hashes)
+            values = self.a * mixed[None, :]
+            values += self.b
+        return np.minimum.reduceat(values, starts, axis=1).T
+
+
+class Index:
+    """An LSH index of signatures, queried for pairs at or above the Jaccard threshold."""
+
+    def __init__(self, threshold: float, permutations: int) -> None:
+        from datasketch import MinHashLSH
+
+        self.threshold = threshold
+        self.lsh = MinHashLSH(threshold=threshold, num_perm=permutations)
+        self.keys: list[object] = []
+        self.rows: list[np.ndarray] = []
+
+    def add(self, key: object, signature: np.ndarray) -> None:
+        self.lsh.insert(len(self.keys), _lean(signature), check_duplication=False)
+        self.keys.append(key)
+        self.rows.append(signature)
+
+    def matches(self, signature: np.ndarray) -> list[tuple[object, float]]:
+        """Indexed keys whose estimated Jaccard similarity with `signature` reaches the threshold."""
+        found = []
+        for slot in self.lsh.query(_lean(signature)):
+            similarity = float(np.mean(self.rows[slot] == signature))
+            if similarity >= self.threshold:
+                found.append((self.keys[slot], similarity))
+        return found
+
+
+def _lean(signature: np.ndarray) -> object:
+    from datasketch import LeanMinHash
+
+    return LeanMinHash(seed=_SEED, hashvalues=signature, scheme="affine32")

@@ -1,0 +1,122 @@
+"""What `rlvr data check` found: findings at their file and line, the report written as
+`data-check.json`, and its text, json and github forms."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+SPLITS = ("train", "holdout", "sealed_eval")
+KEEP_PER_CODE = 200  # findings listed per code; every one is counted
+
+
+@dataclass(frozen=True)
+class Place:
+    split: str
+    line: int
+
+
+@dataclass
+class DataFinding:
+    code: str
+    severity: str  # error | warning | waived
+    message: str
+    at: Place | None = None  # where the finding is; None: the split as a whole
+    other: Place | None = None  # the other place of a pair (a duplicate, a leak's source)
+    similarity: float | None = None  # near duplicates: the estimated Jaccard similarity
+    split: str | None = None  # the split a place-less finding is about
+    waiver: str | None = None
+
+
+@dataclass
+class DataReport:
+    """Every finding of one data check, with the files and settings it was made against."""
+
+    contract: str
+    files: dict[str, dict[str, Any]]  # split → {path, sha256, rows}
+    settings: dict[str, Any]
+    waivers: dict[str, str] = field(default_factory=dict)  # code → the reason it is accepted
+    findings: list[DataFinding] = field(default_factory=list)
+    counts: Counter[str] = field(default_factory=Counter)
+    severities: Counter[str] = field(default_factory=Counter)
+
+    def add(self, finding: DataFinding) -> None:
+        """Count a finding (a code the contract waives stays listed, as waived) and keep the
+        first KEEP_PER_CODE of each code."""
+        if finding.code in self.waivers and finding.severity != "waived":
+            finding.severity, finding.waiver = "waived", self.waivers[finding.code]
+        self.counts[finding.code] += 1
+        self.severities[finding.severity] += 1
+        if self.counts[finding.code] <= KEEP_PER_CODE:
+            self.findings.append(finding)
+
+    @property
+    def errors(self) -> int:
+        return self.severities["error"]
+
+    def path(self, place: Place) -> str:
+        return str(self.files[place.split]["path"])
+
+    def where(self, place: Place | None, split: str | None = None) -> str:
+        if place is None:
+            return str(self.files[split]["path"]) if split in self.files else "data"
+        return f"{self.path(place)}:{place.line}"
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "version": 1,
+            "contract": self.contract,
+            "files": self.files,
+            "settings": self.settings,
+            "errors": self.severities["error"],
+            "warnings": self.severities["warning"],
+            "waived": self.severities["waived"],
+            "counts": dict(sorted(self.counts.items())),
+            "findings": [self._finding_json(f) for f in self.findings],
+        }
+
+    def _finding_json(self, f: DataFinding) -> dict[str, Any]:
+        out: dict[str, Any] = {"code": f.code, "severity": f.severity, "message": f.message}
+        for key, place in (("at", f.at), ("other", f.other)):
+            if place is not None:
+                out[key] = {"split": place.split, "path": self.path(place), "line": place.line}
+        if f.at is None and f.split:
+            out["at"] = {"split": f.split, "path": self.files.get(f.split, {}).get("path")}
+        if f.similarity is not None:
+            out["similarity"] = round(f.similarity, 4)
+        if f.waiver:
+            out["waiver"] = f.waiver
+        return out
+
+    def text(self) -> str:
+        lines = []
+        for f in self.findings:
+            where = self.where(f.at, f.split)
+            where += ":1" if f.at is not None else ""
+            tail = f" (waived: {f.waiver})" if f.waiver else ""
+            lines.append(f"{where}: {f.severity}[{f.code}] {f.message}{tail}")
+        hidden = sum(self.counts.values()) - len(self.findings)
+        if hidden:
+            lines.append(f"... and {hidden} more (every one is in data-check.json's counts)")
+        return "\n".join(lines)
+
+    def github(self) -> str:
+        kinds = {"error": "error", "warning": "warning", "waived": "notice"}
+        lines = []
+        for f in self.findings:
+            props = f"file={self.where(None, f.split) if f.at is None else self.path(f.at)}"
+            if f.at is not None:
+                props += f",line={f.at.line}"
+            message = f.message.replace("%", "%25").replace("\n", "%0A")
+            lines.append(f"::{kinds[f.severity]} {props},title={f.code}::{message}")
+        return "\n".join(lines)
+
+    def summary(self) -> str:
+        rows = sum(int(f["rows"]) for f in self.files.values())
+        parts = [f"{n} {k}{'s' if n != 1 and k != 'waived' else ''}" for k, n in self.severities.items() if n]
+        return f"{rows:,} task rows in {len(self.files)} splits checked: " + (", ".join(parts) or "clean")
+
+    def dumps(self) -> str:
+        return json.dumps(self.as_json(), indent=2, ensure_ascii=False) + "\n"

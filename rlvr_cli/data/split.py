@@ -1,0 +1,189 @@
+"""`rlvr data split`: deduplicate first, then split by a declared key so that a group never
+straddles two splits; seeded, reproducible, with a manifest of how it was done.
+
+Exact duplicates (after the contract's normalisation) are dropped, the first copy kept. With
+`dedup.method: minhash`, near duplicates are not dropped but joined into one group, so they
+land in the same split. Groups the holdout design withholds (a held-out composition, entity
+group or length bucket of the `--by` field) go to holdout; every other group is placed by a
+seeded hash of its key: the same data, key, fractions and seed give byte-identical splits.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rlvr_cli.contract.models import Contract
+from rlvr_cli.contract.tasks import read_split
+from rlvr_cli.data.check import settings_of
+from rlvr_cli.data.normal import normalizer, prompt_text
+from rlvr_cli.data.report import SPLITS
+from rlvr_cli.errors import RlvrError
+from rlvr_cli.files import atomic_write_text, sha256_file
+
+HOLDOUT_FIELDS = {"composition": "compositions", "entity_group": "entity_groups", "length_bucket": "length_buckets"}
+
+
+def group_key(row: dict[str, Any], by: str | None, line: int) -> str:
+    if by is None:
+        return f"id:{row['id']}"
+    if by not in row:
+        raise RlvrError(f"line {line}: task {row['id']!r} has no field '{by}' to split by")
+    value = row[by]
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+
+class _Groups:
+    """Union-find over group keys: near duplicates join their groups."""
+
+    def __init__(self) -> None:
+        self.parent: dict[str, str] = {}
+
+    def find(self, key: str) -> str:
+        self.parent.setdefault(key, key)
+        while self.parent[key] != key:
+            self.parent[key] = self.parent[self.parent[key]]
+            key = self.parent[key]
+        return key
+
+    def join(self, a: str, b: str) -> bool:
+        ra, rb = self.find(a), self.find(b)
+        if ra == rb:
+            return False
+        self.parent[max(ra, rb)] = min(ra, rb)
+        return True
+
+
+def _rank(seed: int, key: str) -> int:
+    return int.from_bytes(hashlib.blake2b(f"{seed}\0{key}".encode(), digest_size=8).digest(), "big")
+
+
+def plan_split(
+    c: Contract, rows: list[dict[str, Any]], by: str | None, fractions: Sequence[float], seed: int
+) -> tuple[dict[str, list[dict[str, Any]]], dict[str, Any]]:
+    """The three splits and what the manifest says about how they were made."""
+    settings = settings_of(c)
+    normalize = normalizer(settings["normalize"])
+    kept, dropped, first = [], [], {}
+    for line, row in enumerate(rows, 1):
+        text = normalize(prompt_text(row["prompt"]))
+        if text in first:
+            dropped.append({"id": row["id"], "line": line, "duplicate_of": first[text]})
+            continue
+        first[text] = row["id"]
+        kept.append((line, row, text))
+    groups = _Groups()
+    keys = [groups.find(group_key(row, by, line)) for line, row, _ in kept]
+    merged = _join_near(settings["near_duplicates"], [text for _, _, text in kept], keys, groups)
+    forced = {groups.find(key) for key in _forced(c, by) if key in groups.parent}
+    assignment = _assign({groups.find(k) for k in keys}, [groups.find(k) for k in keys], forced, fractions, seed)
+    splits: dict[str, list[dict[str, Any]]] = {name: [] for name in SPLITS}
+    hint = settings["hint_field"]
+    for (_, row, _), key in zip(kept, keys, strict=True):
+        name = assignment[groups.find(key)]
+        if name == "sealed_eval" and hint:
+            row = {k: v for k, v in row.items() if k != hint}  # sealed_eval is hint-free
+        splits[name].append(row)
+    manifest = {
+        "by": by,
+        "fractions": dict(zip(SPLITS, fractions, strict=True)),
+        "seed": seed,
+        "normalize": settings["normalize"],
+        "near_duplicates": settings["near_duplicates"],
+        "dropped_duplicates": dropped,
+        "near_duplicate_joins": merged,
+        "held_out_groups": sorted(_forced(c, by)),
+        "hint_field_removed_from_sealed_eval": hint,
+    }
+    return splits, manifest
+
+
+def _join_near(settings: dict[str, Any] | None, texts: list[str], keys: list[str], groups: _Groups) -> int:
+    if not settings or len(texts) < 2:
+        return 0
+    from rlvr_cli.data.near import Index, Signer
+
+    signer = Signer(settings["permutations"], settings["shingle"])
+    index = Index(settings["threshold"], settings["permutations"])
+    joins = 0
+    for i, signature in enumerate(signer.signatures(texts)):
+        for other, _ in index.matches(signature):
+            joins += groups.join(keys[i], keys[other])  # type: ignore[index]
+        index.add(i, signature)
+    return joins
+
+
+def _forced(c: Contract, by: str | None) -> set[str]:
+    design = c.data.holdout_design
+    if design is None or by not in HOLDOUT_FIELDS:
+        return set()
+    return set(getattr(design, HOLDOUT_FIELDS[by]) or [])
+
+
+def _assign(
+    roots: set[str], keys: list[str], forced: set[str], fractions: Sequence[float], seed: int
+) -> dict[str, str]:
+    """Group → split: held-out groups to holdout, the rest in seeded order, filling train,
+    then holdout, then sealed_eval to their shares of the rows."""
+    sizes: dict[str, int] = {}
+    for key in keys:
+        sizes[key] = sizes.get(key, 0) + 1
+    total = len(keys)
+    assignment = {}
+    filled = dict.fromkeys(SPLITS, 0)
+    for root in roots & forced:
+        assignment[root] = "holdout"
+        filled["holdout"] += sizes[root]
+    targets = [total * f for f in fractions]
+    order = sorted((r for r in roots if r not in assignment), key=lambda r: (_rank(seed, r), r))
+    split = 0
+    for root in order:
+        while split < 2 and filled[SPLITS[split]] >= targets[split]:
+            split += 1
+        assignment[root] = SPLITS[split]
+        filled[SPLITS[split]] += sizes[root]
+    return assignment
+
+
+def write_split(
+    c: Contract,
+    contract_path: Path,
+    source: Path,
+    by: str | None,
+    fractions: Sequence[float],
+    seed: int,
+    *,
+    force: bool,
+) -> tuple[Path, dict[str, Any]]:
+    """Write the three split files the contract names and the manifest; returns the manifest."""
+    folder = contract_path.resolve().parent
+    targets = {name: folder / getattr(c.data.splits, name).path for name in SPLITS}
+    manifest_rel = c.data.split_manifest or str(Path(c.data.splits.train.path).parent / "split-manifest.json")
+    existing = [str(p) for p in targets.values() if p.exists()]
+    if existing and not force:
+        raise RlvrError(f"{', '.join(existing)} already exist; --force replaces them")
+    rows = read_split(source, "source")
+    splits, manifest = plan_split(c, rows, by, fractions, seed)
+    empty = [name for name, found in splits.items() if not found]
+    if empty:
+        raise RlvrError(f"no task lands in {', '.join(empty)}: give it a larger share, or split by a finer key")
+    out = {"version": 1, "source": {"path": _rel(source, folder), "sha256": sha256_file(source), "rows": len(rows)}}
+    out.update(manifest)
+    out["splits"] = {}
+    for name, found in splits.items():
+        text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in found)
+        targets[name].parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(targets[name], text)
+        path = getattr(c.data.splits, name).path
+        out["splits"][name] = {"path": path, "sha256": sha256_file(targets[name]), "rows": len(found)}
+    target = folder / manifest_rel
+    atomic_write_text(target, json.dumps(out, indent=2, ensure_ascii=False) + "\n")
+    return target, out
+
+
+def _rel(path: Path, folder: Path) -> str:
+    resolved = path.resolve()
+    return resolved.relative_to(folder).as_posix() if resolved.is_relative_to(folder) else str(path)
