@@ -28,7 +28,7 @@ def load_valid_contract(path: Path) -> Contract:
 
 def require_extra(extra: str, *modules: str) -> None:
     """A command that needs an optional extra says how to install it (exit 2), never a traceback."""
-    missing = [m for m in modules if not _importable(m)]
+    missing = [m for m in modules if not importable(m)]
     if missing:
         raise UsageProblem(
             f"this command needs {', '.join(missing)}, which come with the '{extra}' extra: "
@@ -36,7 +36,7 @@ def require_extra(extra: str, *modules: str) -> None:
         )
 
 
-def _importable(module: str) -> bool:
+def importable(module: str) -> bool:
     try:
         return importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):

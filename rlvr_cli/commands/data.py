@@ -6,7 +6,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from rlvr_cli.commands.common import load_valid_contract
+from rlvr_cli.commands.common import importable, load_valid_contract, require_extra
 from rlvr_cli.commands.formats import emit, reporter
 from rlvr_cli.contract.diagnostics import Finding
 from rlvr_cli.contract.models import Contract
@@ -16,6 +16,7 @@ from rlvr_cli.errors import UsageProblem
 from rlvr_cli.files import atomic_write_text
 
 VALIDATE_PER_CODE = 20
+DATA_MODULES = ("datasketch", "detect_secrets")
 
 
 @reporter("data check", "text")
@@ -45,6 +46,7 @@ def run_data_check(contract_path: Path, fmt: str, out: Path | None) -> int:
     from rlvr_cli.commands.formats import check as check_format
 
     check_format("data check", fmt)
+    require_extra("data", *DATA_MODULES)
     contract = load_valid_contract(contract_path)
     report = data_report(contract, contract_path)
     if out is not None:
@@ -58,6 +60,10 @@ def deep_findings(contract: Contract, folder: Path, contract_path: Path) -> list
     """The data check as `rlvr validate --deep` reports it: at the split's key in the contract,
     with the data file and line in the message (the first VALIDATE_PER_CODE of each code;
     waivers are applied by validate itself)."""
+    missing = [m for m in DATA_MODULES if not importable(m)]
+    if missing:
+        message = f"the data check needs {', '.join(missing)}: pip install 'rlvr-cli[data]'"
+        return [Finding("RLV901", "error", ("data", "splits"), message)]
     report = data_report(contract, contract_path, waive=False)
     found, shown = [], Counter[str]()
     for f in report.findings:
@@ -82,6 +88,7 @@ def run_data_split(
 ) -> int:
     from rlvr_cli.data.split import write_split
 
+    require_extra("data", *DATA_MODULES)
     contract = load_valid_contract(contract_path)
     shares = _fractions(fractions)
     folder = contract_path.resolve().parent

@@ -134,6 +134,27 @@ def _data(c: Contract, folder: Path) -> Iterator[Finding]:
     for name in ("train", "holdout", "sealed_eval"):
         split = getattr(c.data.splits, name)
         yield from _file_hash(folder, split.path, split.sha256, ("data", "splits", name))
+    if c.data.split_manifest:
+        yield from _split_manifest(c, folder)
+
+
+def _split_manifest(c: Contract, folder: Path) -> Iterator[Finding]:
+    """The splits are still the ones `rlvr data split` wrote (RLV104 when one changed since)."""
+    where, rel = ("data", "split_manifest"), c.data.split_manifest
+    path = folder / rel  # type: ignore[operator]
+    if not path.is_file():
+        yield error("RLV901", where, f"{rel} does not exist (`rlvr data split` writes it)")
+        return
+    try:
+        written = json.loads(path.read_text(encoding="utf-8"))["splits"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        yield error("RLV901", where, f"{rel} cannot be read: {exc}")
+        return
+    for name in ("train", "holdout", "sealed_eval"):
+        split_path = folder / getattr(c.data.splits, name).path
+        recorded = (written.get(name) or {}).get("sha256") if isinstance(written, dict) else None
+        if split_path.is_file() and recorded != sha256_file(split_path):
+            yield error("RLV104", where, f"{getattr(c.data.splits, name).path} changed since {rel} was written")
 
 
 def _file_hash(folder: Path, rel: str, sha: str | None, where: tuple) -> Iterator[Finding]:

@@ -97,6 +97,28 @@ class Signer:
         return np.minimum.reduceat(values, starts, axis=1).T
 
 
+RECALL = 0.99  # the least chance that a pair exactly at the threshold becomes a candidate
+
+
+def lsh_params(threshold: float, permutations: int) -> tuple[int, int]:
+    """(bands, rows per band) for the LSH index: the fewest candidates below the threshold
+    among the choices that find a pair at the threshold with probability ≥ RECALL (a leak
+    check must not miss; every candidate is then checked on its full signature).
+    datasketch's own choice balances misses and false candidates equally, and finds a
+    pair at the threshold only ~40% of the time."""
+    best: tuple[float, int, int] | None = None
+    for rows in range(1, permutations + 1):
+        for bands in range(1, permutations // rows + 1):
+            if 1 - (1 - threshold**rows) ** bands < RECALL:
+                continue
+            below = sum(1 - (1 - (j / 100) ** rows) ** bands for j in range(int(threshold * 100)))
+            if best is None or below < best[0]:
+                best = (below, bands, rows)
+            break  # more bands only add candidates
+    assert best is not None  # rows = 1, bands = permutations always qualifies for threshold > 0.04
+    return best[1], best[2]
+
+
 class Index:
     """An LSH index of signatures, queried for pairs at or above the Jaccard threshold."""
 
@@ -104,7 +126,7 @@ class Index:
         from datasketch import MinHashLSH
 
         self.threshold = threshold
-        self.lsh = MinHashLSH(threshold=threshold, num_perm=permutations)
+        self.lsh = MinHashLSH(num_perm=permutations, params=lsh_params(threshold, permutations))
         self.keys: list[object] = []
         self.rows: list[np.ndarray] = []
 

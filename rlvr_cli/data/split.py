@@ -126,8 +126,8 @@ def _forced(c: Contract, by: str | None) -> set[str]:
 def _assign(
     roots: set[str], keys: list[str], forced: set[str], fractions: Sequence[float], seed: int
 ) -> dict[str, str]:
-    """Group → split: held-out groups to holdout, the rest in seeded order, filling train,
-    then holdout, then sealed_eval to their shares of the rows."""
+    """Group → split: held-out groups to holdout; the rest, in seeded order, each to the split
+    furthest below its share of the rows."""
     sizes: dict[str, int] = {}
     for key in keys:
         sizes[key] = sizes.get(key, 0) + 1
@@ -137,14 +137,12 @@ def _assign(
     for root in roots & forced:
         assignment[root] = "holdout"
         filled["holdout"] += sizes[root]
-    targets = [total * f for f in fractions]
+    targets = dict(zip(SPLITS, (total * f for f in fractions), strict=True))
     order = sorted((r for r in roots if r not in assignment), key=lambda r: (_rank(seed, r), r))
-    split = 0
-    for root in order:
-        while split < 2 and filled[SPLITS[split]] >= targets[split]:
-            split += 1
-        assignment[root] = SPLITS[split]
-        filled[SPLITS[split]] += sizes[root]
+    for root in order:  # each group to the split furthest below its share
+        name = max(SPLITS, key=lambda n: targets[n] - filled[n])
+        assignment[root] = name
+        filled[name] += sizes[root]
     return assignment
 
 

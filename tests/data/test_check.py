@@ -1,0 +1,197 @@
+"""`rlvr data check` through the CLI: clean data passes; each kind of leak, duplicate, secret
+and broken claim planted in it is caught, with its places."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import copy_experiment, edit, rlvr
+from tests.data.planted import clean_rows, read, shuffle_and_renumber, write
+
+CONTRACT = "experiment.rlvr.yaml"
+MINHASH = "dedup: {stage: before_split, method: minhash, semantic_clusters: false, normalize: [whitespace, case]}"
+
+
+@pytest.fixture
+def words(single_turn: Path, tmp_path: Path) -> Path:
+    """The single-turn experiment with word-problem splits (train 120, holdout 30, sealed 30)
+    and near-duplicate checking declared."""
+    folder = copy_experiment(single_turn, tmp_path / "exp")
+    edit(folder, "dedup: {stage: before_split, method: exact, semantic_clusters: false}", MINHASH)
+    for name, n, seed in (("train", 120, 1), ("holdout", 30, 2), ("sealed_eval", 30, 3)):
+        write(folder / "data" / f"{name}.jsonl", clean_rows(n, seed, name))
+    return folder
+
+
+def check(folder: Path, *args: str) -> tuple[int, dict[str, Any]]:
+    run = rlvr("data", "check", folder / CONTRACT, "--format", "json", *args)
+    assert run.code in (0, 1), run.stderr
+    return run.code, run.json()
+
+
+def found(report: dict[str, Any], code: str) -> list[dict[str, Any]]:
+    return [f for f in report["findings"] if f["code"] == code]
+
+
+def plant(folder: Path, split: str, row: dict[str, Any]) -> int:
+    """Append a row to a split; its line number."""
+    path = folder / "data" / f"{split}.jsonl"
+    rows = read(path)
+    write(path, [*rows, row])
+    return len(rows) + 1
+
+
+def test_clean_word_problems_pass_with_near_duplicates_checked(words: Path) -> None:
+    code, report = check(words)
+    assert code == 0 and report["errors"] == 0, report["findings"][:3]
+    assert report["settings"]["near_duplicates"] == {"threshold": 0.8, "shingle": 5, "permutations": 128}
+    assert [report["files"][s]["rows"] for s in ("train", "holdout", "sealed_eval")] == [120, 30, 30]
+
+
+def test_copies_across_splits_are_caught_after_the_declared_normalisation(words: Path) -> None:
+    train = read(words / "data" / "train.jsonl")
+    holdout = read(words / "data" / "holdout.jsonl")
+    line = plant(
+        words, "sealed_eval", {"id": "s-copy", "prompt": "  " + train[4]["prompt"].upper() + " ", "answer": "1"}
+    )
+    back = plant(words, "train", {**holdout[2], "id": "t-copy"})  # an evaluation task trained on
+    code, report = check(words)
+    pairs = {
+        ((f["at"]["split"], f["at"]["line"]), (f["other"]["split"], f["other"]["line"]))
+        for f in found(report, "RLV408")
+    }
+    assert code == 1 and pairs == {(("sealed_eval", line), ("train", 5)), (("holdout", 3), ("train", back))}
+    edit(words, "normalize: [whitespace, case]", "normalize: [whitespace]")  # case now counts: one is no copy
+    assert len(found(check(words)[1], "RLV408")) == 1
+
+
+def test_a_duplicate_within_a_split_is_caught(words: Path) -> None:
+    train = read(words / "data" / "train.jsonl")
+    line = plant(words, "train", {**train[7], "id": "again"})
+    (f,) = found(check(words)[1], "RLV410")
+    assert (f["at"]["line"], f["other"]["line"]) == (line, 8)
+
+
+def test_paraphrase_level_copies_are_near_duplicates_at_the_declared_threshold(words: Path) -> None:
+    train = read(words / "data" / "train.jsonl")
+    lines = [
+        plant(words, "holdout", {"id": f"near-{i}", "prompt": shuffle_and_renumber(train[i]["prompt"]), "answer": "0"})
+        for i in range(5)
+    ]
+    code, report = check(words)
+    near = found(report, "RLV411")
+    assert code == 1 and sorted(f["at"]["line"] for f in near) == lines
+    assert all(f["other"]["split"] == "train" and 0.8 <= f["similarity"] <= 1 for f in near)
+    assert sorted(f["other"]["line"] for f in near) == [1, 2, 3, 4, 5]
+    edit(words, "normalize: [whitespace, case]}", "normalize: [whitespace, case], threshold: 0.97}")
+    assert found(check(words)[1], "RLV411") == []  # above what the copies share
+    edit(words, "method: minhash", "method: exact")
+    edit(words, ", threshold: 0.97", "")
+    assert found(check(words)[1], "RLV411") == []  # exact dedup declared: near duplicates are not looked for
+
+
+def test_an_answer_in_another_splits_prompt_or_hint_is_a_leak(words: Path) -> None:
+    plant(words, "holdout", {"id": "h-ans", "prompt": "Name the capital city of Australia.", "answer": "Canberra, ACT"})
+    line = plant(
+        words,
+        "train",
+        {"id": "t-leak", "prompt": "Canberra, ACT is a city. Which country is it in?", "answer": "Oceania"},
+    )
+    code, report = check(words)
+    (leak,) = found(report, "RLV412")
+    assert code == 1 and leak["at"] == {"split": "train", "path": "data/train.jsonl", "line": line}
+    assert leak["other"]["split"] == "holdout" and "Canberra, ACT" in leak["message"].replace(
+        "canberra, act", "Canberra, ACT"
+    )
+
+
+def test_ids_are_unique_everywhere_and_of_one_type(words: Path) -> None:
+    holdout = read(words / "data" / "holdout.jsonl")
+    line = plant(
+        words, "train", {"id": holdout[0]["id"], "prompt": "A different question entirely, about ducks.", "answer": "2"}
+    )
+    plant(words, "sealed_eval", {"id": 7, "prompt": "Yet another question, this one about owls.", "answer": "3"})
+    code, report = check(words)
+    (dup,) = found(report, "RLV405")
+    assert code == 1 and {dup["at"]["split"], dup["other"]["split"]} == {"train", "holdout"}
+    assert line in (dup["at"]["line"], dup["other"]["line"])
+    (mixed,) = found(report, "RLV409")
+    assert "int at data/sealed_eval.jsonl:31" in mixed["message"]
+
+
+def test_secrets_and_personal_data_are_found_and_not_copied_into_the_report(words: Path) -> None:
+    token = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+    edit(words, "  hints: {used: false}", "  pii_patterns: {employee_id: 'EMP-[0-9]{6}'}\n  hints: {used: false}")
+    lines = [
+        plant(
+            words, "train", {"id": "sec", "prompt": f"Use token {token} to call the API. What is 2+2?", "answer": "4"}
+        ),
+        plant(
+            words, "train", {"id": "mail", "prompt": "Write to jane.doe@corp-mail.com about 3 apples.", "answer": "3"}
+        ),
+        plant(words, "holdout", {"id": "emp", "prompt": "Employee EMP-123456 has 4 pens.", "answer": "4"}),
+    ]
+    run = rlvr("data", "check", words / CONTRACT, "--format", "json")
+    report = run.json()
+    assert run.code == 1 and token not in run.stdout
+    (secret,) = found(report, "RLV413")
+    assert secret["at"]["line"] == lines[0] and "GitHub Token" in secret["message"]
+    pii = {(f["at"]["line"], f["message"].split(":")[1].split("(")[0].strip()) for f in found(report, "RLV414")}
+    assert pii == {(lines[1], "email"), (lines[2], "employee_id")}
+
+
+def test_the_holdout_design_and_the_hint_free_sealed_split_are_checked(words: Path) -> None:
+    edit(words, "  hints: {used: false}", "  holdout_design: {length_buckets: [long]}\n  hints: {used: false}")
+    code, report = check(words)
+    assert code == 1 and "no holdout task has length_bucket 'long'" in found(report, "RLV407")[0]["message"]
+    for split, bucket in (("holdout", "long"), ("train", "short")):
+        rows = read(words / "data" / f"{split}.jsonl")
+        write(words / "data" / f"{split}.jsonl", [{**r, "length_bucket": bucket} for r in rows])
+    assert check(words)[0] == 0
+    hints = (
+        "hints: {used: true, source: solutions, field: hint, leak_check: true, placement: prompt, "
+        "share: 0.5, until_step: 10, advantage: group}"
+    )
+    edit(words, "hints: {used: false}", hints)
+    line = plant(
+        words, "sealed_eval", {"id": "s-hint", "prompt": "Count the ducks in the pond.", "answer": "5", "hint": "5"}
+    )
+    (hint,) = found(check(words)[1], "RLV401")
+    assert hint["at"]["line"] == line
+
+
+def test_bad_rows_are_reported_each_with_its_line_and_the_rest_still_checked(words: Path) -> None:
+    with (words / "data" / "train.jsonl").open("ab") as fh:
+        fh.write(b'{"id": "x"}\n{not json}\n' + b'{"id": "big", "prompt": "' + b"y" * (1 << 21) + b'"}\n')
+    code, report = check(words)
+    messages = {f["at"]["line"]: f["message"] for f in found(report, "RLV901")}
+    assert code == 1 and sorted(messages) == [121, 122, 123] and messages[121] == "task lacks prompt"
+    assert "not JSON" in messages[122] and "a line over 1,048,576 bytes" in messages[123]
+    assert report["files"]["train"]["rows"] == 120
+
+
+def test_formats_the_report_file_and_waivers(words: Path, tmp_path: Path) -> None:
+    train = read(words / "data" / "train.jsonl")
+    line = plant(words, "holdout", {**train[0], "id": "copy"})
+    github = rlvr("data", "check", words / CONTRACT, "--format", "github")
+    assert github.code == 1 and f"::error file=data/holdout.jsonl,line={line},title=RLV408::" in github.stdout
+    text = rlvr("data", "check", words / CONTRACT, "--out", tmp_path / "dc.json")
+    assert f"data/holdout.jsonl:{line}:1: error[RLV408]" in text.stdout and (tmp_path / "dc.json").is_file()
+    with (words / CONTRACT).open("a") as fh:
+        fh.write("\nwaivers:\n  - {rule: RLV408, reason: the copy is intended, expires: '2999-01-01'}\n")
+    waived = check(words)
+    assert waived[0] == 0 and waived[1]["waived"] == 1 and found(waived[1], "RLV408")[0]["severity"] == "waived"
+    assert rlvr("data", "check", words / CONTRACT, "--format", "xml").code == 2
+    assert rlvr("data", "check", tmp_path / "missing.rlvr.yaml").code == 2
+
+
+def test_validate_deep_and_train_run_the_same_check(words: Path) -> None:
+    train = read(words / "data" / "train.jsonl")
+    plant(words, "sealed_eval", {**train[3], "id": "sealed-copy"})  # a training row copied into sealed_eval
+    deep = rlvr("validate", "--deep", words / CONTRACT)
+    assert deep.code == 1 and "error[RLV408] data.splits.sealed_eval.path: data/sealed_eval.jsonl:31:" in deep.stdout
+    run = rlvr("train", words / CONTRACT, "--max-steps", "1", timeout=120)
+    assert run.code == 1 and "[RLV408]" in run.stderr and not (words / "runs" / "arith" / "plan.json").exists()
