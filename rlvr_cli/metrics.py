@@ -56,6 +56,19 @@ class StepMetrics:
     total_rollouts: float | None = _m("rollouts generated so far")
     total_verifier_calls: float | None = _m("verifier calls so far")
     total_tokens: float | None = _m("tokens generated so far")
+    # ── hints (data.hints.used) ──
+    hint_share: float | None = _m(
+        "share of the step's samples shown a hint (falls to 0 by hints.until_step)", needs="hints"
+    )
+    reward_hinted_mean: float | None = _m(
+        "mean reward of hinted samples, in groups that also have unhinted ones", needs="hints"
+    )
+    reward_unhinted_mean: float | None = _m(
+        "mean reward of unhinted samples of the same groups (what the policy does without help)", needs="hints"
+    )
+    hint_gap: float | None = _m(
+        "reward_hinted_mean − reward_unhinted_mean: how much the policy still depends on hints", needs="hints"
+    )
     # ── holdout ──
     holdout_reward: float | None = _m("mean greedy reward on the holdout split", needs="holdout")
     reward_holdout_divergence: float | None = _m(
@@ -103,7 +116,7 @@ class StepMetrics:
 class Metric:
     name: str
     description: str
-    needs: str | None  # "reference" | "holdout" | None
+    needs: str | None  # "reference" | "holdout" | "hints" | None
 
 
 METRICS: tuple[Metric, ...] = tuple(

@@ -283,6 +283,8 @@ def unavailable_metric(c: Contract, metric: str) -> str | None:
         return "needs a reference (artifacts.reference): KL is measured against it, with or without a penalty"
     if needs == "holdout" and c.monitoring.holdout_every is None:
         return "needs holdout evaluations (monitoring.holdout_every)"
+    if needs == "hints" and not (c.data.hints is not None and c.data.hints.used):
+        return "needs hint-assisted rollouts (data.hints.used)"
     return None
 
 

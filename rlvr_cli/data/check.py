@@ -101,8 +101,6 @@ class _Check:
     def run(self) -> None:
         for name in ORDER:
             self._split(name)
-        if self.near is not None:
-            self.near.flush()
         for text, loc in self.eval_texts:
             self._leaks(text, loc)
         self._id_types()
@@ -120,6 +118,8 @@ class _Check:
             if row is not None:
                 rows += 1
                 self._task(name, line, row)
+        if self.near is not None:
+            self.near.flush()  # a batch holds one split's prompts
         self.report.files[name]["rows"] = rows
         if rows == 0:
             self.report.add(DataFinding("RLV901", "error", f"{path.name} holds no task", split=name))
@@ -217,16 +217,17 @@ class _Near:
             self.flush()
 
     def flush(self) -> None:
+        """Query the pending prompts (all of one split) against the index, then index them
+        when they are evaluation prompts."""
         if not self.pending:
             return
         signatures = self.signer.signatures([text for text, _, _ in self.pending])
-        for (_, digest, loc), signature in zip(self.pending, signatures, strict=True):
-            split = loc >> 40
-            for (other_digest, other), similarity in self.index.matches(signature):  # type: ignore[misc]
-                if other >> 40 != split and other_digest != digest:  # exact copies are RLV408 already
+        for (_, digest, loc), found in zip(self.pending, self.index.matches(signatures), strict=True):
+            for (other_digest, other), similarity in found:  # type: ignore[misc]
+                if other >> 40 != loc >> 40 and other_digest != digest:  # exact copies are RLV408 already
                     self._report(loc, other, similarity)
-            if SPLITS[split] != "train":
-                self.index.add((digest, loc), signature)
+        if SPLITS[self.pending[0][2] >> 40] != "train":
+            self.index.add([(digest, loc) for _, digest, loc in self.pending], signatures)
         self.pending.clear()
 
     def _report(self, loc: int, other_loc: int, similarity: float) -> None:

@@ -104,15 +104,25 @@ def plan_split(
 def _join_near(settings: dict[str, Any] | None, texts: list[str], keys: list[str], groups: _Groups) -> int:
     if not settings or len(texts) < 2:
         return 0
+    import numpy as np
+
     from rlvr_cli.data.near import Index, Signer
 
     signer = Signer(settings["permutations"], settings["shingle"])
     index = Index(settings["threshold"], settings["permutations"])
     joins = 0
-    for i, signature in enumerate(signer.signatures(texts)):
-        for other, _ in index.matches(signature):
-            joins += groups.join(keys[i], keys[other])  # type: ignore[index]
-        index.add(i, signature)
+    signatures = signer.signatures(texts)
+    for start in range(0, len(texts), 1024):
+        batch = signatures[start : start + 1024]
+        for offset, found in enumerate(index.matches(batch)):
+            for other, _ in found:
+                joins += groups.join(keys[start + offset], keys[other])  # type: ignore[index]
+        for offset in range(len(batch)):  # pairs within a batch: each row against the rows before it
+            row = batch[offset]
+            similar = np.nonzero((batch[:offset] == row).mean(axis=1) >= index.threshold)[0]
+            for other in similar:
+                joins += groups.join(keys[start + offset], keys[start + int(other)])
+        index.add(list(range(start, start + len(batch))), batch)
     return joins
 
 

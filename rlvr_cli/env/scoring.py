@@ -38,6 +38,13 @@ class Sample:
     advantage: float = 0.0
     revision: int = 0  # optimizer steps of the weights that sampled it
     lag: int | None = None  # optimizer steps between those weights and the last ones it trained (None: untrained)
+    hint: str | None = None  # the hint this sample was shown (data.hints), never trained
+    answer_prefix: str = ""  # text the response started with before sampling (a hint as response prefix)
+
+    @property
+    def answer(self) -> str:
+        """What the verifier reads: the response, after any prefix it was given."""
+        return self.answer_prefix + self.text
 
     @property
     def valid(self) -> bool:
@@ -87,7 +94,7 @@ def apply_verdict(contract: Contract, sample: Sample, verdict: Verdict, seconds:
 def score_all(contract: Contract, samples: list[Sample], pool: Any) -> None:
     """Score a batch of samples with one round trip to the verifier worker."""
     todo = [s for s in samples if needs_verdict(contract, s)]
-    verdicts = pool.verify_many([(s.task, s.text) for s in todo]) if todo else []
+    verdicts = pool.verify_many([(s.task, s.answer) for s in todo]) if todo else []
     for sample, (verdict, seconds) in zip(todo, verdicts, strict=True):
         apply_verdict(contract, sample, verdict, seconds)
 

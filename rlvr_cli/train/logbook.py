@@ -11,6 +11,7 @@ import torch
 from rlvr_cli.contract.models import Contract
 from rlvr_cli.env.scoring import Sample
 from rlvr_cli.store.records import RecordRow
+from rlvr_cli.train import hints
 from rlvr_cli.train import objective as obj
 from rlvr_cli.train.rollout import StepResult
 
@@ -38,6 +39,7 @@ def rollout_metrics(contract: Contract, result: StepResult) -> dict[str, float]:
         "dynamic_sampling_rounds": float(result.rounds),
         "samples_kept": float(sum(s.kept for g in result.accepted for s in g)),
         **acceptance_by(contract, result),
+        **hints.metrics(contract, gen),
     }
 
 
@@ -93,7 +95,7 @@ def record_rows(
             advantage=s.advantage,
             kept=s.kept,
             discard_reason=s.reason,
-            hint=None,
+            hint=s.hint,
             filters=contract.data.filters,
             domain=_str(s.task.get("domain")),
             difficulty=_str(s.task.get("difficulty")),

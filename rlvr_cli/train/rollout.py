@@ -15,6 +15,7 @@ from rlvr_cli.engine.generate import generate, response_text
 from rlvr_cli.env.scoring import Sample, score_all
 from rlvr_cli.env.single_turn import VerifierPool
 from rlvr_cli.errors import RlvrError
+from rlvr_cli.train import hints
 from rlvr_cli.train.objective import uniform_groups
 from rlvr_cli.train.setup import Setup
 from rlvr_cli.train.state import TrainState
@@ -36,17 +37,28 @@ class Prompts:
 
     def __init__(self, setup: Setup) -> None:
         self.setup = setup
-        self._cache: dict[int, list[int]] = {}
+        self._cache: dict[tuple[int, bool], list[int]] = {}
 
-    def ids(self, task: dict[str, Any]) -> list[int]:
-        key = id(task)
+    def ids(self, task: dict[str, Any], hinted: bool = False) -> list[int]:
+        """The prompt's token ids; `hinted`: with the task's hint (in the prompt, or as the
+        response's first tokens, as `data.hints.placement` says)."""
+        key = (id(task), hinted)
         if key not in self._cache:
-            self._cache[key] = self._render(task)
+            self._cache[key] = self._render(task, hints.hint_of(self.setup.contract, task) if hinted else None)
         return self._cache[key]
 
-    def _render(self, task: dict[str, Any]) -> list[int]:
+    def _render(self, task: dict[str, Any], hint: str | None) -> list[int]:
+        contract = self.setup.contract
+        messages = messages_of(task)
+        if hint is not None and not hints.prefix(contract):
+            messages = hints.hinted_messages(contract, messages, hint)
+        ids = self._truncated(task, self.setup.renderer.prompt_ids(messages))
+        if hint is not None and hints.prefix(contract):
+            ids = ids + self.setup.tokenizer.encode(hint, add_special_tokens=False)
+        return ids
+
+    def _truncated(self, task: dict[str, Any], ids: list[int]) -> list[int]:
         length = self.setup.contract.length
-        ids = self.setup.renderer.prompt_ids(messages_of(task))
         if len(ids) > length.max_prompt_tokens:
             if length.prompt_truncation == "error":
                 raise RlvrError(
@@ -65,11 +77,14 @@ def sample_groups(
     round_: int,
     first_group: int,
     revision: int = 0,
+    hinted: int = 0,
 ) -> list[Sample]:
-    """`group_size` samples of every task, in one batched generate call."""
+    """`group_size` samples of every task, in one batched generate call; the first `hinted`
+    of each group are shown the task's hint (when it has one)."""
     hp, length = setup.contract.hyperparameters, setup.contract.length
     k = hp.group_size
-    prompt_ids = [prompts.ids(t) for t in tasks for _ in range(k)]
+    shown = [hints.hint_of(setup.contract, t) if j < hinted else None for t in tasks for j in range(k)]
+    prompt_ids = [prompts.ids(tasks[i // k], shown[i] is not None) for i in range(len(shown))]
     gens = generate(
         setup.policy,
         prompt_ids,
@@ -94,18 +109,20 @@ def sample_groups(
             round_,
             text=response_text(setup.tokenizer, gen.response_ids, gen.finish),
             revision=revision,
+            hint=shown[i],
+            answer_prefix=shown[i] if shown[i] is not None and hints.prefix(setup.contract) else "",
         )
         for i, gen in enumerate(gens)
     ]
 
 
 def sample_own_groups(
-    setup: Setup, prompts: Prompts, tasks: list[dict[str, Any]], seed: int, round_: int, revision: int
+    setup: Setup, prompts: Prompts, tasks: list[dict[str, Any]], seed: int, round_: int, revision: int, hinted: int
 ) -> list[Sample]:
     """This rank's groups (g ≡ rank mod world), each sampled alone with its own seed."""
     samples: list[Sample] = []
     for g in range(setup.rank, len(tasks), setup.world):
-        samples += sample_groups(setup, prompts, [tasks[g]], seed * 10_007 + g, round_, g, revision)
+        samples += sample_groups(setup, prompts, [tasks[g]], seed * 10_007 + g, round_, g, revision, hinted)
     return samples
 
 
@@ -121,12 +138,13 @@ def collect(setup: Setup, state: TrainState, prompts: Prompts, pool: VerifierPoo
         tasks = [setup.train_tasks[i] for i in state.sampler.take(missing)]
         seed = hp.seed * 1_000_003 + state.step * 101 + round_
         start = time.perf_counter()
+        hinted = hints.hinted_per_group(setup.contract, state.step)
         if setup.per_group_seeds:
-            samples = sample_own_groups(setup, prompts, tasks, seed, round_, state.optimizer_steps)
+            samples = sample_own_groups(setup, prompts, tasks, seed, round_, state.optimizer_steps, hinted)
             tasks = tasks[setup.rank :: setup.world]
         else:
             first = len(result.generated) // hp.group_size
-            samples = sample_groups(setup, prompts, tasks, seed, round_, first, state.optimizer_steps)
+            samples = sample_groups(setup, prompts, tasks, seed, round_, first, state.optimizer_steps, hinted)
         result.seconds["generate"] += time.perf_counter() - start
         start = time.perf_counter()
         score_all(setup.contract, samples, pool)

@@ -68,8 +68,6 @@ def build(contract: Contract, folder: Path, fault: Fault) -> Setup:
     logging.set_verbosity_error()
     logging.disable_progress_bar()
     hp = contract.hyperparameters
-    if contract.data.hints is not None and contract.data.hints.used:
-        raise RlvrError("hint-assisted rollouts (data.hints.used) are not implemented in rlvr train yet")
     if hp.precision == "fp16" and not torch.cuda.is_available():
         raise RlvrError("precision fp16 needs a GPU; use fp32 or bf16 on CPU")
     rank, world = dist.rank_world()

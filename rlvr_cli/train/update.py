@@ -13,6 +13,7 @@ from rlvr_cli.engine.forward import Batch, make_batch, token_logprobs
 from rlvr_cli.engine.packed import Packed, packed_logprobs
 from rlvr_cli.env.scoring import Sample
 from rlvr_cli.train import distributed as dist
+from rlvr_cli.train import hints
 from rlvr_cli.train import objective as obj
 from rlvr_cli.train.setup import Setup
 from rlvr_cli.train.state import TrainState
@@ -93,13 +94,14 @@ def sampling_logprobs(setup: Setup, samples: list[Sample]) -> None:
 
 def advantages(setup: Setup, flat: list[Sample], rewards: torch.Tensor) -> torch.Tensor:
     """Advantages over the whole (all-rank) batch, returned for this rank's samples `(N,)`."""
-    hp, o = setup.contract.hyperparameters, setup.contract.objective
     if not dist.active():
-        return obj.advantages(rewards, hp.group_size, o).float()
-    everyone = dist.gather([(s.group, s.index, r) for s, r in zip(flat, rewards.tolist(), strict=True)])
-    ordered = sorted(item for part in everyone for item in part)
-    position = {(g, i): k for k, (g, i, _) in enumerate(ordered)}
-    adv = obj.advantages(torch.tensor([r for _, _, r in ordered], dtype=torch.float64), hp.group_size, o)
+        shown = torch.tensor([s.hint is not None for s in flat], dtype=torch.bool)
+        return hints.advantages(setup.contract, rewards, shown).float()
+    mine = [(s.group, s.index, r, s.hint is not None) for s, r in zip(flat, rewards.tolist(), strict=True)]
+    ordered = sorted(item for part in dist.gather(mine) for item in part)
+    position = {(g, i): k for k, (g, i, _, _) in enumerate(ordered)}
+    every_reward = torch.tensor([r for _, _, r, _ in ordered], dtype=torch.float64)
+    adv = hints.advantages(setup.contract, every_reward, torch.tensor([h for *_, h in ordered], dtype=torch.bool))
     return torch.stack([adv[position[(s.group, s.index)]] for s in flat]).float()
 
 
