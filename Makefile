@@ -24,7 +24,10 @@ demo: $(STAMP)
 	  $(BIN)/python -m rlvr_cli.chat.tiny contracts/arith/model --alphabet arithmetic
 	test -f contracts/echo/model/config.json || \
 	  $(BIN)/python -m rlvr_cli.chat.tiny contracts/echo/model --alphabet arithmetic
+	test -f contracts/spell/model/config.json || \
+	  $(BIN)/python -m rlvr_cli.chat.tiny contracts/spell/model --alphabet digits
 	$(BIN)/rlvr validate --deep --strict contracts/
+	$(BIN)/rlvr data check contracts/hints-cpu.rlvr.yaml
 	$(BIN)/rlvr render contracts/grpo-cpu.rlvr.yaml --conversations contracts/arith/conversations.jsonl
 	$(BIN)/rlvr init $(DEMO)/agent --template tool-use --no-model
 	$(BIN)/rlvr audit verifier $(DEMO)/agent/experiment.rlvr.yaml

@@ -13,6 +13,8 @@ from rlvr_cli.chat.families import FAMILIES, SPECIAL_TOKENS
 
 PRINTABLE = string.printable.replace("\x0b", "").replace("\x0c", "").replace("\r", "")
 ARITHMETIC = string.ascii_lowercase + string.digits + "+-*=?:. \n"
+DIGITS = string.digits + "spel \n"  # the hints example's prompts ("spell 472") and nothing more
+ALPHABETS = {"arithmetic": ARITHMETIC, "printable": PRINTABLE, "digits": DIGITS}
 
 
 def build_tokenizer(folder: Path, family: str = "chatml", alphabet: str = PRINTABLE, chat_template: str | None = None):
@@ -105,7 +107,7 @@ def build_tiny(
 
 
 def main(argv: list[str] | None = None) -> None:
-    """`python -m rlvr_cli.chat.tiny DIR [--family F] [--alphabet arithmetic|printable]`."""
+    """`python -m rlvr_cli.chat.tiny DIR [--family F] [--alphabet arithmetic|printable|digits]`."""
     import argparse
 
     from rlvr_cli.chat.families import FAMILIES
@@ -115,11 +117,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("folder", type=Path)
     parser.add_argument("--family", choices=sorted(FAMILIES), default="chatml")
-    parser.add_argument("--alphabet", choices=["arithmetic", "printable"], default="printable")
+    parser.add_argument("--alphabet", choices=sorted(ALPHABETS), default="printable")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    alphabet = ARITHMETIC if args.alphabet == "arithmetic" else PRINTABLE
-    print(build_tiny(args.folder, args.family, alphabet=alphabet, seed=args.seed))
+    print(build_tiny(args.folder, args.family, alphabet=ALPHABETS[args.alphabet], seed=args.seed))
 
 
 if __name__ == "__main__":
