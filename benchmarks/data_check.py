@@ -21,9 +21,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SYLLABLES = (
-    ["ba", "be", "bi", "bo", "bu", "ka", "ke", "ki", "ko", "ku", "la", "le", "li", "lo", "lu", "ma", "me", "mi", "mo", "mu", "na", "ne", "ni", "no", "nu", "ra", "re", "ri", "ro", "ru", "ta", "te", "ti", "to", "tu"]
-)
+SYLLABLES = [c + v for c in "bklmnrt" for v in "aeiou"]
 
 
 def vocabulary(rng: random.Random, size: int = 5000) -> list[str]:
