@@ -100,7 +100,9 @@ def test_duplicate_task_ids_are_refused(experiment: Path, split: str, row: dict)
     codes = [d["code"] for d in checked.json()["files"][0]["diagnostics"]]
     assert checked.code == 1 and "RLV405" in codes
     run = rlvr("train", experiment / CONTRACT, "--max-steps", "1", timeout=300)
-    assert run.code == 1 and "each task needs its own id" in run.stderr
+    assert run.code == 1 and "the data check found" in run.stderr and "rlvr data check" in run.stderr
+    listed = rlvr("data", "check", experiment / CONTRACT, "--format", "json")
+    assert listed.code == 1 and "RLV405" in listed.json()["counts"]
 
 
 def test_a_missing_manifest_is_refused_never_cleaned(experiment: Path, tmp_path: Path) -> None:

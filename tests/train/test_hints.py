@@ -58,6 +58,9 @@ def test_hinted_groups_give_a_signal_where_unhinted_ones_are_all_zero(example: P
     shares = [m["hint_share"] for m in metrics]
     assert shares[0] == 0.5 and shares == sorted(shares, reverse=True) and shares[-1] == 0.0
     assert all(m["reward_unhinted_mean"] in (0.0, None) for m in metrics)
+    from rlvr_cli.metrics import METRICS
+
+    assert {m.name for m in METRICS if m.needs == "hints"} <= set(metrics[0])
 
 
 @pytest.mark.slow
