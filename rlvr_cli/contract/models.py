@@ -217,6 +217,12 @@ class Sampling(Section):
     )
     top_p: float = Field(gt=0, le=1, description="Nucleus sampling mass (1: off).")
     top_k: Int = Field(ge=0, description="0 disables top-k.")
+    engine: Literal["lean", "transformers", "vllm"] = Field(
+        "lean",
+        description="What samples the rollouts: `lean` (rlvr's own decode loop over the model and its KV cache, "
+        "with a fused forward for Llama/Mistral/Qwen2/Qwen3), `transformers` (`generate`), or `vllm` (the `vllm` "
+        "extra, on a GPU). The same distribution either way; the engine and its version are in the plan and records.",
+    )
 
 
 class Optimizer(Section):

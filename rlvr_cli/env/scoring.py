@@ -128,6 +128,7 @@ def answer_and_score(
         stop_ids=stop_ids,
         pad_id=pad_id,
         seed=seed,
+        engine=sampling.engine,
     )
     rows = [
         Sample(

@@ -63,10 +63,15 @@ def acceptance_by(contract: Contract, result: StepResult) -> dict[str, float]:
 
 
 def record_rows(
-    contract: Contract, step: int, verifier: str, samples: list[Sample], data_check: str | None = None
+    contract: Contract,
+    step: int,
+    verifier: str,
+    samples: list[Sample],
+    data_check: str | None = None,
+    engine: str = "",
 ) -> list[RecordRow]:
     run = contract.name
-    sampling = json.dumps(contract.hyperparameters.sampling.model_dump())
+    sampling = json.dumps({**contract.hyperparameters.sampling.model_dump(), "engine_version": engine})
     return [
         RecordRow(
             run=run,

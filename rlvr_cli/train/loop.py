@@ -107,7 +107,9 @@ def run_steps(run: Run, pool: VerifierPool, progress: Progress) -> int:
         while state.step < run.steps:
             metrics, generated = train_step(setup, state, run.prompts, pool)
             if run.records is not None and state.step > run.records.last_step:  # a redone step is not written twice
-                rows = record_rows(run.contract, state.step, setup.verifier_id, generated, setup.data_check)
+                rows = record_rows(
+                    run.contract, state.step, setup.verifier_id, generated, setup.data_check, setup.engine
+                )
                 run.records.append(rows, state.step)
             holdout(run, pool, metrics)
             row = metrics.row()
@@ -288,6 +290,7 @@ def train(
     setup = run.setup
     plan = build_plan(contract, contract_path, run_dir, steps, str(setup.device))
     plan["processes"] = setup.world
+    plan["rollout_engine"] = setup.engine
     if setup.main:
         _eprint(plan_text(plan) + (f"\nprocesses: {setup.world} (torch.distributed)" if setup.world > 1 else ""))
         run.folder.write_plan(plan)

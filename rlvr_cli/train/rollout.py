@@ -95,6 +95,7 @@ def sample_groups(
         stop_ids=setup.renderer.stop_ids,
         pad_id=setup.renderer.pad_id,
         seed=seed,
+        engine=hp.sampling.engine,
     )
     return [
         Sample(

@@ -19,6 +19,7 @@ from rlvr_cli.contract.models import Contract
 from rlvr_cli.contract.tasks import read_splits
 from rlvr_cli.data.check import check
 from rlvr_cli.data.report import DataReport
+from rlvr_cli.engine.engines import engine_for
 from rlvr_cli.errors import RlvrError
 from rlvr_cli.files import sha256_file
 from rlvr_cli.train import distributed as dist
@@ -45,6 +46,7 @@ class Setup:
     fault: Fault  # test-only fault injection, parsed once from RLVR_FAULT
     verifier_id: str  # `module:function version sha256:...`, in every record
     data_check: str | None = None  # sha256 of the run's data-check.json, in every record
+    engine: str = ""  # the rollout engine and its version, in the plan and every record
 
     @property
     def tokenizer(self) -> Any:
@@ -96,6 +98,7 @@ def build(contract: Contract, folder: Path, fault: Fault) -> Setup:
         world=world,
         fault=fault,
         verifier_id=verifier_identity(contract, folder),
+        engine=engine_for(hp.sampling.engine, policy).describe(),
     )
 
 

@@ -1,0 +1,160 @@
+"""The lean sampler: a decode loop of its own over the model's forward and its KV cache.
+
+What `transformers`' `generate` pays on every token and this loop does not: a stack of logits
+processors and stopping criteria, cache bookkeeping for every decoding strategy, and rows that
+finished long ago still going through the model. Here one step is one forward of the
+unfinished rows, one temperature / top-k / top-p filter (the same arithmetic as generate's
+warpers, so the same logits give the same probabilities), one draw from a generator seeded
+by the caller (the same seed and batch give the same tokens, so resume stays exact), and one
+vectorised stop check; finished rows leave the batch and the cache.
+
+Each sampled token comes with its log-prob under softmax(logits / temperature) — the
+distribution the trainer's forward computes (`engine.forward.token_logprobs`), before any
+top-k/top-p truncation — so the importance ratio can use it directly.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from rlvr_cli.engine.forward import make_batch
+
+
+def filtered_logits(logits: torch.Tensor, temperature: float, top_k: int, top_p: float) -> torch.Tensor:
+    """`(B, V)` logits scaled by the temperature with the tokens top-k and top-p exclude set
+    to -inf, in the order and with the tie rules of transformers' warpers (temperature, then
+    top-k keeping every token that ties the k-th, then top-p keeping at least one token)."""
+    scores = logits / temperature
+    if top_k and top_k > 0:
+        k = min(top_k, scores.size(-1))
+        kth = torch.topk(scores, k, dim=-1).values[..., -1:]
+        scores = scores.masked_fill(scores < kth, float("-inf"))
+    if top_p < 1.0:
+        ordered, order = torch.sort(scores, descending=False, dim=-1)
+        cumulative = ordered.softmax(dim=-1).cumsum(dim=-1)
+        drop = cumulative <= (1 - top_p)
+        drop[..., -1:] = False
+        scores = scores.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
+    return scores
+
+
+def draw(
+    logits: torch.Tensor, temperature: float, top_k: int, top_p: float, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token per row `(B,)` and its log-prob under softmax(logits / temperature) `(B,)`;
+    temperature 0 is greedy (log-probs then under the untempered softmax)."""
+    if temperature == 0:
+        token = logits.argmax(dim=-1)
+        return token, torch.log_softmax(logits, dim=-1).gather(-1, token[:, None]).squeeze(-1)
+    probs = torch.softmax(filtered_logits(logits, temperature, top_k, top_p), dim=-1)
+    token = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    logp = torch.log_softmax(logits / temperature, dim=-1).gather(-1, token[:, None]).squeeze(-1)
+    return token, logp
+
+
+class _ModelForward:
+    """The model's own forward with its own cache: the path for models the lean forward does
+    not reproduce (`engine.fused.why_not`)."""
+
+    def __init__(self, model: Any) -> None:
+        import inspect
+
+        self.model = model
+        self.cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+    def prefill(self, ids: torch.Tensor, attention: torch.Tensor) -> tuple[torch.Tensor, Any]:
+        positions = (attention.cumsum(dim=1) - 1).clamp(min=0)
+        out = self.model(input_ids=ids, attention_mask=attention, position_ids=positions, use_cache=True)
+        return out.logits[:, -1, :].float(), [out.past_key_values, attention]
+
+    def step(self, tokens: torch.Tensor, state: Any) -> torch.Tensor:
+        cache, attention = state
+        attention = torch.cat([attention, attention.new_ones((attention.size(0), 1))], dim=1)
+        state[1] = attention
+        out = self.model(
+            input_ids=tokens[:, None],
+            attention_mask=attention,
+            position_ids=attention.sum(dim=1, keepdim=True) - 1,
+            use_cache=True,
+            **{self.cache_arg: cache},
+        )
+        return out.logits[:, -1, :].float()
+
+    def select(self, state: Any, rows: torch.Tensor) -> None:
+        state[0].batch_select_indices(rows)
+        state[1] = state[1][rows]
+
+
+class _LeanForward:
+    def __init__(self, model: Any) -> None:
+        from rlvr_cli.engine.fused import Decoder
+
+        self.decoder = Decoder(model)
+
+    def prefill(self, ids: torch.Tensor, attention: torch.Tensor) -> tuple[torch.Tensor, Any]:
+        return self.decoder.prefill(ids, attention)
+
+    def step(self, tokens: torch.Tensor, state: Any) -> torch.Tensor:
+        return self.decoder.step(tokens, state)
+
+    def select(self, state: Any, rows: torch.Tensor) -> None:
+        state.select(rows)
+
+
+def forward_for(model: Any) -> _LeanForward | _ModelForward:
+    """The lean forward where it reproduces the model's, the model's own elsewhere."""
+    from rlvr_cli.engine.fused import why_not
+
+    return _LeanForward(model) if why_not(model) is None else _ModelForward(model)
+
+
+@torch.no_grad()
+def lean_sample(
+    model: Any,
+    prompts: list[list[int]],
+    *,
+    max_new_tokens: int,
+    temperature: float,
+    top_p: float,
+    top_k: int,
+    stop_ids: list[int],
+    pad_id: int,
+    seed: int,
+) -> list[tuple[list[int], list[float], str]]:
+    """For each prompt: the sampled ids through the first stop token, their log-probs, and
+    the finish reason (`stop` or `length`)."""
+    device = next(model.parameters()).device
+    batch = make_batch(prompts, [[] for _ in prompts], [[] for _ in prompts], pad_id, response_width=1)
+    P = batch.prompt_width
+    forward = forward_for(model)
+    generator = torch.Generator(device=device)
+    generator.manual_seed(seed)
+    stops = torch.tensor(sorted(set(stop_ids)), dtype=torch.long, device=device)
+    logits, state = forward.prefill(batch.input_ids[:, :P].to(device), batch.attention_mask[:, :P].to(device))
+    n = len(prompts)
+    rows = torch.arange(n, device=device)  # the prompt each live row answers
+    tokens = torch.full((n, max_new_tokens), pad_id, dtype=torch.long, device=device)
+    logps = torch.zeros((n, max_new_tokens), dtype=torch.float32, device=device)
+    lengths = torch.zeros(n, dtype=torch.long, device=device)
+    stopped = torch.zeros(n, dtype=torch.bool, device=device)
+    for t in range(max_new_tokens):
+        token, logp = draw(logits, temperature, top_k, top_p, generator)
+        tokens[rows, t], logps[rows, t], lengths[rows] = token, logp, t + 1
+        done = torch.isin(token, stops)
+        stopped[rows[done]] = True
+        if t == max_new_tokens - 1:
+            break
+        if bool(done.any()):  # finished rows leave the batch and the cache
+            keep = torch.nonzero(~done).squeeze(1)
+            if keep.numel() == 0:
+                break
+            rows, token = rows[keep], token[keep]
+            forward.select(state, keep)
+        logits = forward.step(token, state)
+    kept = lengths.tolist()
+    return [
+        (row[:length], logps[i, :length].tolist(), "stop" if stop else "length")
+        for i, (row, length, stop) in enumerate(zip(tokens.tolist(), kept, stopped.tolist(), strict=True))
+    ]

@@ -1,0 +1,130 @@
+"""The lean sampler against transformers, the reference it replaces: the same logits give the
+same sampling probabilities as `generate`'s warpers; the fused forward gives the model's own
+logits on every supported family; greedy decoding gives `generate`'s tokens; the returned
+log-probs are the training forward's; the same seed gives the same draw; a model outside the
+fused families samples through its own forward."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from rlvr_cli.engine.forward import make_batch, token_logprobs
+from rlvr_cli.engine.fused import Decoder, why_not
+from rlvr_cli.engine.generate import generate
+from rlvr_cli.engine.sampler import filtered_logits
+
+COMMON = dict(
+    vocab_size=64,
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=256,
+)
+
+
+def family(name: str) -> torch.nn.Module:
+    import transformers as t
+
+    torch.manual_seed(0)
+    build = {
+        "llama": lambda: t.LlamaForCausalLM(t.LlamaConfig(**COMMON)),
+        "qwen2": lambda: t.Qwen2ForCausalLM(t.Qwen2Config(**COMMON)),
+        "qwen3": lambda: t.Qwen3ForCausalLM(t.Qwen3Config(**COMMON, head_dim=16)),
+        "mistral": lambda: t.MistralForCausalLM(t.MistralConfig(**COMMON, sliding_window=None)),
+        "gpt2": lambda: t.GPT2LMHeadModel(t.GPT2Config(vocab_size=64, n_embd=64, n_layer=2, n_head=4, n_positions=256)),
+    }
+    return build[name]().eval()
+
+
+PROMPTS = [[5, 6, 7], [8, 9, 10, 11, 12, 13], [14], [15, 16, 17, 18]]  # ragged: left padding matters
+STOPS = [3]
+
+
+@pytest.mark.parametrize(
+    ("temperature", "top_k", "top_p"), [(1.0, 0, 1.0), (0.7, 5, 1.0), (1.3, 0, 0.8), (0.5, 10, 0.5)]
+)
+def test_same_logits_give_generates_probabilities(temperature: float, top_k: int, top_p: float) -> None:
+    from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+    torch.manual_seed(1)
+    logits = torch.randn(6, 64) * 3
+    logits[0, :4] = logits[0, 4]  # ties at the k-th value
+    warpers = LogitsProcessorList([TemperatureLogitsWarper(temperature)])
+    if top_k:
+        warpers.append(TopKLogitsWarper(top_k))
+    if top_p < 1:
+        warpers.append(TopPLogitsWarper(top_p))
+    expected = torch.softmax(warpers(torch.zeros(6, 1, dtype=torch.long), logits.clone()), dim=-1)
+    assert torch.equal(torch.softmax(filtered_logits(logits, temperature, top_k, top_p), dim=-1), expected)
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen2", "qwen3", "mistral"])
+def test_the_fused_forward_gives_the_models_own_logits(name: str) -> None:
+    model = family(name)
+    assert why_not(model) is None
+    batch = make_batch(PROMPTS, [[] for _ in PROMPTS], [[] for _ in PROMPTS], 0, response_width=1)
+    P = batch.prompt_width
+    ids, attention = batch.input_ids[:, :P], batch.attention_mask[:, :P]
+    decoder = Decoder(model)
+    logits, cache = decoder.prefill(ids, attention)
+    positions = (attention.cumsum(1) - 1).clamp(min=0)
+    with torch.no_grad():
+        own = model(input_ids=ids, attention_mask=attention, position_ids=positions).logits[:, -1].float()
+        assert torch.allclose(logits, own, atol=1e-5)
+        for token in ([20, 21, 22, 23], [24, 25, 26, 27]):  # two decode steps
+            step = decoder.step(torch.tensor(token), cache)
+            ids = torch.cat([ids, torch.tensor(token)[:, None]], 1)
+            attention = torch.cat([attention, torch.ones(4, 1, dtype=torch.long)], 1)
+            positions = (attention.cumsum(1) - 1).clamp(min=0)
+            own = model(input_ids=ids, attention_mask=attention, position_ids=positions).logits[:, -1].float()
+            assert torch.allclose(step, own, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen3", "gpt2"])
+def test_greedy_lean_decoding_is_generates_and_its_logprobs_are_the_training_forwards(name: str) -> None:
+    model = family(name)
+    kw = dict(max_new_tokens=12, temperature=0.0, top_p=1.0, top_k=0, stop_ids=STOPS, pad_id=0, seed=0)
+    lean = generate(model, PROMPTS, **kw)
+    reference = generate(model, PROMPTS, **kw, engine="transformers")
+    assert [g.response_ids for g in lean] == [g.response_ids for g in reference]
+    sampled = generate(model, PROMPTS, **{**kw, "temperature": 0.8, "seed": 5})
+    batch = make_batch(PROMPTS, [g.response_ids for g in sampled], [g.mask for g in sampled], 0)
+    with torch.no_grad():
+        trained, _ = token_logprobs(model, batch, 0.8)
+    for row, g in enumerate(sampled):
+        assert torch.allclose(torch.tensor(g.logprobs), trained[row, : len(g.logprobs)], atol=1e-4)
+
+
+def test_the_same_seed_gives_the_same_draw_and_finished_rows_stop() -> None:
+    model = family("llama")
+    kw = dict(max_new_tokens=30, temperature=1.0, top_p=0.95, top_k=20, stop_ids=[3, 4, 5, 6, 7, 8], pad_id=0)
+    first, again = generate(model, PROMPTS, seed=11, **kw), generate(model, PROMPTS, seed=11, **kw)
+    other = generate(model, PROMPTS, seed=12, **kw)
+    assert [g.response_ids for g in first] == [g.response_ids for g in again]
+    assert [g.response_ids for g in first] != [g.response_ids for g in other]
+    for g in first:  # a stopped row ends at its first stop token; the others ran to the limit
+        assert (g.finish == "stop") == (g.response_ids[-1] in kw["stop_ids"])
+        assert g.finish == "stop" or len(g.response_ids) == 30
+        assert all(t not in kw["stop_ids"] for t in g.response_ids[:-1])
+    assert {g.finish for g in first} == {"stop", "length"} or len(first) == 4
+
+
+def test_sampled_frequencies_follow_the_filtered_distribution() -> None:
+    model = family("qwen2")
+    prompt, draws = [[5, 6, 7]], 3000
+    kw = dict(max_new_tokens=1, temperature=0.9, top_p=0.9, top_k=8, stop_ids=STOPS, pad_id=0)
+    counts = torch.zeros(64)
+    rows = generate(model, prompt * draws, seed=3, **kw)
+    for g in rows:
+        counts[g.response_ids[0]] += 1
+    with torch.no_grad():
+        logits = model(torch.tensor(prompt)).logits[0, -1].float()
+    expected = torch.softmax(filtered_logits(logits[None], 0.9, 8, 0.9), dim=-1)[0]
+    assert counts[expected == 0].sum() == 0  # nothing outside top-k / top-p
+    observed = counts / draws
+    assert float((observed - expected).abs().max()) < 4 * math.sqrt(0.25 / draws)
