@@ -58,15 +58,18 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 
 @dataclass
 class Cache:
-    """Keys and values per layer `(B, kv_heads, length, head_dim)` and which key positions
-    are real tokens `(B, length)` (left padding is not)."""
+    """Keys and values per layer `(B, kv_heads, capacity, head_dim)`, allocated once, the
+    first `length` slots filled; which key slots are real tokens `(B, capacity)` (left
+    padding is not)."""
 
     keys: list[torch.Tensor]
     values: list[torch.Tensor]
     valid: torch.Tensor
     positions: torch.Tensor  # (B,) the position of each row's last token
+    length: int
 
     def select(self, rows: torch.Tensor) -> None:
+        """Keep (or repeat) these rows: finished rows leave; a shared prompt fans out."""
         self.keys = [k[rows] for k in self.keys]
         self.values = [v[rows] for v in self.values]
         self.valid, self.positions = self.valid[rows], self.positions[rows]
@@ -105,14 +108,12 @@ class Decoder:
                 )
             q, k, v = _rotate(q.transpose(1, 2), cos, sin), _rotate(k.transpose(1, 2), cos, sin), v.transpose(1, 2)
             if fresh:
-                cache.keys.append(k)
-                cache.values.append(v)
-            else:
-                cache.keys[i] = torch.cat([cache.keys[i], k], dim=2)
-                cache.values[i] = torch.cat([cache.values[i], v], dim=2)
-            out = F.scaled_dot_product_attention(
-                q, cache.keys[i], cache.values[i], attn_mask=mask, enable_gqa=self.kv_heads != self.heads
-            )
+                cache.keys.append(k.new_empty((B, self.kv_heads, cache.valid.size(1), self.head_dim)))
+                cache.values.append(v.new_empty((B, self.kv_heads, cache.valid.size(1), self.head_dim)))
+            end = cache.length + T
+            cache.keys[i][:, :, cache.length : end] = k
+            cache.values[i][:, :, cache.length : end] = v
+            out = self._attend(q, cache.keys[i][:, :, :end], cache.values[i][:, :, :end], mask)
             h = h + F.linear(out.transpose(1, 2).reshape(B, T, -1), attn.o_proj.weight, attn.o_proj.bias)
             mlp, x = layer.mlp, _rms(h, layer.post_attention_layernorm.weight, self.eps)
             gate = F.silu(F.linear(x, mlp.gate_proj.weight, mlp.gate_proj.bias))
@@ -120,31 +121,52 @@ class Decoder:
             h = h + F.linear(gate * up, mlp.down_proj.weight, mlp.down_proj.bias)
         return h
 
+    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Attention `(B, heads, T, D)`. One query per row (a decode step) is two small matmuls
+        with the query heads grouped over their shared key head, cheaper than the fused kernel
+        at these sizes; a prefill uses the fused kernel."""
+        if q.size(2) != 1:
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=self.kv_heads != self.heads)
+        B, _, _, D = q.shape
+        group = self.heads // self.kv_heads
+        grouped = q.reshape(B, self.kv_heads, group, D)  # heads h·group + j share key head h
+        scores = torch.matmul(grouped, k.transpose(-1, -2)) * (D**-0.5)  # (B, kv, group, L)
+        scores = scores.masked_fill(~mask.reshape(B, 1, 1, -1), float("-inf"))
+        out = torch.matmul(torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype), v)  # (B, kv, group, D)
+        return out.reshape(B, self.heads, 1, D)
+
     def _logits(self, h: torch.Tensor) -> torch.Tensor:
         last = _rms(h[:, -1], self.model.model.norm.weight, self.eps)
         head = self.model.lm_head
         return F.linear(last, head.weight, getattr(head, "bias", None)).float()  # (B, V)
 
     @torch.no_grad()
-    def prefill(self, ids: torch.Tensor, attention: torch.Tensor) -> tuple[torch.Tensor, Cache]:
-        """Left-padded prompts `(B, P)` with their mask → logits of the next token `(B, V)`."""
+    def prefill(self, ids: torch.Tensor, attention: torch.Tensor, room: int = 0) -> tuple[torch.Tensor, Cache]:
+        """Left-padded prompts `(B, P)` with their mask → logits of the next token `(B, V)`,
+        and a cache with `room` free slots for the tokens to come."""
         positions = (attention.cumsum(dim=1) - 1).clamp(min=0)
         h = self.model.model.embed_tokens(ids)
         cos, sin = self._rope(positions, h.dtype)
-        P = ids.size(1)
+        B, P = ids.shape
         causal = torch.ones(P, P, dtype=torch.bool, device=ids.device).tril()
         mask = causal[None] & attention.bool()[:, None, :]
         mask |= torch.eye(P, dtype=torch.bool, device=ids.device)[None]  # a padding query sees itself: no NaN
-        cache = Cache([], [], attention.bool(), positions[:, -1])
+        valid = torch.zeros((B, P + room), dtype=torch.bool, device=ids.device)
+        valid[:, :P] = attention.bool()
+        cache = Cache([], [], valid, positions[:, -1], 0)
         h = self._layers(h, cos, sin, mask[:, None], cache, fresh=True)
+        cache.length = P
         return self._logits(h), cache
 
     @torch.no_grad()
     def step(self, tokens: torch.Tensor, cache: Cache) -> torch.Tensor:
         """One new token per row `(B,)` → logits of the next `(B, V)`; the cache grows by one."""
+        if cache.length == cache.valid.size(1):
+            raise ValueError("the cache is full: prefill with more room")
         cache.positions = cache.positions + 1
-        cache.valid = torch.cat([cache.valid, cache.valid.new_ones((tokens.size(0), 1))], dim=1)
+        cache.valid[:, cache.length] = True
         h = self.model.model.embed_tokens(tokens[:, None])
         cos, sin = self._rope(cache.positions[:, None], h.dtype)
-        h = self._layers(h, cos, sin, cache.valid[:, None, None, :], cache, fresh=False)
+        h = self._layers(h, cos, sin, cache.valid[:, None, None, : cache.length + 1], cache, fresh=False)
+        cache.length += 1
         return self._logits(h)

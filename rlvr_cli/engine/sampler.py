@@ -48,10 +48,30 @@ def draw(
     if temperature == 0:
         token = logits.argmax(dim=-1)
         return token, torch.log_softmax(logits, dim=-1).gather(-1, token[:, None]).squeeze(-1)
-    probs = torch.softmax(filtered_logits(logits, temperature, top_k, top_p), dim=-1)
-    token = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
-    logp = torch.log_softmax(logits / temperature, dim=-1).gather(-1, token[:, None]).squeeze(-1)
-    return token, logp
+    logp_all = torch.log_softmax(logits / temperature, dim=-1)
+    if top_k or top_p < 1.0:
+        probs = torch.softmax(filtered_logits(logits, temperature, top_k, top_p), dim=-1)
+    else:
+        probs = logp_all.exp()
+    # inverse-CDF draw: one uniform per row (torch.multinomial draws one exponential per
+    # vocabulary entry, a fifth of a small model's decode step)
+    cdf = probs.double().cumsum(dim=-1)
+    u = torch.rand((probs.size(0), 1), generator=generator, device=probs.device, dtype=torch.float64)
+    token = torch.searchsorted(cdf, u * cdf[:, -1:], right=True).clamp(max=probs.size(-1) - 1).squeeze(-1)
+    token = _never_excluded(token, probs)
+    return token, logp_all.gather(-1, token[:, None]).squeeze(-1)
+
+
+def _never_excluded(token: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
+    """A uniform draw landing exactly on a zero-probability entry's edge (a CDF step of
+    width 0) moves to the nearest entry below with mass: what is excluded is never drawn."""
+    bad = probs.gather(-1, token[:, None]).squeeze(-1) == 0
+    if bool(bad.any()):
+        for row in torch.nonzero(bad).squeeze(1).tolist():
+            allowed = torch.nonzero(probs[row] > 0).squeeze(1)
+            below = allowed[allowed <= token[row]]
+            token[row] = below[-1] if below.numel() else allowed[0]
+    return token
 
 
 class _ModelForward:
@@ -64,7 +84,7 @@ class _ModelForward:
         self.model = model
         self.cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
-    def prefill(self, ids: torch.Tensor, attention: torch.Tensor) -> tuple[torch.Tensor, Any]:
+    def prefill(self, ids: torch.Tensor, attention: torch.Tensor, room: int) -> tuple[torch.Tensor, Any]:
         positions = (attention.cumsum(dim=1) - 1).clamp(min=0)
         out = self.model(input_ids=ids, attention_mask=attention, position_ids=positions, use_cache=True)
         return out.logits[:, -1, :].float(), [out.past_key_values, attention]
@@ -93,8 +113,8 @@ class _LeanForward:
 
         self.decoder = Decoder(model)
 
-    def prefill(self, ids: torch.Tensor, attention: torch.Tensor) -> tuple[torch.Tensor, Any]:
-        return self.decoder.prefill(ids, attention)
+    def prefill(self, ids: torch.Tensor, attention: torch.Tensor, room: int) -> tuple[torch.Tensor, Any]:
+        return self.decoder.prefill(ids, attention, room)
 
     def step(self, tokens: torch.Tensor, state: Any) -> torch.Tensor:
         return self.decoder.step(tokens, state)
@@ -132,16 +152,29 @@ def lean_sample(
     generator = torch.Generator(device=device)
     generator.manual_seed(seed)
     stops = torch.tensor(sorted(set(stop_ids)), dtype=torch.long, device=device)
-    logits, state = forward.prefill(batch.input_ids[:, :P].to(device), batch.attention_mask[:, :P].to(device))
+    # each distinct prompt is read once; its rows (a GRPO group) share the cache it built
+    distinct: dict[tuple[int, ...], int] = {}
+    owner = torch.tensor([distinct.setdefault(tuple(p), len(distinct)) for p in prompts], device=device)
+    firsts = sorted({tuple(p): i for i, p in reversed(list(enumerate(prompts)))}.values())
+    ids, attention = batch.input_ids[firsts, :P].to(device), batch.attention_mask[firsts, :P].to(device)
+    logits, state = forward.prefill(ids, attention, max_new_tokens)
+    if len(firsts) < len(prompts):
+        logits = logits[owner]
+        forward.select(state, owner)
     n = len(prompts)
     rows = torch.arange(n, device=device)  # the prompt each live row answers
     tokens = torch.full((n, max_new_tokens), pad_id, dtype=torch.long, device=device)
     logps = torch.zeros((n, max_new_tokens), dtype=torch.float32, device=device)
     lengths = torch.zeros(n, dtype=torch.long, device=device)
     stopped = torch.zeros(n, dtype=torch.bool, device=device)
+    everyone = True  # no row has finished yet: plain column writes
     for t in range(max_new_tokens):
         token, logp = draw(logits, temperature, top_k, top_p, generator)
-        tokens[rows, t], logps[rows, t], lengths[rows] = token, logp, t + 1
+        if everyone:
+            tokens[:, t], logps[:, t] = token, logp
+            lengths += 1
+        else:
+            tokens[rows, t], logps[rows, t], lengths[rows] = token, logp, t + 1
         done = torch.isin(token, stops)
         stopped[rows[done]] = True
         if t == max_new_tokens - 1:
@@ -150,7 +183,7 @@ def lean_sample(
             keep = torch.nonzero(~done).squeeze(1)
             if keep.numel() == 0:
                 break
-            rows, token = rows[keep], token[keep]
+            rows, token, everyone = rows[keep], token[keep], False
             forward.select(state, keep)
         logits = forward.step(token, state)
     kept = lengths.tolist()

@@ -71,7 +71,7 @@ def test_the_fused_forward_gives_the_models_own_logits(name: str) -> None:
     P = batch.prompt_width
     ids, attention = batch.input_ids[:, :P], batch.attention_mask[:, :P]
     decoder = Decoder(model)
-    logits, cache = decoder.prefill(ids, attention)
+    logits, cache = decoder.prefill(ids, attention, room=2)
     positions = (attention.cumsum(1) - 1).clamp(min=0)
     with torch.no_grad():
         own = model(input_ids=ids, attention_mask=attention, position_ids=positions).logits[:, -1].float()
