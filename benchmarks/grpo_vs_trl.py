@@ -1,12 +1,18 @@
 """rlvr vs TRL's GRPOTrainer: same tiny model, task, shapes and learning rate, on CPU.
 
-Shapes: 8 prompts × 8 samples per optimizer step, max 2 response tokens, lr 3e-3, beta 0
-(no reference), no gradient checkpointing, one micro-batch of 64, temperature 1. Each
-trainer runs in its own process so peak memory (max RSS) is its own. Usage (needs a venv
-with trl, e.g. `.venv-bench`: python -m venv .venv-bench && .venv-bench/bin/pip install
-torch==2.13.0 trl -e '.[train]'):
+Two shapes (`--shape`):
+- `update` (the default): 8 prompts × 8 samples per optimizer step, max 2 response tokens —
+  generation is nearly free, the update dominates.
+- `generation`: 2 prompts × 8 samples, max 16 response tokens, a Qwen2-architecture model
+  (hidden 128, 4 layers, 4 heads, 2 KV heads) — generation dominates, as in real RLVR.
+Both: lr 3e-3, beta 0 (no reference), no gradient checkpointing, one micro-batch, temperature
+1, truncated answers trained (TRL's default; rlvr `on_truncated: keep`). Each trainer runs in
+its own process so peak memory (max RSS) is its own. The per-step split (generate / score /
+update / other) comes from rlvr's metrics and, for TRL, from timing its model's `generate`
+and the reward function inside its steps. Usage (needs a venv with trl, e.g. `.venv-bench`:
+python -m venv .venv-bench && .venv-bench/bin/pip install torch==2.13.0 trl -e '.[train]'):
 
-    .venv-bench/bin/python benchmarks/grpo_vs_trl.py [--steps 30]
+    .venv-bench/bin/python benchmarks/grpo_vs_trl.py [--steps 30] [--shape update|generation]
 """
 
 from __future__ import annotations
@@ -20,7 +26,18 @@ import tempfile
 import time
 from pathlib import Path
 
+SHAPES = {"update": (8, 8, 2), "generation": (2, 8, 16)}  # prompts, group, max new tokens
 PROMPTS, GROUP, MAX_TOKENS, LR, SEED = 8, 8, 2, 3e-3, 7
+
+
+def set_shape(name: str) -> None:
+    global PROMPTS, GROUP, MAX_TOKENS, SHAPE
+    PROMPTS, GROUP, MAX_TOKENS = SHAPES[name]
+    SHAPE = name
+
+
+SHAPE = "update"
+LAG = 0  # rlvr's max_policy_lag: 1 samples the next step during the update (train/overlap.py)
 
 
 def build(folder: Path) -> tuple[Path, Path]:
@@ -28,6 +45,25 @@ def build(folder: Path) -> tuple[Path, Path]:
     from rlvr_cli.env.builtin import arith
 
     build_tiny(folder / "model", "chatml", alphabet=ARITHMETIC)
+    if SHAPE == "generation":  # the same tokenizer, a Qwen2-architecture model
+        import torch
+        from transformers import AutoConfig, Qwen2Config, Qwen2ForCausalLM
+
+        base = AutoConfig.from_pretrained(folder / "model")
+        torch.manual_seed(0)
+        qwen = Qwen2Config(
+            vocab_size=base.vocab_size,
+            hidden_size=128,
+            intermediate_size=384,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=512,
+            bos_token_id=base.bos_token_id,
+            eos_token_id=base.eos_token_id,
+            pad_token_id=base.pad_token_id,
+        )
+        Qwen2ForCausalLM(qwen).save_pretrained(folder / "model")
     arith.write_splits(folder / "data")
     contract = (Path(__file__).resolve().parent.parent / "contracts" / "dr-grpo-cpu.rlvr.yaml").read_text()
     contract = (
@@ -35,9 +71,15 @@ def build(folder: Path) -> tuple[Path, Path]:
         .replace("arith/", "data/")
         .replace("name: dr-grpo-cpu", "name: bench")
         .replace("aggregation: constant_norm", "aggregation: token_mean")
-        .replace("micro_batch_sequences: 16", "micro_batch_sequences: 64")
+        .replace("micro_batch_sequences: 16", f"micro_batch_sequences: {PROMPTS * GROUP}")
+        .replace("prompts_per_step: 8", f"prompts_per_step: {PROMPTS}")
+        .replace("group_size: 8", f"group_size: {GROUP}")
+        .replace("max_response_tokens: 2", f"max_response_tokens: {MAX_TOKENS}")
         .replace("holdout_every: 10", "holdout_every: 100000")
+        .replace('when: "> 2", window: 1', f'when: "> {MAX_TOKENS}", window: 1')
+        .replace("max_policy_lag: 0", f"max_policy_lag: {LAG}")
     )
+    assert "on_truncated: keep" in contract
     path = folder / "bench.rlvr.yaml"
     path.write_text(contract)
     return path, folder / "data" / "train.jsonl"
@@ -67,7 +109,9 @@ def run_rlvr(folder: Path, steps: int) -> dict:
     rows = [json.loads(line) for line in (folder / "run" / "metrics.jsonl").read_text().splitlines()]
     train_time = sum(r["step_seconds"] for r in rows)
     tokens = sum(r["response_length_mean"] * PROMPTS * GROUP for r in rows)
-    return {"wall_s": wall, "train_s": train_time, "tokens": tokens, "rewards": [r["reward_mean"] for r in rows]}
+    split = {k: sum(r[f"time_{k}_s"] for r in rows) for k in ("generate", "score", "update")}
+    rewards = [r["reward_mean"] for r in rows]
+    return {"wall_s": wall, "train_s": train_time, "tokens": tokens, "rewards": rewards, "split": split}
 
 
 def run_trl(folder: Path, steps: int) -> dict:
@@ -107,6 +151,26 @@ def run_trl(folder: Path, steps: int) -> dict:
 
     model = AutoModelForCausalLM.from_pretrained(folder / "model")
     tokenizer = AutoTokenizer.from_pretrained(folder / "model")
+    spent = {"generate": 0.0, "score": 0.0}
+    original_generate = model.generate
+
+    def timed_generate(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return original_generate(*args, **kwargs)
+        finally:
+            spent["generate"] += time.perf_counter() - start
+
+    model.generate = timed_generate
+    plain_reward = reward
+
+    def reward(completions, answer, **kw: object) -> list[float]:
+        start = time.perf_counter()
+        try:
+            return plain_reward(completions, answer, **kw)
+        finally:
+            spent["score"] += time.perf_counter() - start
+
     config = GRPOConfig(
         output_dir=str(folder / "trl"),
         max_steps=steps,
@@ -144,7 +208,8 @@ def run_trl(folder: Path, steps: int) -> dict:
     for entry in trainer.state.log_history:
         if "completions/mean_length" in entry:
             tokens[0] += entry["completions/mean_length"] * PROMPTS * GROUP
-    return {"wall_s": wall, "train_s": sum(timer.steps), "tokens": tokens[0], "rewards": rewards_log}
+    split = {**spent, "update": sum(timer.steps) - spent["generate"] - spent["score"]}
+    return {"wall_s": wall, "train_s": sum(timer.steps), "tokens": tokens[0], "rewards": rewards_log, "split": split}
 
 
 def child(which: str, steps: int) -> None:
@@ -159,14 +224,32 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--child", choices=["rlvr", "trl"])
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="update")
+    parser.add_argument("--lag", type=int, choices=[0, 1], default=0, help="rlvr's max_policy_lag")
     args = parser.parse_args()
+    set_shape(args.shape)
+    global LAG
+    LAG = args.lag
     if args.child:
         child(args.child, args.steps)
         return
     results = {}
     for which in ("rlvr", "trl"):
         proc = subprocess.run(
-            [sys.executable, __file__, "--child", which, "--steps", str(args.steps)], capture_output=True, text=True
+            [
+                sys.executable,
+                __file__,
+                "--child",
+                which,
+                "--steps",
+                str(args.steps),
+                "--shape",
+                args.shape,
+                "--lag",
+                str(args.lag),
+            ],
+            capture_output=True,
+            text=True,
         )
         if proc.returncode != 0:
             raise SystemExit(f"{which} failed:\n{proc.stderr[-3000:]}")
@@ -182,6 +265,11 @@ def main() -> None:
             f"{sum(rw[:5]) / 5:15.3f}{sum(rw[-5:]) / 5:14.3f}"
         )
     print(f"throughput ratio rlvr/trl (steps/s): {t['train_s'] / r['train_s']:.2f}")
+    print("per step (ms): generate / score / update (TRL: the rest of its step) / other")
+    for name, res in (("rlvr", r), ("trl", t)):
+        parts = {k: 1000 * v / args.steps for k, v in res["split"].items()}
+        other = 1000 * res["train_s"] / args.steps - sum(parts.values())
+        print(f"{name:8}{parts['generate']:8.1f}{parts['score']:8.1f}{parts['update']:8.1f}{other:8.1f}")
 
 
 if __name__ == "__main__":

@@ -246,6 +246,12 @@ class Hyperparameters(Section):
     )
     updates_per_batch: Int = Field(ge=1, le=1024, description="Optimizer passes over one rollout batch.")
     max_policy_lag: Int = Field(ge=0, description="How many optimizer steps old a rollout may be.")
+    sample_ahead: bool = Field(
+        False,
+        description="Sample the next step's first round during this step's update, with a copy of the weights "
+        "(one more step of lag: needs max_policy_lag ≥ updates_per_batch, RLV303). Pays off where sampling and "
+        "the update do not share the same few CPU cores.",
+    )
     sampling: Sampling = Field(description="How responses are sampled.")
     optimizer: Optimizer = Field(description="The optimizer and its settings.")
     schedule: Schedule | None = Field(None, description="The learning-rate schedule (constant when absent).")

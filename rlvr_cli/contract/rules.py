@@ -242,6 +242,13 @@ def rlv303_policy_lag(c: Contract, _: Path) -> Iterator[Finding]:
             f"updates_per_batch = {hp.updates_per_batch} trains on rollouts up to {lag} optimizer steps old, "
             f"more than max_policy_lag = {hp.max_policy_lag}",
         )
+    elif hp.sample_ahead and lag + 1 > hp.max_policy_lag:
+        yield error(
+            "RLV303",
+            ("hyperparameters", "sample_ahead"),
+            f"sample_ahead trains on rollouts up to {lag + 1} optimizer steps old (updates_per_batch = "
+            f"{hp.updates_per_batch}, plus one), more than max_policy_lag = {hp.max_policy_lag}",
+        )
 
 
 # ── RLV6xx: monitoring ────────────────────────────────────────────────────────────────

@@ -39,6 +39,7 @@ class Sample:
     revision: int = 0  # optimizer steps of the weights that sampled it
     lag: int | None = None  # optimizer steps between those weights and the last ones it trained (None: untrained)
     hint: str | None = None  # the hint this sample was shown (data.hints), never trained
+    sampling_logp: list[float] = field(default_factory=list)  # the engine's, when it sampled
     answer_prefix: str = ""  # text the response started with before sampling (a hint as response prefix)
 
     @property

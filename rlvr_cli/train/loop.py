@@ -25,11 +25,12 @@ from rlvr_cli.metrics import StepMetrics
 from rlvr_cli.store.records import RecordStore
 from rlvr_cli.store.run import FiredRule, RunFolder, Status
 from rlvr_cli.train import distributed as dist
-from rlvr_cli.train import rollout, update
+from rlvr_cli.train import overlap, rollout, update
 from rlvr_cli.train.checkpoint import load_latest, save_checkpoint
 from rlvr_cli.train.faults import Fault
 from rlvr_cli.train.logbook import record_rows, rollout_metrics
 from rlvr_cli.train.monitor import Monitor
+from rlvr_cli.train.overlap import Ahead
 from rlvr_cli.train.run_plan import build_plan, plan_text
 from rlvr_cli.train.setup import Setup, build, check_data
 from rlvr_cli.train.state import TrainState
@@ -55,6 +56,7 @@ class Run:
     prompts: rollout.Prompts
     contract_path: Path
     steps: int  # this invocation's last step (`--max-steps`, or the contract's)
+    ahead: Ahead | None = None  # sampling the next step during this one's update (train/overlap.py)
 
     @property
     def contract(self) -> Contract:
@@ -66,12 +68,21 @@ class Run:
 
 
 def train_step(
-    setup: Setup, state: TrainState, prompts: rollout.Prompts, pool: VerifierPool
+    setup: Setup,
+    state: TrainState,
+    prompts: rollout.Prompts,
+    pool: VerifierPool,
+    ahead: Ahead | None = None,
+    launch: bool = False,
 ) -> tuple[StepMetrics, list[Sample]]:
-    """One step: sample and verify groups, compute advantages, update the policy, measure."""
+    """One step: sample and verify groups, compute advantages, update the policy, measure.
+    With `ahead`, groups sampled during the previous update are used, and with `launch` the
+    next step's first round is sampled during this one's."""
     started = time.perf_counter()
-    result = rollout.collect(setup, state, prompts, pool)  # rollout → score
+    result = rollout.collect(setup, state, prompts, pool, ahead)  # rollout → score
     update.sampling_logprobs(setup, [s for s in result.generated if not s.kept])  # before the weights move
+    if ahead is not None and launch:
+        ahead.launch(state, prompts, rollout.step_seed(setup, state.step + 1, 0))
     kept = sum(s.kept for group in result.accepted for s in group)
     start = time.perf_counter()
     learned = update.learn(setup, state, result.accepted) if dist.total(float(kept)) else {}  # advantages → update
@@ -105,7 +116,10 @@ def run_steps(run: Run, pool: VerifierPool, progress: Progress) -> int:
     progress.start(run.steps, first)
     try:
         while state.step < run.steps:
-            metrics, generated = train_step(setup, state, run.prompts, pool)
+            # nothing to sample ahead after the contract's last step; before an early stop
+            # (--max-steps) the next step is sampled all the same: the checkpoint keeps it
+            more = state.step + 1 < run.contract.hyperparameters.max_steps
+            metrics, generated = train_step(setup, state, run.prompts, pool, run.ahead, more)
             if run.records is not None and state.step > run.records.last_step:  # a redone step is not written twice
                 rows = record_rows(
                     run.contract, state.step, setup.verifier_id, generated, setup.data_check, setup.engine
@@ -176,6 +190,8 @@ def budget_spent(run: Run) -> str | None:
 
 
 def checkpoint(run: Run) -> None:
+    if run.ahead is not None:
+        run.ahead.settle(run.state)  # the samples in flight are part of the state
     if run.setup.main:  # the weights are identical on every rank
         save_checkpoint(run.setup, run.state, run.folder, run.contract_path, run.records)
     dist.barrier()
@@ -235,7 +251,12 @@ def start(contract: Contract, contract_path: Path, run_dir: Path, steps: int, re
         folder.truncate_metrics(state.step)  # steps after the checkpoint are redone and logged once
     # one process owns the record store: opening it also clears orphans of interrupted writes
     records = RecordStore(folder.records, contract.records.shard_rows) if setup.main else None
-    return Run(setup, state, folder, records, monitor, rollout.Prompts(setup), contract_path, steps)
+    prompts = rollout.Prompts(setup)
+    ahead = None
+    if overlap.allowed(setup):
+        ahead = Ahead(setup)
+        ahead.restore(state.ahead, prompts)
+    return Run(setup, state, folder, records, monitor, prompts, contract_path, steps, ahead)
 
 
 def check_locked_files(contract: Contract, contract_path: Path) -> None:
@@ -296,7 +317,7 @@ def train(
         run.folder.write_plan(plan)
         run.status("running", max_steps=steps)
     try:
-        with VerifierPool.for_contract(contract, setup.folder) as pool:
+        with VerifierPool.for_contract(contract, setup.folder) as pool, _closing(run.ahead):
             return run_steps(run, pool, progress)
     except InvalidVerdictStop as exc:
         run.status("aborted", reason=str(exc))
@@ -311,6 +332,16 @@ def train(
     except BaseException as exc:
         _failed(run, f"{type(exc).__name__}: {exc}")
         raise
+
+
+@contextlib.contextmanager
+def _closing(ahead: Ahead | None) -> Any:
+    """The sampling thread ends with the run, however it ends."""
+    try:
+        yield
+    finally:
+        if ahead is not None:
+            ahead.close()
 
 
 def _kept(run: Run) -> str:

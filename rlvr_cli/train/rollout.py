@@ -97,6 +97,22 @@ def sample_groups(
         seed=seed,
         engine=hp.sampling.engine,
     )
+    return build_samples(setup, tasks, prompt_ids, shown, gens, seed, round_, first_group, revision)
+
+
+def build_samples(
+    setup: Setup,
+    tasks: list[dict[str, Any]],
+    prompt_ids: list[list[int]],
+    shown: list[str | None],
+    gens: list[Any],
+    seed: int,
+    round_: int,
+    first_group: int,
+    revision: int,
+) -> list[Sample]:
+    k = setup.contract.hyperparameters.group_size
+    prefix = hints.prefix(setup.contract)
     return [
         Sample(
             tasks[i // k],
@@ -111,7 +127,8 @@ def sample_groups(
             text=response_text(setup.tokenizer, gen.response_ids, gen.finish),
             revision=revision,
             hint=shown[i],
-            answer_prefix=shown[i] if shown[i] is not None and hints.prefix(setup.contract) else "",
+            answer_prefix=shown[i] if shown[i] is not None and prefix else "",
+            sampling_logp=list(gen.logprobs),
         )
         for i, gen in enumerate(gens)
     ]
@@ -127,7 +144,11 @@ def sample_own_groups(
     return samples
 
 
-def collect(setup: Setup, state: TrainState, prompts: Prompts, pool: VerifierPool) -> StepResult:
+def step_seed(setup: Setup, step: int, round_: int) -> int:
+    return setup.contract.hyperparameters.seed * 1_000_003 + step * 101 + round_
+
+
+def collect(setup: Setup, state: TrainState, prompts: Prompts, pool: VerifierPool, ahead: Any = None) -> StepResult:
     hp = setup.contract.hyperparameters
     ds = setup.contract.length.dynamic_sampling
     drop = bool(ds and ds.drop_uniform_groups)
@@ -136,9 +157,18 @@ def collect(setup: Setup, state: TrainState, prompts: Prompts, pool: VerifierPoo
         missing = hp.prompts_per_step - len(result.accepted)
         if missing <= 0:
             break
-        tasks = [setup.train_tasks[i] for i in state.sampler.take(missing)]
-        seed = hp.seed * 1_000_003 + state.step * 101 + round_
         start = time.perf_counter()
+        early = ahead.take(state.step) if ahead is not None and round_ == 0 else None
+        if early is not None:  # sampled during the previous step's update (train/overlap.py)
+            tasks = [setup.train_tasks[i] for i in early.indices]
+            gens = early.generations()
+            samples = build_samples(setup, tasks, early.prompt_ids, early.shown, gens, early.seed, 0, 0, early.revision)
+            result.seconds["generate"] += time.perf_counter() - start  # the wait, if any
+            _score(setup, samples, pool, result, round_)
+            _accept(hp, samples, tasks, drop, result)
+            continue
+        tasks = [setup.train_tasks[i] for i in state.sampler.take(missing)]
+        seed = step_seed(setup, state.step, round_)
         hinted = hints.hinted_per_group(setup.contract, state.step)
         if setup.per_group_seeds:
             samples = sample_own_groups(setup, prompts, tasks, seed, round_, state.optimizer_steps, hinted)
@@ -147,18 +177,27 @@ def collect(setup: Setup, state: TrainState, prompts: Prompts, pool: VerifierPoo
             first = len(result.generated) // hp.group_size
             samples = sample_groups(setup, prompts, tasks, seed, round_, first, state.optimizer_steps, hinted)
         result.seconds["generate"] += time.perf_counter() - start
-        start = time.perf_counter()
-        score_all(setup.contract, samples, pool)
-        result.seconds["score"] += time.perf_counter() - start
-        result.generated += samples
-        result.rounds = round_ + 1
-        rewards = torch.tensor([s.reward for s in samples], dtype=torch.float64).view(-1, hp.group_size)
-        uniform = uniform_groups(rewards).tolist() if drop else [False] * len(tasks)  # (G,)
-        for g, flat in enumerate(uniform):
-            group = samples[g * hp.group_size : (g + 1) * hp.group_size]
-            if flat:
-                for s in group:
-                    s.kept, s.reason = False, s.reason or "uniform_group"
-            else:
-                result.accepted.append(group)
+        _score(setup, samples, pool, result, round_)
+        _accept(hp, samples, tasks, drop, result)
     return result
+
+
+def _score(setup: Setup, samples: list[Sample], pool: VerifierPool, result: StepResult, round_: int) -> None:
+    start = time.perf_counter()
+    score_all(setup.contract, samples, pool)
+    result.seconds["score"] += time.perf_counter() - start
+    result.generated += samples
+    result.rounds = round_ + 1
+
+
+def _accept(hp: Any, samples: list[Sample], tasks: list[dict[str, Any]], drop: bool, result: StepResult) -> None:
+    """Groups into the update; with dynamic sampling, all-equal groups are discarded."""
+    rewards = torch.tensor([s.reward for s in samples], dtype=torch.float64).view(-1, hp.group_size)
+    uniform = uniform_groups(rewards).tolist() if drop else [False] * len(tasks)  # (G,)
+    for g, flat in enumerate(uniform):
+        group = samples[g * hp.group_size : (g + 1) * hp.group_size]
+        if flat:
+            for s in group:
+                s.kept, s.reason = False, s.reason or "uniform_group"
+        else:
+            result.accepted.append(group)

@@ -18,6 +18,7 @@ class TrainState:
     totals: dict[str, int] = field(default_factory=lambda: {"rollouts": 0, "verifier_calls": 0, "tokens": 0})
     holdout_history: list[tuple[int, float, float]] = field(default_factory=list)  # (step, train, holdout)
     monitor: list[list[Any]] = field(default_factory=list)  # each rule's current streak
+    ahead: dict[str, Any] | None = None  # the next step's samples, drawn ahead (train/overlap.py)
 
     @classmethod
     def fresh(cls, train_size: int, seed: int) -> TrainState:
@@ -31,6 +32,7 @@ class TrainState:
             "sampler": self.sampler.state(),
             "holdout_history": [list(h) for h in self.holdout_history],
             "monitor": self.monitor,
+            "ahead": self.ahead,
         }
 
     @classmethod
@@ -45,4 +47,5 @@ class TrainState:
             totals={k: int(v) for k, v in data["totals"].items()},
             holdout_history=[(int(s), float(t), float(h)) for s, t, h in data["holdout_history"]],
             monitor=[list(v) for v in data["monitor"]],
+            ahead=data.get("ahead"),
         )

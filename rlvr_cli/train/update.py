@@ -119,10 +119,21 @@ def learn(setup: Setup, state: TrainState, groups: list[list[Sample]]) -> dict[s
         old = fwd.logprobs(setup.policy, temperature)  # the KL penalty must exist before advantages
         kl = obj.sequence_kl(old, ref, fwd.batch.response_mask, o.kl.estimator).double().cpu()  # (B,)
         rewards[torch.tensor(kept, dtype=torch.long)] -= o.kl.coef * kl
+    if any(s.revision < state.optimizer_steps for s in trained):  # sampled ahead by older weights
+        old = _sampled_logprobs(trained, fwd.batch.response_mask).to(setup.device)
     adv = advantages(setup, flat, rewards)  # (N,)
     for s, a in zip(flat, adv.tolist(), strict=True):
         s.advantage = a
     return update(setup, state, trained, adv[kept].to(setup.device), fwd, old, ref)
+
+
+def _sampled_logprobs(samples: list[Sample], mask: torch.Tensor) -> torch.Tensor:
+    """`(B, T)` the log-probs each sample was drawn with (the ratio's denominator when the
+    weights have moved since: train/overlap.py)."""
+    old = torch.zeros(mask.shape, dtype=torch.float32)
+    for row, sample in enumerate(samples):
+        old[row, : len(sample.sampling_logp)] = torch.tensor(sample.sampling_logp, dtype=torch.float32)
+    return old
 
 
 def normalisers(contract: Contract, tokens: float, sequences: float) -> dict[str, float]:
