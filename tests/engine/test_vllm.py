@@ -1,0 +1,63 @@
+"""vLLM as the rollout engine, where a GPU and the `vllm` extra are present: its samples
+carry the log-probs the trainer's forward gives, stop where the contract says, and take new
+weights in memory. Elsewhere these tests are reported as not run, with the reason."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+
+from rlvr_cli.engine.forward import make_batch, token_logprobs
+from rlvr_cli.engine.types import SamplingParams
+
+NO_GPU = not torch.cuda.is_available()
+NO_VLLM = importlib.util.find_spec("vllm") is None
+pytestmark = [
+    pytest.mark.skipif(NO_GPU, reason="needs a CUDA GPU (vLLM samples on one)"),
+    pytest.mark.skipif(NO_VLLM, reason="needs the vllm extra: pip install 'rlvr-cli[vllm]'"),
+]
+
+
+@pytest.fixture(scope="module")
+def policy(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    from transformers import AutoModelForCausalLM
+
+    from rlvr_cli.chat.tiny import ARITHMETIC, build_tiny
+
+    folder = tmp_path_factory.mktemp("vllm") / "model"
+    build_tiny(folder, "chatml", alphabet=ARITHMETIC, hidden=128, layers=2)
+    return AutoModelForCausalLM.from_pretrained(folder, torch_dtype=torch.float32).cuda().eval()
+
+
+def test_vllm_samples_with_the_trainers_log_probs_and_stops(policy) -> None:  # type: ignore[no-untyped-def]
+    from rlvr_cli.engine.vllm_engine import VllmEngine
+
+    engine = VllmEngine.colocated(policy)
+    prompts = [[5, 6, 7, 8], [9, 10, 11]]
+    params = SamplingParams(12, 0.8, 1.0, 0, (3,), 0)
+    out = engine.sample(prompts, params, seed=1)
+    assert len(out) == 2 and all(g.finish in ("stop", "length") for g in out)
+    for g in out:
+        assert all(t not in params.stop_ids for t in g.response_ids[:-1])
+    batch = make_batch(prompts, [g.response_ids for g in out], [g.mask for g in out], 0).to(torch.device("cuda"))
+    with torch.no_grad():
+        trained, _ = token_logprobs(policy, batch, 0.8)
+    for row, g in enumerate(out):
+        assert torch.allclose(torch.tensor(g.logprobs), trained[row, : len(g.logprobs)].cpu(), atol=1e-2)
+
+
+def test_vllm_takes_new_weights_in_memory(policy) -> None:  # type: ignore[no-untyped-def]
+    from rlvr_cli.engine.vllm_engine import VllmEngine
+
+    engine = VllmEngine.colocated(policy)
+    params = SamplingParams(8, 0.0, 1.0, 0, (3,), 0)
+    before = engine.sample([[5, 6, 7]], params, seed=0)[0].response_ids
+    with torch.no_grad():
+        policy.lm_head.weight.mul_(-1.0)  # a different greedy answer
+    engine.load_weights(policy)
+    after = engine.sample([[5, 6, 7]], params, seed=0)[0].response_ids
+    with torch.no_grad():
+        policy.lm_head.weight.mul_(-1.0)
+    assert before != after
