@@ -48,8 +48,11 @@ def _readable(files: list[Path]) -> Iterator[tuple[Path, str | None]]:
 
 
 def run_validate(paths: list[Path], fmt: str, *, deep: bool, strict: bool) -> int:
-    from rlvr_cli.commands.data import deep_findings
+    more: tuple = ()
+    if deep:  # the data check is the data stage's; a plain validate never imports it
+        from rlvr_cli.commands.data import deep_findings
 
+        more = (deep_findings,)
     files, problems = expand(paths)
     results: list[CheckResult] = []
     for path, problem in _readable(files):
@@ -57,7 +60,7 @@ def run_validate(paths: list[Path], fmt: str, *, deep: bool, strict: bool) -> in
             problems.append(f"{path}: cannot be read ({problem})")
             continue
         try:
-            results.append(check_file(path, deep=deep, more=(deep_findings,) if deep else ()))
+            results.append(check_file(path, deep=deep, more=more))
         except OSError as exc:  # opens but cannot be read (e.g. /proc/self/mem)
             problems.append(f"{path}: cannot be read ({exc.strerror or exc})")
     report = REPORTERS[fmt](results, use_color() and fmt == "text")
