@@ -19,6 +19,7 @@ contract rewards a `format` component — the answer written in another format (
 
 from __future__ import annotations
 
+import functools
 import random
 from typing import Any
 
@@ -184,3 +185,61 @@ def single_turn_arms(
                 )
             )
     return arms, exploits
+
+
+ANSWER_FORMS = {
+    "last_boxed": lambda x: f"So the answer is \\boxed{{{x}}}.",
+    "answer_line": lambda x: f"Working it out step by step.\nAnswer: {x}",
+    "whole": lambda x: x,
+}
+
+
+def _rational(text: str) -> tuple[int, int] | None:
+    """`3`, `-3`, `3/4`, `\\frac{3}{4}`, `0.75` as (numerator, denominator), or None."""
+    import re
+    from fractions import Fraction
+
+    match = re.fullmatch(r"\s*\\d?frac\{(-?\d+)\}\{(\d+)\}\s*", text)
+    try:
+        value = Fraction(int(match[1]), int(match[2])) if match else Fraction(text.strip())
+    except (ValueError, ZeroDivisionError):
+        return None
+    return value.numerator, value.denominator
+
+
+def _arm(task: dict[str, Any], tid: str, name: str, kind: str, expected: str, response: str) -> Candidate:
+    return Candidate(name=f"{tid}/{name}", task=task, kind=kind, expected=expected, response=response)
+
+
+def answer_check_arms(
+    tasks: list[dict[str, Any]], sample: int | None, extract: str, field: str = "answer", seed: int = 0
+) -> list[Candidate]:
+    """Arms for the built-in answer-equivalence verifier, written in the form `extract`
+    reads: the answer and equivalent forms of it (accepted); a near miss, two hedged answers,
+    the answer only in the reasoning, and an empty response (rejected)."""
+    form = ANSWER_FORMS[extract]
+    chosen = [t for t in tasks if field in t]
+    if sample is not None and sample < len(chosen):
+        chosen = random.Random(seed).sample(chosen, sample)
+    arms: list[Candidate] = []
+    for task in chosen:
+        tid, answer = str(task["id"]), str(task[field])
+        arm = functools.partial(_arm, task, tid)
+        arms += [arm("answer", "correct", "accept", form(answer)), arm("empty", "empty", "reject", "")]
+        value = _rational(answer)
+        if value is not None:
+            p, q = value
+            arms.append(arm("equivalent form", "correct", "accept", form(f"\\frac{{{2 * p}}}{{{2 * q}}}")))
+            if q == 1:
+                arms.append(arm("equivalent decimal", "correct", "accept", form(f"{p}.0")))
+            miss = f"{p + q}/{q}" if q != 1 else str(p + 1)  # off by one
+            arms.append(arm("near miss", "wrong", "reject", form(miss)))
+            if extract == "last_boxed":
+                hedge = f"It is \\boxed{{{answer}}} or perhaps \\boxed{{{miss}}}."
+            else:
+                hedge = form(f"{answer} or {miss}")
+            arms.append(arm("two answers", "wrong", "reject", hedge))
+        if extract != "whole":
+            reasoning = f"I computed {answer} along the way, but I will not commit to a final answer."
+            arms.append(arm("answer only in the reasoning", "format_error", "reject", reasoning))
+    return arms

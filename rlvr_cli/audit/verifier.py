@@ -107,7 +107,13 @@ def audit_single_turn(contract: Contract, folder: Path, candidates: list[Candida
 
     tasks = all_tasks(contract, folder)
     formats = any("format" in c.name for c in contract.objective.reward.components)
-    arms, exploits = single_turn_arms(list(tasks.values()), sample, format_rewarded=formats)
+    check = contract.environment.answer_check
+    if check is not None:  # the built-in answer check: arms written the way it reads answers
+        from rlvr_cli.audit.arms import answer_check_arms
+
+        arms, exploits = answer_check_arms(list(tasks.values()), sample, check.extract, check.answer_field), []
+    else:
+        arms, exploits = single_turn_arms(list(tasks.values()), sample, format_rewarded=formats)
     report = AuditReport()
     kept, count = _producible(contract, folder, exploits)
     if len(kept) < len(exploits):

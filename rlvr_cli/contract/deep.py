@@ -166,6 +166,10 @@ def _file_hash(folder: Path, rel: str, sha: str | None, where: tuple) -> Iterato
 
 
 def _verifier(c: Contract, folder: Path) -> Iterator[Finding]:
+    if c.environment.answer_check is not None and not _importable("math_verify"):
+        yield error(
+            "RLV901", ("environment", "answer_check"), "answer_check needs math-verify: pip install 'rlvr-cli[train]'"
+        )
     spec = c.environment.verifier
     if spec is None:
         return

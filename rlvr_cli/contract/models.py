@@ -120,13 +120,33 @@ class Artifacts(Section):
 # ── environment ───────────────────────────────────────────────────────────────────────
 
 
+class AnswerCheck(Section):
+    """The built-in answer-equivalence verifier (single_turn), through HF's `math-verify`."""
+
+    extract: Literal["last_boxed", "answer_line", "whole"] = Field(
+        description="Where the answer is read: the last `\\boxed{}` (several different boxed answers are refused), "
+        "the last `Answer: ...` line, or the whole response."
+    )
+    answer_field: str = Field("answer", min_length=1, description="The task field holding the reference answer.")
+    timeout_s: float = Field(
+        5.0, gt=0, le=60, description="Bound for one comparison (parsing and equivalence); past it, a timeout verdict."
+    )
+
+
 class Environment(Section):
     """Where rewards come from."""
 
     kind: Literal["single_turn", "tool_use"] = Field(
         description="single_turn (a verifier function) or tool_use (a resources server)."
     )
-    verifier: str | None = Field(None, pattern=ENTRYPOINT, description="`module:function` (required for single_turn).")
+    verifier: str | None = Field(
+        None, pattern=ENTRYPOINT, description="`module:function` (single_turn: this or `answer_check`)."
+    )
+    answer_check: AnswerCheck | None = Field(
+        None,
+        description="single_turn: the built-in answer-equivalence verifier (numbers, fractions, LaTeX expressions, "
+        "sets, intervals) instead of `verifier`; components `correct` and `format`.",
+    )
     server: str | None = Field(
         None,
         min_length=1,

@@ -55,8 +55,12 @@ def _required(path: tuple, key: str, when: str) -> Finding:
 @rule
 def conditional_keys(c: Contract, _: Path) -> Iterator[Finding]:
     env, adv, kl = c.environment, c.objective.advantage, c.objective.kl
-    if env.kind == "single_turn" and env.verifier is None:
-        yield _required(("environment",), "verifier", "kind is single_turn")
+    if env.kind == "single_turn" and env.verifier is None and env.answer_check is None:
+        yield _required(("environment",), "verifier", "kind is single_turn (or answer_check)")
+    if env.verifier is not None and env.answer_check is not None:
+        yield error("RLV003", ("environment", "answer_check"), "give verifier or answer_check, not both")
+    if env.kind == "tool_use" and env.answer_check is not None:
+        yield error("RLV003", ("environment", "answer_check"), "answer_check verifies single_turn responses")
     if env.kind == "tool_use":
         for key in ("server", "max_steps"):
             if getattr(env, key) is None:

@@ -27,7 +27,10 @@ def _when(prop: str, condition: dict[str, Any], *keys: str) -> dict[str, Any]:
 # definition name → conditions that only a cross-key rule can express
 CONDITIONS: dict[str, list[dict[str, Any]]] = {
     "Environment": [
-        _when("kind", {"const": "single_turn"}, "verifier"),
+        {
+            "if": {"required": ["kind"], "properties": {"kind": {"const": "single_turn"}}},
+            "then": {"anyOf": [_present("verifier"), _present("answer_check")]},
+        },
         _when("kind", {"const": "tool_use"}, "server", "max_steps"),
     ],
     "Advantage": [_when("scale", {"enum": ["group_std", "batch_std"]}, "std", "epsilon")],

@@ -79,10 +79,17 @@ def _limit_memory(extra_mb: int | None) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
-def _worker(spec: str, folder: str, conn: Any, memory_mb: int | None = None) -> None:  # runs in the child process
+ANSWER_CHECK = "rlvr_cli.env.builtin.answer:AnswerCheck"
+
+
+def _worker(
+    spec: str, folder: str, conn: Any, memory_mb: int | None = None, options: dict | None = None
+) -> None:  # runs in the child process
     _isolate()
     try:
         fn = resolve(spec, Path(folder))
+        if options is not None:  # a built-in verifier, configured by the contract
+            fn = fn(**options)
         _limit_memory(memory_mb)
     except Exception as exc:
         conn.send(("load_error", f"{type(exc).__name__}: {exc}"))
@@ -110,8 +117,11 @@ def _call(fn: Callable[[dict, str], Any], task: dict, response: str) -> tuple[st
 class VerifierPool:
     """One worker process, restarted after a timeout; `verify` is called from the trainer."""
 
-    def __init__(self, spec: str, folder: Path, timeout_s: float, memory_mb: int | None = None) -> None:
+    def __init__(
+        self, spec: str, folder: Path, timeout_s: float, memory_mb: int | None = None, options: dict | None = None
+    ) -> None:
         self.spec, self.folder, self.timeout_s, self.memory_mb = spec, folder, timeout_s, memory_mb
+        self.options = options
         self._ctx = mp.get_context("spawn")
         self._proc: Any = None
         self._conn: Any = None
@@ -121,6 +131,9 @@ class VerifierPool:
     def for_contract(cls, contract: Any, folder: Path) -> VerifierPool:
         """The pool of a single_turn contract's `environment.verifier`, with its limits."""
         env = contract.environment
+        if env.answer_check is not None:
+            options = env.answer_check.model_dump()
+            return cls(ANSWER_CHECK, folder, env.timeout_s, env.memory_mb, options)
         return cls(env.verifier, folder, env.timeout_s, env.memory_mb)
 
     def __enter__(self) -> VerifierPool:
@@ -132,7 +145,7 @@ class VerifierPool:
 
     def _start(self) -> None:
         parent, child = self._ctx.Pipe()
-        args = (self.spec, str(self.folder), child, self.memory_mb)
+        args = (self.spec, str(self.folder), child, self.memory_mb, self.options)
         self._proc = self._ctx.Process(target=_worker, args=args, daemon=True)
         self._proc.start()
         child.close()

@@ -105,6 +105,12 @@ def build(contract: Contract, folder: Path, fault: Fault) -> Setup:
 def verifier_identity(contract: Contract, folder: Path) -> str:
     """Which verifier scored the run: its entry point, the contract's version string, and the
     sha256 of its module file when the module lives beside the contract."""
+    check = contract.environment.answer_check
+    if check is not None:
+        from importlib.metadata import version
+
+        settings = ", ".join(f"{k}={v}" for k, v in check.model_dump().items())
+        return f"answer_check({settings}) math-verify {version('math-verify')} {contract.artifacts.verifier.version}"
     spec = contract.environment.verifier or contract.environment.server or ""
     module = spec.partition(":")[0].replace(".", "/")
     found = next((p for p in (folder / f"{module}.py", folder / module / "__init__.py") if p.is_file()), None)
