@@ -280,6 +280,36 @@ def _audit_tables(report: dict[str, Any]) -> str:
     return f"<h2>Rollout audit</h2><p>Record manifest: {state}.</p>" + "".join(parts)
 
 
+def _data_check(run_dir: Path, rows: list[dict[str, Any]]) -> str:
+    """The data check the run started from, and whether every record names it."""
+    import hashlib
+
+    path = run_dir / "data-check.json"
+    if not path.is_file():
+        return "<h2>Data</h2><p>No data-check.json in this run folder (a run from before the data check).</p>"
+    raw = path.read_bytes()
+    report = json.loads(raw)
+    digest = hashlib.sha256(raw).hexdigest()
+    named = {r.get("data_check") for r in rows}
+    provenance = (
+        "every record names this report"
+        if named == {digest}
+        else f"<b>records name another report</b> ({len(named - {digest})} other value(s))"
+    )
+    files = [
+        [name, f.get("path"), f.get("rows"), (f.get("sha256") or "")[:12]]
+        for name, f in report.get("files", {}).items()
+    ]
+    settings = report.get("settings", {})
+    near = settings.get("near_duplicates") or "not declared (dedup.method exact)"
+    state = (
+        f"{report.get('errors', 0)} error(s), {report.get('warnings', 0)} warning(s), {report.get('waived', 0)} waived"
+    )
+    facts = _facts([["findings", state], ["normalisation", ", ".join(settings.get("normalize", []))],
+                    ["near duplicates", _esc(near)], ["provenance", provenance]])  # fmt: skip
+    return "<h2>Data</h2>" + facts + _table(["split", "file", "rows", "sha256"], files)
+
+
 def _sample_row(label: str, r: dict[str, Any], prompts: dict[str, str], tokenizer: Any) -> str:
     trained, length = sum(r["loss_mask"] or []), len(r["response_ids"] or [])
     transcript = ""
@@ -354,6 +384,7 @@ def build(run_dir: Path) -> str:
         + _glance(run_dir, metrics)
         + _gates(run_dir)
         + _charts(metrics, rows, contract, run.read_status(), plan)
+        + _data_check(run_dir, rows)
         + _audit_tables(audit(run_dir))
         + _samples(rows, run_contract(run_dir)[1], _tokenizer(run, contract))
     )

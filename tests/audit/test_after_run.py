@@ -298,3 +298,14 @@ def test_gate_intervals_read_estimate_then_bounds(trained: tuple[Path, Path], tm
     assert rlvr("report", copy, "--out", out).code == 0
     page = out.read_text()
     assert "0.900 [0.800, 1.000]" in page and "0.500 [0.250, 0.750]" in page
+
+
+def test_report_shows_the_data_check_and_whether_the_records_name_it(run_copy: Path, tmp_path: Path) -> None:
+    page = rlvr("report", run_copy, "--out", tmp_path / "a.html")
+    assert page.code == 0
+    text = (tmp_path / "a.html").read_text()
+    assert "<h2>Data</h2>" in text and "every record names this report" in text
+    changed = (run_copy / "data-check.json").read_text().replace('"errors": 0', '"errors": 0 ')
+    (run_copy / "data-check.json").write_text(changed)  # the report was edited after the run
+    rlvr("report", run_copy, "--out", tmp_path / "b.html")
+    assert "records name another report" in (tmp_path / "b.html").read_text()
