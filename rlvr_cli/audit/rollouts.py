@@ -131,12 +131,45 @@ def audit(run_dir: Path) -> dict[str, Any]:
         "discarded": dict(reasons),
         "budget_spent": {"generations": len(rows), "discarded": sum(reasons.values())},
         "length_drift": _drift(rows),
-        "hints": {"used": any(r.get("hint") for r in rows)},
+        "hints": _hints(rows),
+        "data_check": _data_check(run_dir, rows),
         "train_vs_holdout": [{"step": s, "train_reward": t, "holdout_reward": h} for s, t, h in holdout],
         "holdout_evaluations": len(holdout),
         "format_errors": statuses.get("format_error", 0),
         "suspicious_successes": suspicious(rows, prompts, best),
     }
+
+
+def _hints(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Hint dependence from the records: hinted vs unhinted reward over the groups that
+    sampled both (the same tasks)."""
+    groups: dict[tuple[int, int], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r["step"], r["group"]), []).append(r)
+    hinted, plain = [], []
+    for group in groups.values():
+        a = [r["reward"] for r in group if r.get("hint") is not None and r["reward"] is not None]
+        b = [r["reward"] for r in group if r.get("hint") is None and r["reward"] is not None]
+        if a and b:
+            hinted, plain = hinted + a, plain + b
+    return {
+        "used": any(r.get("hint") is not None for r in rows),
+        "hinted_samples": sum(r.get("hint") is not None for r in rows),
+        "reward_hinted": _mean(hinted),
+        "reward_unhinted": _mean(plain),
+    }
+
+
+def _data_check(run_dir: Path, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Whether the records name the data check in the run folder (its sha256)."""
+    import hashlib
+
+    path = run_dir / "data-check.json"
+    named = sorted({r["data_check"] for r in rows if r.get("data_check")})
+    if not path.is_file():
+        return {"present": False, "ok": not named, "named": named}
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    return {"present": True, "ok": named == [digest] or not rows, "named": named, "sha256": digest}
 
 
 def _num(value: float | None) -> str:
@@ -170,7 +203,20 @@ def report_text(report: dict[str, Any]) -> str:
     lines.append(
         f"response length: first steps {d.get('first_steps_mean_length')}, last steps {d.get('last_steps_mean_length')}"
     )
-    lines.append(f"hints used: {report['hints']['used']}")
+    h = report["hints"]
+    hint_line = f"hints used: {h['used']}"
+    if h["used"]:
+        hint_line += (
+            f" ({h['hinted_samples']} hinted samples; reward hinted {_num(h['reward_hinted'])} vs unhinted "
+            f"{_num(h['reward_unhinted'])} in the same groups)"
+        )
+    lines.append(hint_line)
+    dc = report["data_check"]
+    lines.append(
+        "data check: " + ("records name data-check.json" if dc["ok"] and dc["present"] else "none in this run folder")
+        if dc["ok"]
+        else "data check: FAILED — the records name another data check than data-check.json (edited after the run?)"
+    )
     if report["holdout_evaluations"]:
         lines.append(
             "train vs holdout: "

@@ -309,3 +309,5 @@ def test_report_shows_the_data_check_and_whether_the_records_name_it(run_copy: P
     (run_copy / "data-check.json").write_text(changed)  # the report was edited after the run
     rlvr("report", run_copy, "--out", tmp_path / "b.html")
     assert "records name another report" in (tmp_path / "b.html").read_text()
+    audited = rlvr("audit", "rollouts", run_copy)
+    assert audited.code == 1 and "data check: FAILED" in audited.stdout

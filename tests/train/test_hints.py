@@ -61,6 +61,10 @@ def test_hinted_groups_give_a_signal_where_unhinted_ones_are_all_zero(example: P
     from rlvr_cli.metrics import METRICS
 
     assert {m.name for m in METRICS if m.needs == "hints"} <= set(metrics[0])
+    audited = rlvr("audit", "rollouts", example / "run", "--format", "json")
+    hints = audited.json()["hints"]
+    assert audited.code == 0 and hints["used"] and hints["hinted_samples"] == len(hinted)
+    assert hints["reward_unhinted"] == 0.0 and hints["reward_hinted"] > 0
 
 
 @pytest.mark.slow
