@@ -39,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import json
+import re
 import secrets
 import shutil
 import tempfile
@@ -258,7 +259,7 @@ class ResourcesServer:
         if used and verdict.valid:  # the path matters: a forbidden tool fails the episode
             zero = dict.fromkeys(verdict.components, 0.0)
             return Verdict("ok", 0.0, {**zero, "forbidden_tool": 1.0}, f"forbidden tool used: {', '.join(used)}")
-        return verdict
+        return _with_path(verdict, session.task.get("trajectory"), session.calls)
 
     def close_session(self, session_id: str) -> None:
         with self._lock:
@@ -276,3 +277,21 @@ class ResourcesServer:
     def open_sessions(self) -> int:
         with self._lock:
             return len(self._sessions)
+
+
+def _with_path(verdict: Verdict, spec: Any, calls: list[dict[str, Any]]) -> Verdict:
+    """State AND path: with a golden path in the task (`trajectory`), a `path` component, and
+    an episode off the path earns nothing (env/trajectory.py). A malformed path is the task's
+    fault: a verifier_error, never a reward."""
+    if spec is None or not verdict.valid:
+        return verdict
+    from rlvr_cli.env.trajectory import TrajectoryError, match
+
+    try:
+        ok, why = match(list(calls), spec)
+    except (TrajectoryError, TypeError, ValueError, re.error) as exc:
+        return Verdict("verifier_error", detail=f"the task's trajectory is malformed: {exc}")
+    if ok:
+        return Verdict(verdict.status, verdict.reward, {**verdict.components, "path": 1.0}, verdict.detail)
+    zero = dict.fromkeys(verdict.components, 0.0)
+    return Verdict("ok", 0.0, {**zero, "path": 0.0}, f"off the golden path: {why}")
