@@ -8,7 +8,9 @@ from a tool name rlvr knows:
   (another task's first), kept only where the environment's `snapshot` shows that they
   really changed the state the correct solution left;
 - **forbidden tool**: a correct solution plus a call of each declared forbidden tool, with
-  arguments from a candidate that used it.
+  arguments from a candidate that used it;
+- **off path** (tasks with a golden `trajectory`): a correct solution without one of its calls,
+  where the snapshot shows the same final state.
 
 Single turn — for every task with an `answer` (or a stated random sample of them): the
 answer (accept); a wrong answer, an empty response and a refusal (reject); and two exploits,
@@ -74,7 +76,27 @@ def tool_use_arms(
         arms += collateral
         notes += why
         arms += _forbidden(c, task, candidates, forbidden, notes)
+        arms += _off_path(c, task, probe)
     return arms, notes
+
+
+def _off_path(correct: Candidate, task: dict[str, Any], probe: Any) -> list[Candidate]:
+    """With a golden path in the task (`trajectory`): the correct solution without one of its
+    calls, kept where the environment's snapshot shows the same final state — the right state
+    by a path off the golden one (reject)."""
+    if not isinstance(task.get("trajectory"), dict):
+        return []
+    steps = calls_of(correct.trajectory or [])
+    after = probe(task, steps)
+    if after is None:
+        return []
+    for k, step in enumerate(steps):
+        shorter = steps[:k] + steps[k + 1 :]
+        if probe(task, shorter) == after:
+            name = f"{task.get('id')}/right state without {step[0].get('name')}"
+            trajectory = [*shorter, final_of(correct.trajectory or [])]
+            return [Candidate(name=name, task=task, kind="off_path", expected="reject", trajectory=trajectory)]
+    return []
 
 
 def _collateral(

@@ -15,6 +15,7 @@ Kind = Literal[
     "alternate_correct",
     "collateral_damage",
     "forbidden_tool",
+    "off_path",
     "no_op_claim",
     "custom",
     "wrong",

@@ -218,3 +218,26 @@ def test_an_audit_that_stops_early_closes_every_session_it_seeded(domains, tmp_p
     run = rlvr("audit", "isolation", _serve(domains["inventory"], "InventoryBreaksMidAudit", tmp_path), timeout=300)
     assert run.code == 3 and "could not run" in run.stderr and "snapshot broke" in run.stderr
     assert set(Path(tempfile.gettempdir()).glob("rlvr-abort-*")) == before  # every session's folder freed
+
+
+def test_a_golden_path_adds_an_off_path_arm_that_the_server_rejects(domains, tmp_path: Path) -> None:
+    contract = _serve(domains["inventory"], "Inventory", tmp_path)
+    data = contract.parent / "data"
+    look_first = {"order": "strict", "calls": [{"tool": "list_items"}]}  # look before you change anything
+    for path in data.glob("*.jsonl"):
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        rows = [{**r, "trajectory": look_first} if r["id"] == "restock-apple" else r for r in rows]
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    candidates = contract.parent / "audit" / "candidates.yaml"
+    candidates.write_text(
+        candidates.read_text().replace(
+            "  - {name: set apple, task: restock-apple, kind: correct, expected: accept, trajectory: [\n",
+            "  - {name: set apple, task: restock-apple, kind: correct, expected: accept, trajectory: [\n"
+            "      [{type: function_call, name: list_items, arguments: {}}],\n",
+        )
+    )
+    code, report = _verifier(contract)
+    off = [o for o in report["outcomes"] if o["kind"] == "off_path"]
+    assert code == 0 and off and all(o["got"] == "reject" for o in off), report.get("disagreements")
+    assert off[0]["name"] == "restock-apple/right state without list_items"
+    assert off[0]["verdict"]["components"]["path"] == 0.0
