@@ -129,7 +129,11 @@ class AnswerCheck(Section):
     )
     answer_field: str = Field("answer", min_length=1, description="The task field holding the reference answer.")
     timeout_s: float = Field(
-        5.0, gt=0, le=60, description="Bound for one comparison (parsing and equivalence); past it, a timeout verdict."
+        5.0,
+        gt=0,
+        le=60,
+        description="Bound for one comparison (parsing and equivalence), in whole seconds (math-verify's timer; "
+        "rounded, at least 1); past it, a timeout verdict.",
     )
 
 

@@ -67,7 +67,7 @@ def report_json(results: Sequence[CheckResult], color: bool) -> str:
     return json.dumps({"files": files}, indent=2, ensure_ascii=False)
 
 
-def _gh_escape(value: str, prop: bool = False) -> str:
+def gh_escape(value: str, prop: bool = False) -> str:
     value = value.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
     return value.replace(":", "%3A").replace(",", "%2C") if prop else value
 
@@ -78,9 +78,9 @@ def report_github(results: Sequence[CheckResult], color: bool) -> str:
     lines = []
     for r in results:
         for d in sorted_diagnostics(r):
-            props = f"file={_gh_escape(r.path, True)},line={d.line},col={d.column}"
-            title = _gh_escape(f"{d.code} {d.path}".strip(), True)
-            lines.append(f"::{kinds[d.severity]} {props},title={title}::{_gh_escape(describe(d))}")
+            props = f"file={gh_escape(r.path, True)},line={d.line},col={d.column}"
+            title = gh_escape(f"{d.code} {d.path}".strip(), True)
+            lines.append(f"::{kinds[d.severity]} {props},title={title}::{gh_escape(describe(d))}")
     return "\n".join(lines)
 
 

@@ -8,6 +8,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlvr_cli.contract.report import gh_escape
+
 SPLITS = ("train", "holdout", "sealed_eval")
 KEEP_PER_CODE = 200  # findings listed per code; every one is counted
 
@@ -106,11 +108,10 @@ class DataReport:
         kinds = {"error": "error", "warning": "warning", "waived": "notice"}
         lines = []
         for f in self.findings:
-            props = f"file={self.where(None, f.split) if f.at is None else self.path(f.at)}"
+            props = f"file={gh_escape(self.where(None, f.split) if f.at is None else self.path(f.at), True)}"
             if f.at is not None:
                 props += f",line={f.at.line}"
-            message = f.message.replace("%", "%25").replace("\n", "%0A")
-            lines.append(f"::{kinds[f.severity]} {props},title={f.code}::{message}")
+            lines.append(f"::{kinds[f.severity]} {props},title={f.code}::{gh_escape(f.message)}")
         return "\n".join(lines)
 
     def summary(self) -> str:

@@ -76,3 +76,19 @@ def test_group_advantages_compare_unhinted_samples_with_hinted_winners(example: 
         groups.setdefault((r["step"], r["group"]), []).append(r)
     mixed = [g for g in groups.values() if any(r["reward"] == 1 for r in g)]
     assert mixed and all(r["advantage"] < 0 for g in mixed for r in g if r["hint"] is None)
+
+
+@pytest.mark.slow
+def test_prompt_hints_are_written_into_the_user_message_as_the_format_says(example: Path) -> None:
+    from transformers import AutoTokenizer
+
+    edit(example, "placement: response_prefix ", 'placement: prompt\n    format: "{prompt} ss {hint}"\n   ', CONTRACT)
+    records, _ = train(example, 2)
+    tokenizer = AutoTokenizer.from_pretrained(example / "spell" / "model")
+    hinted = [r for r in records if r["hint"] is not None]
+    plain = [r for r in records if r["hint"] is None]
+    assert hinted and plain
+    for r in hinted[:8]:
+        shown = tokenizer.decode(r["prompt_ids"])
+        assert f"spell {r['prompt_id'][6:]} ss {r['hint']}" in shown  # the rewritten user message
+    assert all(" ss " not in tokenizer.decode(r["prompt_ids"]) for r in plain[:8])
