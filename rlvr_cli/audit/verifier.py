@@ -58,10 +58,15 @@ class Outcome:
 class AuditReport:
     outcomes: list[Outcome] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # arms that could not be built, and why
+    breaches: list[str] = field(default_factory=list)  # the sandbox let code reach the outside
 
     @property
     def disagreements(self) -> list[Outcome]:
         return [o for o in self.outcomes if not o.agrees and o.got != "not_run"]
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.disagreements or self.breaches)
 
     @property
     def not_run(self) -> list[Outcome]:
@@ -108,13 +113,20 @@ def audit_single_turn(contract: Contract, folder: Path, candidates: list[Candida
     tasks = all_tasks(contract, folder)
     formats = any("format" in c.name for c in contract.objective.reward.components)
     check = contract.environment.answer_check
+    report = AuditReport()
+    plant = contextlib.nullcontext()
     if check is not None:  # the built-in answer check: arms written the way it reads answers
         from rlvr_cli.audit.arms import answer_check_arms
 
         arms, exploits = answer_check_arms(list(tasks.values()), sample, check.extract, check.answer_field), []
+    elif contract.environment.unit_tests is not None:  # the sandbox's own exploits, planted outside it
+        from rlvr_cli.audit.code_arms import planted, unit_test_arms
+
+        scratch, plant = planted()
+        arms, report.notes = unit_test_arms(list(tasks.values()), sample, contract.environment.unit_tests, plant)
+        exploits = []
     else:
         arms, exploits = single_turn_arms(list(tasks.values()), sample, format_rewarded=formats)
-    report = AuditReport()
     kept, count = _producible(contract, folder, exploits)
     if len(kept) < len(exploits):
         report.notes.append(
@@ -123,11 +135,14 @@ def audit_single_turn(contract: Contract, folder: Path, candidates: list[Candida
             "the policy cannot write them"
         )
     todo = candidates + arms + kept
-    with VerifierPool.for_contract(contract, folder) as pool:
+    with plant, VerifierPool.for_contract(contract, folder) as pool:
         items = [(resolve_task(c.task, tasks), c.response or "") for c in todo]
         for candidate, (task, response), (verdict, _) in zip(todo, items, pool.verify_many(items), strict=True):
             got, reward = judge(contract, verdict)
             report.outcomes.append(Outcome(candidate, task, got, reward, verdict.as_json(), {"response": response}))
+    if contract.environment.unit_tests is not None:
+        report.breaches = plant.breaches()
+        scratch.cleanup()
     return report
 
 
@@ -241,6 +256,7 @@ def report_text(report: AuditReport) -> str:
             f"could not run: {o.candidate.name or o.candidate.kind} (the server refused {o.verdict['refused']})"
         )
     lines += [f"note: {note}" for note in report.notes]
+    lines += [f"BREACH: {breach}" for breach in report.breaches]
     bad = report.disagreements
     if bad:  # the one-line summary goes to stderr (commands/audit.py); here, the evidence
         lines.append("disagreements:")

@@ -20,14 +20,16 @@ def run_audit_verifier(contract_path: Path, candidates: Path | None, fmt: str, s
     with user_code_to_stderr():
         report = run_audit(contract, folder, _candidates(candidates, folder), sample)
     emit("audit verifier", fmt, report)
-    verdict = "passed" if not report.disagreements else "FAILED"
+    verdict = "FAILED" if report.failed else "passed"
     skipped = f", {len(report.not_run)} could not run" if report.not_run else ""
+    breached = f", {len(report.breaches)} sandbox breach(es)" if report.breaches else ""
     print(
         f"verifier audit {verdict}: {len(report.disagreements)} disagreement(s) in {len(report.outcomes)} candidates"
-        + skipped,
+        + skipped
+        + breached,
         file=sys.stderr,
     )
-    return 1 if report.disagreements else 0
+    return 1 if report.failed else 0
 
 
 @reporter("audit verifier", "text")
@@ -46,6 +48,7 @@ def _verifier_json(report: Any) -> str:
             "disagreements": len(report.disagreements),
             "not_run": len(report.not_run),
             "notes": report.notes,
+            "breaches": report.breaches,
         }
     )
 

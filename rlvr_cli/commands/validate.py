@@ -7,7 +7,9 @@ import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from rlvr_cli.contract.diagnostics import Finding
 from rlvr_cli.contract.load import CheckResult, check_file
+from rlvr_cli.contract.models import Contract
 from rlvr_cli.contract.report import REPORTERS, summary, use_color
 from rlvr_cli.errors import guard
 
@@ -47,12 +49,24 @@ def _readable(files: list[Path]) -> Iterator[tuple[Path, str | None]]:
             yield path, None
 
 
+def sandbox_findings(contract: Contract, folder: Path, contract_path: Path) -> list[Finding]:
+    """`unit_tests` runs code only in a working bubblewrap sandbox: say so before training."""
+    if contract.environment.unit_tests is None:
+        return []
+    from rlvr_cli.env.sandbox import problem
+
+    why = problem()
+    if why is None:
+        return []
+    return [Finding("RLV901", "error", ("environment", "unit_tests"), f"unit_tests cannot run code here: {why}")]
+
+
 def run_validate(paths: list[Path], fmt: str, *, deep: bool, strict: bool) -> int:
     more: tuple = ()
     if deep:  # the data check is the data stage's; a plain validate never imports it
         from rlvr_cli.commands.data import deep_findings
 
-        more = (deep_findings,)
+        more = (deep_findings, sandbox_findings)
     files, problems = expand(paths)
     results: list[CheckResult] = []
     for path, problem in _readable(files):

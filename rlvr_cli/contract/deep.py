@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -170,6 +171,8 @@ def _verifier(c: Contract, folder: Path) -> Iterator[Finding]:
         yield error(
             "RLV901", ("environment", "answer_check"), "answer_check needs math-verify: pip install 'rlvr-cli[train]'"
         )
+    if c.environment.judge is not None:
+        yield from _judge(c, folder)
     spec = c.environment.verifier
     if spec is None:
         return
@@ -221,3 +224,14 @@ def _lock(c: Contract, contract_path: Path) -> Iterator[Finding]:
         if locked.get(name) != current.get(name):
             state = "is new" if name not in locked else "is gone" if name not in current else "changed"
             yield error("RLV104", ("artifacts",), f"{name} {state} since {path.name} was written")
+
+
+def _judge(c: Contract, folder: Path) -> Iterator[Finding]:
+    judge, where = c.environment.judge, ("environment", "judge")
+    assert judge is not None
+    if not _importable("openai"):
+        yield error("RLV901", where, "judge needs the openai client: pip install 'rlvr-cli[judge]'")
+    if judge.api_key_env and not os.environ.get(judge.api_key_env):
+        yield error("RLV901", (*where, "api_key_env"), f"the environment variable {judge.api_key_env} is not set")
+    if judge.cache and not (folder / judge.cache).parent.is_dir():
+        yield error("RLV901", (*where, "cache"), f"the folder of {judge.cache} does not exist")

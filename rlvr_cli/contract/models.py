@@ -31,6 +31,7 @@ from rlvr_cli.contract.sections import (
     not_boolean,
     one_of_required,
 )
+from rlvr_cli.contract.verifier_kinds import AnswerCheck, Judge, UnitTests
 
 __all__ = [
     "CHECKPOINT_PARTS",
@@ -120,23 +121,6 @@ class Artifacts(Section):
 # ── environment ───────────────────────────────────────────────────────────────────────
 
 
-class AnswerCheck(Section):
-    """The built-in answer-equivalence verifier (single_turn), through HF's `math-verify`."""
-
-    extract: Literal["last_boxed", "answer_line", "whole"] = Field(
-        description="Where the answer is read: the last `\\boxed{}` (several different boxed answers are refused), "
-        "the last `Answer: ...` line, or the whole response."
-    )
-    answer_field: str = Field("answer", min_length=1, description="The task field holding the reference answer.")
-    timeout_s: float = Field(
-        5.0,
-        gt=0,
-        le=60,
-        description="Bound for one comparison (parsing and equivalence), in whole seconds (math-verify's timer; "
-        "rounded, at least 1); past it, a timeout verdict.",
-    )
-
-
 class Environment(Section):
     """Where rewards come from."""
 
@@ -144,12 +128,24 @@ class Environment(Section):
         description="single_turn (a verifier function) or tool_use (a resources server)."
     )
     verifier: str | None = Field(
-        None, pattern=ENTRYPOINT, description="`module:function` (single_turn: this or `answer_check`)."
+        None,
+        pattern=ENTRYPOINT,
+        description="`module:function` (single_turn: this, or one of `answer_check`, `unit_tests`, `judge`).",
     )
     answer_check: AnswerCheck | None = Field(
         None,
         description="single_turn: the built-in answer-equivalence verifier (numbers, fractions, LaTeX expressions, "
         "sets, intervals) instead of `verifier`; components `correct` and `format`.",
+    )
+    unit_tests: UnitTests | None = Field(
+        None,
+        description="single_turn: the response's code run against the task's tests in a bubblewrap sandbox, "
+        "instead of `verifier`; components `tests` and `format`.",
+    )
+    judge: Judge | None = Field(
+        None,
+        description="single_turn: a model judge behind an OpenAI-compatible endpoint, instead of `verifier`; "
+        "component `judge`. Only where nothing executable can verify.",
     )
     server: str | None = Field(
         None,

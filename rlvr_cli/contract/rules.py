@@ -10,10 +10,11 @@ import os
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rlvr_cli.contract.diagnostics import Finding, error, warning
 from rlvr_cli.contract.models import CHECKPOINT_PARTS, Contract, ModelRef, ReferenceRef
+from rlvr_cli.contract.verifier_kinds import BUILTIN_KINDS
 from rlvr_cli.metrics import METRICS, WATCHED, is_metric
 
 if TYPE_CHECKING:
@@ -52,15 +53,29 @@ def _required(path: tuple, key: str, when: str) -> Finding:
     return error("RLV003", path, f"missing required key '{key}' (required when {when})")
 
 
+def _verifier_kind(env: Any) -> Iterator[Finding]:
+    """single_turn: exactly one of `verifier` and the built-in kinds; tool_use: none of the built-ins."""
+    given = [k for k in ("verifier", *BUILTIN_KINDS) if getattr(env, k) is not None]
+    if env.kind == "single_turn" and not given:
+        yield _required(("environment",), "verifier", "kind is single_turn (or " + ", ".join(BUILTIN_KINDS) + ")")
+    for extra in given[1:]:
+        yield error("RLV003", ("environment", extra), f"give one verifier kind: {' and '.join(given)} are both set")
+    if env.kind == "tool_use":
+        for key in (k for k in BUILTIN_KINDS if getattr(env, k) is not None):
+            yield error("RLV003", ("environment", key), f"{key} verifies single_turn responses")
+    if env.unit_tests is not None and env.timeout_s < env.unit_tests.case_timeout_s + 2:
+        yield error(
+            "RLV003",
+            ("environment", "timeout_s"),
+            f"timeout_s {env.timeout_s} leaves no time for one case of {env.unit_tests.case_timeout_s} s "
+            "and the sandbox's start (needs case_timeout_s + 2)",
+        )
+
+
 @rule
 def conditional_keys(c: Contract, _: Path) -> Iterator[Finding]:
     env, adv, kl = c.environment, c.objective.advantage, c.objective.kl
-    if env.kind == "single_turn" and env.verifier is None and env.answer_check is None:
-        yield _required(("environment",), "verifier", "kind is single_turn (or answer_check)")
-    if env.verifier is not None and env.answer_check is not None:
-        yield error("RLV003", ("environment", "answer_check"), "give verifier or answer_check, not both")
-    if env.kind == "tool_use" and env.answer_check is not None:
-        yield error("RLV003", ("environment", "answer_check"), "answer_check verifies single_turn responses")
+    yield from _verifier_kind(env)
     if env.kind == "tool_use":
         for key in ("server", "max_steps"):
             if getattr(env, key) is None:

@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 from rlvr_cli.contract.models import Contract
+from rlvr_cli.contract.verifier_kinds import BUILTIN_KINDS
 
 
 def _present(*keys: str) -> dict[str, Any]:
@@ -29,7 +30,7 @@ CONDITIONS: dict[str, list[dict[str, Any]]] = {
     "Environment": [
         {
             "if": {"required": ["kind"], "properties": {"kind": {"const": "single_turn"}}},
-            "then": {"anyOf": [_present("verifier"), _present("answer_check")]},
+            "then": {"anyOf": [_present(k) for k in ("verifier", *BUILTIN_KINDS)]},
         },
         _when("kind", {"const": "tool_use"}, "server", "max_steps"),
     ],

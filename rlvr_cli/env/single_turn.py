@@ -80,6 +80,25 @@ def _limit_memory(extra_mb: int | None) -> None:
 
 
 ANSWER_CHECK = "rlvr_cli.env.builtin.answer:AnswerCheck"
+BUILTINS = {
+    "answer_check": ANSWER_CHECK,
+    "unit_tests": "rlvr_cli.env.builtin.unit_tests:UnitTests",
+    "judge": "rlvr_cli.env.builtin.judge:Judge",
+}
+
+
+def builtin_options(env: Any, folder: Path) -> tuple[str, dict[str, Any]] | None:
+    """The built-in verifier the contract chose and its options, or None for `verifier`."""
+    for kind, spec in BUILTINS.items():
+        section = getattr(env, kind)
+        if section is not None:
+            options = section.model_dump()
+            if kind == "unit_tests":  # answer before the pool's own bound kills the worker
+                options["deadline_s"] = max(1.0, env.timeout_s - 0.5)
+            if kind == "judge":
+                options["folder"] = str(folder)
+            return spec, options
+    return None
 
 
 def _worker(
@@ -131,9 +150,9 @@ class VerifierPool:
     def for_contract(cls, contract: Any, folder: Path) -> VerifierPool:
         """The pool of a single_turn contract's `environment.verifier`, with its limits."""
         env = contract.environment
-        if env.answer_check is not None:
-            options = env.answer_check.model_dump()
-            return cls(ANSWER_CHECK, folder, env.timeout_s, env.memory_mb, options)
+        builtin = builtin_options(env, folder)
+        if builtin is not None:
+            return cls(builtin[0], folder, env.timeout_s, env.memory_mb, builtin[1])
         return cls(env.verifier, folder, env.timeout_s, env.memory_mb)
 
     def __enter__(self) -> VerifierPool:

@@ -6,6 +6,7 @@ the weights and the optimizer's own state. The counters that do change live in `
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,15 +103,33 @@ def build(contract: Contract, folder: Path, fault: Fault) -> Setup:
     )
 
 
+def _version_of(library: str) -> str:
+    if library == "bubblewrap":
+        import subprocess
+
+        try:
+            return subprocess.run(["bwrap", "--version"], capture_output=True, text=True, timeout=10).stdout.split()[-1]
+        except (OSError, IndexError, subprocess.SubprocessError):
+            return "missing"
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(library)
+    except PackageNotFoundError:
+        return "missing"
+
+
 def verifier_identity(contract: Contract, folder: Path) -> str:
     """Which verifier scored the run: its entry point, the contract's version string, and the
     sha256 of its module file when the module lives beside the contract."""
-    check = contract.environment.answer_check
-    if check is not None:
-        from importlib.metadata import version
-
-        settings = ", ".join(f"{k}={v}" for k, v in check.model_dump().items())
-        return f"answer_check({settings}) math-verify {version('math-verify')} {contract.artifacts.verifier.version}"
+    env = contract.environment
+    for kind, library in (("answer_check", "math-verify"), ("unit_tests", "bubblewrap"), ("judge", "openai")):
+        section = getattr(env, kind)
+        if section is not None:
+            settings = ", ".join(f"{k}={v}" for k, v in section.model_dump().items() if k != "rubric")
+            if kind == "judge":
+                settings += f", rubric sha256:{hashlib.sha256(section.rubric.encode()).hexdigest()[:16]}"
+            return f"{kind}({settings}) {library} {_version_of(library)} {contract.artifacts.verifier.version}"
     spec = contract.environment.verifier or contract.environment.server or ""
     module = spec.partition(":")[0].replace(".", "/")
     found = next((p for p in (folder / f"{module}.py", folder / module / "__init__.py") if p.is_file()), None)

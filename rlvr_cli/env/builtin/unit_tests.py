@@ -1,0 +1,158 @@
+"""The built-in unit-test verifier (`environment.unit_tests`): the response's code runs against
+the task's test cases in the bubblewrap sandbox (`env/sandbox.py`); what it printed or returned
+is compared with the expected values here, outside, where the code cannot reach them.
+
+Tests, in the task's `tests_field`:
+- `{kind: stdio, cases: [{stdin: "1 2\\n", stdout: "3\\n"}]}`: the code is run as a program;
+  its stdout must equal the expected one up to trailing whitespace on each line and trailing
+  blank lines;
+- `{kind: call, function: add, cases: [{args: [1, 2], kwargs: {}, expected: 3}]}`: the code is
+  loaded as a module, the function called; its return value, as JSON, must equal `expected`
+  (floats within 1e-6 relative, 1e-9 absolute; `true` is not `1`).
+
+Verdicts: `ok` with `tests` (all-or-nothing or the fraction passed, as declared) and `format` 1;
+`format_error` when there is no code where the contract says; `sandbox_error` when the sandbox
+failed before any of the model's code ran; `timeout` when the sandbox did not answer in time;
+`verifier_error` for a task whose tests are malformed. A case that runs past its time, exits
+without a result, prints too much, leaves processes behind or kills the runner fails.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+from rlvr_cli.env.sandbox import Limits, problem, run
+from rlvr_cli.env.verdict import Verdict
+from rlvr_cli.errors import RlvrError
+
+_FENCE = re.compile(r"^```[ \t]*([\w+.-]*)[ \t]*\n(.*?)^```[ \t]*$", re.DOTALL | re.MULTILINE)
+CODE_CAP = 256 * 1024
+
+
+class BadTests(ValueError):
+    """The task's tests are malformed: the task's fault, never the response's."""
+
+
+def extract_code(response: str, mode: str) -> str | None:
+    """The code the response gives: its last fenced block, or the whole response."""
+    if mode == "whole":
+        code = response
+    else:
+        blocks = _FENCE.findall(response)
+        code = blocks[-1][1] if blocks else ""
+    return code if code.strip() else None
+
+
+def parse_tests(tests: Any) -> tuple[dict[str, Any], list[Any]]:
+    """(what the sandbox gets: mode, function and inputs; the expected values, kept outside)."""
+    if not isinstance(tests, dict) or tests.get("kind") not in ("stdio", "call"):
+        raise BadTests("tests must be an object with kind stdio or call")
+    cases = tests.get("cases")
+    if not isinstance(cases, list) or not cases or not all(isinstance(c, dict) for c in cases):
+        raise BadTests("tests.cases must be a non-empty list of objects")
+    if tests["kind"] == "stdio":
+        for i, case in enumerate(cases):
+            if not isinstance(case.get("stdin", ""), str) or not isinstance(case.get("stdout"), str):
+                raise BadTests(f"tests.cases[{i}] needs stdout (and stdin) as strings")
+        inputs = [{"stdin": c.get("stdin", "")} for c in cases]
+        return {"mode": "stdio", "cases": inputs}, [c["stdout"] for c in cases]
+    function = tests.get("function")
+    if not isinstance(function, str) or not function.isidentifier():
+        raise BadTests("tests.function must name a function")
+    for i, case in enumerate(cases):
+        if not isinstance(case.get("args", []), list) or not isinstance(case.get("kwargs", {}), dict):
+            raise BadTests(f"tests.cases[{i}]: args must be a list, kwargs an object")
+        if "expected" not in case:
+            raise BadTests(f"tests.cases[{i}] has no expected value")
+    inputs = [{"args": c.get("args", []), "kwargs": c.get("kwargs", {})} for c in cases]
+    return {"mode": "call", "function": function, "cases": inputs}, [c["expected"] for c in cases]
+
+
+def _lines(text: str) -> list[str]:
+    lines = [line.rstrip() for line in text.replace("\r\n", "\n").split("\n")]
+    while lines and not lines[-1]:
+        lines.pop()
+    return lines
+
+
+def same(got: Any, expected: Any) -> bool:
+    """JSON values equal, floats within tolerance; a bool is not a number."""
+    if isinstance(expected, bool) or isinstance(got, bool):
+        return type(got) is type(expected) and got == expected
+    if isinstance(expected, (int, float)) and isinstance(got, (int, float)):
+        if isinstance(expected, int) and isinstance(got, int):
+            return got == expected
+        return math.isclose(got, expected, rel_tol=1e-6, abs_tol=1e-9)
+    if isinstance(expected, list) and isinstance(got, list):
+        return len(got) == len(expected) and all(same(g, e) for g, e in zip(got, expected, strict=True))
+    if isinstance(expected, dict) and isinstance(got, dict):
+        return got.keys() == expected.keys() and all(same(got[k], expected[k]) for k in expected)
+    return type(got) is type(expected) and got == expected
+
+
+def judge_case(mode: str, result: dict[str, Any] | None, expected: Any) -> str | None:
+    """None when the case passed, else why it failed (in a few words)."""
+    if result is None:
+        return "no result (the runner was killed)"
+    status = result.get("status")
+    if status != "done":
+        return {
+            "timeout": "timed out",
+            "budget": "not run: the verification's time ran out",
+            "output_limit": "printed too much",
+            "strays": "left processes running",
+        }.get(str(status), f"status {status}")
+    if mode == "stdio":
+        return None if _lines(str(result.get("stdout", ""))) == _lines(expected) else "wrong output"
+    if result.get("exit") != 0 or not result.get("value"):
+        return f"no return value (exit {result.get('exit')})"
+    try:
+        value = json.loads(result["value"])
+    except ValueError:
+        return "unreadable return value"
+    return None if same(value, expected) else "wrong return value"
+
+
+class UnitTests:
+    """`verify(task, response)` as the contract's `unit_tests` configures it; `deadline_s` is
+    what the verifier pool allows one verdict (environment.timeout_s), less a margin."""
+
+    def __init__(self, extract: str, reward: str, tests_field: str = "tests", deadline_s: float = 30.0, **limits: Any):
+        why = problem()
+        if why is not None:
+            raise RlvrError(why)
+        limits.pop("solution_field", None)
+        self.mode, self.reward, self.field = extract, reward, tests_field
+        self.limits = Limits(**limits)
+        self.deadline_s = deadline_s
+
+    def __call__(self, task: dict[str, Any], response: str) -> Verdict:
+        try:
+            sent, expected = parse_tests(task.get(self.field))
+        except BadTests as exc:
+            return Verdict("verifier_error", detail=f"task {task.get('id')!r}: {exc}")
+        code = extract_code(response, self.mode)
+        if code is None:
+            return Verdict("format_error", 0.0, {"tests": 0.0, "format": 0.0}, "no code in the response")
+        if len(code.encode()) > CODE_CAP:
+            return Verdict("format_error", 0.0, {"tests": 0.0, "format": 0.0}, "code over 256 KiB")
+        outcome = run({**sent, "code": code}, self.limits, self.deadline_s)
+        if outcome.timed_out and not outcome.ready:
+            return Verdict("timeout", detail=f"the sandbox did not start within {self.deadline_s} s")
+        if not outcome.ready:
+            why = outcome.stderr.strip().splitlines()[-1:] or [f"exit {outcome.returncode}"]
+            return Verdict("sandbox_error", detail=f"the sandbox failed before the code ran: {why[0]}")
+        if outcome.timed_out:
+            return Verdict("timeout", detail=f"the sandbox did not finish within {self.deadline_s} s")
+        failures = {
+            i: why
+            for i, want in enumerate(expected)
+            if (why := judge_case(sent["mode"], outcome.cases.get(i), want)) is not None
+        }
+        passed = len(expected) - len(failures)
+        score = passed / len(expected) if self.reward == "fraction" else float(not failures)
+        detail = f"{passed}/{len(expected)} passed" + "".join(f"; {i}: {why}" for i, why in list(failures.items())[:5])
+        return Verdict("ok", score, {"tests": score, "format": 1.0}, detail)
