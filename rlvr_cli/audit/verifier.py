@@ -58,7 +58,7 @@ class Outcome:
 class AuditReport:
     outcomes: list[Outcome] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # arms that could not be built, and why
-    breaches: list[str] = field(default_factory=list)  # the sandbox let code reach the outside
+    findings: list[str] = field(default_factory=list)  # failures beyond disagreements (a sandbox breach)
 
     @property
     def disagreements(self) -> list[Outcome]:
@@ -66,7 +66,7 @@ class AuditReport:
 
     @property
     def failed(self) -> bool:
-        return bool(self.disagreements or self.breaches)
+        return bool(self.disagreements or self.findings)
 
     @property
     def not_run(self) -> list[Outcome]:
@@ -141,7 +141,7 @@ def audit_single_turn(contract: Contract, folder: Path, candidates: list[Candida
             got, reward = judge(contract, verdict)
             report.outcomes.append(Outcome(candidate, task, got, reward, verdict.as_json(), {"response": response}))
     if contract.environment.unit_tests is not None:
-        report.breaches = plant.breaches()
+        report.findings = plant.breaches()
         scratch.cleanup()
     return report
 
@@ -256,7 +256,7 @@ def report_text(report: AuditReport) -> str:
             f"could not run: {o.candidate.name or o.candidate.kind} (the server refused {o.verdict['refused']})"
         )
     lines += [f"note: {note}" for note in report.notes]
-    lines += [f"BREACH: {breach}" for breach in report.breaches]
+    lines += [f"FINDING: {finding}" for finding in report.findings]
     bad = report.disagreements
     if bad:  # the one-line summary goes to stderr (commands/audit.py); here, the evidence
         lines.append("disagreements:")

@@ -22,11 +22,11 @@ def run_audit_verifier(contract_path: Path, candidates: Path | None, fmt: str, s
     emit("audit verifier", fmt, report)
     verdict = "FAILED" if report.failed else "passed"
     skipped = f", {len(report.not_run)} could not run" if report.not_run else ""
-    breached = f", {len(report.breaches)} sandbox breach(es)" if report.breaches else ""
+    found = f", {len(report.findings)} finding(s)" if report.findings else ""
     print(
         f"verifier audit {verdict}: {len(report.disagreements)} disagreement(s) in {len(report.outcomes)} candidates"
         + skipped
-        + breached,
+        + found,
         file=sys.stderr,
     )
     return 1 if report.failed else 0
@@ -48,7 +48,7 @@ def _verifier_json(report: Any) -> str:
             "disagreements": len(report.disagreements),
             "not_run": len(report.not_run),
             "notes": report.notes,
-            "breaches": report.breaches,
+            "findings": report.findings,
         }
     )
 

@@ -59,7 +59,7 @@ def _verifier_kind(env: Any) -> Iterator[Finding]:
     if env.kind == "single_turn" and not given:
         yield _required(("environment",), "verifier", "kind is single_turn (or " + ", ".join(BUILTIN_KINDS) + ")")
     for extra in given[1:]:
-        yield error("RLV003", ("environment", extra), f"give one verifier kind: {' and '.join(given)} are both set")
+        yield error("RLV003", ("environment", extra), f"give one verifier kind, not both: {given[0]} and {extra}")
     if env.kind == "tool_use":
         for key in (k for k in BUILTIN_KINDS if getattr(env, k) is not None):
             yield error("RLV003", ("environment", key), f"{key} verifies single_turn responses")

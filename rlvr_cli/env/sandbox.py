@@ -197,7 +197,7 @@ def _wait(
         stderr=err,
         pass_fds=fds,
         start_new_session=True,
-        cwd=cwd,
+        cwd=cwd or "/",  # the sandbox starts as nobody when rlvr runs as root: from a folder it can enter
         preexec_fn=None if cwd else (lambda: _outer_limits(limits)),
     )
     outcome = Run()

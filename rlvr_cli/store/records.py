@@ -61,6 +61,7 @@ class RecordRow:
     verify_seconds: float = _col("float64")
     verifier: str | None = _col("string")
     data_check: str | None = _col("string")  # sha256 of the run's data-check.json
+    verdict_detail: str | None = _col("string")  # the verifier's own words: which cases failed, why invalid
 
 
 COLUMNS: tuple[tuple[str, str], ...] = tuple((f.name, f.metadata["arrow"]) for f in fields(RecordRow))

@@ -108,6 +108,7 @@ def record_rows(
             verify_seconds=s.verify_seconds,
             verifier=verifier,
             data_check=data_check,
+            verdict_detail=(s.verdict.detail or "")[:2000] or None if s.verdict else None,
         )
         for s in samples
     ]
