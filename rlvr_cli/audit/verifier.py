@@ -107,43 +107,58 @@ def all_tasks(contract: Contract, folder: Path) -> dict[str, dict[str, Any]]:
 
 
 def audit_single_turn(contract: Contract, folder: Path, candidates: list[Candidate], sample: int | None) -> AuditReport:
-    from rlvr_cli.audit.arms import single_turn_arms
     from rlvr_cli.env.single_turn import VerifierPool
 
     tasks = all_tasks(contract, folder)
-    formats = any("format" in c.name for c in contract.objective.reward.components)
-    check = contract.environment.answer_check
     report = AuditReport()
-    plant = contextlib.nullcontext()
-    if check is not None:  # the built-in answer check: arms written the way it reads answers
+    with contextlib.ExitStack() as outside:
+        arms, exploits, after = _arms_for(contract, list(tasks.values()), sample, report, outside)
+        kept, count = _producible(contract, folder, exploits)
+        if len(kept) < len(exploits):
+            report.notes.append(
+                f"{len(exploits) - len(kept)} exploit arm(s) (enumeration, contradiction, wrong format) left out: "
+                f"longer than length.max_response_tokens={contract.length.max_response_tokens} ({count}), "
+                "the policy cannot write them"
+            )
+        todo = candidates + arms + kept
+        with VerifierPool.for_contract(contract, folder) as pool:
+            items = [(resolve_task(c.task, tasks), c.response or "") for c in todo]
+            for candidate, (task, response), (verdict, _) in zip(todo, items, pool.verify_many(items), strict=True):
+                got, reward = judge(contract, verdict)
+                report.outcomes.append(Outcome(candidate, task, got, reward, verdict.as_json(), {"response": response}))
+        report.findings += after(report.outcomes)
+    return report
+
+
+def _arms_for(
+    contract: Contract, tasks: list[dict[str, Any]], sample: int | None, report: AuditReport, outside: Any
+) -> tuple[list[Candidate], list[Candidate], Any]:
+    """(arms, exploit arms the policy must be able to write, a check of the outcomes that returns
+    findings) for the contract's kind of verifier."""
+    env = contract.environment
+    if env.answer_check is not None:  # arms written the way the answer check reads answers
         from rlvr_cli.audit.arms import answer_check_arms
 
-        arms, exploits = answer_check_arms(list(tasks.values()), sample, check.extract, check.answer_field), []
-    elif contract.environment.unit_tests is not None:  # the sandbox's own exploits, planted outside it
+        check = env.answer_check
+        return answer_check_arms(tasks, sample, check.extract, check.answer_field), [], lambda _: []
+    if env.unit_tests is not None:  # the sandbox's own exploits, against a world planted outside it
         from rlvr_cli.audit.code_arms import planted, unit_test_arms
 
         scratch, plant = planted()
-        arms, report.notes = unit_test_arms(list(tasks.values()), sample, contract.environment.unit_tests, plant)
-        exploits = []
-    else:
-        arms, exploits = single_turn_arms(list(tasks.values()), sample, format_rewarded=formats)
-    kept, count = _producible(contract, folder, exploits)
-    if len(kept) < len(exploits):
-        report.notes.append(
-            f"{len(exploits) - len(kept)} exploit arm(s) (enumeration, contradiction, wrong format) left out: "
-            f"longer than length.max_response_tokens={contract.length.max_response_tokens} ({count}), "
-            "the policy cannot write them"
-        )
-    todo = candidates + arms + kept
-    with plant, VerifierPool.for_contract(contract, folder) as pool:
-        items = [(resolve_task(c.task, tasks), c.response or "") for c in todo]
-        for candidate, (task, response), (verdict, _) in zip(todo, items, pool.verify_many(items), strict=True):
-            got, reward = judge(contract, verdict)
-            report.outcomes.append(Outcome(candidate, task, got, reward, verdict.as_json(), {"response": response}))
-    if contract.environment.unit_tests is not None:
-        report.findings = plant.breaches()
-        scratch.cleanup()
-    return report
+        outside.callback(scratch.cleanup)
+        outside.enter_context(plant)
+        arms, report.notes = unit_test_arms(tasks, sample, env.unit_tests, plant)
+        return arms, [], lambda _: plant.breaches()
+    if env.judge is not None:
+        from rlvr_cli.audit.judge_arms import judge_arms, padding_findings
+
+        arms, report.notes = judge_arms(tasks, sample, env.judge)
+        return arms, [], padding_findings
+    from rlvr_cli.audit.arms import single_turn_arms
+
+    formats = any("format" in c.name for c in contract.objective.reward.components)
+    arms, exploits = single_turn_arms(tasks, sample, format_rewarded=formats)
+    return arms, exploits, lambda _: []
 
 
 def _producible(contract: Contract, folder: Path, arms: list[Candidate]) -> tuple[list[Candidate], str]:
