@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 DEMO := build/demo
 
-.PHONY: install demo test lint clean browser
+.PHONY: install demo test lint clean browser sandbox
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-demo: $(STAMP)
+demo: $(STAMP) sandbox
 	rm -rf $(DEMO)
 	$(BIN)/rlvr init $(DEMO)/my-exp --template single-turn
 	$(BIN)/rlvr validate --deep $(DEMO)/my-exp/experiment.rlvr.yaml
@@ -33,6 +33,10 @@ demo: $(STAMP)
 	$(BIN)/rlvr audit verifier $(DEMO)/agent/experiment.rlvr.yaml
 	$(BIN)/rlvr audit isolation $(DEMO)/agent/experiment.rlvr.yaml --sessions 32
 	$(BIN)/rlvr audit verifier contracts/grpo-cpu.rlvr.yaml
+	# code answers: the exploit arms against the real bubblewrap sandbox
+	$(BIN)/rlvr init $(DEMO)/code --template code
+	$(BIN)/rlvr validate --deep $(DEMO)/code/experiment.rlvr.yaml
+	$(BIN)/rlvr audit verifier $(DEMO)/code/experiment.rlvr.yaml
 	$(BIN)/rlvr train contracts/grpo-cpu.rlvr.yaml --run-dir $(DEMO)/grpo-cpu
 	$(BIN)/rlvr status $(DEMO)/grpo-cpu
 	$(BIN)/rlvr audit rollouts $(DEMO)/grpo-cpu
@@ -50,7 +54,11 @@ demo: $(STAMP)
 browser:
 	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
 
-test: $(STAMP) browser
+# environment.unit_tests runs code only under bubblewrap (Debian's package); rlvr never runs it without.
+sandbox:
+	@command -v bwrap >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null; }
+
+test: $(STAMP) browser sandbox
 	$(BIN)/python -m pytest -n 2 --durations=15
 
 lint: $(STAMP)

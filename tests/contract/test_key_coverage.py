@@ -17,7 +17,13 @@ from rlvr_cli.train.run_plan import build_plan
 from tests.conftest import EXAMPLES
 
 COVERAGE = EXAMPLES / "coverage"
-BASES = ("every-key.rlvr.yaml", "every-key-alt.rlvr.yaml", "every-key-answer.rlvr.yaml")
+BASES = (
+    "every-key.rlvr.yaml",
+    "every-key-alt.rlvr.yaml",
+    "every-key-answer.rlvr.yaml",
+    "every-key-code.rlvr.yaml",
+    "every-key-judge.rlvr.yaml",
+)
 #: keys whose every value is refused until rlvr runs them (RLV010); their presence is a diagnostic
 REFUSED = {"artifacts.verifier.container"}
 #: one-of members that cannot sit beside the other forms in a valid contract
