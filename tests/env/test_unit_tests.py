@@ -138,7 +138,7 @@ def test_outputs_are_compared_outside_with_declared_reward(check: UnitTests) -> 
 
 def test_what_a_case_leaves_or_prints_fails_it(check: UnitTests) -> None:
     daemon = (
-        "import subprocess\nquiet = dict(stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+        "import subprocess\nnull = subprocess.DEVNULL\nquiet = dict(stdin=null, stdout=null, stderr=null)\n"
         "subprocess.Popen(['sleep', '30'], start_new_session=True, **quiet)\n" + REFERENCE
     )
     left = check(ADD, fenced(daemon))
