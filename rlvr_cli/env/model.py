@@ -58,15 +58,27 @@ def to_chat(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
             call = {
                 "type": "function",
                 "id": item.get("call_id"),
-                "function": {"name": item["name"], "arguments": item.get("arguments", "{}")},
+                "function": {"name": item["name"], "arguments": _arguments(item.get("arguments", "{}"))},
             }
-            if messages and messages[-1]["role"] == "assistant" and "tool_calls" in messages[-1]:
-                messages[-1]["tool_calls"].append(call)
+            if messages and messages[-1]["role"] == "assistant":  # the calls of the turn that said it
+                messages[-1].setdefault("tool_calls", []).append(call)
             else:
                 messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
         elif kind == "function_call_output":
             messages.append({"role": "tool", "tool_call_id": item.get("call_id"), "content": str(item.get("output"))})
     return messages
+
+
+def _arguments(raw: Any) -> Any:
+    """Chat templates render a call's arguments as a mapping (transformers' convention); a
+    string that is not a JSON object stays a string."""
+    if isinstance(raw, str):
+        try:
+            parsed = json.loads(raw)
+        except ValueError:
+            return raw
+        return parsed if isinstance(parsed, dict) else raw
+    return raw
 
 
 def parse_completion(text: str, call_id: CallIds | None = None) -> list[dict[str, Any]]:

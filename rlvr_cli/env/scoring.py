@@ -41,6 +41,7 @@ class Sample:
     hint: str | None = None  # the hint this sample was shown (data.hints), never trained
     sampling_logp: list[float] = field(default_factory=list)  # the engine's, when it sampled
     answer_prefix: str = ""  # text the response started with before sampling (a hint as response prefix)
+    transcript: dict[str, Any] | None = None  # tool_use: items, per-turn spans, tool calls, how it ended
 
     @property
     def answer(self) -> str:

@@ -92,7 +92,7 @@ def record_rows(
             seed=s.seed,
             response_text=s.text,
             finish_reason=s.finish,
-            transcript=None,
+            transcript=json.dumps(s.transcript) if s.transcript is not None else None,
             status=s.verdict.status if s.verdict else None,
             reward=s.reward if s.valid else None,
             verifier_reward=s.verdict.reward if s.verdict else None,

@@ -152,7 +152,18 @@ def holdout(run: Run, pool: VerifierPool, metrics: StepMetrics) -> None:
     if not every or (run.state.step + 1) % every:
         return
     setup, tasks = run.setup, run.setup.holdout_tasks
-    rows = answer_and_score(
+    if run.contract.environment.kind == "tool_use":  # greedy episodes, one per holdout task
+        from rlvr_cli.train.episodes import run_episodes
+
+        rows = run_episodes(setup, pool, tasks, 1, 0, greedy=True)
+    else:
+        rows = _holdout_answers(run, pool, tasks)
+    _holdout_metrics(run, rows, metrics)
+
+
+def _holdout_answers(run: Run, pool: Any, tasks: list[dict[str, Any]]) -> list[Sample]:
+    setup = run.setup
+    return answer_and_score(
         run.contract,
         setup.policy,
         setup.tokenizer,
@@ -162,6 +173,9 @@ def holdout(run: Run, pool: VerifierPool, metrics: StepMetrics) -> None:
         stop_ids=setup.renderer.stop_ids,
         pad_id=setup.renderer.pad_id,
     )
+
+
+def _holdout_metrics(run: Run, rows: list[Sample], metrics: StepMetrics) -> None:
     valid = [s.reward for s in rows if s.valid]  # an invalid verdict is excluded, never a reward of 0
     reward = sum(valid) / len(valid) if valid else float("nan")
     metrics.holdout_reward = reward
@@ -233,8 +247,6 @@ def _eprint(message: str) -> None:
 
 def start(contract: Contract, contract_path: Path, run_dir: Path, steps: int, resume: bool, force: bool) -> Run:
     """Build the run: set-up, then a fresh state or the newest checkpoint's."""
-    if contract.environment.kind != "single_turn":
-        raise RlvrError("rlvr train runs single_turn environments; tool_use training needs the agent loop")
     folder = RunFolder(run_dir)
     check_locked_files(contract, contract_path)
     report = check_data(contract, contract_path)
@@ -298,6 +310,17 @@ def _resume(
     return state
 
 
+def _rewards(contract: Contract, setup: Any) -> Any:
+    """Where rewards come from: the verifier worker, or the resources server (tool_use)."""
+    if contract.environment.kind == "tool_use":
+        from rlvr_cli.train.episodes import ToolEnv
+
+        if setup.world > 1 or contract.hyperparameters.sample_ahead:
+            raise RlvrError("tool_use training runs in one process, without sample_ahead (for now)")
+        return ToolEnv(contract, setup.folder)
+    return VerifierPool.for_contract(contract, setup.folder)
+
+
 class AlreadyFinished(RlvrError):
     """`--resume` of a run that already reached its last step."""
 
@@ -317,7 +340,7 @@ def train(
         run.folder.write_plan(plan)
         run.status("running", max_steps=steps)
     try:
-        with VerifierPool.for_contract(contract, setup.folder) as pool, _closing(run.ahead):
+        with _rewards(contract, setup) as pool, _closing(run.ahead):
             return run_steps(run, pool, progress)
     except InvalidVerdictStop as exc:
         run.status("aborted", reason=str(exc))

@@ -148,7 +148,8 @@ def step_seed(setup: Setup, step: int, round_: int) -> int:
     return setup.contract.hyperparameters.seed * 1_000_003 + step * 101 + round_
 
 
-def collect(setup: Setup, state: TrainState, prompts: Prompts, pool: VerifierPool, ahead: Any = None) -> StepResult:
+def collect(setup: Setup, state: TrainState, prompts: Prompts, pool: Any, ahead: Any = None) -> StepResult:
+    """`pool`: the verifier worker (single_turn) or the resources server (tool_use, `ToolEnv`)."""
     hp = setup.contract.hyperparameters
     ds = setup.contract.length.dynamic_sampling
     drop = bool(ds and ds.drop_uniform_groups)
@@ -170,6 +171,25 @@ def collect(setup: Setup, state: TrainState, prompts: Prompts, pool: VerifierPoo
         tasks = [setup.train_tasks[i] for i in state.sampler.take(missing)]
         seed = step_seed(setup, state.step, round_)
         hinted = hints.hinted_per_group(setup.contract, state.step)
+        if setup.contract.environment.kind == "tool_use":  # episodes: sampled and verified together
+            from rlvr_cli.train.episodes import run_episodes
+
+            first = len(result.generated) // hp.group_size
+            samples = run_episodes(
+                setup,
+                pool,
+                tasks,
+                hp.group_size,
+                seed,
+                first_group=first,
+                round_=round_,
+                revision=state.optimizer_steps,
+            )
+            result.seconds["generate"] += time.perf_counter() - start
+            result.generated += samples
+            result.rounds = round_ + 1
+            _accept(hp, samples, tasks, drop, result)
+            continue
         if setup.per_group_seeds:
             samples = sample_own_groups(setup, prompts, tasks, seed, round_, state.optimizer_steps, hinted)
             tasks = tasks[setup.rank :: setup.world]

@@ -1,0 +1,127 @@
+"""Tool-use training episodes (`train/episodes.py`) on the tool-use template's file-editing
+server and its chatml model: token in, token out (the sampled ids are trained as sampled, the
+template's inserted ids carry mask 0 and re-rendering the finished transcript gives the same
+ids), one verdict per episode from the server, the token budget across turns, and `rlvr train`
+on a tool_use contract writing transcripts into the records."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rlvr_cli.engine.types import Generation
+from tests.conftest import rlvr
+
+CONTRACT = "experiment.rlvr.yaml"
+READ = '<tool_call>{"name": "read_file", "arguments": {"path": "config/app.toml"}}</tool_call>'
+FIX = (
+    '<tool_call>{"name": "replace_in_file", "arguments": {"path": "config/app.toml", '
+    '"old": "version = 1", "new": "version = 2"}}</tool_call>'
+)
+WRONG = (
+    '<tool_call>{"name": "write_file", "arguments": {"path": "config/app.toml", "content": "version = 2"}}</tool_call>'
+)
+
+
+@pytest.fixture(scope="module")
+def agent(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("episodes") / "agent"
+    made = rlvr("init", folder, "--template", "tool-use")
+    assert made.code == 0, made.stderr
+    return folder
+
+
+def scripted(setup: Any, scripts: list[list[str]], calls: list[int]) -> Any:
+    """A stand-in for the sampler: row r of the batch gets turn t of script r (as token ids,
+    then the stop token), so the episode machinery is tested on known outputs."""
+    tok, stop = setup.tokenizer, setup.renderer.stop_ids[0]
+
+    def generate(model: Any, prompts: list[list[int]], **kw: Any) -> list[Generation]:
+        turn = calls[0]
+        calls[0] += 1
+        out = []
+        for r, _ in enumerate(prompts):
+            text = scripts[r % len(scripts)][min(turn, len(scripts[r % len(scripts)]) - 1)]
+            ids = [*tok.encode(text, add_special_tokens=False), stop]
+            out.append(Generation(ids, [1] * len(ids), "stop", kw["seed"], [-0.5] * len(ids)))
+        return out
+
+    return generate
+
+
+def _setup(agent: Path, budget: int = 1024) -> Any:
+    """The run's set-up, with room for the scripted episodes (the model's tokens are characters)."""
+    from rlvr_cli.contract.load import load
+    from rlvr_cli.train.faults import Fault
+    from rlvr_cli.train.setup import build
+
+    contract = load(agent / CONTRACT)
+    length = contract.length.model_copy(update={"max_response_tokens": budget})
+    setup = build(contract, agent, Fault.none())
+    setup.contract = contract.model_copy(update={"length": length})
+    return setup
+
+
+def test_episodes_train_the_ids_they_sampled_and_are_judged_by_the_server(
+    agent: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rlvr_cli.train import episodes
+
+    setup = _setup(agent)
+    task = next(t for t in setup.train_tasks if t["id"] == "edit-app-config")
+    scripts = [[READ, FIX, "Set version to 2."], [WRONG, "Done."]]
+    monkeypatch.setattr(episodes, "generate", scripted(setup, scripts, [0]))
+    with episodes.ToolEnv(setup.contract, agent) as env:
+        right, wrong = episodes.run_episodes(setup, env, [task], 2, seed=1)
+    assert right.reward == 1.0 and wrong.reward == 0.0, (right.verdict, wrong.verdict)
+    assert right.transcript["ended"] == "answer" and right.transcript["calls"] == 2
+    assert right.text == "Set version to 2."
+    # token in, token out: sampled spans are exactly the scripted ids, mask 1; the rest mask 0
+    tok, stop = setup.tokenizer, setup.renderer.stop_ids[0]
+    for turn, text in zip(right.transcript["turns"], scripts[0], strict=True):
+        a, b = turn["sampled"]
+        assert right.response_ids[a:b] == [*tok.encode(text, add_special_tokens=False), stop]
+        assert set(right.mask[a:b]) == {1}
+    inserted = [i for i, m in enumerate(right.mask) if m == 0]
+    assert inserted and all(right.sampling_logp[i] == 0.0 for i in inserted)
+    assert "version = 1" in tok.decode([right.response_ids[i] for i in inserted])  # the tool's output
+    # where the template is stable, re-rendering the whole transcript gives the very same ids
+    from rlvr_cli.env.model import to_chat
+
+    messages = [{"role": "user", "content": task["prompt"]}, *to_chat(right.transcript["items"])]
+    text = setup.renderer.compiled.text(messages, env.schemas, False)
+    rerendered = setup.renderer.encode(text)[0]
+    assert rerendered[: len(right.prompt_ids) + len(right.response_ids)] == right.prompt_ids + right.response_ids
+
+
+def test_the_token_budget_counts_every_turn(agent: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rlvr_cli.train import episodes
+
+    setup = _setup(agent, budget=300)
+    budget = setup.contract.length.max_response_tokens
+    task = setup.train_tasks[0]
+    monkeypatch.setattr(episodes, "generate", scripted(setup, [[READ]], [0]))  # reads forever
+    with episodes.ToolEnv(setup.contract, agent) as env:
+        (sample,) = episodes.run_episodes(setup, env, [task], 1, seed=1)
+    ended = sample.transcript["ended"]
+    assert ended in ("budget", "max_steps")
+    assert len(sample.response_ids) <= budget
+    if ended == "budget":
+        assert sample.finish == "length" and not sample.kept  # on_truncated: exclude
+    else:
+        assert sample.transcript["calls"] == setup.contract.environment.max_steps
+
+
+def test_rlvr_train_runs_a_tool_use_contract_and_records_transcripts(agent: Path) -> None:
+    run = rlvr("train", agent / CONTRACT, "--max-steps", "1", "--run-dir", agent / "run", timeout=600)
+    assert run.code == 0, run.stderr[-2000:]
+    from rlvr_cli.store.records import read_records
+
+    rows = read_records(agent / "run" / "records").to_pylist()
+    assert rows and all(r["transcript"] for r in rows)
+    transcript = json.loads(rows[0]["transcript"])
+    assert {"items", "turns", "ended", "calls", "verdict"} <= set(transcript)
+    assert all(r["status"] in (None, "ok", "format_error", "verifier_error") for r in rows)
