@@ -33,14 +33,21 @@ def evaluate(
     from rlvr_cli.env.scoring import answer_and_score
     from rlvr_cli.env.single_turn import VerifierPool
 
-    if contract.environment.kind != "single_turn":
-        raise RlvrError("policy evaluation runs single_turn environments")
     logging.set_verbosity_error()
     logging.disable_progress_bar()
     tasks = read_split(folder / getattr(contract.data.splits, split).path, split)
     renderer = ChatRenderer.from_contract(contract, folder)
     model = AutoModelForCausalLM.from_pretrained(policy_folder(policy), local_files_only=True).eval()
     tok = renderer.tokenizer
+    if contract.environment.kind == "tool_use":  # episodes against the resources server, paired by task
+        from types import SimpleNamespace
+
+        from rlvr_cli.env.episodes import ToolEnv, run_episodes
+
+        setup = SimpleNamespace(contract=contract, renderer=renderer, policy=model, tokenizer=tok)
+        with ToolEnv(contract, folder) as env:
+            rows = run_episodes(setup, env, tasks, samples, seed, greedy=greedy)
+        return _by_item(rows)
     prompts = [renderer.prompt_ids(messages_of(t)) for t in tasks]
     with VerifierPool.for_contract(contract, folder) as pool:
         rows = answer_and_score(
@@ -56,6 +63,10 @@ def evaluate(
             greedy=greedy,
             seed=seed,
         )
+    return _by_item(rows)
+
+
+def _by_item(rows: list[Any]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for row in rows:
         item = out.setdefault(str(row.task["id"]), {"task": row.task, **{k: [] for k in SAMPLE_FIELDS}})

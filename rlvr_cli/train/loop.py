@@ -153,7 +153,7 @@ def holdout(run: Run, pool: VerifierPool, metrics: StepMetrics) -> None:
         return
     setup, tasks = run.setup, run.setup.holdout_tasks
     if run.contract.environment.kind == "tool_use":  # greedy episodes, one per holdout task
-        from rlvr_cli.train.episodes import run_episodes
+        from rlvr_cli.env.episodes import run_episodes
 
         rows = run_episodes(setup, pool, tasks, 1, 0, greedy=True)
     else:
@@ -313,7 +313,7 @@ def _resume(
 def _rewards(contract: Contract, setup: Any) -> Any:
     """Where rewards come from: the verifier worker, or the resources server (tool_use)."""
     if contract.environment.kind == "tool_use":
-        from rlvr_cli.train.episodes import ToolEnv
+        from rlvr_cli.env.episodes import ToolEnv
 
         if setup.world > 1 or contract.hyperparameters.sample_ahead:
             raise RlvrError("tool_use training runs in one process, without sample_ahead (for now)")

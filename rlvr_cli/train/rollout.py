@@ -172,7 +172,7 @@ def collect(setup: Setup, state: TrainState, prompts: Prompts, pool: Any, ahead:
         seed = step_seed(setup, state.step, round_)
         hinted = hints.hinted_per_group(setup.contract, state.step)
         if setup.contract.environment.kind == "tool_use":  # episodes: sampled and verified together
-            from rlvr_cli.train.episodes import run_episodes
+            from rlvr_cli.env.episodes import run_episodes
 
             first = len(result.generated) // hp.group_size
             samples = run_episodes(

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from rlvr_cli.engine.types import Generation
-from tests.conftest import rlvr
+from tests.conftest import edit, rlvr
 
 CONTRACT = "experiment.rlvr.yaml"
 READ = '<tool_call>{"name": "read_file", "arguments": {"path": "config/app.toml"}}</tool_call>'
@@ -31,6 +31,9 @@ def agent(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("episodes") / "agent"
     made = rlvr("init", folder, "--template", "tool-use")
     assert made.code == 0, made.stderr
+    # a random policy runs every episode to the budget: verified (its final message is empty)
+    # rather than dropped, so that gates have items to compare
+    edit(folder, "on_truncated: exclude", "on_truncated: keep")
     return folder
 
 
@@ -68,7 +71,7 @@ def _setup(agent: Path, budget: int = 1024) -> Any:
 def test_episodes_train_the_ids_they_sampled_and_are_judged_by_the_server(
     agent: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from rlvr_cli.train import episodes
+    from rlvr_cli.env import episodes
 
     setup = _setup(agent)
     task = next(t for t in setup.train_tasks if t["id"] == "edit-app-config")
@@ -98,7 +101,7 @@ def test_episodes_train_the_ids_they_sampled_and_are_judged_by_the_server(
 
 
 def test_the_token_budget_counts_every_turn(agent: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from rlvr_cli.train import episodes
+    from rlvr_cli.env import episodes
 
     setup = _setup(agent, budget=300)
     budget = setup.contract.length.max_response_tokens
@@ -110,12 +113,12 @@ def test_the_token_budget_counts_every_turn(agent: Path, monkeypatch: pytest.Mon
     assert ended in ("budget", "max_steps")
     assert len(sample.response_ids) <= budget
     if ended == "budget":
-        assert sample.finish == "length" and not sample.kept  # on_truncated: exclude
+        assert sample.finish == "length" and sample.verdict is not None  # on_truncated: keep
     else:
         assert sample.transcript["calls"] == setup.contract.environment.max_steps
 
 
-def test_rlvr_train_runs_a_tool_use_contract_and_records_transcripts(agent: Path) -> None:
+def test_rlvr_train_gate_and_reward_audit_run_a_tool_use_contract(agent: Path) -> None:
     run = rlvr("train", agent / CONTRACT, "--max-steps", "1", "--run-dir", agent / "run", timeout=600)
     assert run.code == 0, run.stderr[-2000:]
     from rlvr_cli.store.records import read_records
@@ -125,3 +128,12 @@ def test_rlvr_train_runs_a_tool_use_contract_and_records_transcripts(agent: Path
     transcript = json.loads(rows[0]["transcript"])
     assert {"items", "turns", "ended", "calls", "verdict"} <= set(transcript)
     assert all(r["status"] in (None, "ok", "format_error", "verifier_error") for r in rows)
+    # after the run: the release gate and the reward audit play greedy / sampled episodes, paired by task
+    gate = rlvr("gate", agent / CONTRACT, "--candidate", agent / "run", timeout=600)
+    assert gate.code in (0, 1), gate.stderr[-2000:]
+    verdict = json.loads((agent / "run" / "gate" / "verdict.json").read_text())
+    assert verdict["gates"] and all(g["name"] for g in verdict["gates"])
+    audit = rlvr(
+        "audit", "rewards", agent / CONTRACT, "--policy", agent / "model", "--policy", agent / "run", timeout=600
+    )
+    assert audit.code in (0, 1), audit.stderr[-2000:]

@@ -1,5 +1,7 @@
-"""Multi-turn tool-use rollouts for training: every episode of a step advances together, one
-batched sampling call per turn, tool calls sent to the resources server in parallel.
+"""Multi-turn tool-use rollouts for training, holdout evaluation, gates and reward audits: every
+episode of a batch advances together, one batched sampling call per turn, tool calls sent to the
+resources server in parallel. `setup` is anything with `contract`, `renderer`, `policy` and
+`tokenizer` (the trainer's `Setup`, or a policy loaded for evaluation).
 
 Token in, token out: an episode's sequence is its prompt ids, then for each turn the ids the
 policy sampled (loss mask 1, with their sampling log-probs) and the ids the chat template
