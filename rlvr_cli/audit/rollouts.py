@@ -132,6 +132,7 @@ def audit(run_dir: Path) -> dict[str, Any]:
         "budget_spent": {"generations": len(rows), "discarded": sum(reasons.values())},
         "length_drift": _drift(rows),
         "hints": _hints(rows),
+        "tool_use": _tool_use(rows, list(contract.environment.forbidden_tools or []) if contract else []),
         "data_check": _data_check(run_dir, rows),
         "train_vs_holdout": [{"step": s, "train_reward": t, "holdout_reward": h} for s, t, h in holdout],
         "holdout_evaluations": len(holdout),
@@ -157,6 +158,28 @@ def _hints(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "hinted_samples": sum(r.get("hint") is not None for r in rows),
         "reward_hinted": _mean(hinted),
         "reward_unhinted": _mean(plain),
+    }
+
+
+def _tool_use(rows: list[dict[str, Any]], forbidden: list[str]) -> dict[str, Any] | None:
+    """Tool-use signals from the episodes' transcripts: calls, tool errors, forbidden-tool
+    attempts, how episodes ended, and reward by the number of model turns. None: no episodes."""
+    episodes = [(r, json.loads(r["transcript"])) for r in rows if r.get("transcript")]
+    if not episodes:
+        return None
+    calls = [c for _, t in episodes for turn in t.get("turns", []) for c in turn.get("tool_calls", [])]
+    by_turns: dict[int, list[float]] = defaultdict(list)
+    for row, t in episodes:
+        if row["reward"] is not None:
+            by_turns[len(t.get("turns", []))].append(row["reward"])
+    return {
+        "episodes": len(episodes),
+        "calls_per_episode": _mean([float(t.get("calls", 0)) for _, t in episodes]),
+        "episodes_with_a_call": _mean([float(t.get("calls", 0) > 0) for _, t in episodes]),
+        "tool_error_rate": _mean([str(c.get("output", "")).startswith("error:") for c in calls]),
+        "forbidden_attempts": sum(c.get("name") in forbidden for c in calls),
+        "ended": dict(Counter(t.get("ended", "?") for _, t in episodes)),
+        "reward_by_turns": {n: {"reward_mean": _mean(v), "episodes": len(v)} for n, v in sorted(by_turns.items())},
     }
 
 
@@ -211,6 +234,17 @@ def report_text(report: dict[str, Any]) -> str:
             f"{_num(h['reward_unhinted'])} in the same groups)"
         )
     lines.append(hint_line)
+    tu = report.get("tool_use")
+    if tu:
+        turns = ", ".join(
+            f"{n} turn(s) {_num(v['reward_mean'])} (n={v['episodes']})" for n, v in tu["reward_by_turns"].items()
+        )
+        lines.append(
+            f"tool use: {tu['episodes']} episodes, {_num(tu['calls_per_episode'])} calls per episode "
+            f"({_num(tu['episodes_with_a_call'])} with a call), tool error rate {_num(tu['tool_error_rate'])}, "
+            f"forbidden-tool attempts {tu['forbidden_attempts']}; ended {tu['ended']}; "
+            f"reward by turns: {turns or 'n/a'}"
+        )
     dc = report["data_check"]
     lines.append(
         "data check: " + ("records name data-check.json" if dc["ok"] and dc["present"] else "none in this run folder")

@@ -128,6 +128,11 @@ def test_rlvr_train_gate_and_reward_audit_run_a_tool_use_contract(agent: Path) -
     transcript = json.loads(rows[0]["transcript"])
     assert {"items", "turns", "ended", "calls", "verdict"} <= set(transcript)
     assert all(r["status"] in (None, "ok", "format_error", "verifier_error") for r in rows)
+    rollouts = rlvr("audit", "rollouts", agent / "run", "--format", "json")
+    assert rollouts.code == 0, rollouts.stderr[-2000:]
+    signals = rollouts.json()["tool_use"]
+    assert signals["episodes"] == len(rows) and sum(signals["ended"].values()) == len(rows)
+    assert "tool use:" in rlvr("audit", "rollouts", agent / "run").stdout
     # after the run: the release gate and the reward audit play greedy / sampled episodes, paired by task
     gate = rlvr("gate", agent / CONTRACT, "--candidate", agent / "run", timeout=600)
     assert gate.code in (0, 1), gate.stderr[-2000:]
