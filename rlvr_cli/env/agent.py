@@ -46,14 +46,26 @@ class EnvClient:
     def close(self) -> None:
         self.http.close()
 
+    def _send(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        """The response; a call past the timeout is EnvTimeout (that call's failure), a server
+        that cannot be reached at all is EnvUnreachable (the run's)."""
+        import httpx
+
+        try:
+            return self.http.request(method, path, json=body)
+        except httpx.TimeoutException:
+            raise EnvTimeout(path, self.http.timeout.read) from None
+        except httpx.TransportError as exc:
+            raise EnvUnreachable(f"the resources server at {self.http.base_url} is unreachable ({exc})") from None
+
     def _post(self, path: str, body: dict[str, Any]) -> Any:
-        response = self.http.post(path, json=body)
+        response = self._send("POST", path, body)
         if response.status_code >= 400:
             raise EnvHTTPError(response.status_code, response.text)
         return response.json()
 
     def tools(self) -> list[dict[str, Any]]:
-        response = self.http.get("/tools")
+        response = self._send("GET", "/tools")
         if response.status_code >= 400:
             raise EnvHTTPError(response.status_code, response.text)
         return response.json()
@@ -61,7 +73,7 @@ class EnvClient:
     def check_declaration(self, tools: list[str] | None, forbidden: list[str] | None) -> None:
         """The contract's `environment.tools` / `forbidden_tools` must be what the server offers
         and forbids: a mismatch is an error before any episode, never a silent difference."""
-        answer = self.http.get("/declaration")
+        answer = self._send("GET", "/declaration")
         if answer.status_code == 404:  # a server that is not a ResourcesServer cannot say; nothing to compare
             return
         declared = answer.json()
@@ -99,6 +111,18 @@ class EnvHTTPError(RlvrError):
         super().__init__(f"HTTP {status}: {body[:300]}")
         self.status = status
         self.body = body
+
+
+class EnvTimeout(EnvHTTPError):
+    """One request got no answer in time (a hung tool): a tool error, or a timeout verdict."""
+
+    def __init__(self, path: str, seconds: float | None) -> None:
+        RlvrError.__init__(self, f"{path}: no answer within {seconds} s")
+        self.status, self.body = 0, "timeout"
+
+
+class EnvUnreachable(RlvrError):
+    """The server cannot be reached at all: no episode can go on, so the run stops."""
 
 
 @dataclass

@@ -27,7 +27,7 @@ from typing import Any
 from rlvr_cli.chat.masks import sampled_mask
 from rlvr_cli.contract.tasks import messages_of
 from rlvr_cli.engine.generate import generate, response_text
-from rlvr_cli.env.agent import EnvClient, EnvHTTPError, call_tool, environment
+from rlvr_cli.env.agent import EnvClient, EnvHTTPError, EnvTimeout, call_tool, environment
 from rlvr_cli.env.model import CallIds, parse_completion, to_chat
 from rlvr_cli.env.scoring import Sample, apply_verdict, needs_verdict
 from rlvr_cli.env.verdict import Verdict
@@ -133,7 +133,7 @@ def _open(env: ToolEnv, episode: Episode) -> tuple[str, str]:
     """(the session, or "" with why the server refused to seed it: a verifier_error verdict)."""
     try:
         return env.client.seed(episode.task), ""  # type: ignore[union-attr]
-    except (EnvHTTPError, OSError, ValueError, KeyError) as exc:
+    except (EnvHTTPError, ValueError, KeyError) as exc:
         return "", f"seeding the session failed: {exc}"
 
 
@@ -215,9 +215,11 @@ def _verify(env: ToolEnv, episode: Episode) -> tuple[Verdict, float]:
         return Verdict("verifier_error", detail=episode.error), 0.0
     try:
         verdict = env.client.verify(episode.session, episode.final)  # type: ignore[union-attr]
-    except (EnvHTTPError, ValueError, TypeError, OSError) as exc:
+    except EnvTimeout as exc:
+        verdict = Verdict("timeout", detail=f"verify: {exc}")
+    except (EnvHTTPError, ValueError, TypeError) as exc:
         verdict = Verdict("verifier_error", detail=f"verify failed: {exc}")
-    with contextlib.suppress(EnvHTTPError, OSError):
+    with contextlib.suppress(EnvHTTPError):
         env.client.close_session(episode.session)  # type: ignore[union-attr]
     return verdict, time.perf_counter() - start
 
