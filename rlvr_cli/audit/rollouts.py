@@ -200,6 +200,20 @@ def _num(value: float | None) -> str:
     return "n/a" if value is None or value != value else f"{value:.3f}"
 
 
+def _tool_use_lines(tu: dict[str, Any] | None) -> list[str]:
+    if not tu:
+        return []
+    turns = ", ".join(
+        f"{n} turn(s) {_num(v['reward_mean'])} (n={v['episodes']})" for n, v in tu["reward_by_turns"].items()
+    )
+    return [
+        f"tool use: {tu['episodes']} episodes, {_num(tu['calls_per_episode'])} calls per episode "
+        f"({_num(tu['episodes_with_a_call'])} with a call), tool error rate {_num(tu['tool_error_rate'])}, "
+        f"forbidden-tool attempts {tu['forbidden_attempts']}; ended {tu['ended']}; "
+        f"reward by turns: {turns or 'n/a'}"
+    ]
+
+
 def report_text(report: dict[str, Any]) -> str:
     if not report["manifest_ok"]:
         return "record manifest FAILED:\n" + "\n".join(f"  {p}" for p in report["problems"])
@@ -234,17 +248,7 @@ def report_text(report: dict[str, Any]) -> str:
             f"{_num(h['reward_unhinted'])} in the same groups)"
         )
     lines.append(hint_line)
-    tu = report.get("tool_use")
-    if tu:
-        turns = ", ".join(
-            f"{n} turn(s) {_num(v['reward_mean'])} (n={v['episodes']})" for n, v in tu["reward_by_turns"].items()
-        )
-        lines.append(
-            f"tool use: {tu['episodes']} episodes, {_num(tu['calls_per_episode'])} calls per episode "
-            f"({_num(tu['episodes_with_a_call'])} with a call), tool error rate {_num(tu['tool_error_rate'])}, "
-            f"forbidden-tool attempts {tu['forbidden_attempts']}; ended {tu['ended']}; "
-            f"reward by turns: {turns or 'n/a'}"
-        )
+    lines += _tool_use_lines(report.get("tool_use"))
     dc = report["data_check"]
     lines.append(
         "data check: " + ("records name data-check.json" if dc["ok"] and dc["present"] else "none in this run folder")
