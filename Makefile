@@ -32,6 +32,13 @@ demo: $(STAMP) sandbox
 	$(BIN)/rlvr init $(DEMO)/agent --template tool-use --no-model
 	$(BIN)/rlvr audit verifier $(DEMO)/agent/experiment.rlvr.yaml
 	$(BIN)/rlvr audit isolation $(DEMO)/agent/experiment.rlvr.yaml --sessions 32
+	# agentic RL: episodes against the resources server, then the gate and the evidence
+	$(BIN)/rlvr init $(DEMO)/agent-train --template tool-use
+	$(BIN)/rlvr train $(DEMO)/agent-train/experiment.rlvr.yaml --max-steps 2 --run-dir $(DEMO)/agent-run
+	$(BIN)/rlvr audit rollouts $(DEMO)/agent-run
+	code=0; $(BIN)/rlvr gate $(DEMO)/agent-train/experiment.rlvr.yaml --candidate $(DEMO)/agent-run || code=$$?; \
+	  test $$code -le 1 && echo "demo: tool-use gate exit $$code (a random model earns nothing yet)"
+	$(BIN)/rlvr report $(DEMO)/agent-run
 	$(BIN)/rlvr audit verifier contracts/grpo-cpu.rlvr.yaml
 	# code answers: the exploit arms against the real bubblewrap sandbox
 	$(BIN)/rlvr init $(DEMO)/code --template code

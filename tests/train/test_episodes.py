@@ -7,13 +7,14 @@ on a tool_use contract writing transcripts into the records."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from rlvr_cli.engine.types import Generation
-from tests.conftest import edit, rlvr
+from tests.conftest import rlvr
 
 CONTRACT = "experiment.rlvr.yaml"
 READ = '<tool_call>{"name": "read_file", "arguments": {"path": "config/app.toml"}}</tool_call>'
@@ -31,9 +32,6 @@ def agent(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("episodes") / "agent"
     made = rlvr("init", folder, "--template", "tool-use")
     assert made.code == 0, made.stderr
-    # a random policy runs every episode to the budget: verified (its final message is empty)
-    # rather than dropped, so that gates have items to compare
-    edit(folder, "on_truncated: exclude", "on_truncated: keep")
     return folder
 
 
@@ -142,3 +140,45 @@ def test_rlvr_train_gate_and_reward_audit_run_a_tool_use_contract(agent: Path) -
         "audit", "rewards", agent / CONTRACT, "--policy", agent / "model", "--policy", agent / "run", timeout=600
     )
     assert audit.code in (0, 1), audit.stderr[-2000:]
+
+
+def test_a_tool_use_run_killed_mid_episode_resumes_to_the_same_policy(agent: Path, tmp_path: Path) -> None:
+    """SIGKILL while step 2's episodes are in flight: the resumed run redoes those episodes
+    (none is half-counted) and ends with the very weights of an uninterrupted run."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from rlvr_cli.store.run import complete_checkpoints
+    from tests.conftest import copy_experiment
+
+    exp = copy_experiment(
+        agent,
+        tmp_path / "exp",
+        [("every_steps: 10", "every_steps: 1"), ("max_response_tokens: 256", "max_response_tokens: 96")],
+    )
+    contract = exp / CONTRACT
+    straight = rlvr("train", contract, "--max-steps", "3", "--run-dir", tmp_path / "a", timeout=600)
+    assert straight.code == 0, straight.stderr[-2000:]
+    killed = tmp_path / "b"
+    command = [sys.executable, "-m", "rlvr_cli", "train", str(contract), "--max-steps", "3", "--run-dir", str(killed)]
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while not complete_checkpoints(killed / "checkpoints") and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.2)  # into step 2: its episodes are being played
+    assert proc.poll() is None, "the run ended before it could be killed"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    resumed = rlvr("train", contract, "--max-steps", "3", "--run-dir", killed, "--resume", timeout=600)
+    assert resumed.code == 0, resumed.stderr[-2000:]
+    weights = lambda run: (run / "final" / "model.safetensors").read_bytes()  # noqa: E731
+    assert weights(tmp_path / "a") == weights(killed)
+    from rlvr_cli.store.records import read_records
+
+    rows = lambda run: sorted(  # noqa: E731
+        (r["step"], r["group"], r["sample"], tuple(r["response_ids"]), r["reward"])
+        for r in read_records(run / "records").to_pylist()
+    )
+    assert rows(tmp_path / "a") == rows(killed)  # every episode recorded once, as in the straight run
