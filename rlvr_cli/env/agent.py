@@ -251,3 +251,70 @@ def environment(spec: str, folder: Any) -> Iterator[Endpoint]:
     app = load_app(spec, folder, token=token)
     with serve(app) as url:
         yield Endpoint(url, token, getattr(app.state, "server", None))
+
+
+@contextlib.contextmanager
+def environment_process(spec: str, folder: Any, attempts: int = 3) -> Iterator[Endpoint]:
+    """Like `environment`, but a `module:Class` server runs in a child process (its own
+    interpreter: no share of the trainer's GIL), stopped when the trainer ends however it ends."""
+    import os
+    import secrets
+    import subprocess
+    import sys
+    import tempfile
+
+    if spec.startswith(("http://", "https://")):
+        with environment(spec, folder) as endpoint:
+            yield endpoint
+        return
+    token = secrets.token_urlsafe(24)
+    why = ""
+    for _ in range(attempts):  # a port taken between choosing and binding it: another port
+        port = free_port()
+        errors = tempfile.TemporaryFile()  # noqa: SIM115 - the server's output, never into a full pipe; closed below
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "rlvr_cli.env.child", spec, str(folder), str(port)],
+            stdin=subprocess.PIPE,
+            stdout=errors,
+            stderr=errors,
+            env={**os.environ, "RLVR_CHILD_TOKEN": token},
+            start_new_session=True,  # Ctrl-C is the trainer's to handle; the server goes when it closes stdin
+        )
+        endpoint = Endpoint(f"http://127.0.0.1:{port}", token)
+        why = _await_server(proc, endpoint, errors)
+        if not why:
+            break
+        errors.close()
+    else:
+        raise RlvrError(f"the resources server {spec} did not start: {why}")
+    try:
+        yield endpoint
+    finally:
+        errors.close()
+        proc.stdin.close()  # type: ignore[union-attr]
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _await_server(proc: Any, endpoint: Endpoint, errors: Any, wait_s: float = 60.0) -> str:
+    """ "" once the child answers; else why it did not (it is stopped)."""
+    import httpx
+
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            errors.seek(0)
+            tail = errors.read().decode(errors="replace").strip().splitlines()
+            return tail[-1] if tail else f"it exited with code {proc.returncode}"
+        try:
+            httpx.get(f"{endpoint.url}/tools", headers={"Authorization": f"Bearer {endpoint.token}"}, timeout=1)
+            return ""
+        except httpx.HTTPError:
+            time.sleep(0.05)
+    proc.kill()
+    proc.wait()
+    return f"no answer within {wait_s:.0f} s"

@@ -27,7 +27,7 @@ from typing import Any
 from rlvr_cli.chat.masks import sampled_mask
 from rlvr_cli.contract.tasks import messages_of
 from rlvr_cli.engine.generate import generate, response_text
-from rlvr_cli.env.agent import EnvClient, EnvHTTPError, EnvTimeout, call_tool, environment
+from rlvr_cli.env.agent import EnvClient, EnvHTTPError, EnvTimeout, call_tool, environment_process
 from rlvr_cli.env.model import CallIds, parse_completion, to_chat
 from rlvr_cli.env.scoring import Sample, apply_verdict, needs_verdict
 from rlvr_cli.env.verdict import Verdict
@@ -49,7 +49,7 @@ class ToolEnv:
     def __enter__(self) -> ToolEnv:
         env = self.contract.environment
         try:
-            endpoint = self._stack.enter_context(environment(env.server, self.folder))
+            endpoint = self._stack.enter_context(environment_process(env.server, self.folder))
             self.client = EnvClient(endpoint, timeout_s=env.timeout_s)
             self._stack.callback(self.client.close)
             self.client.check_declaration(env.tools, env.forbidden_tools)

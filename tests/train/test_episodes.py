@@ -171,6 +171,13 @@ def test_a_tool_use_run_killed_mid_episode_resumes_to_the_same_policy(agent: Pat
     assert proc.poll() is None, "the run ended before it could be killed"
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
+    # the resources server ran in a child process: it goes with the trainer, even on SIGKILL
+    orphans = lambda: subprocess.run(["pgrep", "-f", f"rlvr_cli.env.child .* {exp}"], capture_output=True).stdout  # noqa: E731
+    for _ in range(100):
+        if not orphans():
+            break
+        time.sleep(0.1)
+    assert not orphans(), "the server outlived the trainer"
     resumed = rlvr("train", contract, "--max-steps", "3", "--run-dir", killed, "--resume", timeout=600)
     assert resumed.code == 0, resumed.stderr[-2000:]
     weights = lambda run: (run / "final" / "model.safetensors").read_bytes()  # noqa: E731
