@@ -93,6 +93,13 @@ class EnvClient:
         data = self._post("/verify", {"session_id": session_id, "final_message": final_message})
         return Verdict.coerce(data)
 
+    def verify_logged(self, session_id: str, final_message: str = "") -> tuple[Verdict, list[Any] | None]:
+        """The verdict and the server's own log of the session's calls (None from a server that
+        does not keep one)."""
+        data = self._post("/verify", {"session_id": session_id, "final_message": final_message, "log": True})
+        calls = data.pop("calls", None) if isinstance(data, dict) else None
+        return Verdict.coerce(data), calls
+
     def verify_observed(self, session_id: str, final_message: str = "") -> tuple[Any, Verdict, Any]:
         """(snapshot before, verdict, snapshot after) in one request."""
         data = self._post("/verify", {"session_id": session_id, "final_message": final_message, "snapshots": True})

@@ -29,6 +29,7 @@ class VerifyRequest(_Strict):
     session_id: str
     final_message: str = ""
     snapshots: bool = False  # also the snapshots right before and after, taken under the same lock
+    log: bool = False  # also the server's own log of the session's calls, read under the same lock
 
 
 class CloseRequest(_Strict):
@@ -117,15 +118,19 @@ def _session_routes(app: Any, server: ResourcesServer, HTTPException: Any) -> No
     def verify(body: VerifyRequest) -> dict[str, Any]:
         try:
             before, verdict, after = server.verify_observed(body.session_id, body.final_message, body.snapshots)
+            calls = server.call_log(body.session_id) if body.log else None
         except KeyError:
             raise unknown(body.session_id) from None
         except NotImplementedError:
             raise HTTPException(501, f"{type(server).__name__} has no snapshot(state)") from None
         except Exception as exc:  # snapshot() raised: the environment's bug, reported with what it raised
             raise HTTPException(500, f"snapshot raised {type(exc).__name__}: {str(exc)[:500]}") from None
+        answer = verdict.as_json()
         if body.snapshots:
-            return {**verdict.as_json(), "snapshot_before": before, "snapshot_after": after}
-        return verdict.as_json()
+            answer |= {"snapshot_before": before, "snapshot_after": after}
+        if calls is not None:
+            answer["calls"] = calls
+        return answer
 
     @app.post("/snapshot")
     def snapshot(body: CloseRequest) -> dict[str, Any]:

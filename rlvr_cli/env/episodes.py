@@ -85,6 +85,7 @@ class Episode:
     ended: str = ""
     final: str = ""
     error: str = ""
+    server_calls: list[Any] | None = None  # the server's own log of the session's calls
     call_ids: CallIds = field(default_factory=CallIds)
 
     def add(self, ids: list[int], mask: int, logp: list[float] | None = None) -> None:
@@ -122,10 +123,11 @@ def run_episodes(
         _turn(setup, env, active, seed * 1_009 + turn, greedy, last=turn == contract.environment.max_steps - 1)
     samples = [_sample(setup, e, seed, round_, revision) for e in episodes]
     verdicts = list(env.pool.map(lambda e: _verify(env, e), episodes))
-    for sample, (verdict, seconds) in zip(samples, verdicts, strict=True):
+    for episode, sample, (verdict, seconds) in zip(episodes, samples, verdicts, strict=True):
         if needs_verdict(contract, sample):
             apply_verdict(contract, sample, verdict, seconds)
         sample.transcript["verdict"] = verdict.as_json()  # type: ignore[index]
+        sample.transcript["server_calls"] = episode.server_calls  # type: ignore[index]
     return samples
 
 
@@ -214,7 +216,7 @@ def _verify(env: ToolEnv, episode: Episode) -> tuple[Verdict, float]:
     if not episode.session:
         return Verdict("verifier_error", detail=episode.error), 0.0
     try:
-        verdict = env.client.verify(episode.session, episode.final)  # type: ignore[union-attr]
+        verdict, episode.server_calls = env.client.verify_logged(episode.session, episode.final)  # type: ignore[union-attr]
     except EnvTimeout as exc:
         verdict = Verdict("timeout", detail=f"verify: {exc}")
     except (EnvHTTPError, ValueError, TypeError) as exc:

@@ -23,7 +23,7 @@ FastAPI app that serves an instance:
     POST /seed_session  {"task": {...}}                          → {"session_id"}
     POST /tools/{name}  {"session_id", "arguments": {...}}       → {"output"}
     POST /verify        {"session_id", "final_message"?,         → {"status", "reward", "components", ...}
-                         "snapshots"?}                           (+ "snapshot_before", "snapshot_after")
+                         "snapshots"?, "log"?}                   (+ "snapshot_before", "snapshot_after"; + "calls")
     POST /snapshot      {"session_id"}                           → {"snapshot"} (501 without snapshot())
     POST /close         {"session_id"}                           → {"closed": true}
     GET  /tools                                                   → tool schemas offered to the policy
@@ -246,6 +246,14 @@ class ResourcesServer:
             verdict = self._judge(session, final_message)
             after = self._view(session.state) if observe else None
         return before, verdict, after
+
+    def call_log(self, session_id: str) -> list[dict[str, Any]]:
+        """The server's own log of the session's tool calls (outputs cut at max_logged_output)."""
+        session = self.session(session_id)
+        with session.lock:
+            if session.closed:
+                raise KeyError(session_id)
+            return json.loads(json.dumps(session.calls, default=str))
 
     def _view(self, state: Any) -> Any:
         return json.loads(json.dumps(self.snapshot(state), sort_keys=True, default=str))

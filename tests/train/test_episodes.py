@@ -80,6 +80,8 @@ def test_episodes_train_the_ids_they_sampled_and_are_judged_by_the_server(
     assert right.reward == 1.0 and wrong.reward == 0.0, (right.verdict, wrong.verdict)
     assert right.transcript["ended"] == "answer" and right.transcript["calls"] == 2
     assert right.text == "Set version to 2."
+    logged = right.transcript["server_calls"]  # the server's own log, beside the client's view
+    assert [c["tool"] for c in logged] == ["read_file", "replace_in_file"] and "version = 1" in logged[0]["output"]
     # token in, token out: sampled spans are exactly the scripted ids, mask 1; the rest mask 0
     tok, stop = setup.tokenizer, setup.renderer.stop_ids[0]
     for turn, text in zip(right.transcript["turns"], scripts[0], strict=True):
