@@ -10,11 +10,11 @@ import os
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rlvr_cli.contract.diagnostics import Finding, error, warning
 from rlvr_cli.contract.models import CHECKPOINT_PARTS, Contract, ModelRef, ReferenceRef
-from rlvr_cli.contract.verifier_kinds import BUILTIN_KINDS
+from rlvr_cli.contract.verifier_kinds import verifier_kind_findings
 from rlvr_cli.metrics import METRICS, WATCHED, is_metric
 
 if TYPE_CHECKING:
@@ -53,29 +53,10 @@ def _required(path: tuple, key: str, when: str) -> Finding:
     return error("RLV003", path, f"missing required key '{key}' (required when {when})")
 
 
-def _verifier_kind(env: Any) -> Iterator[Finding]:
-    """single_turn: exactly one of `verifier` and the built-in kinds; tool_use: none of the built-ins."""
-    given = [k for k in ("verifier", *BUILTIN_KINDS) if getattr(env, k) is not None]
-    if env.kind == "single_turn" and not given:
-        yield _required(("environment",), "verifier", "kind is single_turn (or " + ", ".join(BUILTIN_KINDS) + ")")
-    for extra in given[1:]:
-        yield error("RLV003", ("environment", extra), f"give one verifier kind, not both: {given[0]} and {extra}")
-    if env.kind == "tool_use":
-        for key in (k for k in BUILTIN_KINDS if getattr(env, k) is not None):
-            yield error("RLV003", ("environment", key), f"{key} verifies single_turn responses")
-    if env.unit_tests is not None and env.timeout_s < env.unit_tests.case_timeout_s + 2:
-        yield error(
-            "RLV003",
-            ("environment", "timeout_s"),
-            f"timeout_s {env.timeout_s} leaves no time for one case of {env.unit_tests.case_timeout_s} s "
-            "and the sandbox's start (needs case_timeout_s + 2)",
-        )
-
-
 @rule
 def conditional_keys(c: Contract, _: Path) -> Iterator[Finding]:
     env, adv, kl = c.environment, c.objective.advantage, c.objective.kl
-    yield from _verifier_kind(env)
+    yield from verifier_kind_findings(env)
     if env.kind == "tool_use":
         for key in ("server", "max_steps"):
             if getattr(env, key) is None:
@@ -178,6 +159,11 @@ NOT_RUN = (
         "reward.unit 'set' (one reward for several responses together) is not implemented",
     ),
     (
+        ("hyperparameters", "sample_ahead"),
+        lambda c: c.hyperparameters.sample_ahead and c.environment.kind == "tool_use",
+        "sample_ahead does not run with tool_use episodes yet (they are sampled on-policy, turn by turn)",
+    ),
+    (
         ("artifacts", "verifier", "container"),
         lambda c: c.artifacts.verifier.container is not None,
         "verifiers do not run in a container; the verifier runs as a local worker process (drop container)",
@@ -202,6 +188,12 @@ def rlv203_unit_vs_kind(c: Contract, _: Path) -> Iterator[Finding]:
             "RLV203",
             ("objective", "reward", "unit"),
             f"reward.unit '{unit}' needs a multi-step environment, but environment.kind is single_turn",
+        )
+    if unit == "response" and c.environment.kind == "tool_use":
+        yield error(
+            "RLV203",
+            ("objective", "reward", "unit"),
+            "a tool_use episode earns one reward from the server's verify: use reward.unit session or trajectory",
         )
 
 

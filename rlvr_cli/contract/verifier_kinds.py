@@ -1,10 +1,12 @@
 """The built-in verifier kinds of `environment` (single_turn): answer equivalence, sandboxed
 unit tests and a model judge. The user's own `verifier: module:function` is the fourth."""
 
-from typing import Literal
+from collections.abc import Iterator
+from typing import Any, Literal
 
 from pydantic import Field
 
+from rlvr_cli.contract.diagnostics import Finding, error
 from rlvr_cli.contract.sections import PositiveInt, Section
 
 BUILTIN_KINDS = ("answer_check", "unit_tests", "judge")
@@ -86,3 +88,23 @@ class Judge(Section):
         description="A JSONL file (beside the contract) of judgements keyed by (model, rubric, task, response); "
         "reused across audits and runs. Always cached in memory.",
     )
+
+
+def verifier_kind_findings(env: Any) -> Iterator[Finding]:
+    """single_turn: exactly one of `verifier` and the built-in kinds; tool_use: none of the built-ins."""
+    given = [k for k in ("verifier", *BUILTIN_KINDS) if getattr(env, k) is not None]
+    if env.kind == "single_turn" and not given:
+        when = "kind is single_turn (or " + ", ".join(BUILTIN_KINDS) + ")"
+        yield error("RLV003", ("environment",), f"missing required key 'verifier' (required when {when})")
+    for extra in given[1:]:
+        yield error("RLV003", ("environment", extra), f"give one verifier kind, not both: {given[0]} and {extra}")
+    if env.kind == "tool_use":
+        for key in (k for k in BUILTIN_KINDS if getattr(env, k) is not None):
+            yield error("RLV003", ("environment", key), f"{key} verifies single_turn responses")
+    if env.unit_tests is not None and env.timeout_s < env.unit_tests.case_timeout_s + 2:
+        yield error(
+            "RLV003",
+            ("environment", "timeout_s"),
+            f"timeout_s {env.timeout_s} leaves no time for one case of {env.unit_tests.case_timeout_s} s "
+            "and the sandbox's start (needs case_timeout_s + 2)",
+        )

@@ -315,8 +315,8 @@ def _rewards(contract: Contract, setup: Any) -> Any:
     if contract.environment.kind == "tool_use":
         from rlvr_cli.env.episodes import ToolEnv
 
-        if setup.world > 1 or contract.hyperparameters.sample_ahead:
-            raise RlvrError("tool_use training runs in one process, without sample_ahead (for now)")
+        if setup.world > 1:  # (sample_ahead with tool_use is refused by validate, RLV010)
+            raise RlvrError("tool_use training runs in one process (for now): drop --nproc")
         return ToolEnv(contract, setup.folder)
     return VerifierPool.for_contract(contract, setup.folder)
 

@@ -191,3 +191,15 @@ def test_a_tool_use_run_killed_mid_episode_resumes_to_the_same_policy(agent: Pat
         for r in read_records(run / "records").to_pylist()
     )
     assert rows(tmp_path / "a") == rows(killed)  # every episode recorded once, as in the straight run
+
+
+def test_validate_refuses_what_tool_use_training_would_ignore(agent: Path, tmp_path: Path) -> None:
+    from tests.conftest import copy_experiment
+
+    per_response = copy_experiment(agent, tmp_path / "a", [("unit: session", "unit: response")])
+    found = rlvr("validate", per_response / CONTRACT)
+    assert found.code == 1 and "RLV203" in found.stdout and "one reward" in found.stdout
+    ahead = copy_experiment(agent, tmp_path / "b", [("max_policy_lag: 0", "max_policy_lag: 1\n  sample_ahead: true")])
+    found = rlvr("validate", ahead / CONTRACT)
+    assert found.code == 1 and "RLV010" in found.stdout and "sample_ahead" in found.stdout
+    assert rlvr("validate", agent / CONTRACT).code == 0
