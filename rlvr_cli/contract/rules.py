@@ -164,6 +164,11 @@ NOT_RUN = (
         "sample_ahead does not run with tool_use episodes yet (they are sampled on-policy, turn by turn)",
     ),
     (
+        ("data", "hints"),
+        lambda c: c.data.hints is not None and c.data.hints.used and c.environment.kind == "tool_use",
+        "hint-assisted rollouts run single_turn tasks; tool_use episodes are not hinted yet",
+    ),
+    (
         ("artifacts", "verifier", "container"),
         lambda c: c.artifacts.verifier.container is not None,
         "verifiers do not run in a container; the verifier runs as a local worker process (drop container)",

@@ -31,6 +31,7 @@ from rlvr_cli.env.agent import EnvClient, EnvHTTPError, EnvTimeout, call_tool, e
 from rlvr_cli.env.model import CallIds, parse_completion, to_chat
 from rlvr_cli.env.scoring import Sample, apply_verdict, needs_verdict
 from rlvr_cli.env.verdict import Verdict
+from rlvr_cli.errors import RlvrError
 
 THREADS = 16  # tool calls and verifications in flight at once
 
@@ -111,7 +112,7 @@ def run_episodes(
     episodes = []
     for g, task in enumerate(tasks):
         messages = messages_of(task)
-        prompt = setup.renderer.prompt_ids(messages, env.schemas or None)
+        prompt = _fitted(contract, task, setup.renderer.prompt_ids(messages, env.schemas or None))
         episodes += [Episode(task, first_group + g, j, prompt, list(messages)) for j in range(k)]
     for episode, (session, refused) in zip(episodes, env.pool.map(lambda e: _open(env, e), episodes), strict=True):
         episode.session, episode.error = session, refused
@@ -129,6 +130,20 @@ def run_episodes(
         sample.transcript["verdict"] = verdict.as_json()  # type: ignore[index]
         sample.transcript["server_calls"] = episode.server_calls  # type: ignore[index]
     return samples
+
+
+def _fitted(contract: Any, task: dict[str, Any], ids: list[int]) -> list[int]:
+    """The prompt (with the tool schemas) within `length.max_prompt_tokens`, as
+    `prompt_truncation` says: an error, or its last tokens."""
+    length = contract.length
+    if len(ids) <= length.max_prompt_tokens:
+        return ids
+    if length.prompt_truncation == "error":
+        raise RlvrError(
+            f"task {task.get('id')}: the prompt with the tool schemas is {len(ids)} tokens, over "
+            f"max_prompt_tokens={length.max_prompt_tokens} (length.prompt_truncation: error)"
+        )
+    return ids[-length.max_prompt_tokens :]
 
 
 def _open(env: ToolEnv, episode: Episode) -> tuple[str, str]:

@@ -202,4 +202,17 @@ def test_validate_refuses_what_tool_use_training_would_ignore(agent: Path, tmp_p
     ahead = copy_experiment(agent, tmp_path / "b", [("max_policy_lag: 0", "max_policy_lag: 1\n  sample_ahead: true")])
     found = rlvr("validate", ahead / CONTRACT)
     assert found.code == 1 and "RLV010" in found.stdout and "sample_ahead" in found.stdout
+    hinted = copy_experiment(
+        agent,
+        tmp_path / "c",
+        [
+            (
+                "hints: {used: false}",
+                "hints: {used: true, source: solutions, field: hint, leak_check: true, placement: response_prefix, "
+                "share: 1.0, until_step: 5, advantage: group}",
+            )
+        ],
+    )
+    found = rlvr("validate", hinted / CONTRACT)
+    assert found.code == 1 and "RLV010" in found.stdout and "hint" in found.stdout
     assert rlvr("validate", agent / CONTRACT).code == 0
