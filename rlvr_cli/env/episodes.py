@@ -182,10 +182,11 @@ def _turn(setup: Any, env: ToolEnv, active: list[Episode], seed: int, greedy: bo
         episode.items += output
         calls = [i for i in output if i.get("type") == "function_call"]
         episode.turns.append({"sampled": [start, len(episode.ids)], "text": text, "calls": len(calls)})
-        if finish == "length":
-            episode.ended = "budget"
+        said = "".join(str(i.get("content", "")) for i in output if i.get("type") == "message")
+        if finish == "length":  # out of tokens: what it said last is its final message
+            episode.ended, episode.final = "budget", said
         elif not calls:
-            episode.ended, episode.final = "answer", "".join(str(i.get("content", "")) for i in output)
+            episode.ended, episode.final = "answer", said
         elif last:
             episode.ended = "max_steps"
         else:
