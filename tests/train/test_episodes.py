@@ -216,3 +216,30 @@ def test_validate_refuses_what_tool_use_training_would_ignore(agent: Path, tmp_p
     found = rlvr("validate", hinted / CONTRACT)
     assert found.code == 1 and "RLV010" in found.stdout and "hint" in found.stdout
     assert rlvr("validate", agent / CONTRACT).code == 0
+
+
+def test_a_golden_path_is_part_of_the_episode_reward_in_training(
+    agent: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Trajectory matching in training: the right state by the golden path earns the reward; the
+    same state reached without the required read earns nothing (state AND path)."""
+    from rlvr_cli.env import episodes
+    from tests.conftest import copy_experiment
+
+    exp = copy_experiment(agent, tmp_path / "exp")
+    golden = {
+        "order": "strict",
+        "calls": [{"tool": "read_file", "args": {"path": {"exact": "config/app.toml"}}}, {"tool": "replace_in_file"}],
+    }
+    rows = [json.loads(line) for line in (exp / "data" / "train.jsonl").read_text().splitlines()]
+    rows = [{**r, "trajectory": golden} if r["id"] == "edit-app-config" else r for r in rows]
+    (exp / "data" / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    setup = _setup(exp)
+    task = next(t for t in setup.train_tasks if t["id"] == "edit-app-config")
+    scripts = [[READ, FIX, "Set version to 2."], [FIX, "Set version to 2."]]
+    monkeypatch.setattr(episodes, "generate", scripted(setup, scripts, [0]))
+    with episodes.ToolEnv(setup.contract, exp) as env:
+        on_path, off_path = episodes.run_episodes(setup, env, [task], 2, seed=1)
+    assert on_path.reward == 1.0 and on_path.verdict.components["path"] == 1.0, on_path.verdict
+    assert off_path.reward == 0.0 and off_path.verdict.components["path"] == 0.0, off_path.verdict
+    assert "read_file" in (off_path.verdict.detail or "")  # the state was right: the missing read failed it
