@@ -86,6 +86,19 @@ def read_splits(folder: Path, splits: Any) -> dict[str, list[dict[str, Any]]]:
     return {name: [row for _, row in found] for name, found in rows.items()}
 
 
+def fit_prompt(length: Any, task: dict[str, Any], ids: list[int], what: str = "the prompt") -> list[int]:
+    """Prompt ids within `length.max_prompt_tokens`, as `length.prompt_truncation` says: an
+    error naming the task, or the last tokens."""
+    if len(ids) <= length.max_prompt_tokens:
+        return ids
+    if length.prompt_truncation == "error":
+        raise RlvrError(
+            f"task {task.get('id')}: {what} is {len(ids)} tokens, over max_prompt_tokens="
+            f"{length.max_prompt_tokens} (length.prompt_truncation: error)"
+        )
+    return ids[-length.max_prompt_tokens :]
+
+
 def messages_of(task: dict[str, Any]) -> list[dict[str, Any]]:
     """A string prompt is one user turn; a list is already chat messages."""
     prompt = task["prompt"]

@@ -25,13 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from rlvr_cli.chat.masks import sampled_mask
-from rlvr_cli.contract.tasks import messages_of
+from rlvr_cli.contract.tasks import fit_prompt, messages_of
 from rlvr_cli.engine.generate import generate, response_text
 from rlvr_cli.env.agent import EnvClient, EnvHTTPError, EnvTimeout, call_tool, environment_process
 from rlvr_cli.env.model import CallIds, parse_completion, to_chat
 from rlvr_cli.env.scoring import Sample, apply_verdict, needs_verdict
 from rlvr_cli.env.verdict import Verdict
-from rlvr_cli.errors import RlvrError
 
 THREADS = 16  # tool calls and verifications in flight at once
 
@@ -112,7 +111,8 @@ def run_episodes(
     episodes = []
     for g, task in enumerate(tasks):
         messages = messages_of(task)
-        prompt = _fitted(contract, task, setup.renderer.prompt_ids(messages, env.schemas or None))
+        ids = setup.renderer.prompt_ids(messages, env.schemas or None)
+        prompt = fit_prompt(contract.length, task, ids, "the prompt with the tool schemas")
         episodes += [Episode(task, first_group + g, j, prompt, list(messages)) for j in range(k)]
     for episode, (session, refused) in zip(episodes, env.pool.map(lambda e: _open(env, e), episodes), strict=True):
         episode.session, episode.error = session, refused
@@ -130,20 +130,6 @@ def run_episodes(
         sample.transcript["verdict"] = verdict.as_json()  # type: ignore[index]
         sample.transcript["server_calls"] = episode.server_calls  # type: ignore[index]
     return samples
-
-
-def _fitted(contract: Any, task: dict[str, Any], ids: list[int]) -> list[int]:
-    """The prompt (with the tool schemas) within `length.max_prompt_tokens`, as
-    `prompt_truncation` says: an error, or its last tokens."""
-    length = contract.length
-    if len(ids) <= length.max_prompt_tokens:
-        return ids
-    if length.prompt_truncation == "error":
-        raise RlvrError(
-            f"task {task.get('id')}: the prompt with the tool schemas is {len(ids)} tokens, over "
-            f"max_prompt_tokens={length.max_prompt_tokens} (length.prompt_truncation: error)"
-        )
-    return ids[-length.max_prompt_tokens :]
 
 
 def _open(env: ToolEnv, episode: Episode) -> tuple[str, str]:

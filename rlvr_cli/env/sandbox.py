@@ -53,7 +53,6 @@ class Run:
 
     ready: bool = False
     cases: dict[int, dict[str, Any]] = field(default_factory=dict)
-    ended: bool = False
     timed_out: bool = False
     returncode: int | None = None
     stderr: str = ""
@@ -229,7 +228,5 @@ def _read_channel(path: Path, outcome: Run) -> None:
             continue
         if record.get("event") == "ready":
             outcome.ready = True
-        elif record.get("event") == "end":
-            outcome.ended = True
         elif isinstance(record.get("case"), int):
             outcome.cases[record["case"]] = record

@@ -10,11 +10,10 @@ from typing import Any
 
 import torch
 
-from rlvr_cli.contract.tasks import messages_of
+from rlvr_cli.contract.tasks import fit_prompt, messages_of
 from rlvr_cli.engine.generate import generate, response_text
 from rlvr_cli.env.scoring import Sample, score_all
 from rlvr_cli.env.single_turn import VerifierPool
-from rlvr_cli.errors import RlvrError
 from rlvr_cli.train import hints
 from rlvr_cli.train.objective import uniform_groups
 from rlvr_cli.train.setup import Setup
@@ -52,20 +51,9 @@ class Prompts:
         messages = messages_of(task)
         if hint is not None and not hints.prefix(contract):
             messages = hints.hinted_messages(contract, messages, hint)
-        ids = self._truncated(task, self.setup.renderer.prompt_ids(messages))
+        ids = fit_prompt(self.setup.contract.length, task, self.setup.renderer.prompt_ids(messages))
         if hint is not None and hints.prefix(contract):
             ids = ids + self.setup.tokenizer.encode(hint, add_special_tokens=False)
-        return ids
-
-    def _truncated(self, task: dict[str, Any], ids: list[int]) -> list[int]:
-        length = self.setup.contract.length
-        if len(ids) > length.max_prompt_tokens:
-            if length.prompt_truncation == "error":
-                raise RlvrError(
-                    f"task {task['id']}: the prompt is {len(ids)} tokens, over max_prompt_tokens="
-                    f"{length.max_prompt_tokens} (length.prompt_truncation: error)"
-                )
-            ids = ids[-length.max_prompt_tokens :]
         return ids
 
 

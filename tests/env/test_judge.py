@@ -8,8 +8,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import socket
-import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from rlvr_cli.env.agent import serve as agent_serve
 from rlvr_cli.env.builtin.judge import Judge, parse
 from rlvr_cli.errors import RlvrError
 from tests.conftest import ROOT, edit, rlvr
@@ -48,21 +47,9 @@ def stand_in() -> Any:
 
 @contextmanager
 def serve(app: Any) -> Iterator[str]:
-    """Run `app` with uvicorn on a free 127.0.0.1 port in a thread; yield its /v1 URL."""
-    import uvicorn
-
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="error"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
-    finally:
-        server.should_exit = True
-        thread.join(5)
+    """The app on 127.0.0.1 (rlvr's own server helper); its OpenAI-style /v1 base URL."""
+    with agent_serve(app) as url:
+        yield f"{url}/v1"
 
 
 def test_only_the_strict_reply_format_parses() -> None:

@@ -16,7 +16,7 @@ import pytest
 
 from rlvr_cli.env.agent import free_port
 from tests.conftest import copy_experiment, edit, rlvr
-from tests.train.test_episodes import CONTRACT, _setup, scripted
+from tests.train.test_episodes import CONTRACT, _setup, play
 
 SERVER = '''
 import time
@@ -74,12 +74,8 @@ def faulty(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _episode(folder: Path, script: list[str], monkeypatch: pytest.MonkeyPatch, budget: int = 1024) -> Any:
-    from rlvr_cli.env import episodes
-
     setup = _setup(folder, budget=budget)
-    monkeypatch.setattr(episodes, "generate", scripted(setup, [script], [0]))
-    with episodes.ToolEnv(setup.contract, folder) as env:
-        (sample,) = episodes.run_episodes(setup, env, [setup.train_tasks[0]], 1, seed=1)
+    (sample,), _ = play(setup, folder, setup.train_tasks[0], [script], monkeypatch)
     return sample
 
 

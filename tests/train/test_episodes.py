@@ -53,6 +53,15 @@ def scripted(setup: Any, scripts: list[list[str]], calls: list[int]) -> Any:
     return generate
 
 
+def play(setup: Any, folder: Path, task: dict, scripts: list[list[str]], monkeypatch: Any) -> tuple[list, list]:
+    """One episode per script of `task`, against the contract's server: (samples, tool schemas)."""
+    from rlvr_cli.env import episodes
+
+    monkeypatch.setattr(episodes, "generate", scripted(setup, scripts, [0]))
+    with episodes.ToolEnv(setup.contract, folder) as env:
+        return episodes.run_episodes(setup, env, [task], len(scripts), seed=1), env.schemas
+
+
 def _setup(agent: Path, budget: int = 1024) -> Any:
     """The run's set-up, with room for the scripted episodes (the model's tokens are characters)."""
     from rlvr_cli.contract.load import load
@@ -69,14 +78,11 @@ def _setup(agent: Path, budget: int = 1024) -> Any:
 def test_episodes_train_the_ids_they_sampled_and_are_judged_by_the_server(
     agent: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from rlvr_cli.env import episodes
 
     setup = _setup(agent)
     task = next(t for t in setup.train_tasks if t["id"] == "edit-app-config")
     scripts = [[READ, FIX, "Set version to 2."], [WRONG, "Done."]]
-    monkeypatch.setattr(episodes, "generate", scripted(setup, scripts, [0]))
-    with episodes.ToolEnv(setup.contract, agent) as env:
-        right, wrong = episodes.run_episodes(setup, env, [task], 2, seed=1)
+    (right, wrong), schemas = play(setup, agent, task, scripts, monkeypatch)
     assert right.reward == 1.0 and wrong.reward == 0.0, (right.verdict, wrong.verdict)
     assert right.transcript["ended"] == "answer" and right.transcript["calls"] == 2
     assert right.text == "Set version to 2."
@@ -95,20 +101,17 @@ def test_episodes_train_the_ids_they_sampled_and_are_judged_by_the_server(
     from rlvr_cli.env.model import to_chat
 
     messages = [{"role": "user", "content": task["prompt"]}, *to_chat(right.transcript["items"])]
-    text = setup.renderer.compiled.text(messages, env.schemas, False)
+    text = setup.renderer.compiled.text(messages, schemas, False)
     rerendered = setup.renderer.encode(text)[0]
     assert rerendered[: len(right.prompt_ids) + len(right.response_ids)] == right.prompt_ids + right.response_ids
 
 
 def test_the_token_budget_counts_every_turn(agent: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from rlvr_cli.env import episodes
 
     setup = _setup(agent, budget=300)
     budget = setup.contract.length.max_response_tokens
     task = setup.train_tasks[0]
-    monkeypatch.setattr(episodes, "generate", scripted(setup, [[READ]], [0]))  # reads forever
-    with episodes.ToolEnv(setup.contract, agent) as env:
-        (sample,) = episodes.run_episodes(setup, env, [task], 1, seed=1)
+    (sample,), _ = play(setup, agent, task, [[READ]], monkeypatch)  # reads forever
     ended = sample.transcript["ended"]
     assert ended in ("budget", "max_steps")
     assert len(sample.response_ids) <= budget
@@ -223,7 +226,6 @@ def test_a_golden_path_is_part_of_the_episode_reward_in_training(
 ) -> None:
     """Trajectory matching in training: the right state by the golden path earns the reward; the
     same state reached without the required read earns nothing (state AND path)."""
-    from rlvr_cli.env import episodes
     from tests.conftest import copy_experiment
 
     exp = copy_experiment(agent, tmp_path / "exp")
@@ -237,9 +239,24 @@ def test_a_golden_path_is_part_of_the_episode_reward_in_training(
     setup = _setup(exp)
     task = next(t for t in setup.train_tasks if t["id"] == "edit-app-config")
     scripts = [[READ, FIX, "Set version to 2."], [FIX, "Set version to 2."]]
-    monkeypatch.setattr(episodes, "generate", scripted(setup, scripts, [0]))
-    with episodes.ToolEnv(setup.contract, exp) as env:
-        on_path, off_path = episodes.run_episodes(setup, env, [task], 2, seed=1)
+    (on_path, off_path), _ = play(setup, exp, task, scripts, monkeypatch)
     assert on_path.reward == 1.0 and on_path.verdict.components["path"] == 1.0, on_path.verdict
     assert off_path.reward == 0.0 and off_path.verdict.components["path"] == 0.0, off_path.verdict
     assert "read_file" in (off_path.verdict.detail or "")  # the state was right: the missing read failed it
+
+
+def test_a_prompt_over_its_budget_is_an_error_or_its_last_tokens_as_the_contract_says() -> None:
+    from types import SimpleNamespace
+
+    from rlvr_cli.contract.tasks import fit_prompt
+    from rlvr_cli.errors import RlvrError
+
+    strict = SimpleNamespace(max_prompt_tokens=3, prompt_truncation="error")
+    assert fit_prompt(strict, {"id": "t"}, [1, 2, 3]) == [1, 2, 3]
+    with pytest.raises(RlvrError, match="task t: the prompt with the tool schemas is 5 tokens"):
+        fit_prompt(strict, {"id": "t"}, [1, 2, 3, 4, 5], "the prompt with the tool schemas")
+    assert fit_prompt(SimpleNamespace(max_prompt_tokens=3, prompt_truncation="left"), {"id": "t"}, [1, 2, 3, 4, 5]) == [
+        3,
+        4,
+        5,
+    ]
