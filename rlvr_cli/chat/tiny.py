@@ -17,15 +17,38 @@ DIGITS = string.digits + "spel \n"  # the hints example's prompts ("spell 472") 
 ALPHABETS = {"arithmetic": ARITHMETIC, "printable": PRINTABLE, "digits": DIGITS}
 
 
-def build_tokenizer(folder: Path, family: str = "chatml", alphabet: str = PRINTABLE, chat_template: str | None = None):
-    """A character-level tokenizer with the family's special tokens and chat template."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models
+# Pieces merges may not cross: every digit alone (so a number is copied digit by digit, as
+# in Llama 3 and Qwen tokenizers), words with their leading space, punctuation runs, spaces.
+PIECES = r"\d| ?[A-Za-z_]+| ?[^\sA-Za-z_\d]+|\s+"
+
+
+def build_tokenizer(
+    folder: Path,
+    family: str = "chatml",
+    alphabet: str = PRINTABLE,
+    chat_template: str | None = None,
+    corpus: list[str] | None = None,
+):
+    """A tokenizer with the family's special tokens and chat template: one token per
+    character, or BPE merges learned from `corpus` (rendered conversations) on top of them."""
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     template, specials = FAMILIES[family]
     chars = sorted(set(alphabet))
-    vocab = {tok: i for i, tok in enumerate([*SPECIAL_TOKENS, *chars])}
-    core = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
+    if corpus is None:
+        vocab = {tok: i for i, tok in enumerate([*SPECIAL_TOKENS, *chars])}
+        core = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
+    else:
+        core = Tokenizer(models.BPE(unk_token="<unk>"))
+        core.pre_tokenizer = pre_tokenizers.Split(Regex(PIECES), behavior="isolated")
+        trainer = trainers.BpeTrainer(
+            vocab_size=len(SPECIAL_TOKENS) + len(chars) + 512,
+            special_tokens=list(SPECIAL_TOKENS),
+            initial_alphabet=chars,
+            show_progress=False,
+        )
+        core.train_from_iterator(corpus, trainer)
     core.decoder = decoders.Fuse()
     core.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
     tokenizer = PreTrainedTokenizerFast(
@@ -86,13 +109,15 @@ def build_tiny(
     seed: int = 0,
     hidden: int = 64,
     layers: int = 2,
+    corpus: list[str] | None = None,
 ) -> Path:
-    """Tokenizer and model in one folder, loadable with `from_pretrained(folder)`."""
+    """Tokenizer and model in one folder, loadable with `from_pretrained(folder)`; with a
+    `corpus`, the tokenizer's merges are learned from it."""
     from transformers.utils import logging
 
     logging.disable_progress_bar()
     folder = Path(folder)
-    tokenizer = build_tokenizer(folder, family, alphabet, chat_template)
+    tokenizer = build_tokenizer(folder, family, alphabet, chat_template, corpus)
     build_model(
         folder,
         len(tokenizer),
@@ -106,11 +131,20 @@ def build_tiny(
     return folder
 
 
-def main(argv: list[str] | None = None) -> None:
-    """`python -m rlvr_cli.chat.tiny DIR [--family F] [--alphabet arithmetic|printable|digits]`."""
-    import argparse
+def build_warm(folder: str | Path, conversations: Path, *, family: str = "chatml", steps: int = 600, seed: int = 0) -> Path:
+    """A tiny model whose tokenizer merges are learned from `conversations` (a JSONL file
+    `rlvr render` reads) and which is then warm-started on them (chat/warmup.py)."""
+    from rlvr_cli.chat import warmup
 
-    from rlvr_cli.chat.families import FAMILIES
+    corpus = warmup.rendered_texts(conversations, *FAMILIES[family])
+    build_tiny(folder, family, seed=seed, corpus=corpus)
+    warmup.warm_up(folder, conversations, steps=steps, seed=seed)
+    return Path(folder)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m rlvr_cli.chat.tiny DIR [--family F] [--alphabet A] [--warm-up CONVERSATIONS]`."""
+    import argparse
 
     parser = argparse.ArgumentParser(
         prog="python -m rlvr_cli.chat.tiny", description="Build a tiny random-weight model and tokenizer in DIR."
@@ -119,7 +153,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--family", choices=sorted(FAMILIES), default="chatml")
     parser.add_argument("--alphabet", choices=sorted(ALPHABETS), default="printable")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--warm-up",
+        type=Path,
+        metavar="CONVERSATIONS",
+        help="learn the tokenizer's merges from these conversations (JSONL), then train on their assistant turns",
+    )
+    parser.add_argument("--warm-up-steps", type=int, default=600)
     args = parser.parse_args(argv)
+    if args.warm_up is not None:
+        print(build_warm(args.folder, args.warm_up, family=args.family, steps=args.warm_up_steps, seed=args.seed))
+        return
     print(build_tiny(args.folder, args.family, alphabet=ALPHABETS[args.alphabet], seed=args.seed))
 
 

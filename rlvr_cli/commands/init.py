@@ -11,6 +11,7 @@ from pathlib import Path
 from rlvr_cli.errors import RlvrError, UsageProblem
 
 TEMPLATE_META = "template.json"
+GENERATED_DATA = ("arith", "lookup")  # rlvr_cli.env.builtin modules with write_splits()
 _NAME = re.compile(r"[^a-z0-9._-]+")
 
 
@@ -63,8 +64,10 @@ def run_init(folder: Path, template: str, *, force: bool, build_model: bool) -> 
     meta = templates[template]
     pairs = _plan(templates_root() / template, folder)
     generated = [folder / "contract.schema.json", folder / "model"]
-    if meta.get("data") == "arith":
+    if meta.get("data") in GENERATED_DATA:
         generated += [folder / "data" / f"{n}.jsonl" for n in ("train", "holdout", "sealed_eval", "all")]
+    if meta["model"].get("warm_up"):
+        generated.append(folder / meta["model"]["warm_up"])
     clashes = [str(p) for p in [dst for _, dst in pairs] + generated if p.exists()]
     if clashes:
         raise UsageProblem("these files already exist and would be overwritten: " + ", ".join(clashes))
@@ -76,12 +79,9 @@ def run_init(folder: Path, template: str, *, force: bool, build_model: bool) -> 
         else:
             shutil.copyfile(src, dst)
     _add_schema(folder)
-    if meta.get("data") == "arith":
-        from rlvr_cli.env.builtin import arith
-
-        arith.write_splits(folder / "data")
+    _generate_data(folder, meta)
     if build_model:
-        _build_model(folder / "model", meta["model"])
+        _build_model(folder, meta["model"])
     print(f"created {folder} from template '{template}'", file=sys.stderr)
     print(f"next: rlvr validate --deep {folder / 'experiment.rlvr.yaml'}", file=sys.stderr)
 
@@ -96,9 +96,22 @@ def _add_schema(folder: Path) -> None:
     contract.write_text(modeline + contract.read_text(encoding="utf-8"), encoding="utf-8")
 
 
-def _build_model(target: Path, spec: dict) -> None:
+def _generate_data(folder: Path, meta: dict) -> None:
+    """The splits (and warm-up demonstrations) of templates whose data is generated."""
+    import importlib
+
+    if meta.get("data") not in GENERATED_DATA:
+        return
+    module = importlib.import_module(f"rlvr_cli.env.builtin.{meta['data']}")
+    module.write_splits(folder / "data")
+    if meta["model"].get("warm_up"):
+        module.write_demonstrations(folder / meta["model"]["warm_up"])
+
+
+def _build_model(folder: Path, spec: dict) -> None:
     from rlvr_cli.chat import tiny
 
+    target = folder / "model"
     try:
         import torch  # noqa: F401
         import transformers  # noqa: F401
@@ -108,6 +121,10 @@ def _build_model(target: Path, spec: dict) -> None:
             f"no model was built; put a checkpoint in {target} or rerun with the train extra",
             file=sys.stderr,
         )
+        return
+    if spec.get("warm_up"):
+        print(f"warming the tiny model up on {spec['warm_up']} (~30 s)", file=sys.stderr)
+        tiny.build_warm(target, folder / spec["warm_up"], family=spec.get("family", "chatml"))
         return
     alphabet = tiny.ARITHMETIC if spec.get("alphabet") == "arithmetic" else tiny.PRINTABLE
     tiny.build_tiny(target, spec.get("family", "chatml"), alphabet=alphabet)

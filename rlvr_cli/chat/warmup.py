@@ -1,0 +1,75 @@
+"""Warm-start a tiny local model on demonstration conversations (supervised, assistant tokens only).
+
+A random tiny model cannot emit a tool call by chance, so the learning examples first teach
+it the format from a few hundred conversations, rendered through its own chat template with
+the same loss mask `rlvr render` shows. What RL then adds is measured from that start.
+
+    python -m rlvr_cli.chat.tiny MODEL_DIR --warm-up CONVERSATIONS.jsonl [--warm-up-steps N]
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from rlvr_cli.chat.conversation import RenderError, read_conversations
+from rlvr_cli.chat.jinja import CompiledTemplate
+
+
+def rendered_texts(conversations: Path, template: str, specials: dict[str, str | None]) -> list[str]:
+    """Each conversation rendered through `template` (no tokenizer needed): the corpus a tiny
+    tokenizer learns its merges from. `specials`: {"bos": ..., "eos": ...} as in families.py."""
+    compiled = CompiledTemplate(template, {f"{k}_token": v for k, v in specials.items() if v})
+    return [compiled.text(c.messages, c.tools, False) for c in read_conversations(conversations)]
+
+
+def warm_up(
+    folder: str | Path, conversations: Path, *, steps: int = 300, lr: float = 1e-2, batch: int = 16, seed: int = 0
+) -> float:
+    """Train the model in `folder` on the assistant turns of `conversations` (the loss mask
+    `rlvr render` shows) and save it there; returns the last batch's loss."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from rlvr_cli.chat.render import ChatRenderer, load_tokenizer
+
+    folder = Path(folder)
+    tokenizer = load_tokenizer(folder)
+    renderer = ChatRenderer(tokenizer, tokenizer.chat_template, [tokenizer.eos_token])
+    rows = []
+    for conversation in read_conversations(conversations):
+        rendered = renderer.render(conversation)
+        if not rendered.input_ids:
+            raise RenderError(f"{conversations}:{conversation.line}: the chat template cannot render it")
+        if not any(rendered.loss_mask):
+            raise RenderError(f"{conversations}:{conversation.line}: no assistant token to learn from")
+        rows.append((rendered.input_ids, rendered.loss_mask))
+    torch.manual_seed(seed)
+    draw = random.Random(seed)
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    loss = torch.tensor(0.0)
+    for _ in range(steps):
+        ids, labels, attention = _batch([draw.choice(rows) for _ in range(batch)], renderer.pad_id)
+        loss = model(input_ids=ids, attention_mask=attention, labels=labels).loss
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+    model.save_pretrained(folder)
+    return float(loss.detach())
+
+
+def _batch(rows: list[tuple[list[int], list[int]]], pad: int) -> tuple:
+    import torch
+
+    width = max(len(ids) for ids, _ in rows)
+    ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    labels = torch.full((len(rows), width), -100, dtype=torch.long)
+    attention = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, (row, mask) in enumerate(rows):
+        ids[i, : len(row)] = torch.tensor(row)
+        attention[i, : len(row)] = 1
+        labels[i, : len(row)] = torch.tensor([t if m else -100 for t, m in zip(row, mask, strict=True)])
+    return ids, labels, attention
