@@ -131,7 +131,9 @@ def build_tiny(
     return folder
 
 
-def build_warm(folder: str | Path, conversations: Path, *, family: str = "chatml", steps: int = 600, seed: int = 0) -> Path:
+def build_warm(
+    folder: str | Path, conversations: Path, *, family: str = "chatml", steps: int = 600, seed: int = 0
+) -> Path:
     """A tiny model whose tokenizer merges are learned from `conversations` (a JSONL file
     `rlvr render` reads) and which is then warm-started on them (chat/warmup.py)."""
     from rlvr_cli.chat import warmup
