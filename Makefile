@@ -26,19 +26,20 @@ demo: $(STAMP) sandbox
 	  $(BIN)/python -m rlvr_cli.chat.tiny contracts/echo/model --alphabet arithmetic
 	test -f contracts/spell/model/config.json || \
 	  $(BIN)/python -m rlvr_cli.chat.tiny contracts/spell/model --alphabet digits
+	test -f contracts/lookup/model/config.json || \
+	  $(BIN)/python -m rlvr_cli.chat.tiny contracts/lookup/model --warm-up contracts/lookup/warmup.jsonl
 	$(BIN)/rlvr validate --deep --strict contracts/
 	$(BIN)/rlvr data check contracts/hints-cpu.rlvr.yaml
 	$(BIN)/rlvr render contracts/grpo-cpu.rlvr.yaml --conversations contracts/arith/conversations.jsonl
 	$(BIN)/rlvr init $(DEMO)/agent --template tool-use --no-model
 	$(BIN)/rlvr audit verifier $(DEMO)/agent/experiment.rlvr.yaml
 	$(BIN)/rlvr audit isolation $(DEMO)/agent/experiment.rlvr.yaml --sessions 32
-	# agentic RL: episodes against the resources server, then the gate and the evidence
-	$(BIN)/rlvr init $(DEMO)/agent-train --template tool-use
-	$(BIN)/rlvr train $(DEMO)/agent-train/experiment.rlvr.yaml --max-steps 2 --run-dir $(DEMO)/agent-run
-	$(BIN)/rlvr audit rollouts $(DEMO)/agent-run
-	code=0; $(BIN)/rlvr gate $(DEMO)/agent-train/experiment.rlvr.yaml --candidate $(DEMO)/agent-run || code=$$?; \
-	  test $$code -le 1 && echo "demo: tool-use gate exit $$code (a random model earns nothing yet)"
-	$(BIN)/rlvr report $(DEMO)/agent-run
+	# agentic RL that learns: look a digit up with a tool, then answer with it (correct ~0.6 → ~0.95)
+	$(BIN)/rlvr audit verifier contracts/lookup-cpu.rlvr.yaml --candidates contracts/lookup/audit/candidates.yaml
+	$(BIN)/rlvr train contracts/lookup-cpu.rlvr.yaml --run-dir $(DEMO)/lookup-cpu
+	$(BIN)/rlvr audit rollouts $(DEMO)/lookup-cpu
+	$(BIN)/rlvr gate contracts/lookup-cpu.rlvr.yaml --candidate $(DEMO)/lookup-cpu
+	$(BIN)/rlvr report $(DEMO)/lookup-cpu
 	$(BIN)/rlvr audit verifier contracts/grpo-cpu.rlvr.yaml
 	# code answers: the exploit arms against the real bubblewrap sandbox
 	$(BIN)/rlvr init $(DEMO)/code --template code
