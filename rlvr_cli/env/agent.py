@@ -42,16 +42,19 @@ class EnvClient:
         endpoint = endpoint if isinstance(endpoint, Endpoint) else Endpoint(endpoint)
         headers = {"Authorization": f"Bearer {endpoint.token}"} if endpoint.token else {}
         self.http = httpx.Client(base_url=endpoint.url, timeout=timeout_s, headers=headers)
+        self.batches: bool | None = None  # does the server take POST /batch (None: not asked yet)
 
     def close(self) -> None:
         self.http.close()
 
-    def _send(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    def _send(self, method: str, path: str, body: dict[str, Any] | None = None, timeout: float | None = None) -> Any:
         """The response; a call past the timeout is EnvTimeout (that call's failure), a server
         that cannot be reached at all is EnvUnreachable (the run's)."""
         import httpx
 
         try:
+            if timeout is not None:
+                return self.http.request(method, path, json=body, timeout=timeout)
             return self.http.request(method, path, json=body)
         except httpx.TimeoutException:
             raise EnvTimeout(path, self.http.timeout.read) from None
@@ -111,6 +114,35 @@ class EnvClient:
 
     def close_session(self, session_id: str) -> None:
         self._post("/close", {"session_id": session_id})
+
+    def batch(self, ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Many operations in one request (`POST /batch`, env/batch.py): one result per op,
+        `{"status": 200, "body": ...}` or `{"status": N, "detail": ...}`; each op may take the
+        client's timeout. A server without /batch gets them one request at a time."""
+        if not ops:
+            return []
+        if self.batches is not False:
+            timeout = self.http.timeout.read or 30.0
+            response = self._send("POST", "/batch", {"ops": ops, "timeout_s": timeout}, timeout=timeout + 30)
+            if response.status_code not in (404, 405):
+                if response.status_code >= 400:
+                    raise EnvHTTPError(response.status_code, response.text)
+                self.batches = True
+                return response.json()["results"]
+            self.batches = False
+        return [self._single(op) for op in ops]
+
+    def _single(self, op: dict[str, Any]) -> dict[str, Any]:
+        fields = {k: v for k, v in op.items() if k not in ("op", "name")}
+        path = {"seed": "/seed_session", "verify": "/verify", "snapshot": "/snapshot", "close": "/close"}.get(
+            op["op"], f"/tools/{op.get('name')}"
+        )
+        try:
+            return {"status": 200, "body": self._post(path, fields)}
+        except EnvTimeout as exc:
+            return {"status": 504, "detail": str(exc)}
+        except EnvHTTPError as exc:
+            return {"status": exc.status, "detail": exc.body}
 
 
 class EnvHTTPError(RlvrError):

@@ -1,6 +1,7 @@
 """Multi-turn tool-use rollouts for training, holdout evaluation, gates and reward audits: every
-episode of a batch advances together, one batched sampling call per turn, tool calls sent to the
-resources server in parallel. `setup` is anything with `contract`, `renderer`, `policy` and
+episode of a batch advances together, one batched sampling call per turn, and the sessions'
+seeds, tool calls and verifications go to the resources server as one request each
+(`POST /batch`, env/batch.py). `setup` is anything with `contract`, `renderer`, `policy` and
 `tokenizer` (the trainer's `Setup`, or a policy loaded for evaluation).
 
 Token in, token out: an episode's sequence is its prompt ids, then for each turn the ids the
@@ -19,7 +20,8 @@ one reward for the episode, forbidden tools and golden paths included) and close
 from __future__ import annotations
 
 import contextlib
-from concurrent.futures import ThreadPoolExecutor
+import json
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,12 +29,10 @@ from typing import Any
 from rlvr_cli.chat.masks import sampled_mask
 from rlvr_cli.contract.tasks import fit_prompt, messages_of
 from rlvr_cli.engine.generate import generate, response_text
-from rlvr_cli.env.agent import EnvClient, EnvHTTPError, EnvTimeout, call_tool, environment_process
+from rlvr_cli.env.agent import EnvClient, EnvHTTPError, EnvTimeout, environment_process
 from rlvr_cli.env.model import CallIds, parse_completion, to_chat
 from rlvr_cli.env.scoring import Sample, apply_verdict, needs_verdict
 from rlvr_cli.env.verdict import Verdict
-
-THREADS = 16  # tool calls and verifications in flight at once
 
 
 class ToolEnv:
@@ -44,7 +44,6 @@ class ToolEnv:
         self._stack = contextlib.ExitStack()
         self.client: EnvClient | None = None
         self.schemas: list[dict[str, Any]] = []
-        self.pool = ThreadPoolExecutor(THREADS, thread_name_prefix="rlvr-env")
 
     def __enter__(self) -> ToolEnv:
         env = self.contract.environment
@@ -63,7 +62,6 @@ class ToolEnv:
         self.close()
 
     def close(self) -> None:
-        self.pool.shutdown(wait=True, cancel_futures=True)
         self._stack.close()
 
 
@@ -114,16 +112,14 @@ def run_episodes(
         ids = setup.renderer.prompt_ids(messages, env.schemas or None)
         prompt = fit_prompt(contract.length, task, ids, "the prompt with the tool schemas")
         episodes += [Episode(task, first_group + g, j, prompt, list(messages)) for j in range(k)]
-    for episode, (session, refused) in zip(episodes, env.pool.map(lambda e: _open(env, e), episodes), strict=True):
-        episode.session, episode.error = session, refused
-        episode.ended = "seed_error" if refused else ""
+    _open(env, episodes)
     for turn in range(contract.environment.max_steps):
         active = [e for e in episodes if not e.ended]
         if not active:
             break
         _turn(setup, env, active, seed * 1_009 + turn, greedy, last=turn == contract.environment.max_steps - 1)
     samples = [_sample(setup, e, seed, round_, revision) for e in episodes]
-    verdicts = list(env.pool.map(lambda e: _verify(env, e), episodes))
+    verdicts = _verify(env, episodes)
     for episode, sample, (verdict, seconds) in zip(episodes, samples, verdicts, strict=True):
         if needs_verdict(contract, sample):
             apply_verdict(contract, sample, verdict, seconds)
@@ -132,12 +128,31 @@ def run_episodes(
     return samples
 
 
-def _open(env: ToolEnv, episode: Episode) -> tuple[str, str]:
-    """(the session, or "" with why the server refused to seed it: a verifier_error verdict)."""
+def _results(env: ToolEnv, ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One result per operation (env/batch.py); a batch that timed out or was refused as a
+    whole answers every operation with its status. An unreachable server stops the run."""
     try:
-        return env.client.seed(episode.task), ""  # type: ignore[union-attr]
-    except (EnvHTTPError, ValueError, KeyError) as exc:
-        return "", f"seeding the session failed: {exc}"
+        return env.client.batch(ops)  # type: ignore[union-attr]
+    except EnvTimeout as exc:
+        return [{"status": 504, "detail": str(exc)} for _ in ops]
+    except EnvHTTPError as exc:
+        return [{"status": exc.status, "detail": exc.body[:300]} for _ in ops]
+
+
+def _failure(result: dict[str, Any]) -> str:
+    return f"HTTP {result.get('status')}: {str(result.get('detail'))[:300]}"
+
+
+def _open(env: ToolEnv, episodes: list[Episode]) -> None:
+    """Seed every episode's session in one batch; a task the server refuses ends its episode
+    (`seed_error`, a verifier_error verdict)."""
+    results = _results(env, [{"op": "seed", "task": e.task} for e in episodes])
+    for episode, result in zip(episodes, results, strict=True):
+        session = (result.get("body") or {}).get("session_id") if result.get("status") == 200 else None
+        if isinstance(session, str) and session:
+            episode.session = session
+        else:
+            episode.error, episode.ended = f"seeding the session failed: {_failure(result)}", "seed_error"
 
 
 def _turn(setup: Any, env: ToolEnv, active: list[Episode], seed: int, greedy: bool, last: bool) -> None:
@@ -177,13 +192,41 @@ def _turn(setup: Any, env: ToolEnv, active: list[Episode], seed: int, greedy: bo
             episode.ended = "max_steps"
         else:
             pending.append((episode, calls))
-    results = list(env.pool.map(lambda p: _call_all(env, *p), pending))
-    for (episode, calls), outputs in zip(pending, results, strict=True):
-        _continue(setup, env, episode, calls, outputs, budget)
+    outputs = _call_tools(env, pending)
+    for (episode, calls), outs in zip(pending, outputs, strict=True):
+        _continue(setup, env, episode, calls, outs, budget)
 
 
-def _call_all(env: ToolEnv, episode: Episode, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [call_tool(env.client, episode.session, call) for call in calls]  # type: ignore[arg-type]
+def _call_tools(env: ToolEnv, pending: list[tuple[Episode, list[dict[str, Any]]]]) -> list[list[dict[str, Any]]]:
+    """Every tool call of the turn in one batch (an episode's calls run in order); the outputs
+    the model reads, per episode. Arguments that are not a JSON object never reach the server."""
+    ops, where, outputs = [], [], []
+    for episode, calls in pending:
+        outs = []
+        for call in calls:
+            arguments = call.get("arguments") or "{}"
+            try:
+                arguments = json.loads(arguments) if isinstance(arguments, str) else arguments
+                if not isinstance(arguments, dict):
+                    raise ValueError("the arguments are not a JSON object")
+            except ValueError as exc:
+                outs.append(_output(call, f"error: {exc}"))
+                continue
+            outs.append(_output(call, ""))
+            where.append(outs[-1])
+            ops.append({"op": "tool", "session_id": episode.session, "name": call["name"], "arguments": arguments})
+        outputs.append(outs)
+    for slot, result in zip(where, _results(env, ops), strict=True):
+        if result.get("status") == 200:
+            value = (result.get("body") or {}).get("output")
+            slot["output"] = value if isinstance(value, str) else json.dumps(value)
+        else:
+            slot["output"] = f"error: {_failure(result)}"
+    return outputs
+
+
+def _output(call: dict[str, Any], output: str) -> dict[str, Any]:
+    return {"type": "function_call_output", "call_id": call.get("call_id", ""), "output": output}
 
 
 def _continue(
@@ -211,21 +254,34 @@ def _continue(
     turn["inserted"] = [start, len(episode.ids)]
 
 
-def _verify(env: ToolEnv, episode: Episode) -> tuple[Verdict, float]:
-    import time
-
+def _verify(env: ToolEnv, episodes: list[Episode]) -> list[tuple[Verdict, float]]:
+    """Verify and close every session in one batch (verify first: a session's operations run in
+    order); each verdict's seconds are the batch's."""
     start = time.perf_counter()
-    if not episode.session:
-        return Verdict("verifier_error", detail=episode.error), 0.0
+    opened = [e for e in episodes if e.session]
+    ops = []
+    for episode in opened:
+        ops.append({"op": "verify", "session_id": episode.session, "final_message": episode.final, "log": True})
+        ops.append({"op": "close", "session_id": episode.session})
+    results = _results(env, ops)  # a close that fails loses nothing: the server expires the session
+    found = {id(e): _verdict(e, results[2 * i]) for i, e in enumerate(opened)}
+    seconds = time.perf_counter() - start
+    return [
+        (found[id(e)], seconds) if e.session else (Verdict("verifier_error", detail=e.error), 0.0) for e in episodes
+    ]
+
+
+def _verdict(episode: Episode, result: dict[str, Any]) -> Verdict:
+    if result.get("status") == 504:
+        return Verdict("timeout", detail=f"verify: {result.get('detail')}")
+    if result.get("status") != 200:
+        return Verdict("verifier_error", detail=f"verify failed: {_failure(result)}")
+    data = dict(result.get("body") or {})
+    episode.server_calls = data.pop("calls", None)
     try:
-        verdict, episode.server_calls = env.client.verify_logged(episode.session, episode.final)  # type: ignore[union-attr]
-    except EnvTimeout as exc:
-        verdict = Verdict("timeout", detail=f"verify: {exc}")
-    except (EnvHTTPError, ValueError, TypeError) as exc:
-        verdict = Verdict("verifier_error", detail=f"verify failed: {exc}")
-    with contextlib.suppress(EnvHTTPError):
-        env.client.close_session(episode.session)  # type: ignore[union-attr]
-    return verdict, time.perf_counter() - start
+        return Verdict.coerce(data)
+    except (ValueError, TypeError) as exc:
+        return Verdict("verifier_error", detail=f"verify failed: {exc}")
 
 
 def _sample(setup: Any, episode: Episode, seed: int, round_: int, revision: int) -> Sample:

@@ -27,6 +27,9 @@ FastAPI app that serves an instance:
     POST /snapshot      {"session_id"}                           → {"snapshot"} (501 without snapshot())
     POST /close         {"session_id"}                           → {"closed": true}
     GET  /tools                                                   → tool schemas offered to the policy
+    POST /batch         {"ops": [{"op": "seed"|"tool"|"verify"|"snapshot"|"close", ...}], "timeout_s"}
+                                                                  → {"results": [{"status", "body"|"detail"}]}
+                        (env/batch.py: one request for a whole step's sessions)
 
 Session ids are unguessable (`secrets.token_urlsafe`). A call for an unknown or closed
 session is 404, never served from fresh default state; a tool the policy is not offered is

@@ -129,7 +129,7 @@ def test_a_server_that_dies_mid_run_stops_the_run_with_a_clear_error(faulty: Pat
     exp = copy_experiment(faulty, tmp_path / "exp")
     port = free_port()
     script = tmp_path / "dying.py"
-    script.write_text(DYING.format(folder=str(exp), after=60, port=port))
+    script.write_text(DYING.format(folder=str(exp), after=12, port=port))  # a step is ~4 batched requests
     server = subprocess.Popen([sys.executable, str(script)], env={**os.environ, "PYTHONPATH": str(Path.cwd())})
     try:
         for _ in range(100):
