@@ -192,7 +192,10 @@ def _session_routes(app: Any, server: ResourcesServer, HTTPException: Any) -> No
         return answer(close_op, body)
 
     @app.post("/batch")
-    def batch(body: BatchRequest) -> dict[str, Any]:
+    def batch(body: BatchRequest) -> Any:
+        from fastapi.responses import JSONResponse
+
         from rlvr_cli.env.batch import run_batch
 
-        return {"results": run_batch(server, body.ops, body.timeout_s)}
+        # a Response as is: no response-model pass over every result (the results are JSON already)
+        return JSONResponse({"results": run_batch(server, body.ops, body.timeout_s)})

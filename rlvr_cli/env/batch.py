@@ -41,6 +41,16 @@ from rlvr_cli.env.app import (
 )
 
 WORKERS = 32
+_POOLS: dict[int, ThreadPoolExecutor] = {}  # one per server, kept between batches
+_POOLS_LOCK = threading.Lock()
+
+
+def _pool(server: Any) -> ThreadPoolExecutor:
+    with _POOLS_LOCK:
+        pool = _POOLS.get(id(server))
+        if pool is None:
+            pool = _POOLS[id(server)] = ThreadPoolExecutor(WORKERS, thread_name_prefix="rlvr-batch")
+        return pool
 
 
 def run_batch(server: Any, ops: list[dict[str, Any]], timeout_s: float) -> list[dict[str, Any]]:
@@ -60,11 +70,12 @@ def run_batch(server: Any, ops: list[dict[str, Any]], timeout_s: float) -> list[
                 if results[index] is None:
                     results[index] = result
 
-    pool = ThreadPoolExecutor(min(WORKERS, max(1, len(lanes))), thread_name_prefix="rlvr-batch")
-    try:
-        wait([pool.submit(lane, indices) for indices in lanes.values()], timeout=timeout_s)
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)  # a hung tool keeps its thread, not the batch
+    pool = _pool(server)
+    _, unfinished = wait([pool.submit(lane, indices) for indices in lanes.values()], timeout=timeout_s)
+    if unfinished:  # a hung operation keeps its thread; later batches get a fresh pool
+        with _POOLS_LOCK:
+            _POOLS.pop(id(server), None)
+        pool.shutdown(wait=False, cancel_futures=True)
     late = {"status": 504, "detail": f"no answer within {timeout_s} s"}
     with done:
         for index, result in enumerate(results):
