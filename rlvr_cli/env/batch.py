@@ -27,7 +27,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from rlvr_cli.env.app import (
+from rlvr_cli.env.ops import (
     CloseRequest,
     Failure,
     SeedRequest,
