@@ -99,19 +99,21 @@ def run_episodes(
     k: int,
     seed: int,
     *,
-    first_group: int = 0,
+    groups: list[int] | None = None,
     round_: int = 0,
     revision: int = 0,
     greedy: bool = False,
 ) -> list[Sample]:
-    """`k` episodes of every task, verified; as Samples in group order."""
+    """`k` episodes of every task, verified; as Samples in task order. `groups`: each task's
+    group number in the step (default 0, 1, ...)."""
     contract = setup.contract
     episodes = []
     for g, task in enumerate(tasks):
         messages = messages_of(task)
         ids = setup.renderer.prompt_ids(messages, env.schemas or None)
         prompt = fit_prompt(contract.length, task, ids, "the prompt with the tool schemas")
-        episodes += [Episode(task, first_group + g, j, prompt, list(messages)) for j in range(k)]
+        group = groups[g] if groups is not None else g
+        episodes += [Episode(task, group, j, prompt, list(messages)) for j in range(k)]
     _open(env, episodes)
     for turn in range(contract.environment.max_steps):
         active = [e for e in episodes if not e.ended]

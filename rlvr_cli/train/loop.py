@@ -315,9 +315,7 @@ def _rewards(contract: Contract, setup: Any) -> Any:
     if contract.environment.kind == "tool_use":
         from rlvr_cli.env.episodes import ToolEnv
 
-        if setup.world > 1:  # (sample_ahead with tool_use is refused by validate, RLV010)
-            raise RlvrError("tool_use training runs in one process (for now): drop --nproc")
-        return ToolEnv(contract, setup.folder)
+        return ToolEnv(contract, setup.folder)  # under torchrun: one server per process
     return VerifierPool.for_contract(contract, setup.folder)
 
 

@@ -132,6 +132,24 @@ def sample_own_groups(
     return samples
 
 
+def _episodes(
+    setup: Setup, env: Any, tasks: list[dict[str, Any]], seed: int, round_: int, revision: int, result: StepResult
+) -> tuple[list[Sample], list[dict[str, Any]]]:
+    """Tool-use episodes of this round's groups; under torchrun, this process's share
+    (g ≡ rank mod world) as one batch against its own server, seeded by rank."""
+    from rlvr_cli.env.episodes import run_episodes
+
+    hp = setup.contract.hyperparameters
+    if setup.world > 1:
+        groups = list(range(setup.rank, len(tasks), setup.world))
+        tasks, seed = [tasks[g] for g in groups], seed * 10_007 + setup.rank
+    else:
+        first = len(result.generated) // hp.group_size
+        groups = list(range(first, first + len(tasks)))
+    samples = run_episodes(setup, env, tasks, hp.group_size, seed, groups=groups, round_=round_, revision=revision)
+    return samples, tasks
+
+
 def step_seed(setup: Setup, step: int, round_: int) -> int:
     return setup.contract.hyperparameters.seed * 1_000_003 + step * 101 + round_
 
@@ -160,19 +178,7 @@ def collect(setup: Setup, state: TrainState, prompts: Prompts, pool: Any, ahead:
         seed = step_seed(setup, state.step, round_)
         hinted = hints.hinted_per_group(setup.contract, state.step)
         if setup.contract.environment.kind == "tool_use":  # episodes: sampled and verified together
-            from rlvr_cli.env.episodes import run_episodes
-
-            first = len(result.generated) // hp.group_size
-            samples = run_episodes(
-                setup,
-                pool,
-                tasks,
-                hp.group_size,
-                seed,
-                first_group=first,
-                round_=round_,
-                revision=state.optimizer_steps,
-            )
+            samples, tasks = _episodes(setup, pool, tasks, seed, round_, state.optimizer_steps, result)
             result.seconds["generate"] += time.perf_counter() - start
             result.generated += samples
             result.rounds = round_ + 1

@@ -1,17 +1,30 @@
 """The tool-use example that learns, through the real CLI: `rlvr init --template lookup` builds
 and warm-starts the tiny model, `rlvr train` runs episodes against the `lookup` server, and
 the records show the tool-call rate rising and the final answers becoming correct; the gate
-(greedy episodes on boxes never trained on) passes and the report is written."""
+(greedy episodes on boxes never trained on) passes and the report is written. And tool-use
+training under torchrun: two processes, a server each, every group's episodes recorded once."""
 
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
 from tests.conftest import rlvr
+
+pytestmark = pytest.mark.xdist_group("lookup")  # one worker builds the warm model for both tests
+
+
+@pytest.fixture(scope="module")
+def lookup(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("lookup") / "lookup"
+    made = rlvr("init", folder, "--template", "lookup", timeout=300)
+    assert made.code == 0, made.stderr
+    return folder
 
 
 def episodes_by_step(run_dir: Path) -> dict[int, list[dict]]:
@@ -33,10 +46,9 @@ def rate(steps: dict[int, list[dict]], which: range, key: str) -> float:
 
 
 @pytest.mark.slow
-def test_lookup_template_learns_to_call_the_tool_and_answer(tmp_path: Path) -> None:
+def test_lookup_template_learns_to_call_the_tool_and_answer(lookup: Path, tmp_path: Path) -> None:
     folder, run_dir = tmp_path / "lookup", tmp_path / "run"
-    made = rlvr("init", folder, "--template", "lookup", timeout=300)
-    assert made.code == 0, made.stderr
+    shutil.copytree(lookup, folder)
     contract = folder / "experiment.rlvr.yaml"
     assert rlvr("validate", "--deep", "--strict", contract).code == 0
     done = rlvr("train", contract, "--run-dir", run_dir, "--max-steps", "30", timeout=600)
@@ -60,3 +72,25 @@ def test_lookup_template_learns_to_call_the_tool_and_answer(tmp_path: Path) -> N
     assert correct_gate["overall"]["candidate"][1] >= 0.5  # the lower bound on boxes never trained on
     report = rlvr("report", run_dir, "--out", tmp_path / "report.html")
     assert report.code == 0 and "holdout/correct" in (tmp_path / "report.html").read_text()
+
+
+@pytest.mark.slow
+def test_tool_use_trains_in_two_processes_with_a_server_each(lookup: Path, tmp_path: Path) -> None:
+    folder, run_dir = tmp_path / "lookup", tmp_path / "run"
+    shutil.copytree(lookup, folder)
+    contract = folder / "experiment.rlvr.yaml"
+    done = rlvr("train", contract, "--nproc", "2", "--run-dir", run_dir, "--max-steps", "3", timeout=600)
+    assert done.code == 0, done.stderr[-3000:]
+    assert json.loads((run_dir / "plan.json").read_text())["processes"] == 2
+    rows = []
+    for shard in sorted((run_dir / "records").glob("*.parquet")):
+        rows += pq.read_table(shard, columns=["step", "group", "sample", "transcript", "status"]).to_pylist()
+    assert len(rows) == 3 * 8 * 8  # every rank's episodes, each once
+    for step in range(3):
+        groups = sorted((r["group"], r["sample"]) for r in rows if r["step"] == step)
+        assert groups == [(g, j) for g in range(8) for j in range(8)]
+    transcripts = [json.loads(r["transcript"]) if isinstance(r["transcript"], str) else r["transcript"] for r in rows]
+    assert all(r["status"] == "ok" for r in rows) and any(t["calls"] for t in transcripts)
+    assert all(t["verdict"]["status"] == "ok" for t in transcripts)
+    servers = subprocess.run(["pgrep", "-f", f"rlvr_cli.env.child .* {folder}"], capture_output=True).stdout
+    assert not servers, "a rank's server outlived the run"
