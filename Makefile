@@ -67,7 +67,7 @@ sandbox:
 	@command -v bwrap >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null; }
 
 test: $(STAMP) browser sandbox
-	$(BIN)/python -m pytest -n 2 --dist loadgroup --durations=15
+	$(BIN)/python -m pytest -n 2 --durations=15
 
 lint: $(STAMP)
 	$(BIN)/ruff check rlvr_cli tests benchmarks

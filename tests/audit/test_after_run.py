@@ -14,7 +14,7 @@ from tests.conftest import copy_experiment, rlvr
 CONTRACT = "experiment.rlvr.yaml"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # kept while other modules' tests run in between
 def trained(single_turn: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """A short run of the single-turn example; (experiment folder, run folder)."""
     folder = copy_experiment(single_turn, tmp_path_factory.mktemp("after") / "arith")

@@ -14,17 +14,18 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import rlvr
-
-pytestmark = pytest.mark.xdist_group("lookup")  # one worker builds the warm model for both tests
+from tests.conftest import built_once, rlvr
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def lookup(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("lookup") / "lookup"
-    made = rlvr("init", folder, "--template", "lookup", timeout=300)
-    assert made.code == 0, made.stderr
-    return folder
+    """`rlvr init --template lookup` (the warm-up takes ~30 s), once for every test process."""
+
+    def init(folder: Path) -> None:
+        made = rlvr("init", folder, "--template", "lookup", timeout=300)
+        assert made.code == 0, made.stderr
+
+    return built_once(tmp_path_factory, "lookup-template", init)
 
 
 def episodes_by_step(run_dir: Path) -> dict[int, list[dict]]:
