@@ -11,7 +11,7 @@ resources server in its own process, over HTTP, with every episode recorded. Bot
 the same tool schema (TRL's is taken from the server so the rendered prompts are identical).
 Each trainer runs in its own process; times count the training steps only.
 
-    .venv-bench/bin/python benchmarks/agent_vs_trl.py [--steps 30]
+    .venv-bench/bin/python benchmarks/agent_vs_trl.py [--steps 60] [--seed 0]
 """
 
 from __future__ import annotations
@@ -41,7 +41,8 @@ def run_rlvr(folder: Path, steps: int) -> dict:
     contract = folder / "experiment.rlvr.yaml"
     text = contract.read_text()
     assert "holdout_every: 20" in text
-    contract.write_text(text.replace("holdout_every: 20", "holdout_every: 100000"))  # TRL evaluates nothing either
+    text = text.replace("holdout_every: 20", "holdout_every: 100000")  # TRL evaluates nothing either
+    contract.write_text(text.replace("  seed: 0\n", f"  seed: {SEED}\n"))
     limits = ["--max-steps", str(steps), "--run-dir", str(folder / "run")]
     start = time.perf_counter()
     proc = subprocess.run(
@@ -202,15 +203,19 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--child", choices=["rlvr", "trl"])
     parser.add_argument("--source", type=Path)
+    parser.add_argument("--seed", type=int, default=0, help="both trainers' seed")
     args = parser.parse_args()
+    global SEED
+    SEED = args.seed
     if args.child:
         child(args.child, args.source, args.steps)
         return
     source = build(Path(tempfile.mkdtemp(prefix="agent-bench-")) / "lookup")
     results = {}
+    shared = ["--source", str(source), "--steps", str(args.steps), "--seed", str(args.seed)]
     for which in ("rlvr", "trl"):
         proc = subprocess.run(
-            [sys.executable, __file__, "--child", which, "--source", str(source), "--steps", str(args.steps)],
+            [sys.executable, __file__, "--child", which, *shared],
             capture_output=True,
             text=True,
         )
