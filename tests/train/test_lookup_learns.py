@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+import torch
+from safetensors.torch import load_file
 
 from tests.conftest import built_once, rlvr
 
@@ -77,11 +79,17 @@ def test_lookup_template_learns_to_call_the_tool_and_answer(lookup: Path, tmp_pa
 
 @pytest.mark.slow
 def test_tool_use_trains_in_two_processes_with_a_server_each(lookup: Path, tmp_path: Path) -> None:
-    folder, run_dir = tmp_path / "lookup", tmp_path / "run"
+    folder, run_dir, split = tmp_path / "lookup", tmp_path / "run", tmp_path / "split"
     shutil.copytree(lookup, folder)
     contract = folder / "experiment.rlvr.yaml"
+    contract.write_text(contract.read_text().replace("every_steps: 20", "every_steps: 2"))
     done = rlvr("train", contract, "--nproc", "2", "--run-dir", run_dir, "--max-steps", "3", timeout=600)
     assert done.code == 0, done.stderr[-3000:]
+    first = rlvr("train", contract, "--nproc", "2", "--run-dir", split, "--max-steps", "2", timeout=600)
+    resumed = rlvr("train", contract, "--nproc", "2", "--run-dir", split, "--max-steps", "3", "--resume", timeout=600)
+    assert first.code == 0 and resumed.code == 0, resumed.stderr[-3000:]
+    straight, again = (load_file(d / "final" / "model.safetensors") for d in (run_dir, split))
+    assert all(torch.equal(straight[k], again[k]) for k in straight)  # resumed with the same N: exact
     assert json.loads((run_dir / "plan.json").read_text())["processes"] == 2
     rows = []
     for shard in sorted((run_dir / "records").glob("*.parquet")):
