@@ -207,8 +207,8 @@ def _tool_use_lines(tu: dict[str, Any] | None) -> list[str]:
         f"{n} turn(s) {_num(v['reward_mean'])} (n={v['episodes']})" for n, v in tu["reward_by_turns"].items()
     )
     return [
-        f"tool use: {tu['episodes']} episodes, {_num(tu['calls_per_episode'])} calls per episode "
-        f"({_num(tu['episodes_with_a_call'])} with a call), tool error rate {_num(tu['tool_error_rate'])}, "
+        f"tool use: {tu['episodes']} episodes, {_num(tu['calls_per_episode'])} calls per episode, "
+        f"{_num(tu['episodes_with_a_call'])} of them with a call, tool error rate {_num(tu['tool_error_rate'])}, "
         f"forbidden-tool attempts {tu['forbidden_attempts']}; ended {tu['ended']}; "
         f"reward by turns: {turns or 'n/a'}"
     ]

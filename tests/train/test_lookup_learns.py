@@ -68,6 +68,8 @@ def test_lookup_template_learns_to_call_the_tool_and_answer(lookup: Path, tmp_pa
 
     rollouts = rlvr("audit", "rollouts", run_dir)
     assert rollouts.code == 0 and "calls per episode" in rollouts.stdout, rollouts.stdout
+    share = float(rollouts.stdout.split(" of them with a call")[0].rsplit(" ", 1)[-1])
+    assert share == pytest.approx(rate(steps, range(30), "called"), abs=1e-3)  # the share of episodes that called
     gate = rlvr("gate", contract, "--candidate", run_dir, timeout=300)
     verdict = json.loads((run_dir / "gate" / "verdict.json").read_text())
     assert gate.code == 0 and verdict["release"] == "pass", gate.stdout
