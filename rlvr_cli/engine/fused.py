@@ -5,14 +5,23 @@ the model's own parameters, with a KV cache of plain tensors.
 For a small model a decode step is mostly Python: transformers' forward builds masks, rotary
 tables and cache objects and walks a dozen modules per layer, ~1 ms a step whatever the model
 size. This forward does the work and nothing else, and computes logits for the last position
-only. It reads the parameters at every call, so the weights an optimizer step wrote are the
-weights it samples with. `why_not(model)` says when a model is outside what it reproduces
-(another architecture, scaled RoPE, a sliding window, a non-SiLU MLP); the sampler then uses
-the model's own forward. A test checks both give the same logits on every supported family.
+only. Per layer a decode step is one matmul for the queries, keys and values, one for the
+MLP's gate and up, each residual add folded into its output projection, one rotation for the
+queries and keys together from cos/sin tables built once per prefill, and one attention call
+with an additive mask kept with the cache. Where they fit in `COPY_BYTES`, the decoder keeps
+the weights concatenated and transposed (the layout the CPU's GEMM reads fastest at a few
+rows); it re-reads them whenever a parameter was written or replaced (an optimizer step, a
+load), so it always samples with the model's current weights. Otherwise it uses the model's
+own weights as they are.
+
+`why_not(model)` says when a model is outside what it reproduces (another architecture, scaled
+RoPE, a sliding window, a non-SiLU MLP); the sampler then uses the model's own forward. A test
+checks both give the same logits on every supported family.
 """
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +29,7 @@ import torch
 import torch.nn.functional as F
 
 FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
+COPY_BYTES = 256 << 20  # the most the decoder's transposed copies of the weights may take
 
 
 def why_not(model: Any) -> str | None:
@@ -43,43 +53,90 @@ def why_not(model: Any) -> str | None:
     return None
 
 
-def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    dtype = x.dtype
+def _rms(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
+    """transformers' RMSNorm: computed in float32, the weight applied in the input's dtype."""
+    if x.dtype == torch.float32:
+        return F.rms_norm(x, x.shape[-1:], weight, eps)
     h = x.to(torch.float32)
-    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * h.to(dtype)
+    h = (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+    return h if weight is None else weight * h
 
 
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos + rotated * sin
+class _Linear:
+    """`x @ W.T + b` for one or more of the model's linear layers side by side (their outputs
+    concatenated). With `copy`, the weights are concatenated into one transposed contiguous
+    matrix (one matmul, and the layout the CPU's GEMM reads fastest); without, the model's
+    own weights are used as they are."""
+
+    def __init__(self, modules: list[Any], copy: bool) -> None:
+        weights = [m.weight for m in modules]
+        biases = [getattr(m, "bias", None) for m in modules]
+        if not copy:
+            self.parts = [(w.t(), b) for w, b in zip(weights, biases, strict=True)]
+            return
+        bias = None
+        if any(b is not None for b in biases):
+            zeros = [w.new_zeros(w.size(0)) for w in weights]
+            bias = torch.cat([b if b is not None else z for b, z in zip(biases, zeros, strict=True)])
+        self.parts = [(torch.cat(weights).t().contiguous(), bias)]
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        outs = [_matmul(x, w, b) for w, b in self.parts]
+        return outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)
+
+    def residual(self, h: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """`h + self(x)`, one matmul accumulating into the residual where `x` is 2-D."""
+        if len(self.parts) == 1 and x.dim() == 2:
+            weight, bias = self.parts[0]
+            out = torch.addmm(h, x, weight)
+            return out if bias is None else out.add_(bias)
+        return h + self(x)
+
+
+def _matmul(x: torch.Tensor, weight_t: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    if x.dim() == 2:
+        return x.mm(weight_t) if bias is None else torch.addmm(bias, x, weight_t)
+    out = torch.matmul(x, weight_t)
+    return out if bias is None else out + bias
+
+
+@dataclass
+class _Layer:
+    norm1: torch.Tensor
+    qkv: _Linear
+    o: _Linear
+    norm2: torch.Tensor
+    gate_up: _Linear
+    down: _Linear
+    qk_norm: torch.Tensor | None  # (heads + kv_heads, D): Qwen3's per-head norms of queries and keys
 
 
 @dataclass
 class Cache:
     """Keys and values per layer `(B, kv_heads, capacity, head_dim)`, allocated once, the
-    first `length` slots filled; which key slots are real tokens `(B, capacity)` (left
-    padding is not)."""
+    first `length` slots filled; an additive mask `(B, capacity)`: 0 for real tokens, -inf
+    for left padding and empty slots."""
 
     keys: list[torch.Tensor]
     values: list[torch.Tensor]
-    valid: torch.Tensor
+    mask: torch.Tensor
     positions: torch.Tensor  # (B,) the position of each row's last token
     length: int
+    cos: torch.Tensor  # (positions, D) rotation tables up to the cache's capacity
+    sin: torch.Tensor  # sign folded in: x·cos + swap_halves(x)·sin is the rotation
 
     def select(self, rows: torch.Tensor) -> None:
         """Keep (or repeat) these rows: finished rows leave; a shared prompt fans out."""
         self.keys = [k[rows] for k in self.keys]
         self.values = [v[rows] for v in self.values]
-        self.valid, self.positions = self.valid[rows], self.positions[rows]
+        self.mask, self.positions = self.mask[rows], self.positions[rows]
 
 
 class Decoder:
-    """`prefill(ids, attention)` → (last logits, cache); `step(tokens, cache)` → next logits."""
+    """`prefill(ids, attention, room)` → (last logits, cache); `step(tokens, cache)` → next logits."""
 
     def __init__(self, model: Any) -> None:
-        self.model = model
+        self._model = weakref.ref(model)  # a decoder kept for a model does not keep it alive
         config = model.config
         self.eps = config.rms_norm_eps
         self.heads = config.num_attention_heads
@@ -88,85 +145,128 @@ class Decoder:
         rotary = model.model.rotary_emb
         self.inv_freq, self.rope_scale = rotary.inv_freq, float(getattr(rotary, "attention_scaling", 1.0))
         self.qk_norm = config.model_type == "qwen3"
+        self._seen: tuple[Any, ...] | None = None
+        self.layers: list[_Layer] = []
+        self._refresh()
 
-    def _rope(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        freqs = positions[..., None].float() * self.inv_freq.to(device=positions.device, dtype=torch.float)
-        emb = torch.cat((freqs, freqs), dim=-1)[:, None]  # (B, 1, T, D)
-        return (emb.cos() * self.rope_scale).to(dtype), (emb.sin() * self.rope_scale).to(dtype)
+    @property
+    def model(self) -> Any:
+        model = self._model()
+        if model is None:
+            raise RuntimeError("the model this decoder reads was freed")
+        return model
 
-    def _layers(self, h: torch.Tensor, cos: Any, sin: Any, mask: torch.Tensor, cache: Cache, fresh: bool) -> Any:
-        B, T, _ = h.shape
-        for i, layer in enumerate(self.model.model.layers):
-            attn, x = layer.self_attn, _rms(h, layer.input_layernorm.weight, self.eps)
-            q = F.linear(x, attn.q_proj.weight, attn.q_proj.bias).view(B, T, self.heads, self.head_dim)
-            k = F.linear(x, attn.k_proj.weight, attn.k_proj.bias).view(B, T, self.kv_heads, self.head_dim)
-            v = F.linear(x, attn.v_proj.weight, attn.v_proj.bias).view(B, T, self.kv_heads, self.head_dim)
-            if self.qk_norm:
-                q, k = (
-                    _rms(q, attn.q_norm.weight, attn.q_norm.variance_epsilon),
-                    _rms(k, attn.k_norm.weight, attn.k_norm.variance_epsilon),
-                )
-            q, k, v = _rotate(q.transpose(1, 2), cos, sin), _rotate(k.transpose(1, 2), cos, sin), v.transpose(1, 2)
-            if fresh:
-                cache.keys.append(k.new_empty((B, self.kv_heads, cache.valid.size(1), self.head_dim)))
-                cache.values.append(v.new_empty((B, self.kv_heads, cache.valid.size(1), self.head_dim)))
-            end = cache.length + T
-            cache.keys[i][:, :, cache.length : end] = k
-            cache.values[i][:, :, cache.length : end] = v
-            out = self._attend(q, cache.keys[i][:, :, :end], cache.values[i][:, :, :end], mask)
-            h = h + F.linear(out.transpose(1, 2).reshape(B, T, -1), attn.o_proj.weight, attn.o_proj.bias)
-            mlp, x = layer.mlp, _rms(h, layer.post_attention_layernorm.weight, self.eps)
-            gate = F.silu(F.linear(x, mlp.gate_proj.weight, mlp.gate_proj.bias))
-            up = F.linear(x, mlp.up_proj.weight, mlp.up_proj.bias)
-            h = h + F.linear(gate * up, mlp.down_proj.weight, mlp.down_proj.bias)
-        return h
+    def _refresh(self) -> None:
+        """(Re)read the weights when a parameter was replaced or written since the last read."""
+        params = list(self.model.parameters())
+        seen = tuple((id(p), p.data_ptr(), p._version) for p in params)
+        if seen == self._seen:
+            return
+        self._seen = seen
+        layers, head = self.model.model.layers, self.model.lm_head
+        linears = [m for m in self.model.modules() if isinstance(m, torch.nn.Linear)]
+        copy = sum(m.weight.numel() * m.weight.element_size() for m in linears) <= COPY_BYTES
+        with torch.no_grad():
+            self.layers = [self._layer(layer, copy) for layer in layers]
+            self.head = _Linear([head], copy)
 
-    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """Attention `(B, heads, T, D)`. One query per row (a decode step) is two small matmuls
-        with the query heads grouped over their shared key head, cheaper than the fused kernel
-        at these sizes; a prefill uses the fused kernel."""
-        if q.size(2) != 1:
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=self.kv_heads != self.heads)
-        B, _, _, D = q.shape
-        group = self.heads // self.kv_heads
-        grouped = q.reshape(B, self.kv_heads, group, D)  # heads h·group + j share key head h
-        scores = torch.matmul(grouped, k.transpose(-1, -2)) * (D**-0.5)  # (B, kv, group, L)
-        scores = scores.masked_fill(~mask.reshape(B, 1, 1, -1), float("-inf"))
-        out = torch.matmul(torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype), v)  # (B, kv, group, D)
-        return out.reshape(B, self.heads, 1, D)
+    def _layer(self, layer: Any, copy: bool) -> _Layer:
+        attn, mlp = layer.self_attn, layer.mlp
+        qk_norm = None
+        if self.qk_norm:
+            qk_norm = torch.cat(
+                [
+                    attn.q_norm.weight.expand(self.heads, -1),
+                    attn.k_norm.weight.expand(self.kv_heads, -1),
+                ]
+            )
+        return _Layer(
+            layer.input_layernorm.weight,
+            _Linear([attn.q_proj, attn.k_proj, attn.v_proj], copy),
+            _Linear([attn.o_proj], copy),
+            layer.post_attention_layernorm.weight,
+            _Linear([mlp.gate_proj, mlp.up_proj], copy),
+            _Linear([mlp.down_proj], copy),
+            qk_norm,
+        )
 
-    def _logits(self, h: torch.Tensor) -> torch.Tensor:
-        last = _rms(h[:, -1], self.model.model.norm.weight, self.eps)
-        head = self.model.lm_head
-        return F.linear(last, head.weight, getattr(head, "bias", None)).float()  # (B, V)
+    def _tables(self, length: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sign-folded sin `(length, D)` for positions 0..length-1, as transformers
+        computes them (position × inverse frequency in float32, scaled, cast)."""
+        positions = torch.arange(length, device=self.inv_freq.device, dtype=torch.float)
+        freqs = positions[:, None] * self.inv_freq.to(torch.float)[None]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = (emb.cos() * self.rope_scale).to(dtype), (emb.sin() * self.rope_scale).to(dtype)
+        half = sin.size(-1) // 2
+        return cos, torch.cat((-sin[:, :half], sin[:, half:]), dim=-1)
+
+    def _queries_keys(self, layer: _Layer, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """The queries and keys `(..., heads + kv_heads, D)`, normed (Qwen3) and rotated."""
+        D, both = self.head_dim, self.heads + self.kv_heads
+        qk = qkv[..., : both * D].unflatten(-1, (both, D))
+        if layer.qk_norm is not None:
+            qk = _rms(qk, None, self.eps) * layer.qk_norm
+        return qk * cos + qk.roll(D // 2, dims=-1) * sin  # the halves swapped, the sign in `sin`
+
+    def _mlp(self, h: torch.Tensor, layer: _Layer) -> torch.Tensor:
+        gate, up = layer.gate_up(_rms(h, layer.norm2, self.eps)).chunk(2, dim=-1)
+        return layer.down.residual(h, F.silu(gate) * up)
+
+    def _logits(self, last: torch.Tensor) -> torch.Tensor:
+        return self.head(_rms(last, self.model.model.norm.weight, self.eps)).float()  # (B, V)
 
     @torch.no_grad()
     def prefill(self, ids: torch.Tensor, attention: torch.Tensor, room: int = 0) -> tuple[torch.Tensor, Cache]:
         """Left-padded prompts `(B, P)` with their mask → logits of the next token `(B, V)`,
         and a cache with `room` free slots for the tokens to come."""
+        self._refresh()
+        B, P = ids.shape
+        H, D, kv = self.heads, self.head_dim, self.kv_heads
         positions = (attention.cumsum(dim=1) - 1).clamp(min=0)
         h = self.model.model.embed_tokens(ids)
-        cos, sin = self._rope(positions, h.dtype)
-        B, P = ids.shape
-        causal = torch.ones(P, P, dtype=torch.bool, device=ids.device).tril()
-        mask = causal[None] & attention.bool()[:, None, :]
-        mask |= torch.eye(P, dtype=torch.bool, device=ids.device)[None]  # a padding query sees itself: no NaN
-        valid = torch.zeros((B, P + room), dtype=torch.bool, device=ids.device)
-        valid[:, :P] = attention.bool()
-        cache = Cache([], [], valid, positions[:, -1], 0)
-        h = self._layers(h, cos, sin, mask[:, None], cache, fresh=True)
-        cache.length = P
-        return self._logits(h), cache
+        cos_table, sin_table = self._tables(P + room, h.dtype)
+        cos, sin = cos_table[positions][:, :, None], sin_table[positions][:, :, None]  # (B, P, 1, D)
+        mask = torch.full((B, P + room), float("-inf"), device=ids.device, dtype=h.dtype)
+        mask[:, :P].masked_fill_(attention.bool(), 0.0)
+        cache = Cache([], [], mask, positions[:, -1], P, cos_table, sin_table)
+        seen = torch.ones(P, P, dtype=torch.bool, device=ids.device).tril()[None] & attention.bool()[:, None, :]
+        seen = (seen | torch.eye(P, dtype=torch.bool, device=ids.device)[None])[:, None]  # padding sees itself: no NaN
+        for layer in self.layers:
+            qkv = layer.qkv(_rms(h, layer.norm1, self.eps))  # (B, P, (H + 2kv)·D)
+            qk = self._queries_keys(layer, qkv, cos, sin).transpose(1, 2)  # (B, H + kv, P, D)
+            q, k = qk[:, :H], qk[:, H:]
+            v = qkv[..., (H + kv) * D :].unflatten(-1, (kv, D)).transpose(1, 2)
+            for store, new in ((cache.keys, k), (cache.values, v)):
+                store.append(new.new_empty((B, kv, P + room, D)))
+                store[-1][:, :, :P] = new
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=seen, enable_gqa=kv != H)
+            h = layer.o.residual(h, out.transpose(1, 2).reshape(B, P, H * D))
+            h = self._mlp(h, layer)
+        return self._logits(h[:, -1]), cache
 
     @torch.no_grad()
     def step(self, tokens: torch.Tensor, cache: Cache) -> torch.Tensor:
         """One new token per row `(B,)` → logits of the next `(B, V)`; the cache grows by one."""
-        if cache.length == cache.valid.size(1):
+        if cache.length == cache.mask.size(1):
             raise ValueError("the cache is full: prefill with more room")
+        B, L, D = tokens.size(0), cache.length, self.head_dim
+        H, kv = self.heads, self.kv_heads
         cache.positions = cache.positions + 1
-        cache.valid[:, cache.length] = True
-        h = self.model.model.embed_tokens(tokens[:, None])
-        cos, sin = self._rope(cache.positions[:, None], h.dtype)
-        h = self._layers(h, cos, sin, cache.valid[:, None, None, : cache.length + 1], cache, fresh=False)
+        cache.mask[:, L] = 0.0
+        mask = cache.mask[:, None, None, : L + 1]
+        h = F.embedding(tokens, self.model.model.embed_tokens.weight)  # (B, hidden)
+        cos, sin = cache.cos[cache.positions][:, None], cache.sin[cache.positions][:, None]  # (B, 1, D)
+        for i, layer in enumerate(self.layers):
+            qkv = layer.qkv(_rms(h, layer.norm1, self.eps))  # (B, (H + 2kv)·D)
+            qk = self._queries_keys(layer, qkv, cos, sin)  # (B, H + kv, D)
+            keys, values = cache.keys[i], cache.values[i]
+            keys[:, :, L] = qk[:, H:]
+            values[:, :, L] = qkv[:, (H + kv) * D :].view(B, kv, D)
+            q = qk[:, :H, None]  # (B, H, 1, D)
+            out = F.scaled_dot_product_attention(
+                q, keys[:, :, : L + 1], values[:, :, : L + 1], attn_mask=mask, enable_gqa=kv != H
+            ).reshape(B, H * D)
+            h = layer.o.residual(h, out)
+            h = self._mlp(h, layer)
         cache.length += 1
         return self._logits(h)

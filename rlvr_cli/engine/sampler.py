@@ -15,6 +15,7 @@ top-k/top-p truncation — so the importance ratio can use it directly.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import torch
@@ -54,24 +55,15 @@ def draw(
     else:
         probs = logp_all.exp()
     # inverse-CDF draw: one uniform per row (torch.multinomial draws one exponential per
-    # vocabulary entry, a fifth of a small model's decode step)
-    cdf = probs.double().cumsum(dim=-1)
+    # vocabulary entry, a fifth of a small model's decode step). The first entry whose
+    # cumulative mass exceeds u·total is an entry with mass: u·total is kept below the total,
+    # so what top-k/top-p exclude (or what underflows to 0) is never drawn.
+    cdf = probs.cumsum(dim=-1, dtype=torch.float64)
+    total = cdf[:, -1:]
     u = torch.rand((probs.size(0), 1), generator=generator, device=probs.device, dtype=torch.float64)
-    token = torch.searchsorted(cdf, u * cdf[:, -1:], right=True).clamp(max=probs.size(-1) - 1).squeeze(-1)
-    token = _never_excluded(token, probs)
+    point = torch.minimum(u * total, torch.nextafter(total, torch.zeros_like(total)))
+    token = torch.searchsorted(cdf, point, right=True).squeeze(-1)
     return token, logp_all.gather(-1, token[:, None]).squeeze(-1)
-
-
-def _never_excluded(token: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
-    """A uniform draw landing exactly on a zero-probability entry's edge (a CDF step of
-    width 0) moves to the nearest entry below with mass: what is excluded is never drawn."""
-    bad = probs.gather(-1, token[:, None]).squeeze(-1) == 0
-    if bool(bad.any()):
-        for row in torch.nonzero(bad).squeeze(1).tolist():
-            allowed = torch.nonzero(probs[row] > 0).squeeze(1)
-            below = allowed[allowed <= token[row]]
-            token[row] = below[-1] if below.numel() else allowed[0]
-    return token
 
 
 class _ModelForward:
@@ -107,11 +99,15 @@ class _ModelForward:
         state[1] = state[1][rows]
 
 
+_DECODERS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+
 class _LeanForward:
     def __init__(self, model: Any) -> None:
         from rlvr_cli.engine.fused import Decoder
 
-        self.decoder = Decoder(model)
+        # one decoder per model, kept across calls: it re-reads the weights only after they change
+        self.decoder = _DECODERS.get(model) or _DECODERS.setdefault(model, Decoder(model))
 
     def prefill(self, ids: torch.Tensor, attention: torch.Tensor, room: int) -> tuple[torch.Tensor, Any]:
         return self.decoder.prefill(ids, attention, room)
@@ -161,30 +157,30 @@ def lean_sample(
     if len(firsts) < len(prompts):
         logits = logits[owner]
         forward.select(state, owner)
-    n = len(prompts)
+    n, last = len(prompts), max_new_tokens - 1
     rows = torch.arange(n, device=device)  # the prompt each live row answers
     tokens = torch.full((n, max_new_tokens), pad_id, dtype=torch.long, device=device)
     logps = torch.zeros((n, max_new_tokens), dtype=torch.float32, device=device)
-    lengths = torch.zeros(n, dtype=torch.long, device=device)
+    lengths = torch.full((n,), max_new_tokens, dtype=torch.long, device=device)  # until a row stops
     stopped = torch.zeros(n, dtype=torch.bool, device=device)
     everyone = True  # no row has finished yet: plain column writes
     for t in range(max_new_tokens):
         token, logp = draw(logits, temperature, top_k, top_p, generator)
         if everyone:
             tokens[:, t], logps[:, t] = token, logp
-            lengths += 1
         else:
-            tokens[rows, t], logps[rows, t], lengths[rows] = token, logp, t + 1
+            tokens[rows, t], logps[rows, t] = token, logp
         done = torch.isin(token, stops)
-        stopped[rows[done]] = True
-        if t == max_new_tokens - 1:
-            break
         if bool(done.any()):  # finished rows leave the batch and the cache
+            ended = rows[done]
+            stopped[ended], lengths[ended] = True, t + 1
             keep = torch.nonzero(~done).squeeze(1)
-            if keep.numel() == 0:
+            if keep.numel() == 0 or t == last:
                 break
             rows, token, everyone = rows[keep], token[keep], False
             forward.select(state, keep)
+        if t == last:
+            break
         logits = forward.step(token, state)
     kept = lengths.tolist()
     return [

@@ -63,8 +63,13 @@ def test_same_logits_give_generates_probabilities(temperature: float, top_k: int
     assert torch.equal(torch.softmax(filtered_logits(logits, temperature, top_k, top_p), dim=-1), expected)
 
 
+@pytest.mark.parametrize("copies", [True, False], ids=["weights copied", "the model's own weights"])
 @pytest.mark.parametrize("name", ["llama", "qwen2", "qwen3", "mistral"])
-def test_the_fused_forward_gives_the_models_own_logits(name: str) -> None:
+def test_the_fused_forward_gives_the_models_own_logits(monkeypatch, name: str, copies: bool) -> None:
+    import rlvr_cli.engine.fused as fused
+
+    if not copies:  # a model too big for the decoder's transposed copies
+        monkeypatch.setattr(fused, "COPY_BYTES", 0)
     model = family(name)
     assert why_not(model) is None
     batch = make_batch(PROMPTS, [[] for _ in PROMPTS], [[] for _ in PROMPTS], 0, response_width=1)
@@ -128,3 +133,46 @@ def test_sampled_frequencies_follow_the_filtered_distribution() -> None:
     assert counts[expected == 0].sum() == 0  # nothing outside top-k / top-p
     observed = counts / draws
     assert float((observed - expected).abs().max()) < 4 * math.sqrt(0.25 / draws)
+
+
+@pytest.mark.parametrize("uniform", [0.0, 1 - 2**-53])
+def test_a_draw_at_either_end_of_the_unit_interval_lands_on_an_allowed_token(monkeypatch, uniform: float) -> None:
+    from rlvr_cli.engine.sampler import draw
+
+    logits = torch.tensor([[0.0, 5.0, 4.0, 3.0, -1.0, 2.0]] * 3)  # top-3 keeps entries 1, 2, 3
+    real = torch.rand
+    monkeypatch.setattr(torch, "rand", lambda shape, **kw: torch.full(shape, uniform, dtype=kw["dtype"]))
+    token, logp = draw(logits, 1.0, 3, 1.0, torch.Generator())
+    monkeypatch.setattr(torch, "rand", real)
+    assert token.tolist() == [1] * 3 if uniform == 0 else [3] * 3  # the first / the last allowed entry
+    assert torch.allclose(logp, torch.log_softmax(logits, -1)[0, token])
+
+
+def test_a_decoder_kept_across_calls_samples_with_the_weights_an_optimizer_step_wrote() -> None:
+    model = family("qwen2")
+    kw = dict(max_new_tokens=8, temperature=0.0, top_p=1.0, top_k=0, stop_ids=STOPS, pad_id=0, seed=0)
+    before = [g.response_ids for g in generate(model, PROMPTS, **kw)]
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    for _ in range(3):
+        logits = model(torch.tensor([PROMPTS[0]])).logits
+        (-logits[0, -1, 40]).backward()  # push every prompt's answer towards token 40
+        optimizer.step()
+        optimizer.zero_grad()
+    after = [g.response_ids for g in generate(model, PROMPTS, **kw)]
+    reference = [g.response_ids for g in generate(model, PROMPTS, **kw, engine="transformers")]
+    assert after == reference and after != before
+    with torch.no_grad():  # a load replaces values too
+        model.load_state_dict(family("qwen2").state_dict())
+    assert [g.response_ids for g in generate(model, PROMPTS, **kw)] == before
+
+
+def test_a_decoder_kept_for_a_model_does_not_keep_it_alive() -> None:
+    import gc
+    import weakref
+
+    model = family("llama")
+    generate(model, PROMPTS, max_new_tokens=2, temperature=1.0, top_p=1.0, top_k=0, stop_ids=STOPS, pad_id=0, seed=0)
+    ref = weakref.ref(model)
+    del model
+    gc.collect()
+    assert ref() is None
