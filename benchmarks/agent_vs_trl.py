@@ -9,7 +9,8 @@ the box was opened and the final message is its digit. TRL's environment is a pl
 object (its `open_box` method is the tool, called in process); rlvr's is the `lookup`
 resources server in its own process, over HTTP, with every episode recorded. Both prompts carry
 the same tool schema (TRL's is taken from the server so the rendered prompts are identical).
-Each trainer runs in its own process; times count the training steps only.
+Each trainer runs in its own process; times count the training loop (model loading excluded):
+rlvr's steps with their records, TRL's steps and its logging between them.
 
     .venv-bench/bin/python benchmarks/agent_vs_trl.py [--steps 60] [--seed 0]
 """
@@ -25,6 +26,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from _trl import grpo_config, print_split, rlvr_result, run_child, timed, timer, trl_result
 
 PROMPTS, GROUP, MAX_TOKENS, MAX_CALLS, LR, SEED = 8, 8, 32, 3, 2e-3, 0
 
@@ -62,10 +65,9 @@ def run_rlvr(folder: Path, steps: int) -> dict:
     )
     return {
         "wall_s": time.perf_counter() - start,
-        "train_s": sum(r["step_seconds"] for r in rows),
         "tokens": trained,  # sampled tokens (loss mask 1): what TRL's completions/mean_length counts with tools
         "rewards": [r["reward_mean"] for r in rows],
-        "split": {k: sum(r[f"time_{k}_s"] for r in rows) for k in ("generate", "score", "update")},
+        **rlvr_result(rows),
     }
 
 
@@ -84,8 +86,8 @@ class BoxEnv:
 def run_trl(folder: Path, steps: int) -> dict:
     import transformers.utils.chat_template_utils as ctu
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOTrainer
     from trl.chat_template_utils import qwen3_template
 
     from rlvr_cli.env.builtin.lookup import LookupServer
@@ -110,60 +112,23 @@ def run_trl(folder: Path, steps: int) -> dict:
         spent["score"] += time.perf_counter() - begin
         return out
 
-    class Timer(TrainerCallback):
-        def __init__(self) -> None:
-            self.start, self.steps = 0.0, []
-
-        def on_step_begin(self, *a, **k):
-            self.start = time.perf_counter()
-
-        def on_step_end(self, *a, **k):
-            self.steps.append(time.perf_counter() - self.start)
-
     model = AutoModelForCausalLM.from_pretrained(folder / "model")
     tokenizer = AutoTokenizer.from_pretrained(folder / "model")
     tokenizer.response_template = qwen3_template  # the tiny chatml writes Qwen's <tool_call>{json}</tool_call>
-    plain_generate = model.generate
-
-    def timed_generate(*args, **kwargs):
-        begin = time.perf_counter()
-        try:
-            return plain_generate(*args, **kwargs)
-        finally:
-            spent["generate"] += time.perf_counter() - begin
-
-    model.generate = timed_generate
-    config = GRPOConfig(
-        output_dir=str(folder / "trl"),
+    model.generate = timed(model.generate, spent, "generate")
+    config = grpo_config(
+        folder,
         max_steps=steps,
         per_device_train_batch_size=PROMPTS * GROUP,
-        gradient_accumulation_steps=1,
         num_generations=GROUP,
         max_completion_length=MAX_TOKENS,
         max_tool_calling_iterations=MAX_CALLS - 1,
         learning_rate=LR,
-        beta=0.0,
         epsilon=0.2,
         epsilon_high=0.28,
-        gradient_checkpointing=False,
-        use_cpu=True,
-        logging_steps=1,
-        report_to=[],
-        temperature=1.0,
-        top_p=1.0,
         seed=SEED,
-        save_strategy="no",
-        lr_scheduler_type="constant",
-        warmup_steps=0,
-        weight_decay=0.0,
-        max_grad_norm=1.0,
-        adam_beta1=0.9,
-        adam_beta2=0.99,
-        loss_type="dapo",
-        scale_rewards="group",
-        dataloader_num_workers=0,
     )
-    timer = Timer()
+    clock = timer()
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=reward,
@@ -171,21 +136,19 @@ def run_trl(folder: Path, steps: int) -> dict:
         train_dataset=data,
         processing_class=tokenizer,
         environment_factory=BoxEnv,
-        callbacks=[timer],
+        callbacks=[clock],
     )
     start = time.perf_counter()
     trainer.train()
     history = trainer.state.log_history
     tokens = sum(e["completions/mean_length"] * PROMPTS * GROUP for e in history if "completions/mean_length" in e)
     calls = [e["tools/call_frequency"] for e in history if "tools/call_frequency" in e]
-    split = {**spent, "update": sum(timer.steps) - spent["generate"] - spent["score"]}
     return {
         "wall_s": time.perf_counter() - start,
-        "train_s": sum(timer.steps),
         "tokens": tokens,
         "rewards": rewards_log,
-        "split": split,
         "calls": calls,
+        **trl_result(clock, spent),
     }
 
 
@@ -211,17 +174,8 @@ def main() -> None:
         child(args.child, args.source, args.steps)
         return
     source = build(Path(tempfile.mkdtemp(prefix="agent-bench-")) / "lookup")
-    results = {}
     shared = ["--source", str(source), "--steps", str(args.steps), "--seed", str(args.seed)]
-    for which in ("rlvr", "trl"):
-        proc = subprocess.run(
-            [sys.executable, __file__, "--child", which, *shared],
-            capture_output=True,
-            text=True,
-        )
-        if proc.returncode != 0:
-            raise SystemExit(f"{which} failed:\n{proc.stderr[-3000:]}")
-        results[which] = json.loads(proc.stdout.strip().splitlines()[-1])
+    results = {which: run_child(__file__, ["--child", which, *shared]) for which in ("rlvr", "trl")}
     r, t = results["rlvr"], results["trl"]
     peak = {"rlvr": max(r["peak_rss_mb"], r["peak_rss_children_mb"]), "trl": t["peak_rss_mb"]}
     episodes = PROMPTS * GROUP * args.steps
@@ -234,11 +188,7 @@ def main() -> None:
             f"{sum(rw[:5]) / 5:15.3f}{sum(rw[-5:]) / 5:14.3f}"
         )
     print(f"throughput ratio rlvr/trl (episodes/s): {t['train_s'] / r['train_s']:.2f}")
-    print("per step (ms): generate / score / update (TRL: the rest of its step) / other")
-    for name, res in (("rlvr", r), ("trl", t)):
-        parts = {k: 1000 * v / args.steps for k, v in res["split"].items()}
-        other = 1000 * res["train_s"] / args.steps - sum(parts.values())
-        print(f"{name:8}{parts['generate']:8.1f}{parts['score']:8.1f}{parts['update']:8.1f}{other:8.1f}")
+    print_split(results, args.steps)
     if t.get("calls"):
         print(f"TRL tool calls per episode, first → last step: {t['calls'][0]:.2f} → {t['calls'][-1]:.2f}")
 

@@ -9,7 +9,9 @@ Both: lr 3e-3, beta 0 (no reference), no gradient checkpointing, one micro-batch
 1, truncated answers trained (TRL's default; rlvr `on_truncated: keep`). Each trainer runs in
 its own process so peak memory (max RSS) is its own. The per-step split (generate / score /
 update / other) comes from rlvr's metrics and, for TRL, from timing its model's `generate`
-and the reward function inside its steps. Usage (needs a venv with trl, e.g. `.venv-bench`:
+and the reward function inside its steps. Times count the training loop (model loading
+excluded): rlvr's steps with their records, TRL's steps and its logging between them.
+Usage (needs a venv with trl, e.g. `.venv-bench`:
 python -m venv .venv-bench && .venv-bench/bin/pip install torch==2.13.0 trl -e '.[train]'):
 
     .venv-bench/bin/python benchmarks/grpo_vs_trl.py [--steps 30] [--shape update|generation]
@@ -25,6 +27,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from _trl import grpo_config, print_split, rlvr_result, run_child, timed, timer, trl_result
 
 SHAPES = {"update": (8, 8, 2), "generation": (2, 8, 16)}  # prompts, group, max new tokens
 PROMPTS, GROUP, MAX_TOKENS, LR, SEED = 8, 8, 2, 3e-3, 7
@@ -107,17 +111,15 @@ def run_rlvr(folder: Path, steps: int) -> dict:
     if proc.returncode != 0:
         raise SystemExit(proc.stderr[-3000:])
     rows = [json.loads(line) for line in (folder / "run" / "metrics.jsonl").read_text().splitlines()]
-    train_time = sum(r["step_seconds"] for r in rows)
     tokens = sum(r["response_length_mean"] * PROMPTS * GROUP for r in rows)
-    split = {k: sum(r[f"time_{k}_s"] for r in rows) for k in ("generate", "score", "update")}
     rewards = [r["reward_mean"] for r in rows]
-    return {"wall_s": wall, "train_s": train_time, "tokens": tokens, "rewards": rewards, "split": split}
+    return {"wall_s": wall, "tokens": tokens, "rewards": rewards, **rlvr_result(rows)}
 
 
 def run_trl(folder: Path, steps: int) -> dict:
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOTrainer
 
     from rlvr_cli.env.builtin.arith import verify
 
@@ -138,69 +140,23 @@ def run_trl(folder: Path, steps: int) -> dict:
         rewards_log.append(sum(out) / len(out))
         return out
 
-    class Timer(TrainerCallback):
-        def __init__(self) -> None:
-            self.start = None
-            self.steps: list[float] = []
-
-        def on_step_begin(self, *a, **k):
-            self.start = time.perf_counter()
-
-        def on_step_end(self, *a, **k):
-            self.steps.append(time.perf_counter() - self.start)
-
     model = AutoModelForCausalLM.from_pretrained(folder / "model")
     tokenizer = AutoTokenizer.from_pretrained(folder / "model")
     spent = {"generate": 0.0, "score": 0.0}
-    original_generate = model.generate
-
-    def timed_generate(*args, **kwargs):
-        start = time.perf_counter()
-        try:
-            return original_generate(*args, **kwargs)
-        finally:
-            spent["generate"] += time.perf_counter() - start
-
-    model.generate = timed_generate
-    plain_reward = reward
-
-    def reward(completions, answer, **kw: object) -> list[float]:
-        start = time.perf_counter()
-        try:
-            return plain_reward(completions, answer, **kw)
-        finally:
-            spent["score"] += time.perf_counter() - start
-
-    config = GRPOConfig(
-        output_dir=str(folder / "trl"),
+    model.generate = timed(model.generate, spent, "generate")
+    reward = timed(reward, spent, "score")
+    config = grpo_config(
+        folder,
         max_steps=steps,
         per_device_train_batch_size=PROMPTS * GROUP,
-        gradient_accumulation_steps=1,
         num_generations=GROUP,
         max_completion_length=MAX_TOKENS,
         learning_rate=LR,
-        beta=0.0,
-        gradient_checkpointing=False,
-        use_cpu=True,
-        logging_steps=1,
-        report_to=[],
-        temperature=1.0,
-        top_p=1.0,
         seed=SEED,
-        save_strategy="no",
-        lr_scheduler_type="constant",
-        warmup_steps=0,
-        weight_decay=0.0,
-        max_grad_norm=1.0,
-        adam_beta1=0.9,
-        adam_beta2=0.99,
-        loss_type="dapo",
-        scale_rewards="group",
-        dataloader_num_workers=0,
     )
-    timer = Timer()
+    clock = timer()
     trainer = GRPOTrainer(
-        model=model, reward_funcs=reward, args=config, train_dataset=data, processing_class=tokenizer, callbacks=[timer]
+        model=model, reward_funcs=reward, args=config, train_dataset=data, processing_class=tokenizer, callbacks=[clock]
     )
     start = time.perf_counter()
     trainer.train()
@@ -208,8 +164,7 @@ def run_trl(folder: Path, steps: int) -> dict:
     for entry in trainer.state.log_history:
         if "completions/mean_length" in entry:
             tokens[0] += entry["completions/mean_length"] * PROMPTS * GROUP
-    split = {**spent, "update": sum(timer.steps) - spent["generate"] - spent["score"]}
-    return {"wall_s": wall, "train_s": sum(timer.steps), "tokens": tokens[0], "rewards": rewards_log, "split": split}
+    return {"wall_s": wall, "tokens": tokens[0], "rewards": rewards_log, **trl_result(clock, spent)}
 
 
 def child(which: str, steps: int) -> None:
@@ -233,27 +188,8 @@ def main() -> None:
     if args.child:
         child(args.child, args.steps)
         return
-    results = {}
-    for which in ("rlvr", "trl"):
-        proc = subprocess.run(
-            [
-                sys.executable,
-                __file__,
-                "--child",
-                which,
-                "--steps",
-                str(args.steps),
-                "--shape",
-                args.shape,
-                "--lag",
-                str(args.lag),
-            ],
-            capture_output=True,
-            text=True,
-        )
-        if proc.returncode != 0:
-            raise SystemExit(f"{which} failed:\n{proc.stderr[-3000:]}")
-        results[which] = json.loads(proc.stdout.strip().splitlines()[-1])
+    shape = ["--steps", str(args.steps), "--shape", args.shape, "--lag", str(args.lag)]
+    results = {which: run_child(__file__, ["--child", which, *shape]) for which in ("rlvr", "trl")}
     r, t = results["rlvr"], results["trl"]
     peak = {"rlvr": max(r["peak_rss_mb"], r["peak_rss_children_mb"]), "trl": t["peak_rss_mb"]}
     print(f"{args.steps} steps, {PROMPTS}×{GROUP} samples/step, ≤{MAX_TOKENS} tokens, lr {LR}, beta 0, CPU")
@@ -265,11 +201,7 @@ def main() -> None:
             f"{sum(rw[:5]) / 5:15.3f}{sum(rw[-5:]) / 5:14.3f}"
         )
     print(f"throughput ratio rlvr/trl (steps/s): {t['train_s'] / r['train_s']:.2f}")
-    print("per step (ms): generate / score / update (TRL: the rest of its step) / other")
-    for name, res in (("rlvr", r), ("trl", t)):
-        parts = {k: 1000 * v / args.steps for k, v in res["split"].items()}
-        other = 1000 * res["train_s"] / args.steps - sum(parts.values())
-        print(f"{name:8}{parts['generate']:8.1f}{parts['score']:8.1f}{parts['update']:8.1f}{other:8.1f}")
+    print_split(results, args.steps)
 
 
 if __name__ == "__main__":

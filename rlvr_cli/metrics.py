@@ -51,8 +51,13 @@ class StepMetrics:
     time_generate_s: float | None = _m("seconds spent sampling")
     time_score_s: float | None = _m("seconds spent verifying")
     time_update_s: float | None = _m("seconds spent in the update")
+    time_records_s: float | None = _m(
+        "seconds the step spent on its rollout records (building the rows; Parquet is written in the background)"
+    )
     tokens_per_s: float | None = _m("generated tokens per second of the step")
-    step_seconds: float | None = _m("wall time of the step")
+    step_seconds: float | None = _m(
+        "wall time of the step: sampling, scoring, the update, its records and any holdout evaluation"
+    )
     total_rollouts: float | None = _m("rollouts generated so far")
     total_verifier_calls: float | None = _m("verifier calls so far")
     total_tokens: float | None = _m("tokens generated so far")

@@ -69,16 +69,30 @@ class _Linear:
     own weights are used as they are."""
 
     def __init__(self, modules: list[Any], copy: bool) -> None:
+        self.modules = modules
         weights = [m.weight for m in modules]
         biases = [getattr(m, "bias", None) for m in modules]
+        self.copied = copy
         if not copy:
             self.parts = [(w.t(), b) for w, b in zip(weights, biases, strict=True)]
             return
-        bias = None
-        if any(b is not None for b in biases):
-            zeros = [w.new_zeros(w.size(0)) for w in weights]
-            bias = torch.cat([b if b is not None else z for b, z in zip(biases, zeros, strict=True)])
-        self.parts = [(torch.cat(weights).t().contiguous(), bias)]
+        rows = sum(w.size(0) for w in weights)
+        bias = weights[0].new_empty(rows) if any(b is not None for b in biases) else None
+        self.parts = [(weights[0].new_empty((weights[0].size(1), rows)), bias)]
+        self.load()
+
+    def load(self) -> None:
+        """Copy the modules' current weights into the decoder's own (a no-op without copies)."""
+        if not self.copied:
+            return
+        weight_t, bias = self.parts[0]
+        start = 0
+        for m in self.modules:
+            end = start + m.weight.size(0)
+            weight_t[:, start:end].copy_(m.weight.t())
+            if bias is not None:
+                bias[start:end].copy_(m.bias) if getattr(m, "bias", None) is not None else bias[start:end].zero_()
+            start = end
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         outs = [_matmul(x, w, b) for w, b in self.parts]
@@ -145,7 +159,7 @@ class Decoder:
         rotary = model.model.rotary_emb
         self.inv_freq, self.rope_scale = rotary.inv_freq, float(getattr(rotary, "attention_scaling", 1.0))
         self.qk_norm = config.model_type == "qwen3"
-        self._seen: tuple[Any, ...] | None = None
+        self._seen: tuple[tuple[Any, ...], tuple[int, ...]] | None = None
         self.layers: list[_Layer] = []
         self._refresh()
 
@@ -157,29 +171,31 @@ class Decoder:
         return model
 
     def _refresh(self) -> None:
-        """(Re)read the weights when a parameter was replaced or written since the last read."""
+        """Read the weights: copy them again after they were written (an optimizer step, a
+        load), build the layers again when a parameter was replaced."""
         params = list(self.model.parameters())
-        seen = tuple((id(p), p.data_ptr(), p._version) for p in params)
-        if seen == self._seen:
+        where = tuple((id(p), p.data_ptr()) for p in params)
+        versions = tuple(p._version for p in params)
+        if (where, versions) == self._seen:
             return
-        self._seen = seen
-        layers, head = self.model.model.layers, self.model.lm_head
-        linears = [m for m in self.model.modules() if isinstance(m, torch.nn.Linear)]
-        copy = sum(m.weight.numel() * m.weight.element_size() for m in linears) <= COPY_BYTES
         with torch.no_grad():
-            self.layers = [self._layer(layer, copy) for layer in layers]
-            self.head = _Linear([head], copy)
+            if self._seen is not None and where == self._seen[0]:
+                for layer in self.layers:
+                    for linear in (layer.qkv, layer.o, layer.gate_up, layer.down):
+                        linear.load()
+                self.head.load()
+                self._qk_norms()
+            else:
+                layers, head = self.model.model.layers, self.model.lm_head
+                linears = [m for m in self.model.modules() if isinstance(m, torch.nn.Linear)]
+                copy = sum(m.weight.numel() * m.weight.element_size() for m in linears) <= COPY_BYTES
+                self.layers = [self._layer(layer, copy) for layer in layers]
+                self.head = _Linear([head], copy)
+                self._qk_norms()
+        self._seen = (where, versions)
 
     def _layer(self, layer: Any, copy: bool) -> _Layer:
         attn, mlp = layer.self_attn, layer.mlp
-        qk_norm = None
-        if self.qk_norm:
-            qk_norm = torch.cat(
-                [
-                    attn.q_norm.weight.expand(self.heads, -1),
-                    attn.k_norm.weight.expand(self.kv_heads, -1),
-                ]
-            )
         return _Layer(
             layer.input_layernorm.weight,
             _Linear([attn.q_proj, attn.k_proj, attn.v_proj], copy),
@@ -187,8 +203,18 @@ class Decoder:
             layer.post_attention_layernorm.weight,
             _Linear([mlp.gate_proj, mlp.up_proj], copy),
             _Linear([mlp.down_proj], copy),
-            qk_norm,
+            None,
         )
+
+    def _qk_norms(self) -> None:
+        """Qwen3's per-head norms of the queries and keys, side by side `(heads + kv_heads, D)`."""
+        if not self.qk_norm:
+            return
+        for layer, module in zip(self.layers, self.model.model.layers, strict=True):
+            attn = module.self_attn
+            layer.qk_norm = torch.cat(
+                [attn.q_norm.weight.expand(self.heads, -1), attn.k_norm.weight.expand(self.kv_heads, -1)]
+            )
 
     def _tables(self, length: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sign-folded sin `(length, D)` for positions 0..length-1, as transformers

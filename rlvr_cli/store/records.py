@@ -9,7 +9,9 @@ ignored (and removed when the store is opened again).
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, fields
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -117,14 +119,27 @@ class RecordStore:
     Opening the store removes shard files that no manifest lists (a write interrupted
     between the shard's rename and the manifest's), but only when a manifest exists: a
     folder with shards and no manifest is refused, never cleaned.
+
+    With `background`, `append` hands the rows to one writer thread and returns (the trainer
+    does not wait on Parquet encoding and fsync); shards are still written one at a time, in
+    order. `flush()` waits for them and raises what a write raised (a full disk, say); the
+    next `append` raises it too. `cursor` waits for pending writes (a checkpoint lists them).
     """
 
-    def __init__(self, folder: Path, shard_rows: int) -> None:
+    def __init__(
+        self, folder: Path, shard_rows: int, background: bool = False, before_write: Callable[[int], None] | None = None
+    ) -> None:
         self.folder = folder
         self.shard_rows = shard_rows
         folder.mkdir(parents=True, exist_ok=True)
         self.shards: list[dict[str, Any]] = self._read_manifest()
         self._drop_orphans()
+        self._writer: ThreadPoolExecutor | None = None
+        if background:
+            self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlvr-records")
+        self._pending: list[tuple[int, Future[None]]] = []
+        self._broken: BaseException | None = None
+        self._before_write = before_write  # called with the step before its shards are written (fault injection)
 
     def _read_manifest(self) -> list[dict[str, Any]]:
         path = self.folder / MANIFEST
@@ -145,28 +160,78 @@ class RecordStore:
 
     @property
     def cursor(self) -> int:
+        self.flush()
         return len(self.shards)
 
     @property
     def rows(self) -> int:
+        self.flush()
         return sum(s["rows"] for s in self.shards)
 
     @property
     def last_step(self) -> int:
-        """The last step whose records are listed (-1: none)."""
-        return max((s.get("step", -1) for s in self.shards), default=-1)
+        """The last step whose records are listed or being written (-1: none)."""
+        listed = max((s.get("step", -1) for s in list(self.shards)), default=-1)
+        return max([listed, *(step for step, _ in self._pending)])
 
     def append(self, rows: list[RecordRow], step: int) -> None:
         """Write one step's rows as new shards (at most `shard_rows` rows each)."""
-        for start in range(0, len(rows), self.shard_rows):
-            self._write_shard(rows[start : start + self.shard_rows], step)
+        if self._writer is None:
+            self._write(rows, step)
+            return
+        self._collect(wait=False)
+        self._pending.append((step, self._writer.submit(self._write, rows, step)))
+
+    def flush(self) -> None:
+        """Wait for the pending writes; raise what the first failing one raised."""
+        self._collect(wait=True)
+
+    def close(self) -> None:
+        """Flush, then end the writer thread (it ends even when the flush raises)."""
+        try:
+            self.flush()
+        finally:
+            if self._writer is not None:
+                self._writer.shutdown(wait=True, cancel_futures=True)
+                self._writer = None
+
+    def __enter__(self) -> RecordStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _collect(self, wait: bool) -> None:
+        while self._pending and (wait or self._pending[0][1].done()):
+            _, future = self._pending[0]
+            try:
+                future.result()
+            except BaseException:
+                for _, later in self._pending:  # nothing after a failed shard is written
+                    later.cancel()
+                self._pending.clear()
+                raise
+            self._pending.pop(0)
+
+    def _write(self, rows: list[RecordRow], step: int) -> None:
+        if self._broken is not None:  # the shards stay a prefix of the steps: no gap after a failure
+            raise RlvrError(f"step {step}'s records were not written: an earlier write failed ({self._broken})")
+        try:
+            if self._before_write is not None:
+                self._before_write(step)
+            for start in range(0, len(rows), self.shard_rows):
+                self._write_shard(rows[start : start + self.shard_rows], step)
+        except BaseException as exc:
+            self._broken = exc
+            raise
 
     def _write_shard(self, rows: list[RecordRow], step: int) -> None:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
         name = f"shard-{len(self.shards):06d}.parquet"
-        table = pa.Table.from_pylist([asdict(r) for r in rows], schema=arrow_schema())
+        names = [name for name, _ in COLUMNS]
+        table = pa.Table.from_pylist([{n: getattr(r, n) for n in names} for r in rows], schema=arrow_schema())
         sink = pa.BufferOutputStream()
         pq.write_table(table, sink, compression="zstd")
         data = sink.getvalue().to_pybytes()

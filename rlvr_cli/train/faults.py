@@ -1,8 +1,9 @@
 """Fault injection for tests of the run's guards, parsed once when a run starts.
 
 `RLVR_FAULT=nan_loss@STEP` poisons that step's loss with NaN; `RLVR_FAULT=disk_full@STEP`
-makes that step's checkpoint meet a full disk (ENOSPC). Unset in normal runs, where
-`Fault.none()` changes nothing.
+makes that step's checkpoint meet a full disk (ENOSPC), `RLVR_FAULT=records_full@STEP` that
+step's records (written in the background). Unset in normal runs, where `Fault.none()`
+changes nothing.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import torch
 class Fault:
     nan_loss_step: int | None = None
     disk_full_step: int | None = None  # the checkpoint of this step meets a full disk
+    records_full_step: int | None = None  # the records of this step meet a full disk
 
     @classmethod
     def none(cls) -> Fault:
@@ -32,10 +34,16 @@ class Fault:
             return cls(nan_loss_step=int(step))
         if kind == "disk_full":
             return cls(disk_full_step=int(step))
+        if kind == "records_full":
+            return cls(records_full_step=int(step))
         return cls()
 
     def disk(self, step: int) -> None:
         if self.disk_full_step == step:
+            raise OSError(errno.ENOSPC, "No space left on device (injected by RLVR_FAULT)")
+
+    def records(self, step: int) -> None:
+        if self.records_full_step == step:
             raise OSError(errno.ENOSPC, "No space left on device (injected by RLVR_FAULT)")
 
     def poison(self, loss: torch.Tensor, step: int) -> torch.Tensor:

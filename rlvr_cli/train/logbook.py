@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from typing import Any
 
 import torch
 
 from rlvr_cli.contract.models import Contract
 from rlvr_cli.env.scoring import Sample
-from rlvr_cli.store.records import RecordRow
+from rlvr_cli.store.records import RecordRow, RecordStore
 from rlvr_cli.train import hints
 from rlvr_cli.train import objective as obj
 from rlvr_cli.train.rollout import StepResult
@@ -112,6 +113,14 @@ def record_rows(
         )
         for s in samples
     ]
+
+
+def write_records(records: RecordStore, setup: Any, step: int, generated: list[Sample]) -> float:
+    """The step's rollouts to the record store; the seconds the step spent on them."""
+    started = time.perf_counter()
+    rows = record_rows(setup.contract, step, setup.verifier_id, generated, setup.data_check, setup.engine)
+    records.append(rows, step)
+    return time.perf_counter() - started
 
 
 def _str(value: Any) -> str | None:

@@ -28,7 +28,7 @@ from rlvr_cli.train import distributed as dist
 from rlvr_cli.train import overlap, rollout, update
 from rlvr_cli.train.checkpoint import load_latest, save_checkpoint
 from rlvr_cli.train.faults import Fault
-from rlvr_cli.train.logbook import record_rows, rollout_metrics
+from rlvr_cli.train.logbook import rollout_metrics, write_records
 from rlvr_cli.train.monitor import Monitor
 from rlvr_cli.train.overlap import Ahead
 from rlvr_cli.train.run_plan import build_plan, plan_text
@@ -119,13 +119,12 @@ def run_steps(run: Run, pool: VerifierPool, progress: Progress) -> int:
             # nothing to sample ahead after the contract's last step; before an early stop
             # (--max-steps) the next step is sampled all the same: the checkpoint keeps it
             more = state.step + 1 < run.contract.hyperparameters.max_steps
+            step_started = time.perf_counter()
             metrics, generated = train_step(setup, state, run.prompts, pool, run.ahead, more)
             if run.records is not None and state.step > run.records.last_step:  # a redone step is not written twice
-                rows = record_rows(
-                    run.contract, state.step, setup.verifier_id, generated, setup.data_check, setup.engine
-                )
-                run.records.append(rows, state.step)
+                metrics.time_records_s = write_records(run.records, setup, state.step, generated)
             holdout(run, pool, metrics)
+            _step_time(metrics, generated, time.perf_counter() - step_started)
             row = metrics.row()
             if setup.main:
                 run.folder.append_metrics(row)
@@ -144,6 +143,12 @@ def run_steps(run: Run, pool: VerifierPool, progress: Progress) -> int:
     finally:
         progress.stop()
     return finish(run, f"reached step {state.step}")
+
+
+def _step_time(metrics: StepMetrics, generated: list[Sample], wall: float) -> None:
+    """The step's wall time, its records and any holdout evaluation included."""
+    metrics.step_seconds = wall
+    metrics.tokens_per_s = sum(len(s.response_ids) for s in generated) / max(wall, 1e-9)
 
 
 def holdout(run: Run, pool: VerifierPool, metrics: StepMetrics) -> None:
@@ -228,6 +233,8 @@ def stop_for_rule(run: Run, fired: FiredRule) -> int:
 
 def finish(run: Run, reason: str) -> int:
     final = run.folder.final
+    if run.records is not None:
+        run.records.flush()  # "finished" means every record is listed
     if run.setup.main:
         run.setup.policy.save_pretrained(final)
         run.setup.tokenizer.save_pretrained(final)
@@ -262,7 +269,9 @@ def start(contract: Contract, contract_path: Path, run_dir: Path, steps: int, re
     if setup.main:
         folder.truncate_metrics(state.step)  # steps after the checkpoint are redone and logged once
     # one process owns the record store: opening it also clears orphans of interrupted writes
-    records = RecordStore(folder.records, contract.records.shard_rows) if setup.main else None
+    records = (
+        RecordStore(folder.records, contract.records.shard_rows, True, setup.fault.records) if setup.main else None
+    )
     prompts = rollout.Prompts(setup)
     ahead = None
     if overlap.allowed(setup):
@@ -338,7 +347,8 @@ def train(
         run.folder.write_plan(plan)
         run.status("running", max_steps=steps)
     try:
-        with _rewards(contract, setup) as pool, _closing(run.ahead):
+        # the records of every finished step are on disk when the run ends, however it ends
+        with _rewards(contract, setup) as pool, _closing(run.ahead), run.records or contextlib.nullcontext():
             return run_steps(run, pool, progress)
     except InvalidVerdictStop as exc:
         run.status("aborted", reason=str(exc))

@@ -169,8 +169,9 @@ def update(
         setup.optimizer.zero_grad(set_to_none=True)
         stats, loss_sum, bad = _backward(setup, state, fwd, olds, ref, adv, totals)
         dist.sum_gradients(setup.policy)  # every rank now holds the whole batch's gradient
-        nonfinite += dist.total(bad) + _nonfinite_grads(setup.policy)
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(setup.policy.parameters(), hp.optimizer.grad_clip or math.inf))
+        nonfinite += dist.total(bad)
+        grad_norm, bad_grads = _clip(setup.policy, hp.optimizer.grad_clip or math.inf)
+        nonfinite += bad_grads
         if nonfinite == 0:  # never let a NaN into the weights (nor step again after one)
             setup.optimizer.step()
             setup.scheduler.step()
@@ -220,8 +221,16 @@ def _backward(
     return stats, loss_sum, bad
 
 
-def _nonfinite_grads(policy: torch.nn.Module) -> float:
-    return float(sum(int((~torch.isfinite(p.grad)).sum()) for p in policy.parameters() if p.grad is not None))
+def _clip(policy: torch.nn.Module, max_norm: float) -> tuple[float, float]:
+    """The gradient norm before clipping, and how many gradient entries are not finite (only
+    counted when the norm is not: a finite norm has none), then the gradients clipped —
+    exactly `clip_grad_norm_`."""
+    params = [p for p in policy.parameters() if p.grad is not None]
+    total = torch.nn.utils.get_total_norm([p.grad for p in params])
+    norm = float(total)
+    bad = 0.0 if math.isfinite(norm) else float(sum(int((~torch.isfinite(p.grad)).sum()) for p in params))
+    torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)
+    return norm, bad
 
 
 def _global(stats: obj.LossStats) -> obj.LossStats:

@@ -193,9 +193,12 @@ def test_ctrl_c_before_the_first_checkpoint_leaves_a_way_forward(
     assert same_final(run_dir, straight) and record_keys(run_dir) == record_keys(straight)
 
 
-def test_a_full_disk_fails_the_run_with_a_way_forward(experiment: Path, tmp_path: Path, straight: Path) -> None:
+@pytest.mark.parametrize("fault", ["disk_full@3", "records_full@2"], ids=["at a checkpoint", "writing records"])
+def test_a_full_disk_fails_the_run_with_a_way_forward(
+    experiment: Path, tmp_path: Path, straight: Path, fault: str
+) -> None:
     run_dir = tmp_path / "run"
-    env = {**os.environ, "RLVR_FAULT": "disk_full@3"}
+    env = {**os.environ, "RLVR_FAULT": fault}
     full = rlvr("train", experiment / CONTRACT, "--run-dir", run_dir, "--max-steps", "4", env=env, timeout=300)
     assert full.code == 1 and "No space left on device" in full.stderr and "--auto" in full.stderr
     assert "internal error" not in full.stderr

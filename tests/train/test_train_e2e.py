@@ -73,7 +73,13 @@ def test_every_contract_metric_is_logged(learned: tuple[Path, object]) -> None:
     missing = [m.name for m in METRICS if m.name not in keys and m.needs != "hints"]  # hints: tests/train/test_hints.py
     assert missing == []  # holdout metrics appear on holdout steps
     assert not any(m.name in keys for m in METRICS if m.needs == "hints")  # no hints, no hint metrics
-    assert all(k in rows[0] for k in ("time_generate_s", "time_score_s", "time_update_s", "tokens_per_s"))
+    parts = ("time_generate_s", "time_score_s", "time_update_s", "time_records_s")
+    assert all(k in rows[0] for k in (*parts, "tokens_per_s"))
+    for r in rows:  # a step's wall time covers its parts, its records included
+        assert r["step_seconds"] >= sum(r[k] for k in parts)
+        assert r["tokens_per_s"] == pytest.approx(
+            r["response_length_mean"] * r["groups_generated"] * 8 / r["step_seconds"]
+        )
     holdout_steps = [r["step"] for r in rows if r.get("holdout_reward") is not None]
     assert holdout_steps == [9, 19, 29, 39]
 
