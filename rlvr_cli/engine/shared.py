@@ -38,6 +38,28 @@ def why_not_shared(model: Any) -> str | None:
     return None
 
 
+def shares_prompts(model: Any, batch: Batch) -> bool:
+    """Whether the shared-prompt forward computes this batch: a model it trains, and fewer
+    distinct prompts than rows (otherwise there is nothing to share)."""
+    return (
+        batch.input_ids.size(0) > 1
+        and why_not_shared(model) is None
+        and (len(distinct_prompts(batch)[0]) < batch.input_ids.size(0))
+    )
+
+
+def describe(model: Any, padding_side: str, packing: bool) -> str:
+    """What computes the update's log-probs, for the plan."""
+    if packing:
+        return "the model's own forward over packed rows"
+    if padding_side == "right":
+        return "the model's own forward, responses padded on the right"
+    reason = why_not_shared(model)
+    if reason is None:
+        return "shared prompts: each distinct prompt of a micro-batch once, its responses attending to it"
+    return f"the model's own forward ({reason})"
+
+
 def distinct_prompts(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
     """The distinct prompts' row indices `(G,)` (each one's first row) and each row's prompt `(B,)`."""
     P = batch.prompt_width

@@ -342,6 +342,7 @@ def train(
     plan = build_plan(contract, contract_path, run_dir, steps, str(setup.device))
     plan["processes"] = setup.world
     plan["rollout_engine"] = setup.engine
+    plan["update_forward"] = update.forward_description(setup)
     if setup.main:
         _eprint(plan_text(plan) + (f"\nprocesses: {setup.world} (torch.distributed)" if setup.world > 1 else ""))
         run.folder.write_plan(plan)

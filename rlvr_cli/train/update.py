@@ -11,6 +11,7 @@ import torch
 from rlvr_cli.contract.models import Contract
 from rlvr_cli.engine.forward import Batch, make_batch, token_logprobs
 from rlvr_cli.engine.packed import Packed, packed_logprobs
+from rlvr_cli.engine.shared import shared_prompt_logprobs, shares_prompts
 from rlvr_cli.env.scoring import Sample
 from rlvr_cli.train import distributed as dist
 from rlvr_cli.train import hints
@@ -59,7 +60,8 @@ class Forward:
         """Log-probs `(b, T)` (and entropy) of one micro-batch's responses, and their loss mask."""
         mb = self.rows(part)
         if self.samples is None:
-            logp, entropy = token_logprobs(model, mb, temperature, with_entropy=with_entropy)
+            forward = shared_prompt_logprobs if shares_prompts(model, mb) else token_logprobs
+            logp, entropy = forward(model, mb, temperature, with_entropy=with_entropy)
             return logp, entropy, mb.response_mask
         chosen = [self.samples[i] for i in part.tolist()]
         width = self.batch.response_mask.shape[1]
@@ -77,6 +79,14 @@ class Forward:
     @torch.no_grad()
     def logprobs(self, model: object, temperature: float) -> torch.Tensor:
         return torch.cat([self.forward(model, part, temperature)[0] for part in self.parts])  # (B, T)
+
+
+def forward_description(setup: Setup) -> str:
+    """What computes the update's log-probs (the plan says it)."""
+    from rlvr_cli.engine.shared import describe
+
+    length = setup.contract.length
+    return describe(setup.policy, length.padding_side, bool(length.packing and length.packing.enabled))
 
 
 @torch.no_grad()
