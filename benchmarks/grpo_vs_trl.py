@@ -81,7 +81,7 @@ def build(folder: Path) -> tuple[Path, Path]:
         .replace("max_response_tokens: 2", f"max_response_tokens: {MAX_TOKENS}")
         .replace("holdout_every: 10", "holdout_every: 100000")
         .replace('when: "> 2", window: 1', f'when: "> {MAX_TOKENS}", window: 1')
-        .replace("max_policy_lag: 0", f"max_policy_lag: {LAG}")
+        .replace("max_policy_lag: 0", f"max_policy_lag: {LAG}" + ("\n  sample_ahead: true" if LAG else ""))
     )
     assert "on_truncated: keep" in contract
     path = folder / "bench.rlvr.yaml"
@@ -180,7 +180,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--child", choices=["rlvr", "trl"])
     parser.add_argument("--shape", choices=sorted(SHAPES), default="update")
-    parser.add_argument("--lag", type=int, choices=[0, 1], default=0, help="rlvr's max_policy_lag")
+    parser.add_argument(
+        "--lag", type=int, choices=[0, 1], default=0, help="rlvr's max_policy_lag (1: with sample_ahead)"
+    )
     args = parser.parse_args()
     set_shape(args.shape)
     global LAG
