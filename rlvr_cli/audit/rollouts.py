@@ -43,7 +43,9 @@ def by_segment(rows: list[dict[str, Any]], key: str) -> dict[str, dict[str, floa
 
 
 def suspicious(rows: list[dict[str, Any]], prompts: dict[str, str], best: float) -> list[dict[str, Any]]:
-    """Successes (the best reward) worth a human look: length outliers, prompt echoes, exploit patterns."""
+    """Successes (the best reward) worth a human look: length outliers (more than 3σ from the
+    mean success length and at least half the mean, or 4 tokens, away from it: a success one
+    token longer than uniform ones is not news), prompt echoes, exploit patterns."""
     rewarded = [r for r in rows if r["reward"] is not None and r["reward"] >= best - 1e-9 and r["kept"]]
     lengths = [len(r["response_ids"] or []) for r in rewarded]
     mean = statistics.fmean(lengths) if lengths else 0.0
@@ -52,7 +54,7 @@ def suspicious(rows: list[dict[str, Any]], prompts: dict[str, str], best: float)
     for row, length in zip(rewarded, lengths, strict=True):
         text = (row["response_text"] or "").lower()
         reasons = []
-        if spread and abs(length - mean) > 3 * spread:
+        if spread and abs(length - mean) > max(3 * spread, 0.5 * mean, 4):
             reasons.append(f"length {length} vs mean {mean:.1f}")
         prompt = prompts.get(row["prompt_id"], "").lower().strip()
         if prompt and len(prompt) > 3 and prompt in text:

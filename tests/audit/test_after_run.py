@@ -311,3 +311,32 @@ def test_report_shows_the_data_check_and_whether_the_records_name_it(run_copy: P
     assert "records name another report" in (tmp_path / "b.html").read_text()
     audited = rlvr("audit", "rollouts", run_copy)
     assert audited.code == 1 and "data check: FAILED" in audited.stdout
+
+
+@pytest.mark.parametrize(("first", "flagged"), [(5, []), (40, ["length 40 vs mean 5.3"])])
+def test_a_length_outlier_needs_more_than_a_token_to_be_suspicious(run_copy: Path, first: int, flagged: list) -> None:
+    """All successes 4 tokens long but the first: one of 5 tokens (5σ off, but one token) is
+    not shown for review as a length outlier; one of 40 is."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from rlvr_cli.files import sha256_file
+
+    manifest_path = run_copy / "records" / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    seen = 0
+    for shard in manifest["shards"]:
+        path = run_copy / "records" / shard["file"]
+        rows = pq.read_table(path).to_pylist()
+        for row in rows:
+            if row["reward"] is not None and row["reward"] >= 1.2 - 1e-9 and row["kept"]:
+                row["response_ids"] = [5] * (first if seen == 0 else 4)
+                seen += 1
+        pq.write_table(pa.Table.from_pylist(rows, schema=pq.read_schema(path)), path, compression="zstd")
+        shard["sha256"] = sha256_file(path)
+    manifest_path.write_text(json.dumps(manifest))
+    assert seen > 20
+    run = rlvr("audit", "rollouts", run_copy, "--format", "json")
+    assert run.code == 0, run.stdout
+    why = [w for s in json.loads(run.stdout)["suspicious_successes"] for w in s["why"] if "length" in w]
+    assert why == flagged
