@@ -64,6 +64,8 @@ def test_run_folder_layout_and_status(learned: tuple[Path, object]) -> None:
     assert any("seq_mean_token_mean" in line for line in plan["objective"])
     assert plan["steps"] == {"contract_max_steps": 200, "this_run_max_steps": 40}
     assert "plan for" in result.stderr and "aggregation seq_mean_token_mean" in result.stderr
+    assert "sampling: lean (rlvr" in result.stderr and "update forward: shared prompts" in result.stderr
+    assert plan["update_forward"].startswith("shared prompts") and plan["rollout_engine"].startswith("lean")
 
 
 def test_every_contract_metric_is_logged(learned: tuple[Path, object]) -> None:
