@@ -55,6 +55,22 @@ def make_batch(
     return Batch(ids, attn, P, loss)
 
 
+def distinct_prompts(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """The distinct prompts of a batch in order of first appearance: each one's first row
+    `(G,)`, and which of them each row holds `(B,)` — what a GRPO group's rows share. With no
+    prompt repeated, both are `arange(B)`."""
+    P = batch.prompt_width
+    keyed = torch.where(batch.attention_mask[:, :P].bool(), batch.input_ids[:, :P], -1)
+    _, key = torch.unique(keyed, dim=0, return_inverse=True)  # ids in sorted order of the prompts
+    rows = torch.arange(keyed.size(0), device=key.device)
+    first = torch.full((int(key.max()) + 1,), keyed.size(0), dtype=torch.long, device=key.device)
+    first = first.scatter_reduce(0, key, rows, reduce="amin")
+    order = torch.argsort(first)  # renumber by first appearance
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(len(order), device=key.device)
+    return first[order], rank[key]
+
+
 def token_logprobs(
     model: Any, batch: Batch, temperature: float, with_entropy: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor | None]:

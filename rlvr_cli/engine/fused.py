@@ -90,8 +90,10 @@ class _Linear:
         for m in self.modules:
             end = start + m.weight.size(0)
             weight_t[:, start:end].copy_(m.weight.t())
-            if bias is not None:
-                bias[start:end].copy_(m.bias) if getattr(m, "bias", None) is not None else bias[start:end].zero_()
+            if bias is not None and getattr(m, "bias", None) is not None:
+                bias[start:end].copy_(m.bias)
+            elif bias is not None:
+                bias[start:end].zero_()
             start = end
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:

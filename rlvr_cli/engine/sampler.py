@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from rlvr_cli.engine.forward import make_batch
+from rlvr_cli.engine.forward import distinct_prompts, make_batch
 
 
 def filtered_logits(logits: torch.Tensor, temperature: float, top_k: int, top_p: float) -> torch.Tensor:
@@ -149,12 +149,11 @@ def lean_sample(
     generator.manual_seed(seed)
     stops = torch.tensor(sorted(set(stop_ids)), dtype=torch.long, device=device)
     # each distinct prompt is read once; its rows (a GRPO group) share the cache it built
-    distinct: dict[tuple[int, ...], int] = {}
-    owner = torch.tensor([distinct.setdefault(tuple(p), len(distinct)) for p in prompts], device=device)
-    firsts = sorted({tuple(p): i for i, p in reversed(list(enumerate(prompts)))}.values())
+    firsts, owner = distinct_prompts(batch)
     ids, attention = batch.input_ids[firsts, :P].to(device), batch.attention_mask[firsts, :P].to(device)
     logits, state = forward.prefill(ids, attention, max_new_tokens)
     if len(firsts) < len(prompts):
+        owner = owner.to(device)
         logits = logits[owner]
         forward.select(state, owner)
     n, last = len(prompts), max_new_tokens - 1

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from rlvr_cli.engine.forward import Batch
+from rlvr_cli.engine.forward import Batch, distinct_prompts
 from rlvr_cli.engine.fused import why_not
 
 
@@ -58,16 +58,6 @@ def describe(model: Any, padding_side: str, packing: bool) -> str:
     if reason is None:
         return "shared prompts: each distinct prompt of a micro-batch once, its responses attending to it"
     return f"the model's own forward ({reason})"
-
-
-def distinct_prompts(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-    """The distinct prompts' row indices `(G,)` (each one's first row) and each row's prompt `(B,)`."""
-    P = batch.prompt_width
-    keyed = torch.where(batch.attention_mask[:, :P].bool(), batch.input_ids[:, :P], -1)
-    _, owner = torch.unique(keyed, dim=0, return_inverse=True)
-    first = torch.full((int(owner.max()) + 1,), keyed.size(0), dtype=torch.long, device=owner.device)
-    first = first.scatter_reduce(0, owner, torch.arange(keyed.size(0), device=owner.device), reduce="amin")
-    return first, owner
 
 
 class _Shapes:

@@ -120,23 +120,21 @@ class RecordStore:
     between the shard's rename and the manifest's), but only when a manifest exists: a
     folder with shards and no manifest is refused, never cleaned.
 
-    With `background`, `append` hands the rows to one writer thread and returns (the trainer
-    does not wait on Parquet encoding and fsync); shards are still written one at a time, in
-    order. `flush()` waits for them and raises what a write raised (a full disk, say); the
-    next `append` raises it too. `cursor` waits for pending writes (a checkpoint lists them).
+    `append` hands the rows to one writer thread and returns (the trainer does not wait on
+    Parquet encoding and fsync); shards are written one at a time, in order, and after a
+    failed write none is (the shards stay a prefix of the steps). `flush()` waits for them and
+    raises what a write raised (a full disk, say); the next `append` raises it too. `cursor`
+    waits for pending writes (a checkpoint lists them); `close()` (or leaving a `with`) flushes
+    and ends the thread.
     """
 
-    def __init__(
-        self, folder: Path, shard_rows: int, background: bool = False, before_write: Callable[[int], None] | None = None
-    ) -> None:
+    def __init__(self, folder: Path, shard_rows: int, before_write: Callable[[int], None] | None = None) -> None:
         self.folder = folder
         self.shard_rows = shard_rows
         folder.mkdir(parents=True, exist_ok=True)
         self.shards: list[dict[str, Any]] = self._read_manifest()
         self._drop_orphans()
-        self._writer: ThreadPoolExecutor | None = None
-        if background:
-            self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlvr-records")
+        self._writer: ThreadPoolExecutor | None = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlvr-records")
         self._pending: list[tuple[int, Future[None]]] = []
         self._broken: BaseException | None = None
         self._before_write = before_write  # called with the step before its shards are written (fault injection)
@@ -175,10 +173,9 @@ class RecordStore:
         return max([listed, *(step for step, _ in self._pending)])
 
     def append(self, rows: list[RecordRow], step: int) -> None:
-        """Write one step's rows as new shards (at most `shard_rows` rows each)."""
+        """Write one step's rows as new shards (at most `shard_rows` rows each), in the background."""
         if self._writer is None:
-            self._write(rows, step)
-            return
+            raise RlvrError("the record store is closed")
         self._collect(wait=False)
         self._pending.append((step, self._writer.submit(self._write, rows, step)))
 
@@ -207,9 +204,7 @@ class RecordStore:
             try:
                 future.result()
             except BaseException:
-                for _, later in self._pending:  # nothing after a failed shard is written
-                    later.cancel()
-                self._pending.clear()
+                self._pending.clear()  # the later writes refuse to run (`_broken`)
                 raise
             self._pending.pop(0)
 
@@ -230,8 +225,7 @@ class RecordStore:
         import pyarrow.parquet as pq
 
         name = f"shard-{len(self.shards):06d}.parquet"
-        names = [name for name, _ in COLUMNS]
-        table = pa.Table.from_pylist([{n: getattr(r, n) for n in names} for r in rows], schema=arrow_schema())
+        table = pa.Table.from_pylist([{c: getattr(r, c) for c, _ in COLUMNS} for r in rows], schema=arrow_schema())
         sink = pa.BufferOutputStream()
         pq.write_table(table, sink, compression="zstd")
         data = sink.getvalue().to_pybytes()

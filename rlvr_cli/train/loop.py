@@ -78,7 +78,6 @@ def train_step(
     """One step: sample and verify groups, compute advantages, update the policy, measure.
     With `ahead`, groups sampled during the previous update are used, and with `launch` the
     next step's first round is sampled during this one's."""
-    started = time.perf_counter()
     result = rollout.collect(setup, state, prompts, pool, ahead)  # rollout → score
     update.sampling_logprobs(setup, [s for s in result.generated if not s.kept])  # before the weights move
     if ahead is not None and launch:
@@ -94,20 +93,18 @@ def train_step(
     metrics = StepMetrics(state.step)  # log
     metrics.update(rollout_metrics(setup.contract, result))
     metrics.update(learned)
-    _count(state, metrics, result, time.perf_counter() - started)
+    _count(state, metrics, result)
     return metrics, result.generated
 
 
-def _count(state: TrainState, metrics: StepMetrics, result: rollout.StepResult, wall: float) -> None:
-    """Timing, throughput and the running totals the budget is checked against."""
-    generated_tokens = sum(len(s.response_ids) for s in result.generated)
+def _count(state: TrainState, metrics: StepMetrics, result: rollout.StepResult) -> None:
+    """The phases' timings and the running totals the budget is checked against (the step's
+    wall time is `run_steps`': it covers the records and any holdout evaluation too)."""
     state.totals["rollouts"] += len(result.generated)
     state.totals["verifier_calls"] += sum(s.verdict is not None for s in result.generated)
-    state.totals["tokens"] += generated_tokens
+    state.totals["tokens"] += sum(len(s.response_ids) for s in result.generated)
     metrics.update({f"time_{k}_s": v for k, v in result.seconds.items()})
     metrics.update({f"total_{k}": float(v) for k, v in state.totals.items()})
-    metrics.tokens_per_s = generated_tokens / max(wall, 1e-9)
-    metrics.step_seconds = wall
 
 
 def run_steps(run: Run, pool: VerifierPool, progress: Progress) -> int:
@@ -269,9 +266,7 @@ def start(contract: Contract, contract_path: Path, run_dir: Path, steps: int, re
     if setup.main:
         folder.truncate_metrics(state.step)  # steps after the checkpoint are redone and logged once
     # one process owns the record store: opening it also clears orphans of interrupted writes
-    records = (
-        RecordStore(folder.records, contract.records.shard_rows, True, setup.fault.records) if setup.main else None
-    )
+    records = RecordStore(folder.records, contract.records.shard_rows, setup.fault.records) if setup.main else None
     prompts = rollout.Prompts(setup)
     ahead = None
     if overlap.allowed(setup):

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rlvr_cli.engine.forward import make_batch, token_logprobs
-from rlvr_cli.engine.shared import distinct_prompts, shared_prompt_logprobs, why_not_shared
+from rlvr_cli.engine.forward import distinct_prompts, make_batch, token_logprobs
+from rlvr_cli.engine.shared import shared_prompt_logprobs, why_not_shared
 from tests.engine.test_sampler import family
 
 PROMPTS = [[5, 6, 7], [8, 9, 10, 11, 12, 13], [14]]
@@ -23,8 +23,9 @@ def batch():
 
 def test_rows_that_share_a_prompt_are_found() -> None:
     first, owner = distinct_prompts(batch())
-    assert len(first) == 3 and owner.tolist()[:3] == owner.tolist()[3:]
-    assert sorted(first.tolist()) == [0, 1, 2]
+    assert first.tolist() == [0, 1, 2] and owner.tolist() == [0, 1, 2, 0, 1, 2]  # in order of appearance
+    alone = make_batch([[9, 9], [4], [7, 8, 9]], [[1], [1], [1]], [[1], [1], [1]], 0)
+    assert [t.tolist() for t in distinct_prompts(alone)] == [[0, 1, 2], [0, 1, 2]]
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
@@ -56,3 +57,34 @@ def test_a_model_outside_the_family_or_with_checkpointing_is_not_taken() -> None
     enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
     enable()
     assert "checkpointing" in why_not_shared(model)
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"kind": "Qwen3", "head_dim": 32},  # heads × head_dim ≠ hidden, as in released Qwen3 models
+        {"kind": "Llama", "attention_bias": True, "mlp_bias": True},
+        {"kind": "Qwen2", "tie_word_embeddings": True},
+    ],
+    ids=["qwen3 wide heads", "llama with biases", "qwen2 tied embeddings"],
+)
+def test_layouts_of_released_models_sample_and_train_as_their_own_forward(config: dict) -> None:
+    import transformers as t
+
+    from rlvr_cli.engine.generate import generate
+    from tests.engine.test_sampler import COMMON
+    from tests.engine.test_sampler import PROMPTS as SAMPLED
+
+    kind, extra = config["kind"], {k: v for k, v in config.items() if k != "kind"}
+    torch.manual_seed(0)
+    model = getattr(t, f"{kind}ForCausalLM")(getattr(t, f"{kind}Config")(**COMMON, **extra)).eval()
+    with torch.no_grad():  # biases away from their zero init
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.02)
+    kw = dict(max_new_tokens=10, temperature=0.0, top_p=1.0, top_k=0, stop_ids=[3], pad_id=0, seed=0)
+    lean = [g.response_ids for g in generate(model, SAMPLED, **kw)]
+    assert lean == [g.response_ids for g in generate(model, SAMPLED, **kw, engine="transformers")]
+    b = batch()
+    own, _ = token_logprobs(model.train(), b, 1.0)
+    shared, _ = shared_prompt_logprobs(model, b, 1.0)
+    assert torch.allclose(shared[b.response_mask.bool()], own[b.response_mask.bool()], atol=1e-5)
