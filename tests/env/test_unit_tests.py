@@ -5,6 +5,7 @@ template validates, audits clean and trains; faults of the sandbox itself are th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -116,8 +117,32 @@ def test_runaway_code_fails_its_cases_in_bounded_time_and_leaves_nothing(
         assert naive(code, tmp_path, plant.expected, timeout=3) is None  # a naive runner hangs
     verdict = check(ADD, fenced(code))
     assert verdict.status == "ok" and verdict.reward == 0.0, verdict
-    left = subprocess.run(["pgrep", "-f", "/run/rlvr/harness.py"], capture_output=True, text=True).stdout
-    assert left == "", f"processes left behind: {left}"
+    left = harnesses_left_by_this_process()
+    assert left == [], f"processes left behind: {left}"
+
+
+def _ancestors(pid: int) -> list[int]:
+    chain = []
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        while pid > 1:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            pid = int(stat.rsplit(")", 1)[1].split()[1])  # the parent, after the (command)
+            chain.append(pid)
+    return chain
+
+
+def harnesses_left_by_this_process() -> list[int]:
+    """Sandboxed harness processes still alive that are ours: our descendants, or orphans
+    (what a leak leaves). A harness under another test process (the other xdist worker runs
+    code tests too) is not ours."""
+    found = subprocess.run(["pgrep", "-f", "/run/rlvr/harness.py"], capture_output=True, text=True).stdout
+    parent, me = os.getppid(), os.getpid()
+    mine = []
+    for pid in map(int, found.split()):
+        chain = _ancestors(pid)
+        if me in chain or parent not in chain:
+            mine.append(pid)
+    return mine
 
 
 def test_outputs_are_compared_outside_with_declared_reward(check: UnitTests) -> None:
