@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 DEMO := build/demo
 
-.PHONY: install demo test lint clean browser sandbox
+.PHONY: install demo test test-fast lint clean browser sandbox
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -68,6 +68,10 @@ sandbox:
 
 test: $(STAMP) browser sandbox
 	$(BIN)/python -m pytest -n 2 --durations=15
+
+# The inner loop: everything but the end-to-end runs marked slow (CI runs `make test`, the whole suite).
+test-fast: $(STAMP) sandbox
+	$(BIN)/python -m pytest -n 2 -m "not slow" -q --durations=10
 
 lint: $(STAMP)
 	$(BIN)/ruff check rlvr_cli tests benchmarks

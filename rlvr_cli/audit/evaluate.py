@@ -29,40 +29,18 @@ def evaluate(
     from transformers.utils import logging
 
     from rlvr_cli.chat.render import ChatRenderer
-    from rlvr_cli.contract.tasks import messages_of, read_split
-    from rlvr_cli.env.scoring import answer_and_score
-    from rlvr_cli.env.single_turn import VerifierPool
+    from rlvr_cli.contract.tasks import read_split
+    from rlvr_cli.engine.engines import PolicyEngine
+    from rlvr_cli.rollout.rollouts import open_rollout
 
     logging.set_verbosity_error()
     logging.disable_progress_bar()
     tasks = read_split(folder / getattr(contract.data.splits, split).path, split)
     renderer = ChatRenderer.from_contract(contract, folder)
     model = AutoModelForCausalLM.from_pretrained(policy_folder(policy), local_files_only=True).eval()
-    tok = renderer.tokenizer
-    if contract.environment.kind == "tool_use":  # episodes against the resources server, paired by task
-        from types import SimpleNamespace
-
-        from rlvr_cli.env.episodes import ToolEnv, run_episodes
-
-        setup = SimpleNamespace(contract=contract, renderer=renderer, policy=model, tokenizer=tok)
-        with ToolEnv(contract, folder) as env:
-            rows = run_episodes(setup, env, tasks, samples, seed, greedy=greedy)
-        return _by_item(rows)
-    prompts = [renderer.prompt_ids(messages_of(t)) for t in tasks]
-    with VerifierPool.for_contract(contract, folder) as pool:
-        rows = answer_and_score(
-            contract,
-            model,
-            tok,
-            prompts,
-            tasks,
-            pool,
-            stop_ids=renderer.stop_ids,
-            pad_id=renderer.pad_id,
-            samples=samples,
-            greedy=greedy,
-            seed=seed,
-        )
+    engine = PolicyEngine.of(contract.hyperparameters.sampling.engine, model)
+    with open_rollout(contract, folder, renderer, engine) as rollout:  # the rollout training runs, unhinted
+        rows = rollout.sample(tasks, group_size=samples, seed=seed, greedy=greedy)
     return _by_item(rows)
 
 

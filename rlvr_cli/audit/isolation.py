@@ -86,7 +86,7 @@ def run_isolation(contract: Contract, folder: Path, sessions: int, candidates_pa
     from rlvr_cli.audit.verifier import all_tasks, load_candidates
     from rlvr_cli.env.agent import EnvClient, EnvHTTPError, environment
 
-    if contract.environment.kind != "tool_use":
+    if not contract.environment.server:
         raise CannotRun("isolation audits need a tool_use environment (a resources server)")
     plan = traffic(load_candidates(candidates_path), all_tasks(contract, folder))
     if not plan:

@@ -247,16 +247,30 @@ def _probe(client: Any, task: dict[str, Any], steps: list[list[dict[str, Any]]])
             client.close_session(session)
 
 
+def _single_turn(
+    contract: Contract, folder: Path, candidates: list[Candidate], sample: int | None, _: Path
+) -> AuditReport:
+    return audit_single_turn(contract, folder, candidates, sample)
+
+
+def _tool_use(
+    contract: Contract, folder: Path, candidates: list[Candidate], _: int | None, source: Path
+) -> AuditReport:
+    if not any(c.kind == "correct" and c.trajectory for c in candidates):
+        raise RlvrError(
+            f"{source} has no 'correct' candidate with a trajectory; the control group "
+            "needs at least one known-good solution"
+        )
+    return audit_tool_use(contract, folder, candidates)
+
+
+#: environment.kind → its audit: the verifier function's, or the resources server's
+AUDITS = {"single_turn": _single_turn, "tool_use": _tool_use}
+
+
 def run_audit(contract: Contract, folder: Path, candidates_path: Path, sample: int | None = None) -> AuditReport:
     candidates = load_candidates(candidates_path)
-    if contract.environment.kind == "tool_use":
-        if not any(c.kind == "correct" and c.trajectory for c in candidates):
-            raise RlvrError(
-                f"{candidates_path} has no 'correct' candidate with a trajectory; the control group "
-                "needs at least one known-good solution"
-            )
-        return audit_tool_use(contract, folder, candidates)
-    return audit_single_turn(contract, folder, candidates, sample)
+    return AUDITS[contract.environment.kind](contract, folder, candidates, sample, candidates_path)
 
 
 def report_text(report: AuditReport) -> str:

@@ -159,16 +159,6 @@ NOT_RUN = (
         "reward.unit 'set' (one reward for several responses together) is not implemented",
     ),
     (
-        ("hyperparameters", "sample_ahead"),
-        lambda c: c.hyperparameters.sample_ahead and c.environment.kind == "tool_use",
-        "sample_ahead does not run with tool_use episodes yet (they are sampled on-policy, turn by turn)",
-    ),
-    (
-        ("data", "hints"),
-        lambda c: c.data.hints is not None and c.data.hints.used and c.environment.kind == "tool_use",
-        "hint-assisted rollouts run single_turn tasks; tool_use episodes are not hinted yet",
-    ),
-    (
         ("artifacts", "verifier", "container"),
         lambda c: c.artifacts.verifier.container is not None,
         "verifiers do not run in a container; the verifier runs as a local worker process (drop container)",

@@ -8,6 +8,11 @@ an optimizer step produced (an engine that samples from the trainer's own model 
 to do; one holding a copy or living on another device copies them). `describe()` is what the
 plan and the records name.
 
+`PolicyEngine` is how the rest of rlvr holds an engine: built once per run (or per evaluation),
+it knows which revision of the weights it holds, receives them after every optimizer step
+(`sync`), and refuses to sample for any other revision — so a sample's recorded revision is
+the one that drew it, whatever the engine.
+
 - `lean`: rlvr's decode loop (`engine/sampler.py`), the default on CPU and small GPUs.
 - `transformers`: transformers' `generate`.
 - `vllm`: vLLM colocated with the trainer (the `vllm` extra; needs a GPU).
@@ -92,6 +97,34 @@ class TransformersEngine:
         return f"transformers {_version('transformers')} generate"
 
 
+class StaleWeights(RuntimeError):
+    """An engine was asked to sample for a revision it was not given (a bug, never user input)."""
+
+
+class PolicyEngine:
+    """A rollout engine and the revision of the policy's weights it holds (optimizer steps)."""
+
+    def __init__(self, engine: RolloutEngine, revision: int = 0) -> None:
+        self.engine, self.revision = engine, revision
+
+    @classmethod
+    def of(cls, name: str, model: Any, revision: int = 0) -> PolicyEngine:
+        return cls(engine_for(name, model), revision)
+
+    def sync(self, model: Any, revision: int) -> None:
+        """The trainer's weights after the optimizer step that made `revision`."""
+        self.engine.load_weights(model)
+        self.revision = revision
+
+    def sample(self, prompts: list[list[int]], params: SamplingParams, seed: int, revision: int) -> list[Generation]:
+        if revision != self.revision:
+            raise StaleWeights(f"the rollout engine holds weights of revision {self.revision}, asked for {revision}")
+        return self.engine.sample(prompts, params, seed)
+
+    def describe(self) -> str:
+        return self.engine.describe()
+
+
 def engine_for(name: str, model: Any) -> RolloutEngine:
     """The engine the contract names, sampling from `model`."""
     if name == "lean":
@@ -101,5 +134,5 @@ def engine_for(name: str, model: Any) -> RolloutEngine:
     if name == "vllm":
         from rlvr_cli.engine.vllm_engine import VllmEngine
 
-        return VllmEngine.colocated(model)
+        return VllmEngine(model)
     raise ValueError(f"unknown rollout engine {name!r}")

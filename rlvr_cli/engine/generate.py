@@ -1,7 +1,9 @@
 """Sampling responses from a causal LM, and the text a verifier reads.
 
-`generate` is the one entry point; `engine` chooses what samples (`engine/engines.py`): the
-lean decode loop (`engine/sampler.py`, the default), transformers' `generate`, or vLLM.
+`generate` samples once from a model (a model interface's reply): `engine` chooses the lean
+decode loop (`engine/sampler.py`, the default) or transformers' `generate`. Runs and
+evaluations hold their engine instead (`engines.PolicyEngine`, built once, given the weights
+after every optimizer step); vLLM is only held that way (starting it takes seconds).
 Every engine returns the same `Generation`: the ids through the first stop token, their
 log-probs under softmax(logits / temperature), and why it ended.
 """
@@ -30,6 +32,8 @@ def generate(
     engine: str = "lean",
 ) -> list[Generation]:
     """Batched sampling; `seed` fixes the draw for exact resume (temperature 0: greedy)."""
+    if engine == "vllm":
+        raise ValueError("vllm is held by a PolicyEngine for a whole run, never started per call")
     params = SamplingParams(max_new_tokens, temperature, top_p, top_k, tuple(stop_ids), pad_id)
     return engine_for(engine, model).sample(prompts, params, seed)
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 
 @dataclass
@@ -24,3 +25,22 @@ class SamplingParams:
     top_k: int
     stop_ids: tuple[int, ...]
     pad_id: int
+
+    @classmethod
+    def of(cls, contract: Any, renderer: Any, greedy: bool = False) -> SamplingParams:
+        """The contract's sampling (`hyperparameters.sampling`, `length.max_response_tokens`) with
+        the renderer's stop and pad tokens; `greedy`: temperature 0 (holdout, gates, audits).
+        The one place a contract becomes sampling arguments."""
+        sampling = contract.hyperparameters.sampling
+        return cls(
+            max_new_tokens=contract.length.max_response_tokens,
+            temperature=0.0 if greedy else sampling.temperature,
+            top_p=sampling.top_p,
+            top_k=sampling.top_k,
+            stop_ids=tuple(renderer.stop_ids),
+            pad_id=renderer.pad_id,
+        )
+
+    def up_to(self, max_new_tokens: int) -> SamplingParams:
+        """The same sampling with another token limit (a tool-use turn: what is left of the budget)."""
+        return replace(self, max_new_tokens=max_new_tokens)

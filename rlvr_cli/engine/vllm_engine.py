@@ -1,7 +1,8 @@
 """vLLM as the rollout engine (`hyperparameters.sampling.engine: vllm`), colocated with the
 trainer on one GPU: the `vllm` extra (`pip install 'rlvr-cli[vllm]'`).
 
-The engine starts from the policy's own folder, shares the GPU with the trainer
+One engine per run, held by its `PolicyEngine` (train/setup.py builds it once). The engine
+starts from the policy's own folder, shares the GPU with the trainer
 (`gpu_memory_utilization`, default 0.3 — `RLVR_VLLM_GPU_MEMORY` overrides it), and after
 each optimizer step receives the new weights straight from the trainer's parameters (no
 disk round trip). Sampling parameters and stop tokens are the contract's; per-token
@@ -18,18 +19,9 @@ from typing import Any
 from rlvr_cli.engine.types import Generation
 from rlvr_cli.errors import UsageProblem
 
-_ENGINES: dict[int, VllmEngine] = {}
-
 
 class VllmEngine:
     name = "vllm"
-
-    @classmethod
-    def colocated(cls, model: Any) -> VllmEngine:
-        """One engine per policy model for the whole run (starting vLLM takes seconds)."""
-        if id(model) not in _ENGINES:
-            _ENGINES[id(model)] = cls(model)
-        return _ENGINES[id(model)]
 
     def __init__(self, model: Any) -> None:
         try:

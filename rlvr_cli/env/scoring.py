@@ -1,56 +1,18 @@
-"""From sampled responses to rewards: truncation, verification, invalid verdicts, weights."""
+"""From sampled responses to rewards: truncation, verification, invalid verdicts, weights.
+The verdict's fields of a `Sample` (env/sample.py) are written here and nowhere else."""
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
 from typing import Any
 
 from rlvr_cli.contract.models import Contract
+from rlvr_cli.env.sample import Sample
 from rlvr_cli.env.verdict import Verdict
 from rlvr_cli.errors import RlvrError
 
 
 class InvalidVerdictStop(RlvrError):
     """`on_invalid: fail` met an invalid verdict: the run stops (aborted, with the verdict)."""
-
-
-@dataclass
-class Sample:
-    """One generated response and everything learned about it."""
-
-    task: dict[str, Any]
-    group: int
-    index: int
-    prompt_ids: list[int]
-    response_ids: list[int]
-    mask: list[int]
-    finish: str
-    seed: int
-    round: int
-    text: str = ""
-    verdict: Verdict | None = None
-    reward: float = math.nan  # NaN: excluded from the objective
-    verify_seconds: float = 0.0
-    kept: bool = True
-    reason: str | None = None
-    old_logp: list[float] = field(default_factory=list)
-    advantage: float = 0.0
-    revision: int = 0  # optimizer steps of the weights that sampled it
-    lag: int | None = None  # optimizer steps between those weights and the last ones it trained (None: untrained)
-    hint: str | None = None  # the hint this sample was shown (data.hints), never trained
-    sampling_logp: list[float] = field(default_factory=list)  # the engine's, when it sampled
-    answer_prefix: str = ""  # text the response started with before sampling (a hint as response prefix)
-    transcript: dict[str, Any] | None = None  # tool_use: items, per-turn spans, tool calls, how it ended
-
-    @property
-    def answer(self) -> str:
-        """What the verifier reads: the response, after any prefix it was given."""
-        return self.answer_prefix + self.text
-
-    @property
-    def valid(self) -> bool:
-        return not math.isnan(self.reward)
 
 
 def weighted_reward(contract: Contract, verdict: Verdict) -> float:
@@ -101,51 +63,4 @@ def score_all(contract: Contract, samples: list[Sample], pool: Any) -> None:
         apply_verdict(contract, sample, verdict, seconds)
 
 
-def answer_and_score(
-    contract: Contract,
-    model: Any,
-    tokenizer: Any,
-    prompts: list[list[int]],
-    tasks: list[dict[str, Any]],
-    pool: Any,
-    *,
-    stop_ids: list[int],
-    pad_id: int,
-    samples: int = 1,
-    greedy: bool = True,
-    seed: int = 0,
-) -> list[Sample]:
-    """`samples` answers per task (greedy, or the contract's sampling), each scored.
-    Used for holdout evaluation during training and for audits and gates after it."""
-    from rlvr_cli.engine.generate import generate, response_text
-
-    sampling = contract.hyperparameters.sampling
-    gens = generate(
-        model,
-        [p for p in prompts for _ in range(samples)],
-        max_new_tokens=contract.length.max_response_tokens,
-        temperature=0.0 if greedy else sampling.temperature,
-        top_p=sampling.top_p,
-        top_k=sampling.top_k,
-        stop_ids=stop_ids,
-        pad_id=pad_id,
-        seed=seed,
-        engine=sampling.engine,
-    )
-    rows = [
-        Sample(
-            tasks[i // samples],
-            0,
-            i % samples,
-            [],
-            gen.response_ids,
-            gen.mask,
-            gen.finish,
-            seed,
-            0,
-            text=response_text(tokenizer, gen.response_ids, gen.finish),
-        )
-        for i, gen in enumerate(gens)
-    ]
-    score_all(contract, rows, pool)
-    return rows
+__all__ = ["InvalidVerdictStop", "Sample", "apply_verdict", "needs_verdict", "score_all", "weighted_reward"]

@@ -15,6 +15,7 @@ import multiprocessing as mp
 import os
 import signal
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -145,6 +146,7 @@ class VerifierPool:
         self._proc: Any = None
         self._conn: Any = None
         self._seq = 0  # each batch's number: an answer that does not carry it is not trusted
+        self._lock = threading.Lock()  # one batch at a time (samples drawn ahead are scored on their thread)
 
     @classmethod
     def for_contract(cls, contract: Any, folder: Path) -> VerifierPool:
@@ -215,8 +217,9 @@ class VerifierPool:
         """Send a batch at once; each answer is awaited for at most `timeout_s`. After a
         timeout the worker is killed and the rest of the batch goes to a fresh one."""
         results: list[tuple[Verdict, float]] = []
-        while len(results) < len(items):
-            results += self._run_batch(items[len(results) :])
+        with self._lock:
+            while len(results) < len(items):
+                results += self._run_batch(items[len(results) :])
         return results
 
     def _run_batch(self, items: list[tuple[dict[str, Any], str]]) -> list[tuple[Verdict, float]]:

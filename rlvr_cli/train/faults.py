@@ -2,8 +2,11 @@
 
 `RLVR_FAULT=nan_loss@STEP` poisons that step's loss with NaN; `RLVR_FAULT=disk_full@STEP`
 makes that step's checkpoint meet a full disk (ENOSPC), `RLVR_FAULT=records_full@STEP` that
-step's records (written in the background). Unset in normal runs, where `Fault.none()`
-changes nothing.
+step's records (written in the background). `RLVR_FAULT=engine_copy@0` makes the rollout
+engine sample from a copy of the policy that only `load_weights` updates (as vLLM's does), and
+`RLVR_FAULT=stale_engine@0` gives that copy an engine whose `load_weights` does nothing — the
+stale-weights bug the records must reveal. Unset in normal runs, where `Fault.none()` changes
+nothing.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ class Fault:
     nan_loss_step: int | None = None
     disk_full_step: int | None = None  # the checkpoint of this step meets a full disk
     records_full_step: int | None = None  # the records of this step meet a full disk
+    engine: str | None = None  # engine_copy | stale_engine: the engine samples from its own copy
 
     @classmethod
     def none(cls) -> Fault:
@@ -36,6 +40,8 @@ class Fault:
             return cls(disk_full_step=int(step))
         if kind == "records_full":
             return cls(records_full_step=int(step))
+        if kind in ("engine_copy", "stale_engine"):
+            return cls(engine=kind)
         return cls()
 
     def disk(self, step: int) -> None:

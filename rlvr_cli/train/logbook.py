@@ -10,11 +10,11 @@ from typing import Any
 import torch
 
 from rlvr_cli.contract.models import Contract
-from rlvr_cli.env.scoring import Sample
+from rlvr_cli.env.sample import Sample
+from rlvr_cli.rollout import hints
 from rlvr_cli.store.records import RecordRow, RecordStore
-from rlvr_cli.train import hints
 from rlvr_cli.train import objective as obj
-from rlvr_cli.train.rollout import StepResult
+from rlvr_cli.train.collect import StepResult
 
 
 def rollout_metrics(contract: Contract, result: StepResult) -> dict[str, float]:
@@ -118,7 +118,7 @@ def record_rows(
 def write_records(records: RecordStore, setup: Any, step: int, generated: list[Sample]) -> float:
     """The step's rollouts to the record store; the seconds the step spent on them."""
     started = time.perf_counter()
-    rows = record_rows(setup.contract, step, setup.verifier_id, generated, setup.data_check, setup.engine)
+    rows = record_rows(setup.contract, step, setup.verifier_id, generated, setup.data_check, setup.engine_version)
     records.append(rows, step)
     return time.perf_counter() - started
 

@@ -1,6 +1,6 @@
 """`rlvr train` as a short story. `train_step` is one step, top to bottom:
 
-    rollout → score → advantages → update → log
+    rollout → score → KL in the reward → advantages → update → the engine's weights → log
 
 and `run_steps` wraps it with what a run adds each step: records, holdout evaluation,
 metrics, the monitoring rules, the budget and checkpoints. Set-up is `setup.build`; the
@@ -17,16 +17,19 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from rlvr_cli.contract.models import Contract
-from rlvr_cli.env.scoring import InvalidVerdictStop, Sample, answer_and_score
-from rlvr_cli.env.single_turn import VerifierPool
+from rlvr_cli.env.sample import Sample
+from rlvr_cli.env.scoring import InvalidVerdictStop
 from rlvr_cli.errors import ExitCode, Interrupted, RlvrError
 from rlvr_cli.files import sha256_bytes
 from rlvr_cli.metrics import StepMetrics
+from rlvr_cli.rollout.base import Rollout
+from rlvr_cli.rollout.rollouts import open_rollout
 from rlvr_cli.store.records import RecordStore
 from rlvr_cli.store.run import FiredRule, RunFolder, Status
 from rlvr_cli.train import distributed as dist
-from rlvr_cli.train import overlap, rollout, update
+from rlvr_cli.train import overlap, update
 from rlvr_cli.train.checkpoint import load_latest, save_checkpoint
+from rlvr_cli.train.collect import StepResult, collect
 from rlvr_cli.train.faults import Fault
 from rlvr_cli.train.logbook import rollout_metrics, write_records
 from rlvr_cli.train.monitor import Monitor
@@ -53,7 +56,6 @@ class Run:
     folder: RunFolder
     records: RecordStore | None  # only the main process writes records
     monitor: Monitor
-    prompts: rollout.Prompts
     contract_path: Path
     steps: int  # this invocation's last step (`--max-steps`, or the contract's)
     ahead: Ahead | None = None  # sampling the next step during this one's update (train/overlap.py)
@@ -68,24 +70,28 @@ class Run:
 
 
 def train_step(
-    setup: Setup,
-    state: TrainState,
-    prompts: rollout.Prompts,
-    pool: VerifierPool,
-    ahead: Ahead | None = None,
-    launch: bool = False,
+    setup: Setup, state: TrainState, rollout: Rollout, ahead: Ahead | None = None, launch: bool = False
 ) -> tuple[StepMetrics, list[Sample]]:
     """One step: sample and verify groups, compute advantages, update the policy, measure.
     With `ahead`, groups sampled during the previous update are used, and with `launch` the
     next step's first round is sampled during this one's."""
-    result = rollout.collect(setup, state, prompts, pool, ahead)  # rollout → score
+    result = collect(setup, state, rollout, ahead)  # rollout → score
     update.sampling_logprobs(setup, [s for s in result.generated if not s.kept])  # before the weights move
     if ahead is not None and launch:
-        ahead.launch(state, prompts, rollout.step_seed(setup, state.step + 1, 0))
-    kept = sum(s.kept for group in result.accepted for s in group)
+        ahead.launch(state, rollout)
+    flat = [s for group in result.accepted for s in group]
+    trained = [s for s in flat if s.kept]
+    learned: dict[str, float] = {}
     start = time.perf_counter()
-    learned = update.learn(setup, state, result.accepted) if dist.total(float(kept)) else {}  # advantages → update
-    result.seconds["update"] = time.perf_counter() - start
+    if dist.total(float(len(trained))):
+        fwd = update.Forward.of(setup, trained)
+        ref = update.reference_logprobs(setup, fwd)
+        rewards, old = update.rewards_with_kl(setup, flat, fwd, ref)  # KL in the reward
+        adv = update.step_advantages(setup, flat, rewards)  # advantages
+        old = update.ratio_denominator(setup, state, trained, fwd, old)
+        learned = update.optimizer_passes(setup, state, trained, adv, fwd, old, ref)  # update
+    setup.engine.sync(setup.policy, state.optimizer_steps)  # nothing samples from older weights
+    result.times.update = time.perf_counter() - start
     if dist.active():  # metrics and records cover every rank's samples, in group order
         everyone = (s for part in dist.gather(result.generated) for s in part)
         result.generated = sorted(everyone, key=lambda s: (s.round, s.group, s.index))
@@ -97,17 +103,18 @@ def train_step(
     return metrics, result.generated
 
 
-def _count(state: TrainState, metrics: StepMetrics, result: rollout.StepResult) -> None:
+def _count(state: TrainState, metrics: StepMetrics, result: StepResult) -> None:
     """The phases' timings and the running totals the budget is checked against (the step's
     wall time is `run_steps`': it covers the records and any holdout evaluation too)."""
-    state.totals["rollouts"] += len(result.generated)
-    state.totals["verifier_calls"] += sum(s.verdict is not None for s in result.generated)
-    state.totals["tokens"] += sum(len(s.response_ids) for s in result.generated)
-    metrics.update({f"time_{k}_s": v for k, v in result.seconds.items()})
-    metrics.update({f"total_{k}": float(v) for k, v in state.totals.items()})
+    totals = state.totals
+    totals.rollouts += len(result.generated)
+    totals.verifier_calls += sum(s.verdict is not None for s in result.generated)
+    totals.tokens += sum(len(s.response_ids) for s in result.generated)
+    metrics.update(result.times.metrics())
+    metrics.update({f"total_{k}": float(v) for k, v in totals.as_json().items()})
 
 
-def run_steps(run: Run, pool: VerifierPool, progress: Progress) -> int:
+def run_steps(run: Run, rollout: Rollout, progress: Progress) -> int:
     setup, state = run.setup, run.state
     started, first = time.perf_counter(), state.step
     progress.start(run.steps, first)
@@ -117,10 +124,10 @@ def run_steps(run: Run, pool: VerifierPool, progress: Progress) -> int:
             # (--max-steps) the next step is sampled all the same: the checkpoint keeps it
             more = state.step + 1 < run.contract.hyperparameters.max_steps
             step_started = time.perf_counter()
-            metrics, generated = train_step(setup, state, run.prompts, pool, run.ahead, more)
+            metrics, generated = train_step(setup, state, rollout, run.ahead, more)
             if run.records is not None and state.step > run.records.last_step:  # a redone step is not written twice
                 metrics.time_records_s = write_records(run.records, setup, state.step, generated)
-            holdout(run, pool, metrics)
+            holdout(run, rollout, metrics)
             _step_time(metrics, generated, time.perf_counter() - step_started)
             row = metrics.row()
             if setup.main:
@@ -148,33 +155,17 @@ def _step_time(metrics: StepMetrics, generated: list[Sample], wall: float) -> No
     metrics.tokens_per_s = sum(len(s.response_ids) for s in generated) / max(wall, 1e-9)
 
 
-def holdout(run: Run, pool: VerifierPool, metrics: StepMetrics) -> None:
-    """Every `holdout_every` steps: greedy answers to every holdout task (never with hints)."""
+def holdout(run: Run, rollout: Rollout, metrics: StepMetrics) -> None:
+    """Every `holdout_every` steps: one greedy answer (or episode) to every holdout task, never
+    with hints, from the weights just trained."""
     every = run.contract.monitoring.holdout_every
     if not every or (run.state.step + 1) % every:
         return
-    setup, tasks = run.setup, run.setup.holdout_tasks
-    if run.contract.environment.kind == "tool_use":  # greedy episodes, one per holdout task
-        from rlvr_cli.env.episodes import run_episodes
-
-        rows = run_episodes(setup, pool, tasks, 1, 0, greedy=True)
-    else:
-        rows = _holdout_answers(run, pool, tasks)
+    if run.ahead is not None:
+        run.ahead.wait()  # the sampling in flight shares the reward source
+    tasks = run.setup.holdout_tasks
+    rows = rollout.sample(tasks, group_size=1, seed=0, revision=run.state.optimizer_steps, greedy=True)
     _holdout_metrics(run, rows, metrics)
-
-
-def _holdout_answers(run: Run, pool: Any, tasks: list[dict[str, Any]]) -> list[Sample]:
-    setup = run.setup
-    return answer_and_score(
-        run.contract,
-        setup.policy,
-        setup.tokenizer,
-        [run.prompts.ids(t) for t in tasks],
-        tasks,
-        pool,
-        stop_ids=setup.renderer.stop_ids,
-        pad_id=setup.renderer.pad_id,
-    )
 
 
 def _holdout_metrics(run: Run, rows: list[Sample], metrics: StepMetrics) -> None:
@@ -200,8 +191,9 @@ def budget_spent(run: Run) -> str | None:
     limits = {"max_rollouts": "rollouts", "max_verifier_calls": "verifier_calls", "max_tokens": "tokens"}
     for key, total in limits.items():
         limit = getattr(budget, key)
-        if limit is not None and run.state.totals[total] >= limit:
-            return f"acceptance.budget.{key} ({limit}) reached after {run.state.totals[total]}"
+        spent = getattr(run.state.totals, total)
+        if limit is not None and spent >= limit:
+            return f"acceptance.budget.{key} ({limit}) reached after {spent}"
     return None
 
 
@@ -267,12 +259,12 @@ def start(contract: Contract, contract_path: Path, run_dir: Path, steps: int, re
         folder.truncate_metrics(state.step)  # steps after the checkpoint are redone and logged once
     # one process owns the record store: opening it also clears orphans of interrupted writes
     records = RecordStore(folder.records, contract.records.shard_rows, setup.fault.records) if setup.main else None
-    prompts = rollout.Prompts(setup)
+    setup.engine.sync(setup.policy, state.optimizer_steps)  # a resumed run's weights, wherever it samples
     ahead = None
     if overlap.allowed(setup):
         ahead = Ahead(setup)
-        ahead.restore(state.ahead, prompts)
-    return Run(setup, state, folder, records, monitor, prompts, contract_path, steps, ahead)
+        ahead.restore(state.ahead)
+    return Run(setup, state, folder, records, monitor, contract_path, steps, ahead)
 
 
 def check_locked_files(contract: Contract, contract_path: Path) -> None:
@@ -314,15 +306,6 @@ def _resume(
     return state
 
 
-def _rewards(contract: Contract, setup: Any) -> Any:
-    """Where rewards come from: the verifier worker, or the resources server (tool_use)."""
-    if contract.environment.kind == "tool_use":
-        from rlvr_cli.env.episodes import ToolEnv
-
-        return ToolEnv(contract, setup.folder)  # under torchrun: one server per process
-    return VerifierPool.for_contract(contract, setup.folder)
-
-
 class AlreadyFinished(RlvrError):
     """`--resume` of a run that already reached its last step."""
 
@@ -336,7 +319,7 @@ def train(
     setup = run.setup
     plan = build_plan(contract, contract_path, run_dir, steps, str(setup.device))
     plan["processes"] = setup.world
-    plan["rollout_engine"] = setup.engine
+    plan["rollout_engine"] = setup.engine_version
     plan["update_forward"] = update.forward_description(setup)
     if setup.main:
         _eprint(plan_text(plan) + (f"\nprocesses: {setup.world} (torch.distributed)" if setup.world > 1 else ""))
@@ -344,8 +327,9 @@ def train(
         run.status("running", max_steps=steps)
     try:
         # the records of every finished step are on disk when the run ends, however it ends
-        with _rewards(contract, setup) as pool, _closing(run.ahead), run.records or contextlib.nullcontext():
-            return run_steps(run, pool, progress)
+        rollout = open_rollout(contract, setup.folder, setup.renderer, setup.engine)
+        with rollout as opened, _closing(run.ahead), run.records or contextlib.nullcontext():
+            return run_steps(run, opened, progress)
     except InvalidVerdictStop as exc:
         run.status("aborted", reason=str(exc))
         _eprint(f"aborted: {exc}")

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 # ── advantages ────────────────────────────────────────────────────────────────────────
 
 
-def advantages(rewards: torch.Tensor, group_size: int, objective: Objective) -> torch.Tensor:
+def group_advantages(rewards: torch.Tensor, group_size: int, objective: Objective) -> torch.Tensor:
     """Group-relative advantages for rewards `(N,)` ordered group by group.
 
     A = r - mean(group r), divided by the std of the group (`group_std`), of every reward in
@@ -44,6 +44,21 @@ def advantages(rewards: torch.Tensor, group_size: int, objective: Objective) -> 
         batch_centered = torch.where(valid, groups - _masked_mean(groups, valid), torch.zeros_like(groups))
         centered = centered / (_std(batch_centered.view(1, -1), valid.view(1, -1), adv.std, dim=1) + adv.epsilon)
     return centered.view(-1).to(rewards.dtype)  # (N,)
+
+
+def hinted_advantages(
+    rewards: torch.Tensor, hinted: torch.Tensor, group_size: int, objective: Objective, subgroup: bool
+) -> torch.Tensor:
+    """Advantages `(N,)` for rewards ordered group by group, with `hinted` `(N,)` bool (the
+    samples shown a hint, `data.hints`): with `subgroup` (`hints.advantage: subgroup`), hinted
+    and unhinted samples are each compared only with their own kind — the other kind is left
+    out as an excluded sample is; otherwise the whole group, as `group_advantages`."""
+    if not subgroup or not bool(hinted.any()):
+        return group_advantages(rewards, group_size, objective)
+    nan = torch.full_like(rewards, float("nan"))
+    with_hint = group_advantages(torch.where(hinted, rewards, nan), group_size, objective)
+    without = group_advantages(torch.where(hinted, nan, rewards), group_size, objective)
+    return torch.where(hinted, with_hint, without)
 
 
 def _masked_mean(values: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:

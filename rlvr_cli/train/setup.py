@@ -20,7 +20,7 @@ from rlvr_cli.contract.models import Contract
 from rlvr_cli.contract.tasks import read_splits
 from rlvr_cli.data.check import check
 from rlvr_cli.data.report import DataReport
-from rlvr_cli.engine.engines import engine_for
+from rlvr_cli.engine.engines import PolicyEngine
 from rlvr_cli.errors import RlvrError
 from rlvr_cli.files import sha256_file
 from rlvr_cli.train import distributed as dist
@@ -46,8 +46,9 @@ class Setup:
     world: int
     fault: Fault  # test-only fault injection, parsed once from RLVR_FAULT
     verifier_id: str  # `module:function version sha256:...`, in every record
+    engine: PolicyEngine  # what samples (built once; receives the weights after every update)
+    engine_version: str  # the rollout engine and its version, in the plan and every record
     data_check: str | None = None  # sha256 of the run's data-check.json, in every record
-    engine: str = ""  # the rollout engine and its version, in the plan and every record
 
     @property
     def tokenizer(self) -> Any:
@@ -82,6 +83,7 @@ def build(contract: Contract, folder: Path, fault: Fault) -> Setup:
     policy_ref = contract.artifacts.policy
     policy = load_model(artifact_path(policy_ref, folder, "policy"), policy_ref.revision, dtype, device)
     optimizer = make_optimizer(contract, policy)
+    engine = make_engine(hp.sampling.engine, policy, fault)
     splits = read_splits(folder, contract.data.splits)
     return Setup(
         contract=contract,
@@ -99,8 +101,22 @@ def build(contract: Contract, folder: Path, fault: Fault) -> Setup:
         world=world,
         fault=fault,
         verifier_id=verifier_identity(contract, folder),
-        engine=engine_for(hp.sampling.engine, policy).describe(),
+        engine=engine,
+        engine_version=engine.describe(),
     )
+
+
+def make_engine(name: str, policy: Any, fault: Fault) -> PolicyEngine:
+    """The run's rollout engine, sampling from the policy itself (lean, transformers) or from
+    its own copy of the weights (vLLM; on CPU `RLVR_FAULT=engine_copy` stands in for it)."""
+    if fault.engine is None:
+        return PolicyEngine.of(name, policy)
+    import copy
+
+    engine = PolicyEngine.of(name, copy.deepcopy(policy).eval())
+    if fault.engine == "stale_engine":  # the bug this guards against: weights never reach the engine
+        engine.engine.load_weights = lambda model: None  # type: ignore[method-assign]
+    return engine
 
 
 def _version_of(library: str) -> str:

@@ -3,7 +3,7 @@ RNG states, the one thing a checkpoint holds. Plain JSON, no pickles."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rlvr_cli.errors import RlvrError
@@ -11,11 +11,27 @@ from rlvr_cli.train.sampler import Sampler
 
 
 @dataclass
+class Totals:
+    """What the run has spent so far, checked against `acceptance.budget` (`total_*` metrics)."""
+
+    rollouts: int = 0
+    verifier_calls: int = 0
+    tokens: int = 0
+
+    def as_json(self) -> dict[str, int]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Totals:
+        return cls(**{k: int(v) for k, v in data.items() if k in cls.__dataclass_fields__})
+
+
+@dataclass
 class TrainState:
     step: int  # the next step to run
     optimizer_steps: int
     sampler: Sampler
-    totals: dict[str, int] = field(default_factory=lambda: {"rollouts": 0, "verifier_calls": 0, "tokens": 0})
+    totals: Totals = field(default_factory=Totals)
     holdout_history: list[tuple[int, float, float]] = field(default_factory=list)  # (step, train, holdout)
     monitor: list[list[Any]] = field(default_factory=list)  # each rule's current streak
     ahead: dict[str, Any] | None = None  # the next step's samples, drawn ahead (train/overlap.py)
@@ -28,7 +44,7 @@ class TrainState:
         return {
             "step": self.step,
             "optimizer_steps": self.optimizer_steps,
-            "totals": dict(self.totals),
+            "totals": self.totals.as_json(),
             "sampler": self.sampler.state(),
             "holdout_history": [list(h) for h in self.holdout_history],
             "monitor": self.monitor,
@@ -44,7 +60,7 @@ class TrainState:
             step=int(data["step"]),
             optimizer_steps=int(data["optimizer_steps"]),
             sampler=Sampler(sampler["size"], sampler["seed"], sampler["epoch"], sampler["position"]),
-            totals={k: int(v) for k, v in data["totals"].items()},
+            totals=Totals.from_json(data["totals"]),
             holdout_history=[(int(s), float(t), float(h)) for s, t, h in data["holdout_history"]],
             monitor=[list(v) for v in data["monitor"]],
             ahead=data.get("ahead"),

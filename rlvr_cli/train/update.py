@@ -1,5 +1,7 @@
-"""Advantages and the update: `updates_per_batch` optimizer passes over the micro-batches of
-one step's kept samples, with the contract's objective (train/objective.py)."""
+"""The update, one function per stage of `train_step` (train/loop.py): the reference's
+log-probs, the KL penalty in the reward (when placed there), advantages (train/objective.py),
+the ratio's denominator, then `updates_per_batch` optimizer passes over the micro-batches of
+one step's kept samples with the contract's objective."""
 
 from __future__ import annotations
 
@@ -12,9 +14,9 @@ from rlvr_cli.contract.models import Contract
 from rlvr_cli.engine.forward import Batch, make_batch, token_logprobs
 from rlvr_cli.engine.packed import Packed, packed_logprobs
 from rlvr_cli.engine.shared import shared_prompt_logprobs, shares_prompts
-from rlvr_cli.env.scoring import Sample
+from rlvr_cli.env.sample import Sample
+from rlvr_cli.rollout import hints
 from rlvr_cli.train import distributed as dist
-from rlvr_cli.train import hints
 from rlvr_cli.train import objective as obj
 from rlvr_cli.train.setup import Setup
 from rlvr_cli.train.state import TrainState
@@ -102,39 +104,60 @@ def sampling_logprobs(setup: Setup, samples: list[Sample]) -> None:
         s.old_logp = row[: len(s.response_ids)]
 
 
-def advantages(setup: Setup, flat: list[Sample], rewards: torch.Tensor) -> torch.Tensor:
-    """Advantages over the whole (all-rank) batch, returned for this rank's samples `(N,)`."""
+def reference_logprobs(setup: Setup, fwd: Forward) -> torch.Tensor | None:
+    """`(B, T)` the frozen reference's log-probs of the trained samples (None without one)."""
+    if setup.reference is None or not fwd.parts:
+        return None
+    return fwd.logprobs(setup.reference, setup.contract.hyperparameters.sampling.temperature)
+
+
+def rewards_with_kl(
+    setup: Setup, flat: list[Sample], fwd: Forward, ref: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Rewards `(N,)` of the step's accepted samples (NaN: not trained), minus β·KL when the
+    contract places the KL penalty in the reward (`kl.placement: reward`), which must exist
+    before advantages; then also the policy's log-probs it took `(B, T)`, the old ones."""
+    o = setup.contract.objective
+    kept = [i for i, s in enumerate(flat) if s.kept]
+    rewards = torch.tensor([s.reward if s.kept else math.nan for s in flat], dtype=torch.float64)  # (N,)
+    if ref is None or o.kl.placement != "reward" or o.kl.coef <= 0:
+        return rewards, None
+    old = fwd.logprobs(setup.policy, setup.contract.hyperparameters.sampling.temperature)
+    kl = obj.sequence_kl(old, ref, fwd.batch.response_mask, o.kl.estimator).double().cpu()  # (B,)
+    rewards[torch.tensor(kept, dtype=torch.long)] -= o.kl.coef * kl
+    return rewards, old
+
+
+def step_advantages(setup: Setup, flat: list[Sample], rewards: torch.Tensor) -> torch.Tensor:
+    """Advantages over the whole (all-rank) batch, written into each sample and returned for
+    this rank's trained samples `(B,)`."""
+    contract, subgroup = setup.contract, hints.subgroup(setup.contract)
+    size = contract.hyperparameters.group_size
     if not dist.active():
         shown = torch.tensor([s.hint is not None for s in flat], dtype=torch.bool)
-        return hints.advantages(setup.contract, rewards, shown).float()
-    mine = [(s.group, s.index, r, s.hint is not None) for s, r in zip(flat, rewards.tolist(), strict=True)]
-    ordered = sorted(item for part in dist.gather(mine) for item in part)
-    position = {(g, i): k for k, (g, i, _, _) in enumerate(ordered)}
-    every_reward = torch.tensor([r for _, _, r, _ in ordered], dtype=torch.float64)
-    adv = hints.advantages(setup.contract, every_reward, torch.tensor([h for *_, h in ordered], dtype=torch.bool))
-    return torch.stack([adv[position[(s.group, s.index)]] for s in flat]).float()
-
-
-def learn(setup: Setup, state: TrainState, groups: list[list[Sample]]) -> dict[str, float]:
-    """Rewards (minus the KL penalty when it sits in the reward) → advantages → the update."""
-    o, temperature = setup.contract.objective, setup.contract.hyperparameters.sampling.temperature
-    flat = [s for g in groups for s in g]
-    kept = [i for i, s in enumerate(flat) if s.kept]
-    trained = [flat[i] for i in kept]
-    fwd = Forward.of(setup, trained)
-    ref = fwd.logprobs(setup.reference, temperature) if setup.reference is not None and trained else None  # (B, T)
-    rewards = torch.tensor([s.reward if s.kept else math.nan for s in flat], dtype=torch.float64)  # (N,)
-    old = None
-    if ref is not None and o.kl.placement == "reward" and o.kl.coef > 0:
-        old = fwd.logprobs(setup.policy, temperature)  # the KL penalty must exist before advantages
-        kl = obj.sequence_kl(old, ref, fwd.batch.response_mask, o.kl.estimator).double().cpu()  # (B,)
-        rewards[torch.tensor(kept, dtype=torch.long)] -= o.kl.coef * kl
-    if any(s.revision < state.optimizer_steps for s in trained):  # sampled ahead by older weights
-        old = _sampled_logprobs(trained, fwd.batch.response_mask).to(setup.device)
-    adv = advantages(setup, flat, rewards)  # (N,)
+        adv = obj.hinted_advantages(rewards, shown, size, contract.objective, subgroup).float()
+    else:
+        mine = [(s.group, s.index, r, s.hint is not None) for s, r in zip(flat, rewards.tolist(), strict=True)]
+        ordered = sorted(item for part in dist.gather(mine) for item in part)
+        position = {(g, i): k for k, (g, i, _, _) in enumerate(ordered)}
+        every_reward = torch.tensor([r for _, _, r, _ in ordered], dtype=torch.float64)
+        shown = torch.tensor([h for *_, h in ordered], dtype=torch.bool)
+        every = obj.hinted_advantages(every_reward, shown, size, contract.objective, subgroup)
+        adv = torch.stack([every[position[(s.group, s.index)]] for s in flat]).float() if flat else torch.zeros(0)
     for s, a in zip(flat, adv.tolist(), strict=True):
         s.advantage = a
-    return update(setup, state, trained, adv[kept].to(setup.device), fwd, old, ref)
+    kept = [i for i, s in enumerate(flat) if s.kept]
+    return adv[kept].to(setup.device)
+
+
+def ratio_denominator(
+    setup: Setup, state: TrainState, trained: list[Sample], fwd: Forward, old: torch.Tensor | None
+) -> torch.Tensor | None:
+    """The old log-probs of the ratio: those each sample was drawn with when the weights moved
+    since (sampled ahead, train/overlap.py); else `old` (or None: the first pass's own)."""
+    if any(s.revision < state.optimizer_steps for s in trained):
+        return _sampled_logprobs(trained, fwd.batch.response_mask).to(setup.device)
+    return old
 
 
 def _sampled_logprobs(samples: list[Sample], mask: torch.Tensor) -> torch.Tensor:
@@ -156,7 +179,7 @@ def normalisers(contract: Contract, tokens: float, sequences: float) -> dict[str
     return {"total_tokens": tokens, "total_sequences": float(sequences)}
 
 
-def update(
+def optimizer_passes(
     setup: Setup,
     state: TrainState,
     samples: list[Sample],

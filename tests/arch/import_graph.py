@@ -21,9 +21,10 @@ LAYERS = {
     "chat": 3,
     "engine": 4,
     "env": 5,
-    "train": 6,
-    "audit": 6,
-    "cli": 7,  # cli.py, __main__.py, commands/
+    "rollout": 6,  # the one rollout interface: single-turn and tool-use, for training and audits alike
+    "train": 7,
+    "audit": 7,
+    "cli": 8,  # cli.py, __main__.py, commands/
 }
 _BASE = {"errors", "files", "metrics", "codes", "store", "__init__"}
 _CLI = {"cli", "__main__", "commands"}

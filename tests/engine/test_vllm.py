@@ -31,10 +31,15 @@ def policy(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped
     return AutoModelForCausalLM.from_pretrained(folder, torch_dtype=torch.float32).cuda().eval()
 
 
-def test_vllm_samples_with_the_trainers_log_probs_and_stops(policy) -> None:  # type: ignore[no-untyped-def]
+@pytest.fixture(scope="module")
+def engine(policy):  # type: ignore[no-untyped-def]
+    """One engine for the module, as a run holds one (starting vLLM takes seconds)."""
     from rlvr_cli.engine.vllm_engine import VllmEngine
 
-    engine = VllmEngine.colocated(policy)
+    return VllmEngine(policy)
+
+
+def test_vllm_samples_with_the_trainers_log_probs_and_stops(policy, engine) -> None:  # type: ignore[no-untyped-def]
     prompts = [[5, 6, 7, 8], [9, 10, 11]]
     params = SamplingParams(12, 0.8, 1.0, 0, (3,), 0)
     out = engine.sample(prompts, params, seed=1)
@@ -48,10 +53,7 @@ def test_vllm_samples_with_the_trainers_log_probs_and_stops(policy) -> None:  # 
         assert torch.allclose(torch.tensor(g.logprobs), trained[row, : len(g.logprobs)].cpu(), atol=1e-2)
 
 
-def test_vllm_takes_new_weights_in_memory(policy) -> None:  # type: ignore[no-untyped-def]
-    from rlvr_cli.engine.vllm_engine import VllmEngine
-
-    engine = VllmEngine.colocated(policy)
+def test_vllm_takes_new_weights_in_memory(policy, engine) -> None:  # type: ignore[no-untyped-def]
     params = SamplingParams(8, 0.0, 1.0, 0, (3,), 0)
     before = engine.sample([[5, 6, 7]], params, seed=0)[0].response_ids
     with torch.no_grad():

@@ -1,4 +1,4 @@
-"""Tool-use training episodes (`train/episodes.py`) on the tool-use template's file-editing
+"""Tool-use rollouts (`rollout/tool_use.py`) on the tool-use template's file-editing
 server and its chatml model: token in, token out (the sampled ids are trained as sampled, the
 template's inserted ids carry mask 0 and re-rendering the finished transcript gives the same
 ids), one verdict per episode from the server, the token budget across turns, and `rlvr train`
@@ -35,31 +35,40 @@ def agent(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-def scripted(setup: Any, scripts: list[list[str]], calls: list[int]) -> Any:
-    """A stand-in for the sampler: row r of the batch gets turn t of script r (as token ids,
+class Scripted:
+    """A stand-in rollout engine: row r of the batch gets turn t of script r (as token ids,
     then the stop token), so the episode machinery is tested on known outputs."""
-    tok, stop = setup.tokenizer, setup.renderer.stop_ids[0]
 
-    def generate(model: Any, prompts: list[list[int]], **kw: Any) -> list[Generation]:
-        turn = calls[0]
-        calls[0] += 1
+    name = "scripted"
+
+    def __init__(self, setup: Any, scripts: list[list[str]]) -> None:
+        self.tok, self.stop, self.scripts, self.turn = setup.tokenizer, setup.renderer.stop_ids[0], scripts, 0
+
+    def sample(self, prompts: list[list[int]], params: Any, seed: int) -> list[Generation]:
+        turn, self.turn = self.turn, self.turn + 1
         out = []
         for r, _ in enumerate(prompts):
-            text = scripts[r % len(scripts)][min(turn, len(scripts[r % len(scripts)]) - 1)]
-            ids = [*tok.encode(text, add_special_tokens=False), stop]
-            out.append(Generation(ids, [1] * len(ids), "stop", kw["seed"], [-0.5] * len(ids)))
+            script = self.scripts[r % len(self.scripts)]
+            ids = [*self.tok.encode(script[min(turn, len(script) - 1)], add_special_tokens=False), self.stop]
+            out.append(Generation(ids, [1] * len(ids), "stop", seed, [-0.5] * len(ids)))
         return out
 
-    return generate
+    def load_weights(self, model: Any) -> None:
+        pass
+
+    def describe(self) -> str:
+        return "scripted"
 
 
-def play(setup: Any, folder: Path, task: dict, scripts: list[list[str]], monkeypatch: Any) -> tuple[list, list]:
+def play(setup: Any, folder: Path, task: dict, scripts: list[list[str]], monkeypatch: Any = None) -> tuple[list, list]:
     """One episode per script of `task`, against the contract's server: (samples, tool schemas)."""
-    from rlvr_cli.env import episodes
+    from rlvr_cli.engine.engines import PolicyEngine
+    from rlvr_cli.env.tool_env import ToolEnv
+    from rlvr_cli.rollout.tool_use import ToolUse
 
-    monkeypatch.setattr(episodes, "generate", scripted(setup, scripts, [0]))
-    with episodes.ToolEnv(setup.contract, folder) as env:
-        return episodes.run_episodes(setup, env, [task], len(scripts), seed=1), env.schemas
+    with ToolEnv(setup.contract, folder) as env:
+        rollout = ToolUse.of(setup.contract, setup.renderer, PolicyEngine(Scripted(setup, scripts)), env)
+        return rollout.sample([task], group_size=len(scripts), seed=1), env.schemas
 
 
 def _setup(agent: Path, budget: int = 1024) -> Any:
@@ -202,22 +211,6 @@ def test_validate_refuses_what_tool_use_training_would_ignore(agent: Path, tmp_p
     per_response = copy_experiment(agent, tmp_path / "a", [("unit: session", "unit: response")])
     found = rlvr("validate", per_response / CONTRACT)
     assert found.code == 1 and "RLV203" in found.stdout and "one reward" in found.stdout
-    ahead = copy_experiment(agent, tmp_path / "b", [("max_policy_lag: 0", "max_policy_lag: 1\n  sample_ahead: true")])
-    found = rlvr("validate", ahead / CONTRACT)
-    assert found.code == 1 and "RLV010" in found.stdout and "sample_ahead" in found.stdout
-    hinted = copy_experiment(
-        agent,
-        tmp_path / "c",
-        [
-            (
-                "hints: {used: false}",
-                "hints: {used: true, source: solutions, field: hint, leak_check: true, placement: response_prefix, "
-                "share: 1.0, until_step: 5, advantage: group}",
-            )
-        ],
-    )
-    found = rlvr("validate", hinted / CONTRACT)
-    assert found.code == 1 and "RLV010" in found.stdout and "hint" in found.stdout
     assert rlvr("validate", agent / CONTRACT).code == 0
 
 

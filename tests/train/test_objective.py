@@ -9,9 +9,9 @@ import torch
 
 from rlvr_cli.contract.models import Objective
 from rlvr_cli.train.objective import (
-    advantages,
     aggregate,
     clipped_surrogate,
+    group_advantages,
     group_outcomes,
     kl_estimate,
     policy_loss,
@@ -46,32 +46,32 @@ def close(a: torch.Tensor, b: list[float], tol: float = 1e-5) -> None:
 
 def test_group_std_population_and_sample() -> None:
     rewards = torch.tensor([1.0, 0.0, 0.0, 1.0])
-    close(advantages(rewards, 4, objective(std="population")), [1, -1, -1, 1])  # mean .5, std .5
+    close(group_advantages(rewards, 4, objective(std="population")), [1, -1, -1, 1])  # mean .5, std .5
     s = 0.5 / math.sqrt(1 / 3)  # sample std of the group: sqrt(4 * .25 / 3)
-    close(advantages(rewards, 4, objective(std="sample")), [s, -s, -s, s])
+    close(group_advantages(rewards, 4, objective(std="sample")), [s, -s, -s, s])
 
 
 def test_epsilon_is_added_to_the_std() -> None:
-    close(advantages(torch.tensor([1.0, 0.0]), 2, objective(epsilon=0.5)), [0.5, -0.5])  # .5 / (.5 + .5)
+    close(group_advantages(torch.tensor([1.0, 0.0]), 2, objective(epsilon=0.5)), [0.5, -0.5])  # .5 / (.5 + .5)
 
 
 def test_batch_std_and_none() -> None:
     rewards = torch.tensor([1.0, 0.0, 1.0, 1.0])  # groups [1, 0] and [1, 1]
     batch_std = math.sqrt(0.1875)  # rewards' mean .75: (3 · .0625 + .5625) / 4
-    close(advantages(rewards, 2, objective(scale="batch_std")), [0.5 / batch_std, -0.5 / batch_std, 0, 0])
-    close(advantages(rewards, 2, objective(scale="none", std=None, epsilon=None)), [0.5, -0.5, 0, 0])
+    close(group_advantages(rewards, 2, objective(scale="batch_std")), [0.5 / batch_std, -0.5 / batch_std, 0, 0])
+    close(group_advantages(rewards, 2, objective(scale="none", std=None, epsilon=None)), [0.5, -0.5, 0, 0])
 
 
 def test_all_equal_group_is_exactly_zero_and_counted() -> None:
     rewards = torch.tensor([0.1, 0.1, 0.1, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0])
-    adv = advantages(rewards, 3, objective(epsilon=1e-6))
+    adv = group_advantages(rewards, 3, objective(epsilon=1e-6))
     assert torch.equal(adv[:9], torch.zeros(9))  # no epsilon-made signal
     assert group_outcomes(rewards, 3, best=1.0) == {"groups": 4, "zero_std": 3, "all_correct": 1, "all_wrong": 1}
 
 
 def test_excluded_samples_leave_the_group_statistics() -> None:
     rewards = torch.tensor([1.0, float("nan"), 0.0, 0.0])  # valid [1, 0, 0]: mean 1/3
-    close(advantages(rewards, 4, objective(scale="none", std=None, epsilon=None)), [2 / 3, 0, -1 / 3, -1 / 3])
+    close(group_advantages(rewards, 4, objective(scale="none", std=None, epsilon=None)), [2 / 3, 0, -1 / 3, -1 / 3])
 
 
 def test_clipped_surrogate_positive_and_negative_advantage() -> None:

@@ -26,10 +26,9 @@ def rss():
 
 
 def main():
-    from rlvr_cli.env.single_turn import VerifierPool
+    from rlvr_cli.rollout.rollouts import open_rollout
     from rlvr_cli.train.faults import Fault
     from rlvr_cli.train.loop import train_step
-    from rlvr_cli.train.rollout import Prompts
     from rlvr_cli.train.setup import build
     from rlvr_cli.train.state import TrainState
 
@@ -38,10 +37,9 @@ def main():
     base = rss()
     setup = build(contract, path.resolve().parent, Fault.none())
     state = TrainState.fresh(len(setup.train_tasks), contract.hyperparameters.seed)
-    prompts = Prompts(setup)
-    with VerifierPool(contract.environment.verifier, path.resolve().parent, 5) as pool:
+    with open_rollout(contract, path.resolve().parent, setup.renderer, setup.engine) as rollout:
         for _ in range(3):
-            train_step(setup, state, prompts, pool)
+            train_step(setup, state, rollout)
             state.step += 1
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     terms = estimate(contract, load_shape(contract, path.resolve().parent))

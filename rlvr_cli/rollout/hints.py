@@ -10,7 +10,9 @@ with the task's hint so that the group can hold a correct answer to learn from.
   context like the prompt's and are never trained; the verifier reads hint + continuation.
 - Advantages: `advantage: group` compares every sample of a group together; `subgroup`
   compares hinted samples with hinted ones and unhinted with unhinted (each its own mean and
-  std, as the contract's advantage section says).
+  std, as the contract's advantage section says): train/objective.py `hinted_advantages`.
+- Both rollouts show hints: a single-turn response and a tool-use episode's first turn (its
+  prompt, or the start of its first response).
 - Holdout evaluation, gates and audits never show a hint: they do not call this module.
 """
 
@@ -19,11 +21,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import torch
-
 from rlvr_cli.contract.models import Contract
-from rlvr_cli.env.scoring import Sample
-from rlvr_cli.train import objective as obj
+from rlvr_cli.env.sample import Sample
 
 DEFAULT_FORMAT = "{prompt}\n\nHint: {hint}"
 
@@ -71,18 +70,10 @@ def prefix(contract: Contract) -> bool:
     return active(contract) and contract.data.hints.placement == "response_prefix"  # type: ignore[union-attr]
 
 
-def advantages(contract: Contract, rewards: torch.Tensor, hinted: torch.Tensor) -> torch.Tensor:
-    """Advantages `(N,)` for rewards ordered group by group, with `hinted` `(N,)` bool: under
-    `advantage: subgroup`, hinted and unhinted samples are each compared only with their own
-    kind (the other kind is left out as an excluded sample is); otherwise the whole group."""
-    size, objective = contract.hyperparameters.group_size, contract.objective
-    hints = contract.data.hints
-    if hints is None or not hints.used or hints.advantage != "subgroup" or not bool(hinted.any()):
-        return obj.advantages(rewards, size, objective)
-    nan = torch.full_like(rewards, math.nan)
-    with_hint = obj.advantages(torch.where(hinted, rewards, nan), size, objective)
-    without = obj.advantages(torch.where(hinted, nan, rewards), size, objective)
-    return torch.where(hinted, with_hint, without)
+def subgroup(contract: Contract) -> bool:
+    """`hints.advantage: subgroup`: hinted samples compared with hinted ones only
+    (train/objective.py `hinted_advantages`)."""
+    return active(contract) and contract.data.hints.advantage == "subgroup"  # type: ignore[union-attr]
 
 
 def metrics(contract: Contract, generated: list[Sample]) -> dict[str, float]:

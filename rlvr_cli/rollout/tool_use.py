@@ -1,8 +1,7 @@
-"""Multi-turn tool-use rollouts for training, holdout evaluation, gates and reward audits: every
-episode of a batch advances together, one batched sampling call per turn, and the sessions'
-seeds, tool calls and verifications go to the resources server as one request each
-(`POST /batch`, env/batch.py). `setup` is anything with `contract`, `renderer`, `policy` and
-`tokenizer` (the trainer's `Setup`, or a policy loaded for evaluation).
+"""Tool-use rollouts (`ToolUse`), for training, holdout evaluation, gates and reward audits:
+every episode of a batch advances together, one batched call of the engine per turn, and the
+sessions' seeds, tool calls and verifications go to the resources server (`env/tool_env.py`)
+as one request each (`POST /batch`, env/batch.py).
 
 Token in, token out: an episode's sequence is its prompt ids, then for each turn the ids the
 policy sampled (loss mask 1, with their sampling log-probs) and the ids the chat template
@@ -15,54 +14,35 @@ and inserted, across all turns. An episode ends when the model answers without a
 (`budget`: finish `length`, handled by `length.on_truncated`), or when the template cannot
 continue it (`template`). Then the session is verified (`reward.unit: trajectory` / `session`:
 one reward for the episode, forbidden tools and golden paths included) and closed.
+
+Hints (`data.hints`): a hinted episode's prompt carries the hint (`placement: prompt`), or its
+first response starts with the hint's tokens (`response_prefix`: in the context like the
+prompt's, never trained, and part of the first turn's text the calls are parsed from).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from rlvr_cli.chat.masks import sampled_mask
-from rlvr_cli.contract.tasks import fit_prompt, messages_of
-from rlvr_cli.engine.generate import generate, response_text
-from rlvr_cli.env.agent import EnvClient, EnvHTTPError, EnvTimeout, environment_process
+from rlvr_cli.contract.models import Contract
+from rlvr_cli.engine.engines import PolicyEngine
+from rlvr_cli.engine.generate import response_text
+from rlvr_cli.engine.types import SamplingParams
+from rlvr_cli.env.agent import EnvHTTPError, EnvTimeout
 from rlvr_cli.env.model import CallIds, parse_completion, to_chat
-from rlvr_cli.env.scoring import Sample, apply_verdict, needs_verdict
+from rlvr_cli.env.sample import Sample
+from rlvr_cli.env.scoring import apply_verdict, needs_verdict
+from rlvr_cli.env.tool_env import ToolEnv
 from rlvr_cli.env.verdict import Verdict
-
-
-class ToolEnv:
-    """The resources server for the length of a run: started here (`module:Class`) or reached
-    at its URL, its declaration checked against the contract before the first episode."""
-
-    def __init__(self, contract: Any, folder: Path) -> None:
-        self.contract, self.folder = contract, folder
-        self._stack = contextlib.ExitStack()
-        self.client: EnvClient | None = None
-        self.schemas: list[dict[str, Any]] = []
-
-    def __enter__(self) -> ToolEnv:
-        env = self.contract.environment
-        try:
-            endpoint = self._stack.enter_context(environment_process(env.server, self.folder))
-            self.client = EnvClient(endpoint, timeout_s=env.timeout_s)
-            self._stack.callback(self.client.close)
-            self.client.check_declaration(env.tools, env.forbidden_tools)
-            self.schemas = self.client.tools()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        self._stack.close()
+from rlvr_cli.rollout import hints
+from rlvr_cli.rollout.base import Times
+from rlvr_cli.rollout.prompts import Prompts
 
 
 @dataclass
@@ -85,6 +65,8 @@ class Episode:
     error: str = ""
     server_calls: list[Any] | None = None  # the server's own log of the session's calls
     call_ids: CallIds = field(default_factory=CallIds)
+    hint: str | None = None
+    prefix: str = ""  # the first response starts with this text (a hint as response prefix)
 
     def add(self, ids: list[int], mask: int, logp: list[float] | None = None) -> None:
         self.ids += ids
@@ -92,42 +74,100 @@ class Episode:
         self.logp += logp if logp is not None else [0.0] * len(ids)
 
 
-def run_episodes(
-    setup: Any,
-    env: ToolEnv,
-    tasks: list[dict[str, Any]],
-    k: int,
-    seed: int,
-    *,
-    groups: list[int] | None = None,
-    round_: int = 0,
-    revision: int = 0,
-    greedy: bool = False,
-) -> list[Sample]:
-    """`k` episodes of every task, verified; as Samples in task order. `groups`: each task's
-    group number in the step (default 0, 1, ...)."""
-    contract = setup.contract
-    episodes = []
-    for g, task in enumerate(tasks):
-        messages = messages_of(task)
-        ids = setup.renderer.prompt_ids(messages, env.schemas or None)
-        prompt = fit_prompt(contract.length, task, ids, "the prompt with the tool schemas")
-        group = groups[g] if groups is not None else g
-        episodes += [Episode(task, group, j, prompt, list(messages)) for j in range(k)]
-    _open(env, episodes)
-    for turn in range(contract.environment.max_steps):
-        active = [e for e in episodes if not e.ended]
-        if not active:
-            break
-        _turn(setup, env, active, seed * 1_009 + turn, greedy, last=turn == contract.environment.max_steps - 1)
-    samples = [_sample(setup, e, seed, round_, revision) for e in episodes]
-    verdicts = _verify(env, episodes)
-    for episode, sample, (verdict, seconds) in zip(episodes, samples, verdicts, strict=True):
-        if needs_verdict(contract, sample):
-            apply_verdict(contract, sample, verdict, seconds)
-        sample.transcript["verdict"] = verdict.as_json()  # type: ignore[index]
-        sample.transcript["server_calls"] = episode.server_calls  # type: ignore[index]
-    return samples
+@dataclass
+class ToolUse:
+    contract: Contract
+    renderer: Any
+    engine: PolicyEngine
+    env: ToolEnv
+    prompts: Prompts
+
+    @staticmethod
+    def reward_source(contract: Contract, folder: Path) -> ToolEnv:
+        return ToolEnv(contract, folder)
+
+    @classmethod
+    def of(cls, contract: Contract, renderer: Any, engine: PolicyEngine, env: ToolEnv) -> ToolUse:
+        """`env` must be open (its tool schemas are part of every prompt)."""
+        return cls(contract, renderer, engine, env, Prompts(contract, renderer, env.schemas))
+
+    def using(self, engine: PolicyEngine) -> ToolUse:
+        return replace(self, engine=engine)
+
+    def sample(
+        self,
+        tasks: Sequence[dict[str, Any]],
+        *,
+        group_size: int,
+        seed: int,
+        round_: int = 0,
+        revision: int = 0,
+        greedy: bool = False,
+        hinted: int = 0,
+        groups: Sequence[int] | None = None,
+        times: Times | None = None,
+    ) -> list[Sample]:
+        """`group_size` episodes of every task, verified; as Samples in task order."""
+        start = time.perf_counter()
+        contract, env, k = self.contract, self.env, group_size
+        prefix = hints.prefix(contract)
+        episodes = []
+        for g, task in enumerate(tasks):
+            group = groups[g] if groups is not None else g
+            hint = hints.hint_of(contract, task) if hinted else None
+            for j in range(k):
+                shown = hint if j < hinted else None
+                messages = self.prompts.messages(task, shown)
+                episode = Episode(task, group, j, self.prompts.ids(task, shown is not None), list(messages))
+                episode.hint, episode.prefix = shown, shown if shown is not None and prefix else ""
+                episodes.append(episode)
+        _open(env, episodes)
+        params = SamplingParams.of(contract, self.renderer, greedy)
+        for turn in range(contract.environment.max_steps):
+            active = [e for e in episodes if not e.ended]
+            if not active:
+                break
+            last = turn == contract.environment.max_steps - 1
+            _turn(self, active, params, seed * 1_009 + turn, revision, last=last)
+        samples = [_sample(e, seed, round_, revision) for e in episodes]
+        verdicts = _verify(env, episodes)
+        for episode, sample, (verdict, seconds) in zip(episodes, samples, verdicts, strict=True):
+            if needs_verdict(contract, sample):
+                apply_verdict(contract, sample, verdict, seconds)
+            sample.transcript["verdict"] = verdict.as_json()  # type: ignore[index]
+            sample.transcript["server_calls"] = episode.server_calls  # type: ignore[index]
+        if times is not None:
+            times.generate += time.perf_counter() - start
+        return samples
+
+    def sample_share(
+        self,
+        tasks: Sequence[dict[str, Any]],
+        *,
+        rank: int,
+        world: int,
+        group_size: int,
+        seed: int,
+        round_: int,
+        revision: int,
+        hinted: int,
+        times: Times | None = None,
+    ) -> tuple[list[Sample], list[dict[str, Any]]]:
+        """This process's groups as one batch against its own server, seeded by rank (a
+        turn's round trips are paid once for the share, not once per group)."""
+        groups = list(range(rank, len(tasks), world))
+        mine = [tasks[g] for g in groups]
+        samples = self.sample(
+            mine,
+            group_size=group_size,
+            seed=seed * 10_007 + rank,
+            round_=round_,
+            revision=revision,
+            hinted=hinted,
+            groups=groups,
+            times=times,
+        )
+        return samples, mine
 
 
 def _results(env: ToolEnv, ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -157,30 +197,22 @@ def _open(env: ToolEnv, episodes: list[Episode]) -> None:
             episode.error, episode.ended = f"seeding the session failed: {_failure(result)}", "seed_error"
 
 
-def _turn(setup: Any, env: ToolEnv, active: list[Episode], seed: int, greedy: bool, last: bool) -> None:
+def _turn(
+    rollout: ToolUse, active: list[Episode], params: SamplingParams, seed: int, revision: int, last: bool
+) -> None:
     """One model call for every active episode (one batched sample), then their tool calls."""
-    contract, hp = setup.contract, setup.contract.hyperparameters
-    budget = contract.length.max_response_tokens
+    renderer = rollout.renderer
+    budget = rollout.contract.length.max_response_tokens
     room = [budget - len(e.ids) for e in active]
-    gens = generate(
-        setup.policy,
-        [e.prompt_ids + e.ids for e in active],
-        max_new_tokens=max(room),
-        temperature=0.0 if greedy else hp.sampling.temperature,
-        top_p=hp.sampling.top_p,
-        top_k=hp.sampling.top_k,
-        stop_ids=setup.renderer.stop_ids,
-        pad_id=setup.renderer.pad_id,
-        seed=seed,
-        engine=hp.sampling.engine,
-    )
+    gens = rollout.engine.sample([e.prompt_ids + e.ids for e in active], params.up_to(max(room)), seed, revision)
     pending = []
     for episode, gen, left in zip(active, gens, room, strict=True):
-        mask, finish = sampled_mask(gen.response_ids[:left], setup.renderer.stop_ids)
+        mask, finish = sampled_mask(gen.response_ids[:left], renderer.stop_ids)
         kept = gen.response_ids[: sum(mask)]  # through the stop token
         start = len(episode.ids)
+        first = not episode.turns
         episode.add(kept, 1, list(gen.logprobs[: len(kept)]))
-        text = response_text(setup.tokenizer, kept, finish)
+        text = (episode.prefix if first else "") + response_text(renderer.tokenizer, kept, finish)
         output = parse_completion(text, episode.call_ids)
         episode.items += output
         calls = [i for i in output if i.get("type") == "function_call"]
@@ -194,9 +226,9 @@ def _turn(setup: Any, env: ToolEnv, active: list[Episode], seed: int, greedy: bo
             episode.ended = "max_steps"
         else:
             pending.append((episode, calls))
-    outputs = _call_tools(env, pending)
+    outputs = _call_tools(rollout.env, pending)
     for (episode, calls), outs in zip(pending, outputs, strict=True):
-        _continue(setup, env, episode, calls, outs, budget)
+        _continue(renderer, rollout.env, episode, calls, outs, budget)
 
 
 def _call_tools(env: ToolEnv, pending: list[tuple[Episode, list[dict[str, Any]]]]) -> list[list[dict[str, Any]]]:
@@ -232,7 +264,12 @@ def _output(call: dict[str, Any], output: str) -> dict[str, Any]:
 
 
 def _continue(
-    setup: Any, env: ToolEnv, episode: Episode, calls: list[dict[str, Any]], outputs: list[dict[str, Any]], budget: int
+    renderer: Any,
+    env: ToolEnv,
+    episode: Episode,
+    calls: list[dict[str, Any]],
+    outputs: list[dict[str, Any]],
+    budget: int,
 ) -> None:
     """Append the tool results and the next generation prompt as the template renders them."""
     turn = episode.turns[-1]
@@ -244,7 +281,7 @@ def _continue(
     episode.items += outputs
     added = to_chat(outputs)
     try:
-        glue = setup.renderer.continuation(before, added, env.schemas or None)
+        glue = renderer.continuation(before, added, env.schemas or None)
     except ValueError as exc:  # the template rewrites history: this episode cannot go on token-exactly
         episode.ended, turn["error"] = "template", str(exc)
         return
@@ -286,20 +323,20 @@ def _verdict(episode: Episode, result: dict[str, Any]) -> Verdict:
         return Verdict("verifier_error", detail=f"verify failed: {exc}")
 
 
-def _sample(setup: Any, episode: Episode, seed: int, round_: int, revision: int) -> Sample:
-    finish = "length" if episode.ended == "budget" else "stop"
+def _sample(episode: Episode, seed: int, round_: int, revision: int) -> Sample:
     sample = Sample(
-        episode.task,
-        episode.group,
-        episode.index,
-        episode.prompt_ids,
-        episode.ids,
-        episode.mask,
-        finish,
-        seed,
-        round_,
+        task=episode.task,
+        group=episode.group,
+        index=episode.index,
+        prompt_ids=episode.prompt_ids,
+        response_ids=episode.ids,
+        mask=episode.mask,
+        finish="length" if episode.ended == "budget" else "stop",
+        seed=seed,
+        round=round_,
         text=episode.final,
         revision=revision,
+        hint=episode.hint,
         sampling_logp=episode.logp,
     )
     sample.transcript = {

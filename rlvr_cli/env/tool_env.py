@@ -1,0 +1,40 @@
+"""The resources server for the length of a run or an evaluation: the reward source of
+tool-use rollouts (rlvr_cli/rollout/tool_use.py)."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any
+
+from rlvr_cli.env.agent import EnvClient, environment_process
+
+
+class ToolEnv:
+    """The resources server for the length of a run: started here (`module:Class`) or reached
+    at its URL, its declaration checked against the contract before the first episode."""
+
+    def __init__(self, contract: Any, folder: Path) -> None:
+        self.contract, self.folder = contract, folder
+        self._stack = contextlib.ExitStack()
+        self.client: EnvClient | None = None
+        self.schemas: list[dict[str, Any]] = []
+
+    def __enter__(self) -> ToolEnv:
+        env = self.contract.environment
+        try:
+            endpoint = self._stack.enter_context(environment_process(env.server, self.folder))
+            self.client = EnvClient(endpoint, timeout_s=env.timeout_s)
+            self._stack.callback(self.client.close)
+            self.client.check_declaration(env.tools, env.forbidden_tools)
+            self.schemas = self.client.tools()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._stack.close()

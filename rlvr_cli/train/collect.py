@@ -1,0 +1,119 @@
+"""Collect one step's groups: take tasks → sample (verdicts included) → accept, round after
+round. `prompts_per_step` groups of `group_size` samples come from the contract's rollout
+(`rlvr_cli/rollout/`); with dynamic sampling, all-equal groups are dropped and more are
+sampled, up to `max_rounds` rounds; the first round may have been sampled ahead, during the
+previous step's update (train/overlap.py)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from rlvr_cli.env.sample import Sample
+from rlvr_cli.rollout import hints
+from rlvr_cli.rollout.base import Rollout, Times
+from rlvr_cli.train.objective import uniform_groups
+from rlvr_cli.train.setup import Setup
+from rlvr_cli.train.state import TrainState
+
+
+@dataclass
+class StepTimes(Times):
+    """The phases of a step, in seconds (`time_generate_s`, `time_score_s`, `time_update_s`)."""
+
+    update: float = 0.0
+
+    def metrics(self) -> dict[str, float]:
+        return {"time_generate_s": self.generate, "time_score_s": self.score, "time_update_s": self.update}
+
+
+@dataclass
+class StepResult:
+    """What one step produced: accepted groups for the update, every sample for the records."""
+
+    accepted: list[list[Sample]] = field(default_factory=list)
+    generated: list[Sample] = field(default_factory=list)
+    rounds: int = 0
+    times: StepTimes = field(default_factory=StepTimes)
+
+
+def step_seed(setup: Setup, step: int, round_: int) -> int:
+    return setup.contract.hyperparameters.seed * 1_000_003 + step * 101 + round_
+
+
+def draw(
+    setup: Setup, rollout: Rollout, indices: list[int], step: int, round_: int, revision: int, first: int, times: Times
+) -> tuple[list[Sample], list[dict[str, Any]]]:
+    """The groups of the train tasks at `indices`, sampled and verified: this process's share
+    under torchrun; with `first`, the step's number of the first group. Returns the samples and
+    their tasks, group by group."""
+    hp = setup.contract.hyperparameters
+    tasks = [setup.train_tasks[i] for i in indices]
+    seed = step_seed(setup, step, round_)
+    hinted = hints.hinted_per_group(setup.contract, step)
+    if setup.per_group_seeds:
+        return rollout.sample_share(
+            tasks,
+            rank=setup.rank,
+            world=setup.world,
+            group_size=hp.group_size,
+            seed=seed,
+            round_=round_,
+            revision=revision,
+            hinted=hinted,
+            times=times,
+        )
+    groups = list(range(first, first + len(tasks)))
+    samples = rollout.sample(
+        tasks,
+        group_size=hp.group_size,
+        seed=seed,
+        round_=round_,
+        revision=revision,
+        hinted=hinted,
+        groups=groups,
+        times=times,
+    )
+    return samples, tasks
+
+
+def collect(setup: Setup, state: TrainState, rollout: Rollout, ahead: Any = None) -> StepResult:
+    hp = setup.contract.hyperparameters
+    ds = setup.contract.length.dynamic_sampling
+    drop = bool(ds and ds.drop_uniform_groups)
+    result = StepResult()
+    for round_ in range(ds.max_rounds if drop else 1):  # type: ignore[union-attr]
+        missing = hp.prompts_per_step - len(result.accepted)
+        if missing <= 0:
+            break
+        start = time.perf_counter()
+        early = ahead.take(state.step) if ahead is not None and round_ == 0 else None
+        if early is not None:  # sampled during the previous step's update (train/overlap.py)
+            samples, tasks = early
+            result.times.generate += time.perf_counter() - start  # the wait, if any
+        else:
+            first = len(result.generated) // hp.group_size
+            indices = state.sampler.take(missing)
+            samples, tasks = draw(
+                setup, rollout, indices, state.step, round_, state.optimizer_steps, first, result.times
+            )
+        result.generated += samples
+        result.rounds = round_ + 1
+        accept(hp.group_size, samples, tasks, drop, result)
+    return result
+
+
+def accept(size: int, samples: list[Sample], tasks: list[dict[str, Any]], drop: bool, result: StepResult) -> None:
+    """Groups into the update; with dynamic sampling, all-equal groups are discarded."""
+    rewards = torch.tensor([s.reward for s in samples], dtype=torch.float64).view(-1, size)
+    uniform = uniform_groups(rewards).tolist() if drop else [False] * len(tasks)  # (G,)
+    for g, flat in enumerate(uniform):
+        group = samples[g * size : (g + 1) * size]
+        if flat:
+            for s in group:
+                s.kept, s.reason = False, s.reason or "uniform_group"
+        else:
+            result.accepted.append(group)
