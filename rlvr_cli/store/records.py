@@ -43,6 +43,8 @@ class RecordRow:
     response_ids: list[int] = _col("list<int32>")
     loss_mask: list[int] = _col("list<int8>")
     old_logprobs: list[float] | None = _col("list<float32>")
+    # the engine's log-probs of the sampled tokens as it drew them, by the weights of policy_revision
+    sampling_logprobs: list[float] | None = _col("list<float32>")
     sampling: str = _col("string")
     seed: int = _col("int64")
     response_text: str = _col("string")

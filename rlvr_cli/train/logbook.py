@@ -89,6 +89,7 @@ def record_rows(
             response_ids=s.response_ids,
             loss_mask=s.mask,
             old_logprobs=s.old_logp or None,
+            sampling_logprobs=s.sampling_logp or None,
             sampling=sampling,
             seed=s.seed,
             response_text=s.text,

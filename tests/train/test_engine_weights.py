@@ -1,0 +1,61 @@
+"""The rollout engine samples from the weights its records name. With an engine that keeps its
+own copy of the policy (as vLLM does; on CPU `RLVR_FAULT=engine_copy` gives the lean or the
+transformers engine a copy only `load_weights` updates), every sample's sampling log-probs,
+recorded beside the trainer's own log-probs of the same tokens under `policy_revision`, agree
+to float precision at every step. The paired run whose engine never receives the weights
+(`stale_engine`, the bug this guards against) disagrees from the first optimizer step on."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import QUICK_STEPS, copy_experiment, rlvr
+
+CONTRACT = "experiment.rlvr.yaml"
+
+
+def _gaps(run: Path) -> dict[int, float]:
+    """Per step: the largest |sampling log-prob − trainer log-prob| over every trained token."""
+    import pyarrow.parquet as pq
+
+    gaps: dict[int, float] = {}
+    for shard in sorted((run / "records").glob("*.parquet")):
+        for row in pq.read_table(shard).to_pylist():
+            if row["kept"] and row["old_logprobs"]:
+                assert row["sampling_logprobs"] is not None and len(row["sampling_logprobs"]) == len(
+                    row["old_logprobs"]
+                )
+                gap = max(abs(a - b) for a, b in zip(row["sampling_logprobs"], row["old_logprobs"], strict=True))
+                gaps[row["step"]] = max(gaps.get(row["step"], 0.0), gap)
+    return gaps
+
+
+def _train(experiment: Path, run: str, fault: str) -> Path:
+    env = {**os.environ, "RLVR_FAULT": f"{fault}@0"}
+    done = rlvr("train", experiment / CONTRACT, "--run-dir", experiment / run, "--max-steps", "4", env=env, timeout=300)
+    assert done.code == 0, done.stderr[-2000:]
+    return experiment / run
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ["lean", "transformers"])
+def test_an_engine_with_its_own_weights_samples_from_the_revision_recorded(
+    single_turn: Path, tmp_path: Path, engine: str
+) -> None:
+    sampling = "sampling: {temperature: 1.0, top_p: 1.0, top_k: 0}"
+    edits = [*QUICK_STEPS, (sampling, sampling[:-1] + f", engine: {engine}}}")]
+    experiment = copy_experiment(single_turn, tmp_path / "exp", edits)
+    gaps = _gaps(_train(experiment, "copy", "engine_copy"))
+    assert sorted(gaps) == [0, 1, 2, 3]
+    assert max(gaps.values()) < 1e-4, gaps
+
+
+@pytest.mark.slow
+def test_an_engine_left_with_the_initial_weights_is_caught_by_the_records(single_turn: Path, tmp_path: Path) -> None:
+    experiment = copy_experiment(single_turn, tmp_path / "exp", QUICK_STEPS)
+    gaps = _gaps(_train(experiment, "stale", "stale_engine"))
+    assert gaps[0] < 1e-4  # step 0 samples from the initial weights, which are the trained ones
+    assert all(gaps[step] > 1e-2 for step in (1, 2, 3)), gaps
