@@ -43,6 +43,8 @@ def group_advantages(rewards: torch.Tensor, group_size: int, objective: Objectiv
     elif adv.scale == "batch_std":
         batch_centered = torch.where(valid, groups - _masked_mean(groups, valid), torch.zeros_like(groups))
         centered = centered / (_std(batch_centered.view(1, -1), valid.view(1, -1), adv.std, dim=1) + adv.epsilon)
+    elif adv.scale != "none":
+        raise ValueError(f"unknown advantage scale {adv.scale!r}")
     return centered.view(-1).to(rewards.dtype)  # (N,)
 
 
@@ -68,8 +70,16 @@ def _masked_mean(values: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
 def _std(centered: torch.Tensor, valid: torch.Tensor, kind: str | None, dim: int) -> torch.Tensor:
     """Population (÷n) or sample (÷(n-1)) std of already-centered values, NaN-free."""
     n = valid.sum(dim=dim, keepdim=True)
-    denom = (n - 1).clamp(min=1) if kind == "sample" else n.clamp(min=1)
+    if kind is not None and kind not in STD_KINDS:
+        raise ValueError(f"unknown std {kind!r}")
+    denom = (n - STD_KINDS.get(kind or "population", 0)).clamp(min=1)
     return (centered.pow(2).sum(dim=dim, keepdim=True) / denom).sqrt()
+
+
+#: `objective.advantage.std` → what the squared deviations' sum is divided by: n − this
+STD_KINDS = {"population": 0, "sample": 1}
+#: `objective.advantage.scale`: what the centered rewards are divided by (`group_advantages`)
+ADVANTAGE_SCALES = ("group_std", "batch_std", "none")
 
 
 def uniform_groups(groups: torch.Tensor) -> torch.Tensor:
@@ -113,14 +123,19 @@ def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str) -> t
     """Per-token estimate of KL(π_θ ‖ π_ref) from samples of π_θ (Schulman, "Approximating KL
     divergence", http://joschu.net/blog/kl-approx.html): k1 = log r, k2 = ½(log r)², k3 =
     (1/r) - 1 + log r, with r = π_θ/π_ref."""
-    log_r = logp - ref_logp  # (B, T)
-    if estimator == "k1":
-        return log_r
-    if estimator == "k2":
-        return 0.5 * log_r.pow(2)
-    if estimator == "k3":
-        return torch.exp(-log_r) - 1.0 + log_r
-    raise ValueError(f"unknown KL estimator {estimator!r}")
+    if estimator not in KL_ESTIMATORS:
+        raise ValueError(f"unknown KL estimator {estimator!r}")
+    return KL_ESTIMATORS[estimator](logp - ref_logp)  # (B, T)
+
+
+#: `objective.kl.estimator` → the per-token estimate from log r = log π_θ − log π_ref
+KL_ESTIMATORS = {
+    "k1": lambda log_r: log_r,
+    "k2": lambda log_r: 0.5 * log_r.pow(2),
+    "k3": lambda log_r: torch.exp(-log_r) - 1.0 + log_r,
+}
+#: `objective.kl.placement`: where β·KL enters (train/update.py `rewards_with_kl`, `policy_loss`)
+KL_PLACEMENTS = ("loss", "reward")
 
 
 # ── aggregation ───────────────────────────────────────────────────────────────────────

@@ -11,6 +11,8 @@ import pytest
 
 from tests.conftest import copy_experiment, rlvr
 
+pytestmark = pytest.mark.slow  # end-to-end runs: `make test` runs them, `make test-fast` does not
+
 CONTRACT = "experiment.rlvr.yaml"
 
 

@@ -201,6 +201,7 @@ def code_exp(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
+@pytest.mark.slow
 def test_the_code_template_validates_audits_clean_and_trains_through_the_sandbox(code_exp: Path) -> None:
     assert rlvr("validate", "--deep", "--strict", code_exp / CONTRACT).code == 0
     audit = rlvr("audit", "verifier", code_exp / CONTRACT, "--format", "json", timeout=600)

@@ -18,6 +18,8 @@ from rlvr_cli.env.agent import free_port
 from tests.conftest import copy_experiment, edit, rlvr
 from tests.train.test_episodes import CONTRACT, _setup, play
 
+pytestmark = pytest.mark.slow  # end-to-end runs: `make test` runs them, `make test-fast` does not
+
 SERVER = '''
 import time
 from rlvr_cli.env.server import ResourcesServer, tool

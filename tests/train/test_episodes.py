@@ -130,6 +130,7 @@ def test_the_token_budget_counts_every_turn(agent: Path, monkeypatch: pytest.Mon
         assert sample.transcript["calls"] == setup.contract.environment.max_steps
 
 
+@pytest.mark.slow
 def test_rlvr_train_gate_and_reward_audit_run_a_tool_use_contract(agent: Path) -> None:
     run = rlvr("train", agent / CONTRACT, "--max-steps", "1", "--run-dir", agent / "run", timeout=600)
     assert run.code == 0, run.stderr[-2000:]
@@ -156,6 +157,7 @@ def test_rlvr_train_gate_and_reward_audit_run_a_tool_use_contract(agent: Path) -
     assert audit.code in (0, 1), audit.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_a_tool_use_run_killed_mid_episode_resumes_to_the_same_policy(agent: Path, tmp_path: Path) -> None:
     """SIGKILL while step 2's episodes are in flight: the resumed run redoes those episodes
     (none is half-counted) and ends with the very weights of an uninterrupted run."""

@@ -20,6 +20,8 @@ from safetensors.torch import load_file
 from rlvr_cli.files import sha256_file
 from tests.conftest import QUICK_STEPS, ROOT, copy_experiment, edit, rlvr
 
+pytestmark = pytest.mark.slow  # end-to-end runs: `make test` runs them, `make test-fast` does not
+
 CONTRACT = "experiment.rlvr.yaml"
 
 

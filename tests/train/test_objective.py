@@ -205,3 +205,33 @@ def test_local_token_means_would_differ() -> None:
     logp.grad = None
     policy_loss(logp, base, None, adv, mask, obj, max_response_tokens=5)[0].backward()
     assert not torch.allclose(local / 4, logp.grad, atol=1e-6)
+
+
+def test_every_value_the_contract_accepts_for_the_objective_has_its_math() -> None:
+    """Each objective `Literal` of the contract's models equals the registry that computes it,
+    so a new value cannot be accepted by validate and missed by the math (or the reverse)."""
+    import typing
+
+    from rlvr_cli.contract import models
+    from rlvr_cli.rollout.rollouts import ROLLOUTS
+    from rlvr_cli.train import objective as obj
+
+    def values(model: type, name: str) -> set:
+        annotation = model.model_fields[name].annotation
+        if typing.get_origin(annotation) is typing.Literal:
+            return set(typing.get_args(annotation))
+        found = set()
+        for arg in typing.get_args(annotation) or (annotation,):
+            found |= set(typing.get_args(arg)) if typing.get_origin(arg) is typing.Literal else set()
+        return found
+
+    section = lambda name: models.Objective.model_fields[name].annotation  # noqa: E731
+    advantage, kl = section("advantage"), section("kl")
+    assert values(models.Objective, "aggregation") == set(obj.AGGREGATIONS)
+    assert values(advantage, "scale") == set(obj.ADVANTAGE_SCALES)
+    assert values(advantage, "std") == set(obj.STD_KINDS)
+    assert values(kl, "estimator") == set(obj.KL_ESTIMATORS)
+    assert values(kl, "placement") == set(obj.KL_PLACEMENTS)
+    assert values(models.Environment, "kind") == set(ROLLOUTS)
+    # and the check itself sees a missing value
+    assert values(kl, "estimator") != set(obj.KL_ESTIMATORS) - {"k2"}

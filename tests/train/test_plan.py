@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT, rlvr
 
 SEVEN_B = ROOT / "contracts" / "grpo-7b-plan.rlvr.yaml"
@@ -62,6 +64,7 @@ def test_plan_for_a_7b_class_config() -> None:
     assert rlvr("plan", ROOT / "contracts" / "nope.rlvr.yaml").code == 2
 
 
+@pytest.mark.slow
 def test_cpu_estimate_is_within_25_percent_of_the_measured_peak(tmp_path: Path) -> None:
     from rlvr_cli.chat.tiny import ARITHMETIC, build_tiny
 

@@ -11,6 +11,8 @@ import pytest
 from rlvr_cli.metrics import METRICS
 from tests.conftest import copy_experiment, edit, rlvr
 
+pytestmark = pytest.mark.slow  # end-to-end runs: `make test` runs them, `make test-fast` does not
+
 CONTRACT = "experiment.rlvr.yaml"
 
 
