@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rlvr_cli.errors import RlvrError
-from rlvr_cli.train.sampler import Sampler
+from rlvr_cli.train.task_order import Sampler
 
 
 @dataclass

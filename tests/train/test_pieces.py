@@ -1,0 +1,115 @@
+"""Unit tests of the pieces the end-to-end runs reach: the monitoring rules (`Condition`,
+`Monitor`), the budget, the hint advantages and the record store — each in process, each with
+the case that makes it fire or fail."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import math
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from rlvr_cli.contract.condition import Condition
+from rlvr_cli.contract.operations import Rule
+
+
+def rule(name: str, metric: str, when: str, window: int, action: str = "pause") -> Rule:
+    return Rule(name=name, metric=metric, when=when, window=window, action=action, owner="oncall")
+
+
+def test_a_condition_never_holds_on_a_missing_or_non_finite_value_except_nonfinite() -> None:
+    above = Condition.parse("> 0.5")
+    assert above.holds(0.6) and not above.holds(0.5) and not above.holds(math.nan) and not above.holds(None)
+    assert not above.holds(True)  # a boolean is no number
+    nonfinite = Condition.parse("nonfinite")
+    assert nonfinite.holds(math.nan) and nonfinite.holds(math.inf) and nonfinite.holds(None)
+    assert not nonfinite.holds(1.0)
+    with pytest.raises(ValueError, match="bad condition"):
+        Condition.parse("=> 1")
+
+
+def test_a_rule_fires_after_its_window_abort_first_and_acknowledging_restarts_it() -> None:
+    from rlvr_cli.train.monitor import Monitor
+
+    contract = SimpleNamespace(
+        monitoring=SimpleNamespace(rules=[rule("slow", "kl", "> 1", 2), rule("nan", "loss", "nonfinite", 1, "abort")])
+    )
+    monitor = Monitor(contract)  # type: ignore[arg-type]
+    assert monitor.observe({"step": 0, "kl": 2.0, "loss": 0.1}) is None  # 1 of 2
+    assert monitor.observe({"step": 1, "kl": 0.5, "loss": 0.1}) is None  # the streak breaks
+    assert monitor.observe({"step": 2, "kl": 2.0, "loss": 0.1}) is None
+    fired = monitor.observe({"step": 3, "kl": 3.0, "loss": math.nan})
+    assert fired is not None and fired.name == "nan" and fired.action == "abort"  # abort before pause
+    saved = monitor.state()
+    again = Monitor(contract)  # type: ignore[arg-type]
+    again.restore(saved)
+    assert again.state() == saved
+    again.acknowledge("slow")
+    assert again.observe({"step": 4, "kl": 5.0, "loss": 0.1}) is None  # the window starts again
+    assert again.observe({"step": 5, "kl": 5.0, "loss": 0.1}).name == "slow"  # type: ignore[union-attr]
+
+
+def test_the_budget_stops_the_run_at_its_first_spent_limit() -> None:
+    from rlvr_cli.train.loop import budget_spent
+    from rlvr_cli.train.state import Totals
+
+    budget = SimpleNamespace(max_rollouts=None, max_verifier_calls=10, max_tokens=100)
+    run = SimpleNamespace(contract=SimpleNamespace(acceptance=SimpleNamespace(budget=budget)), state=None)
+    run.state = SimpleNamespace(totals=Totals(rollouts=50, verifier_calls=9, tokens=99))
+    assert budget_spent(run) is None  # type: ignore[arg-type]
+    run.state.totals.tokens = 100
+    assert budget_spent(run) == "acceptance.budget.max_tokens (100) reached after 100"  # type: ignore[arg-type]
+    run.contract.acceptance.budget = None
+    assert budget_spent(run) is None  # type: ignore[arg-type]
+
+
+def test_subgroup_advantages_compare_hinted_samples_only_with_hinted_ones() -> None:
+    from rlvr_cli.train.objective import group_advantages, hinted_advantages
+
+    objective = SimpleNamespace(advantage=SimpleNamespace(scale="none", std=None, epsilon=None))
+    rewards = torch.tensor([1.0, 1.0, 0.0, 1.0], dtype=torch.float64)  # one group: two hinted, two not
+    hinted = torch.tensor([True, True, False, False])
+    whole = group_advantages(rewards, 4, objective)  # type: ignore[arg-type]
+    assert torch.allclose(whole, torch.tensor([0.25, 0.25, -0.75, 0.25], dtype=torch.float64))
+    split = hinted_advantages(rewards, hinted, 4, objective, subgroup=True)  # type: ignore[arg-type]
+    assert torch.allclose(split, torch.tensor([0.0, 0.0, -0.5, 0.5], dtype=torch.float64))
+    assert torch.equal(hinted_advantages(rewards, hinted, 4, objective, subgroup=False), whole)  # type: ignore[arg-type]
+
+
+def test_the_record_store_writes_steps_in_order_and_a_failed_write_stops_what_follows(tmp_path: Path) -> None:
+    from rlvr_cli.errors import RlvrError
+    from rlvr_cli.store.records import RecordRow, RecordStore, read_manifest
+
+    def row(step: int) -> RecordRow:
+        values = {f: None for f in RecordRow.__dataclass_fields__}
+        values.update(run="r", step=step, round=0, prompt_id="t", group=0, sample=0, session_id="s", policy_revision=0)
+        values.update(prompt_ids=[1], response_ids=[2], loss_mask=[1], sampling="{}", seed=0, response_text="x")
+        values.update(finish_reason="stop", advantage=0.0, kept=True, split="train", verify_seconds=0.0)
+        return RecordRow(**values)
+
+    with RecordStore(tmp_path / "ok", shard_rows=10) as store:
+        for step in range(3):
+            store.append([row(step)], step)
+        store.flush()
+        assert store.last_step == 2
+    assert read_manifest(tmp_path / "ok") and RecordStore(tmp_path / "ok", shard_rows=10).last_step == 2
+
+    def full(step: int) -> None:
+        if step == 1:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    broken = RecordStore(tmp_path / "full", shard_rows=10, before_write=full)
+    broken.append([row(0)], 0)
+    broken.append([row(1)], 1)
+    with pytest.raises(OSError):
+        broken.flush()
+    with pytest.raises((OSError, RlvrError)):
+        broken.append([row(2)], 2)
+        broken.flush()
+    with contextlib.suppress(OSError, RlvrError):
+        broken.close()
+    assert RecordStore(tmp_path / "full", shard_rows=10).last_step == 0  # a prefix of the steps, nothing after
