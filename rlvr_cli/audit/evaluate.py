@@ -31,6 +31,7 @@ def evaluate(
     from rlvr_cli.chat.render import ChatRenderer
     from rlvr_cli.contract.tasks import read_split
     from rlvr_cli.engine.engines import PolicyEngine
+    from rlvr_cli.rollout.base import Draw
     from rlvr_cli.rollout.rollouts import open_rollout
 
     logging.set_verbosity_error()
@@ -40,7 +41,7 @@ def evaluate(
     model = AutoModelForCausalLM.from_pretrained(policy_folder(policy), local_files_only=True).eval()
     engine = PolicyEngine.of(contract.hyperparameters.sampling.engine, model)
     with open_rollout(contract, folder, renderer, engine) as rollout:  # the rollout training runs, unhinted
-        rows = rollout.sample(tasks, group_size=samples, seed=seed, greedy=greedy)
+        rows = rollout.sample(tasks, Draw(group_size=samples, seed=seed, greedy=greedy))
     return _by_item(rows)
 
 

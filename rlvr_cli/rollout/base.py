@@ -19,40 +19,34 @@ class Times:
     score: float = 0.0
 
 
+@dataclass(frozen=True, kw_only=True)
+class Draw:
+    """What to sample: `group_size` samples of every task with `seed`, in dynamic-sampling round
+    `round`, by the weights of `revision` (optimizer steps; the engine must hold them), greedy or
+    with the contract's sampling; the first `hinted` of each group are shown the task's hint;
+    `groups`: each task's group number in the step (default 0, 1, ...)."""
+
+    group_size: int
+    seed: int
+    round: int = 0
+    revision: int = 0
+    greedy: bool = False
+    hinted: int = 0
+    groups: Sequence[int] | None = None
+
+    def numbers(self, tasks: int) -> list[int]:
+        return list(self.groups) if self.groups is not None else list(range(tasks))
+
+
 class Rollout(Protocol):
     engine: PolicyEngine  # what samples, and the revision it holds
 
-    def sample(
-        self,
-        tasks: Sequence[dict[str, Any]],
-        *,
-        group_size: int,
-        seed: int,
-        round_: int = 0,
-        revision: int = 0,
-        greedy: bool = False,
-        hinted: int = 0,
-        groups: Sequence[int] | None = None,
-        times: Times | None = None,
-    ) -> list[Sample]:
-        """`group_size` samples of every task, verified, in task order. `revision`: the
-        optimizer steps of the weights that sample (the engine must hold them); `hinted`: the
-        first `hinted` of each group are shown the task's hint; `groups`: each task's group
-        number (default 0, 1, ...)."""
+    def sample(self, tasks: Sequence[dict[str, Any]], draw: Draw, times: Times | None = None) -> list[Sample]:
+        """The draw's samples of every task, verified, in task order."""
         ...
 
     def sample_share(
-        self,
-        tasks: Sequence[dict[str, Any]],
-        *,
-        rank: int,
-        world: int,
-        group_size: int,
-        seed: int,
-        round_: int,
-        revision: int,
-        hinted: int,
-        times: Times | None = None,
+        self, tasks: Sequence[dict[str, Any]], draw: Draw, rank: int, world: int, times: Times | None = None
     ) -> tuple[list[Sample], list[dict[str, Any]]]:
         """Under torchrun: this process's groups (g ≡ rank mod world) of `tasks`, and those
         tasks, sampled so that a run resumed with the same processes continues exactly."""

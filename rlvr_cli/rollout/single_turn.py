@@ -17,7 +17,7 @@ from rlvr_cli.env.sample import Sample
 from rlvr_cli.env.scoring import score_all
 from rlvr_cli.env.single_turn import VerifierPool
 from rlvr_cli.rollout import hints
-from rlvr_cli.rollout.base import Times
+from rlvr_cli.rollout.base import Draw, Times
 from rlvr_cli.rollout.prompts import Prompts
 
 
@@ -40,28 +40,16 @@ class SingleTurn:
     def using(self, engine: PolicyEngine) -> SingleTurn:
         return replace(self, engine=engine)
 
-    def sample(
-        self,
-        tasks: Sequence[dict[str, Any]],
-        *,
-        group_size: int,
-        seed: int,
-        round_: int = 0,
-        revision: int = 0,
-        greedy: bool = False,
-        hinted: int = 0,
-        groups: Sequence[int] | None = None,
-        times: Times | None = None,
-    ) -> list[Sample]:
+    def sample(self, tasks: Sequence[dict[str, Any]], draw: Draw, times: Times | None = None) -> list[Sample]:
         times = times if times is not None else Times()
         start = time.perf_counter()
-        k = group_size
-        shown = [hints.hint_of(self.contract, t) if j < hinted else None for t in tasks for j in range(k)]
+        k = draw.group_size
+        shown = [hints.hint_of(self.contract, t) if j < draw.hinted else None for t in tasks for j in range(k)]
         prompt_ids = [self.prompts.ids(tasks[i // k], shown[i] is not None) for i in range(len(shown))]
-        params = SamplingParams.of(self.contract, self.renderer, greedy)
-        gens = self.engine.sample(prompt_ids, params, seed, revision)
+        params = SamplingParams.of(self.contract, self.renderer, draw.greedy)
+        gens = self.engine.sample(prompt_ids, params, draw.seed, draw.revision)
         prefix = hints.prefix(self.contract)
-        numbers = list(groups) if groups is not None else list(range(len(tasks)))
+        numbers = draw.numbers(len(tasks))
         samples = [
             Sample(
                 task=tasks[i // k],
@@ -71,10 +59,10 @@ class SingleTurn:
                 response_ids=gen.response_ids,
                 mask=gen.mask,
                 finish=gen.finish,
-                seed=seed,
-                round=round_,
+                seed=draw.seed,
+                round=draw.round,
                 text=response_text(self.renderer.tokenizer, gen.response_ids, gen.finish),
-                revision=revision,
+                revision=draw.revision,
                 hint=shown[i],
                 answer_prefix=shown[i] if shown[i] is not None and prefix else "",
                 sampling_logp=list(gen.logprobs),
@@ -88,30 +76,11 @@ class SingleTurn:
         return samples
 
     def sample_share(
-        self,
-        tasks: Sequence[dict[str, Any]],
-        *,
-        rank: int,
-        world: int,
-        group_size: int,
-        seed: int,
-        round_: int,
-        revision: int,
-        hinted: int,
-        times: Times | None = None,
+        self, tasks: Sequence[dict[str, Any]], draw: Draw, rank: int, world: int, times: Times | None = None
     ) -> tuple[list[Sample], list[dict[str, Any]]]:
         """Each group of this process's share sampled alone with its own seed, so samples do
         not depend on the number of processes."""
         samples: list[Sample] = []
         for g in range(rank, len(tasks), world):
-            samples += self.sample(
-                [tasks[g]],
-                group_size=group_size,
-                seed=seed * 10_007 + g,
-                round_=round_,
-                revision=revision,
-                hinted=hinted,
-                groups=[g],
-                times=times,
-            )
+            samples += self.sample([tasks[g]], replace(draw, seed=draw.seed * 10_007 + g, groups=[g]), times)
         return samples, list(tasks[rank::world])

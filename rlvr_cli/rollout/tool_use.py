@@ -41,7 +41,7 @@ from rlvr_cli.env.scoring import apply_verdict, needs_verdict
 from rlvr_cli.env.tool_env import ToolEnv
 from rlvr_cli.env.verdict import Verdict
 from rlvr_cli.rollout import hints
-from rlvr_cli.rollout.base import Times
+from rlvr_cli.rollout.base import Draw, Times
 from rlvr_cli.rollout.prompts import Prompts
 
 
@@ -94,26 +94,15 @@ class ToolUse:
     def using(self, engine: PolicyEngine) -> ToolUse:
         return replace(self, engine=engine)
 
-    def sample(
-        self,
-        tasks: Sequence[dict[str, Any]],
-        *,
-        group_size: int,
-        seed: int,
-        round_: int = 0,
-        revision: int = 0,
-        greedy: bool = False,
-        hinted: int = 0,
-        groups: Sequence[int] | None = None,
-        times: Times | None = None,
-    ) -> list[Sample]:
+    def sample(self, tasks: Sequence[dict[str, Any]], draw: Draw, times: Times | None = None) -> list[Sample]:
         """`group_size` episodes of every task, verified; as Samples in task order."""
         start = time.perf_counter()
-        contract, env, k = self.contract, self.env, group_size
+        contract, env, k, hinted = self.contract, self.env, draw.group_size, draw.hinted
+        groups = draw.numbers(len(tasks))
         prefix = hints.prefix(contract)
         episodes = []
         for g, task in enumerate(tasks):
-            group = groups[g] if groups is not None else g
+            group = groups[g]
             hint = hints.hint_of(contract, task) if hinted else None
             for j in range(k):
                 shown = hint if j < hinted else None
@@ -122,14 +111,14 @@ class ToolUse:
                 episode.hint, episode.prefix = shown, shown if shown is not None and prefix else ""
                 episodes.append(episode)
         _open(env, episodes)
-        params = SamplingParams.of(contract, self.renderer, greedy)
+        params = SamplingParams.of(contract, self.renderer, draw.greedy)
         for turn in range(contract.environment.max_steps):
             active = [e for e in episodes if not e.ended]
             if not active:
                 break
             last = turn == contract.environment.max_steps - 1
-            _turn(self, active, params, seed * 1_009 + turn, revision, last=last)
-        samples = [_sample(e, seed, round_, revision) for e in episodes]
+            _turn(self, active, params, draw.seed * 1_009 + turn, draw.revision, last=last)
+        samples = [_sample(e, draw.seed, draw.round, draw.revision) for e in episodes]
         verdicts = _verify(env, episodes)
         for episode, sample, (verdict, seconds) in zip(episodes, samples, verdicts, strict=True):
             if needs_verdict(contract, sample):
@@ -141,33 +130,13 @@ class ToolUse:
         return samples
 
     def sample_share(
-        self,
-        tasks: Sequence[dict[str, Any]],
-        *,
-        rank: int,
-        world: int,
-        group_size: int,
-        seed: int,
-        round_: int,
-        revision: int,
-        hinted: int,
-        times: Times | None = None,
+        self, tasks: Sequence[dict[str, Any]], draw: Draw, rank: int, world: int, times: Times | None = None
     ) -> tuple[list[Sample], list[dict[str, Any]]]:
         """This process's groups as one batch against its own server, seeded by rank (a
         turn's round trips are paid once for the share, not once per group)."""
         groups = list(range(rank, len(tasks), world))
         mine = [tasks[g] for g in groups]
-        samples = self.sample(
-            mine,
-            group_size=group_size,
-            seed=seed * 10_007 + rank,
-            round_=round_,
-            revision=revision,
-            hinted=hinted,
-            groups=groups,
-            times=times,
-        )
-        return samples, mine
+        return self.sample(mine, replace(draw, seed=draw.seed * 10_007 + rank, groups=groups), times), mine
 
 
 def _results(env: ToolEnv, ops: list[dict[str, Any]]) -> list[dict[str, Any]]:

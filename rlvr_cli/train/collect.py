@@ -7,14 +7,14 @@ previous step's update (train/overlap.py)."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 
 from rlvr_cli.env.sample import Sample
 from rlvr_cli.rollout import hints
-from rlvr_cli.rollout.base import Rollout, Times
+from rlvr_cli.rollout.base import Draw, Rollout, Times
 from rlvr_cli.train.objective import uniform_groups
 from rlvr_cli.train.setup import Setup
 from rlvr_cli.train.state import TrainState
@@ -44,7 +44,7 @@ def step_seed(setup: Setup, step: int, round_: int) -> int:
     return setup.contract.hyperparameters.seed * 1_000_003 + step * 101 + round_
 
 
-def draw(
+def sample_groups(
     setup: Setup, rollout: Rollout, indices: list[int], step: int, round_: int, revision: int, first: int, times: Times
 ) -> tuple[list[Sample], list[dict[str, Any]]]:
     """The groups of the train tasks at `indices`, sampled and verified: this process's share
@@ -54,30 +54,11 @@ def draw(
     tasks = [setup.train_tasks[i] for i in indices]
     seed = step_seed(setup, step, round_)
     hinted = hints.hinted_per_group(setup.contract, step)
+    request = Draw(group_size=hp.group_size, seed=seed, round=round_, revision=revision, hinted=hinted)
     if setup.per_group_seeds:
-        return rollout.sample_share(
-            tasks,
-            rank=setup.rank,
-            world=setup.world,
-            group_size=hp.group_size,
-            seed=seed,
-            round_=round_,
-            revision=revision,
-            hinted=hinted,
-            times=times,
-        )
-    groups = list(range(first, first + len(tasks)))
-    samples = rollout.sample(
-        tasks,
-        group_size=hp.group_size,
-        seed=seed,
-        round_=round_,
-        revision=revision,
-        hinted=hinted,
-        groups=groups,
-        times=times,
-    )
-    return samples, tasks
+        return rollout.sample_share(tasks, request, setup.rank, setup.world, times)
+    request = replace(request, groups=list(range(first, first + len(tasks))))
+    return rollout.sample(tasks, request, times), tasks
 
 
 def collect(setup: Setup, state: TrainState, rollout: Rollout, ahead: Any = None) -> StepResult:
@@ -97,7 +78,7 @@ def collect(setup: Setup, state: TrainState, rollout: Rollout, ahead: Any = None
         else:
             first = len(result.generated) // hp.group_size
             indices = state.sampler.take(missing)
-            samples, tasks = draw(
+            samples, tasks = sample_groups(
                 setup, rollout, indices, state.step, round_, state.optimizer_steps, first, result.times
             )
         result.generated += samples

@@ -22,7 +22,7 @@ from rlvr_cli.env.scoring import InvalidVerdictStop
 from rlvr_cli.errors import ExitCode, Interrupted, RlvrError
 from rlvr_cli.files import sha256_bytes
 from rlvr_cli.metrics import StepMetrics
-from rlvr_cli.rollout.base import Rollout
+from rlvr_cli.rollout.base import Draw, Rollout
 from rlvr_cli.rollout.rollouts import open_rollout
 from rlvr_cli.store.records import RecordStore
 from rlvr_cli.store.run import FiredRule, RunFolder, Status
@@ -164,7 +164,7 @@ def holdout(run: Run, rollout: Rollout, metrics: StepMetrics) -> None:
     if run.ahead is not None:
         run.ahead.wait()  # the sampling in flight shares the reward source
     tasks = run.setup.holdout_tasks
-    rows = rollout.sample(tasks, group_size=1, seed=0, revision=run.state.optimizer_steps, greedy=True)
+    rows = rollout.sample(tasks, Draw(group_size=1, seed=0, revision=run.state.optimizer_steps, greedy=True))
     _holdout_metrics(run, rows, metrics)
 
 
@@ -317,10 +317,12 @@ def train(
     Whatever stops the run — a rule, a signal, a full disk, a bug — `status.json` says so."""
     run = start(contract, contract_path, run_dir, steps, resume, force)
     setup = run.setup
-    plan = build_plan(contract, contract_path, run_dir, steps, str(setup.device))
-    plan["processes"] = setup.world
-    plan["rollout_engine"] = setup.engine_version
-    plan["update_forward"] = update.forward_description(setup)
+    resolved = {
+        "processes": setup.world,
+        "rollout_engine": setup.engine_version,
+        "update_forward": update.forward_description(setup),
+    }
+    plan = build_plan(contract, contract_path, run_dir, steps, str(setup.device), resolved)
     if setup.main:
         _eprint(plan_text(plan) + (f"\nprocesses: {setup.world} (torch.distributed)" if setup.world > 1 else ""))
         run.folder.write_plan(plan)

@@ -245,7 +245,8 @@ def policy_loss(
 ) -> tuple[torch.Tensor, LossStats]:
     """The contract's loss for one (micro-)batch: `logp`, `old_logp`, `ref_logp`, `mask`,
     `entropy` are `(B, T)`, `advantages` `(B,)`. KL enters the loss only with
-    `kl.placement: loss` (with `reward` it was subtracted from the rewards at rollout)."""
+    `kl.placement: loss` (with `reward` it was subtracted from the rewards before advantages:
+    train/update.py `rewards_with_kl`)."""
     clip, kl = objective.clip, objective.kl
 
     def agg(per_token: torch.Tensor) -> torch.Tensor:  # every term is aggregated the same way

@@ -10,7 +10,7 @@ first round of groups is sampled by a copy of the weights step t started from.
 - How: one worker thread and its own engine on its own copy of the policy, given the trainer's
   weights (`PolicyEngine.sync`) before each launch — the weights of the last optimizer step,
   never older. The worker runs the contract's rollout as training does (`train/collect.py`
-  `draw`): single-turn samples are scored on the verifier worker, tool-use episodes run against
+  `sample_groups`): single-turn samples are scored on the verifier worker, tool-use episodes run against
   the resources server, on this thread. Holdout evaluation waits for it.
 - The objective: these samples were drawn by weights one optimizer step older than those they
   train, so their importance ratio is taken against the log-probs the engine returned when
@@ -35,7 +35,7 @@ from rlvr_cli.env.sample import Sample
 from rlvr_cli.errors import RlvrError
 from rlvr_cli.rollout.base import Rollout, Times
 from rlvr_cli.train import distributed as dist
-from rlvr_cli.train.collect import draw
+from rlvr_cli.train.collect import sample_groups
 
 
 def allowed(setup: Any) -> bool:
@@ -88,9 +88,9 @@ class Ahead:
         indices = state.sampler.take(hp.prompts_per_step)
         self.engine.sync(setup.policy, state.optimizer_steps)
         times = Times()
-        future = self.worker.submit(
-            draw, setup, rollout.using(self.engine), indices, state.step + 1, 0, state.optimizer_steps, 0, times
-        )
+        step, revision = state.step + 1, state.optimizer_steps
+        mine = rollout.using(self.engine)
+        future = self.worker.submit(sample_groups, setup, mine, indices, step, 0, revision, 0, times)
         self.launched = Launched(state.step + 1, indices, future, times)
 
     def take(self, step: int) -> tuple[list[Sample], list[dict[str, Any]]] | None:

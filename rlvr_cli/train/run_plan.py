@@ -124,7 +124,16 @@ def sections(c: Contract) -> dict[str, Any]:
     }
 
 
-def build_plan(c: Contract, contract_path: Path, run_dir: Path, max_steps: int, device: str) -> dict[str, Any]:
+def build_plan(
+    c: Contract,
+    contract_path: Path,
+    run_dir: Path,
+    max_steps: int,
+    device: str,
+    trainer: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The resolved plan; `trainer`: what the trainer itself resolved (its processes, the
+    rollout engine, the update's forward), part of the plan from the start."""
     hp = c.hyperparameters
     sequences = hp.prompts_per_step * hp.group_size
     ds = c.length.dynamic_sampling
@@ -164,6 +173,7 @@ def build_plan(c: Contract, contract_path: Path, run_dir: Path, max_steps: int, 
             "final": str(run_dir / "final"),
             "status": str(run_dir / "status.json"),
         },
+        **(trainer or {}),
     }
 
 

@@ -64,11 +64,12 @@ def play(setup: Any, folder: Path, task: dict, scripts: list[list[str]], monkeyp
     """One episode per script of `task`, against the contract's server: (samples, tool schemas)."""
     from rlvr_cli.engine.engines import PolicyEngine
     from rlvr_cli.env.tool_env import ToolEnv
+    from rlvr_cli.rollout.base import Draw
     from rlvr_cli.rollout.tool_use import ToolUse
 
     with ToolEnv(setup.contract, folder) as env:
         rollout = ToolUse.of(setup.contract, setup.renderer, PolicyEngine(Scripted(setup, scripts)), env)
-        return rollout.sample([task], group_size=len(scripts), seed=1), env.schemas
+        return rollout.sample([task], Draw(group_size=len(scripts), seed=1)), env.schemas
 
 
 def _setup(agent: Path, budget: int = 1024) -> Any:
