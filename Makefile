@@ -21,13 +21,13 @@ demo: $(STAMP) sandbox
 	$(BIN)/rlvr validate --deep $(DEMO)/my-exp/experiment.rlvr.yaml
 	$(BIN)/rlvr lock $(DEMO)/my-exp/experiment.rlvr.yaml
 	test -f contracts/arith/model/config.json || \
-	  $(BIN)/python -m rlvr_cli.chat.tiny contracts/arith/model --alphabet arithmetic
+	  $(BIN)/python -m rlvr_cli.toy.tiny contracts/arith/model --alphabet arithmetic
 	test -f contracts/echo/model/config.json || \
-	  $(BIN)/python -m rlvr_cli.chat.tiny contracts/echo/model --alphabet arithmetic
+	  $(BIN)/python -m rlvr_cli.toy.tiny contracts/echo/model --alphabet arithmetic
 	test -f contracts/spell/model/config.json || \
-	  $(BIN)/python -m rlvr_cli.chat.tiny contracts/spell/model --alphabet digits
+	  $(BIN)/python -m rlvr_cli.toy.tiny contracts/spell/model --alphabet digits
 	test -f contracts/lookup/model/config.json || \
-	  $(BIN)/python -m rlvr_cli.chat.tiny contracts/lookup/model --warm-up contracts/lookup/warmup.jsonl
+	  $(BIN)/python -m rlvr_cli.toy.tiny contracts/lookup/model --warm-up contracts/lookup/warmup.jsonl
 	$(BIN)/rlvr validate --deep --strict contracts/
 	$(BIN)/rlvr data check contracts/hints-cpu.rlvr.yaml
 	$(BIN)/rlvr render contracts/grpo-cpu.rlvr.yaml --conversations contracts/arith/conversations.jsonl

@@ -45,8 +45,8 @@ LAG = 0  # rlvr's max_policy_lag: 1 samples the next step during the update (tra
 
 
 def build(folder: Path) -> tuple[Path, Path]:
-    from rlvr_cli.chat.tiny import ARITHMETIC, build_tiny
     from rlvr_cli.env.builtin import arith
+    from rlvr_cli.toy.tiny import ARITHMETIC, build_tiny
 
     build_tiny(folder / "model", "chatml", alphabet=ARITHMETIC)
     if SHAPE == "generation":  # the same tokenizer, a Qwen2-architecture model

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import torch
 
-from rlvr_cli.chat.tiny import build_tiny
 from rlvr_cli.engine.forward import make_batch, token_logprobs
 from rlvr_cli.engine.packed import Packed, packed_logprobs
+from rlvr_cli.toy.tiny import build_tiny
 
 
 def shapes(name: str, n: int, rng: random.Random) -> tuple[list, list, list]:

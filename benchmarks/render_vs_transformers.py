@@ -21,7 +21,7 @@ from pathlib import Path
 
 from rlvr_cli.chat.families import CHATML_GENERATION
 from rlvr_cli.chat.render import ChatRenderer, Conversation
-from rlvr_cli.chat.tiny import build_tokenizer
+from rlvr_cli.toy.tiny import build_tokenizer
 
 
 def conversations(n: int, max_turns: int = 4, seed: int = 0, group: int = 1) -> list[list[dict]]:

@@ -26,7 +26,7 @@ def models() -> dict[str, torch.nn.Module]:
     import transformers as t
     from transformers import AutoModelForCausalLM
 
-    from rlvr_cli.chat.tiny import ARITHMETIC, build_tiny
+    from rlvr_cli.toy.tiny import ARITHMETIC, build_tiny
 
     folder = Path(tempfile.mkdtemp()) / "tiny"
     build_tiny(folder, "chatml", alphabet=ARITHMETIC)

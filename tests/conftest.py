@@ -66,7 +66,7 @@ def edit(folder: Path, old: str, new: str, name: str = "experiment.rlvr.yaml") -
 @pytest.fixture(scope="session")
 def tiny_chatml(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny ChatML tokenizer + model folder, built once per test session."""
-    from rlvr_cli.chat.tiny import build_tiny
+    from rlvr_cli.toy.tiny import build_tiny
 
     return build_tiny(tmp_path_factory.mktemp("tiny") / "model", "chatml")
 

@@ -109,7 +109,7 @@ def _generate_data(folder: Path, meta: dict) -> None:
 
 
 def _build_model(folder: Path, spec: dict) -> None:
-    from rlvr_cli.chat import tiny
+    from rlvr_cli.toy import tiny
 
     target = folder / "model"
     try:

@@ -19,6 +19,7 @@ LAYERS = {
     "contract": 1,
     "data": 2,
     "chat": 3,
+    "toy": 3.5,  # toy models and their warm-up (examples, tests): above chat, below engine
     "engine": 4,
     "env": 5,
     "rollout": 6,  # the one rollout interface: single-turn and tool-use, for training and audits alike

@@ -38,7 +38,7 @@ def expect(*segments: tuple[str, int]) -> tuple[list[str], list[int]]:
 
 @pytest.fixture(scope="session")
 def family_tokenizer(tmp_path_factory: pytest.TempPathFactory):
-    from rlvr_cli.chat.tiny import build_tokenizer
+    from rlvr_cli.toy.tiny import build_tokenizer
 
     cache: dict[str, object] = {}
 

@@ -26,7 +26,7 @@ def test_clean_templates_raise_no_check(family_tokenizer, family: str, stop: str
 def test_rlt001_double_bos(family_tokenizer, tmp_path: Path) -> None:
     from tokenizers.processors import TemplateProcessing
 
-    from rlvr_cli.chat.tiny import build_tokenizer
+    from rlvr_cli.toy.tiny import build_tokenizer
 
     tok = build_tokenizer(tmp_path / "bos", "llama3")
     bos = tok.bos_token
@@ -60,7 +60,7 @@ def test_rlt003_stop_token_outside_a_generation_tag_mask(family_tokenizer) -> No
 
 
 def test_rlt004_stop_token_is_pad(tmp_path: Path) -> None:
-    from rlvr_cli.chat.tiny import build_tokenizer
+    from rlvr_cli.toy.tiny import build_tokenizer
 
     tok = build_tokenizer(tmp_path / "pad", "chatml")
     tok.pad_token = "<|im_end|>"
@@ -88,7 +88,7 @@ def test_rlt008_turn_boundary_inside_a_token(tmp_path: Path) -> None:
     """A merge across the header/content boundary means the trained ids are not what was sampled."""
     from tokenizers import Tokenizer
 
-    from rlvr_cli.chat.tiny import build_tokenizer
+    from rlvr_cli.toy.tiny import build_tokenizer
 
     tok = build_tokenizer(tmp_path / "merge", "chatml")
     data = tok._tokenizer.to_str()

@@ -24,7 +24,7 @@ pytestmark = [
 def policy(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     from transformers import AutoModelForCausalLM
 
-    from rlvr_cli.chat.tiny import ARITHMETIC, build_tiny
+    from rlvr_cli.toy.tiny import ARITHMETIC, build_tiny
 
     folder = tmp_path_factory.mktemp("vllm") / "model"
     build_tiny(folder, "chatml", alphabet=ARITHMETIC, hidden=128, layers=2)

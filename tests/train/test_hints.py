@@ -18,7 +18,7 @@ CONTRACT = "hints-cpu.rlvr.yaml"
 
 @pytest.fixture
 def example(tmp_path: Path) -> Path:
-    from rlvr_cli.chat.tiny import DIGITS, build_tiny
+    from rlvr_cli.toy.tiny import DIGITS, build_tiny
 
     shutil.copytree(ROOT / "contracts" / "spell", tmp_path / "spell", ignore=shutil.ignore_patterns("model"))
     build_tiny(tmp_path / "spell" / "model", "chatml", alphabet=DIGITS)

@@ -14,7 +14,7 @@ from tests.conftest import ROOT, rlvr
 
 @pytest.mark.slow
 def test_echo_cpu_learns_correctness_and_passes_its_gates(tmp_path: Path) -> None:
-    from rlvr_cli.chat.tiny import ARITHMETIC, build_tiny
+    from rlvr_cli.toy.tiny import ARITHMETIC, build_tiny
 
     shutil.copytree(ROOT / "contracts" / "echo", tmp_path / "echo", ignore=shutil.ignore_patterns("model"))
     build_tiny(tmp_path / "echo" / "model", "chatml", alphabet=ARITHMETIC)

@@ -66,7 +66,7 @@ def test_plan_for_a_7b_class_config() -> None:
 
 @pytest.mark.slow
 def test_cpu_estimate_is_within_25_percent_of_the_measured_peak(tmp_path: Path) -> None:
-    from rlvr_cli.chat.tiny import ARITHMETIC, build_tiny
+    from rlvr_cli.toy.tiny import ARITHMETIC, build_tiny
 
     shutil.copytree(ROOT / "contracts" / "arith", tmp_path / "arith", ignore=shutil.ignore_patterns("model"))
     build_tiny(tmp_path / "arith" / "model", "chatml", alphabet=ARITHMETIC, hidden=512, layers=6)

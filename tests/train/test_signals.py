@@ -100,7 +100,7 @@ def test_clipped_tokens_get_no_gradient() -> None:
 
 @pytest.mark.slow
 def test_the_shipped_dapo_contract_exercises_the_clip(tmp_path: Path) -> None:
-    from rlvr_cli.chat.tiny import ARITHMETIC, build_tiny
+    from rlvr_cli.toy.tiny import ARITHMETIC, build_tiny
 
     shutil.copytree(ROOT / "contracts" / "arith", tmp_path / "arith", ignore=shutil.ignore_patterns("model"))
     build_tiny(tmp_path / "arith" / "model", "chatml", alphabet=ARITHMETIC)

@@ -86,7 +86,7 @@ def write_splits(folder: Path, seed: int = 0) -> dict[str, Path]:
 
 
 def demonstrations(count: int = 400, seed: int = 1, look: float = 0.5) -> list[dict[str, Any]]:
-    """Conversations a tiny model is warm-started on (`python -m rlvr_cli.chat.tiny --warm-up`):
+    """Conversations a tiny model is warm-started on (`python -m rlvr_cli.toy.tiny --warm-up`):
     a share `look` open the box and answer with its digit, the rest guess "0" without looking.
     Their boxes (600–999) are none of the tasks'. After 600 warm-up steps the model copies the
     digit whenever it looks but looks only about half the time: what RL adds is measured from

@@ -4,7 +4,7 @@ A random tiny model cannot emit a tool call by chance, so the learning examples 
 it the format from a few hundred conversations, rendered through its own chat template with
 the same loss mask `rlvr render` shows. What RL then adds is measured from that start.
 
-    python -m rlvr_cli.chat.tiny MODEL_DIR --warm-up CONVERSATIONS.jsonl [--warm-up-steps N]
+    python -m rlvr_cli.toy.tiny MODEL_DIR --warm-up CONVERSATIONS.jsonl [--warm-up-steps N]
 """
 
 from __future__ import annotations

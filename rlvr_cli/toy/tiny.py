@@ -135,8 +135,8 @@ def build_warm(
     folder: str | Path, conversations: Path, *, family: str = "chatml", steps: int = 600, seed: int = 0
 ) -> Path:
     """A tiny model whose tokenizer merges are learned from `conversations` (a JSONL file
-    `rlvr render` reads) and which is then warm-started on them (chat/warmup.py)."""
-    from rlvr_cli.chat import warmup
+    `rlvr render` reads) and which is then warm-started on them (toy/warmup.py)."""
+    from rlvr_cli.toy import warmup
 
     corpus = warmup.rendered_texts(conversations, *FAMILIES[family])
     build_tiny(folder, family, seed=seed, corpus=corpus)
@@ -145,11 +145,11 @@ def build_warm(
 
 
 def main(argv: list[str] | None = None) -> None:
-    """`python -m rlvr_cli.chat.tiny DIR [--family F] [--alphabet A] [--warm-up CONVERSATIONS]`."""
+    """`python -m rlvr_cli.toy.tiny DIR [--family F] [--alphabet A] [--warm-up CONVERSATIONS]`."""
     import argparse
 
     parser = argparse.ArgumentParser(
-        prog="python -m rlvr_cli.chat.tiny", description="Build a tiny random-weight model and tokenizer in DIR."
+        prog="python -m rlvr_cli.toy.tiny", description="Build a tiny random-weight model and tokenizer in DIR."
     )
     parser.add_argument("folder", type=Path)
     parser.add_argument("--family", choices=sorted(FAMILIES), default="chatml")
