@@ -322,7 +322,7 @@ def report(
 ) -> int:
     """Write one self-contained HTML page: a run's report (plan, gates, curves, rollout audit,
     samples), or several runs compared (contract differences key by key, curves overlaid)."""
-    from rlvr_cli.commands.gate import run_report
+    from rlvr_cli.commands.report import run_report
 
     return run_report(run_dirs, out)
 

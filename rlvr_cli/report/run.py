@@ -4,7 +4,7 @@ scripts, no network).
 One run: what was run (contract, hash, the objective in words, shapes), when and how it
 ended; at a glance, whether the policy got better at the task itself (the correctness
 component on the hint-free holdout, apart from any bonus) and whether the release passed
-(`gate/verdict.json`); curves with real axes (audit/charts.py) with every monitoring
+(`gate/verdict.json`); curves with real axes (report/charts.py) with every monitoring
 threshold and fired rule; the rollout audit as tables; a sample browser (best, worst and a
 random rollout at the first, middle and last step). Several runs: their curves overlaid and
 their contracts compared key by key — the table an ablation needs.
@@ -20,9 +20,9 @@ import random
 from pathlib import Path
 from typing import Any
 
-from rlvr_cli.audit import report_records as records
-from rlvr_cli.audit.charts import Chart, render
 from rlvr_cli.contract.diagnostics import ContractError
+from rlvr_cli.report import from_records as records
+from rlvr_cli.report.charts import Chart, render
 from rlvr_cli.store.run import RunFolder
 
 STYLE = (

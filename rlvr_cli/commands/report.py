@@ -1,0 +1,31 @@
+"""`rlvr report RUN_DIR...`: one run's HTML report, or one page comparing several runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rlvr_cli.commands.common import require_extra
+from rlvr_cli.errors import ExitCode
+
+
+def run_report(run_dirs: list[Path], out: Path | None) -> int:
+    """One run: its report (default RUN_DIR/report.html). Several: one page comparing them
+    (default ./rlvr-compare.html)."""
+    require_extra("train", "pyarrow")
+    from rlvr_cli.errors import RlvrError
+    from rlvr_cli.files import atomic_write_text
+    from rlvr_cli.report.run import write_report
+    from rlvr_cli.store.run import RunFolder
+
+    for run_dir in run_dirs:
+        if not RunFolder.existing(run_dir).metrics.is_file():
+            raise RlvrError(f"{run_dir} is not an rlvr run folder (no metrics.jsonl)")
+    if len(run_dirs) == 1:
+        print(write_report(run_dirs[0], out))
+        return ExitCode.OK
+    from rlvr_cli.report.compare import build_compare
+
+    target = out or Path("rlvr-compare.html")
+    atomic_write_text(target, build_compare(run_dirs))
+    print(target)
+    return ExitCode.OK
