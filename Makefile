@@ -34,11 +34,14 @@ demo: $(STAMP) sandbox
 	$(BIN)/rlvr init $(DEMO)/agent --template tool-use --no-model
 	$(BIN)/rlvr audit verifier $(DEMO)/agent/experiment.rlvr.yaml
 	$(BIN)/rlvr audit isolation $(DEMO)/agent/experiment.rlvr.yaml --sessions 32
-	# agentic RL that learns: look a digit up with a tool, then answer with it (correct ~0.6 → ~0.95)
+	# agentic RL that learns: look a digit up with a tool, then answer with it (correct rises)
 	$(BIN)/rlvr audit verifier contracts/lookup-cpu.rlvr.yaml --candidates contracts/lookup/audit/candidates.yaml
 	$(BIN)/rlvr train contracts/lookup-cpu.rlvr.yaml --run-dir $(DEMO)/lookup-cpu
 	$(BIN)/rlvr audit rollouts $(DEMO)/lookup-cpu
-	$(BIN)/rlvr gate contracts/lookup-cpu.rlvr.yaml --candidate $(DEMO)/lookup-cpu
+	# how far lookup gets depends on the machine's float kernels (docs/environments.md): where its
+	# holdout-correct gate fails (exit 1) the demo goes on to the report, which shows why
+	code=0; $(BIN)/rlvr gate contracts/lookup-cpu.rlvr.yaml --candidate $(DEMO)/lookup-cpu || code=$$?; \
+	  test $$code -le 1 && echo "demo: lookup release gate exit $$code; see $(DEMO)/lookup-cpu/gate/verdict.json"
 	$(BIN)/rlvr report $(DEMO)/lookup-cpu
 	$(BIN)/rlvr audit verifier contracts/grpo-cpu.rlvr.yaml
 	# code answers: the exploit arms against the real bubblewrap sandbox
