@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import copy
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -48,7 +48,6 @@ class Launched:
     step: int
     indices: list[int]
     result: Future[tuple[list[Sample], list[dict[str, Any]]]] | tuple[list[Sample], list[dict[str, Any]]]
-    times: Times = field(default_factory=Times)
 
     def samples(self) -> tuple[list[Sample], list[dict[str, Any]]]:
         if isinstance(self.result, Future):
@@ -87,11 +86,10 @@ class Ahead:
         setup, hp = self.setup, self.setup.contract.hyperparameters
         indices = state.sampler.take(hp.prompts_per_step)
         self.engine.sync(setup.policy, state.optimizer_steps)
-        times = Times()
         step, revision = state.step + 1, state.optimizer_steps
         mine = rollout.using(self.engine)
-        future = self.worker.submit(sample_groups, setup, mine, indices, step, 0, revision, 0, times)
-        self.launched = Launched(state.step + 1, indices, future, times)
+        future = self.worker.submit(sample_groups, setup, mine, indices, step, 0, revision, 0, Times())
+        self.launched = Launched(step, indices, future)
 
     def take(self, step: int) -> tuple[list[Sample], list[dict[str, Any]]] | None:
         """What was sampled ahead for `step` (waiting for it), or None."""
@@ -118,16 +116,9 @@ class Ahead:
                 "the checkpoint holds samples drawn ahead in an older layout (token ids without verdicts); "
                 "resume it with the rlvr release that wrote it, or start the run again"
             )
-        tasks = self.setup.train_tasks
+        tasks, indices = self.setup.train_tasks, list(data["indices"])
         samples = [Sample.from_json(row, tasks) for row in data["samples"]]
-        k = self.setup.contract.hyperparameters.group_size
-        groups = [tasks[i] for i in data["indices"]]
-        self.launched = Launched(int(data["step"]), list(data["indices"]), (samples, _share(groups, samples, k)))
+        self.launched = Launched(int(data["step"]), indices, (samples, [tasks[i] for i in indices]))
 
     def close(self) -> None:
         self.worker.shutdown(wait=True, cancel_futures=True)
-
-
-def _share(tasks: list[dict[str, Any]], samples: list[Sample], k: int) -> list[dict[str, Any]]:
-    """The tasks of `samples`, group by group (all of them: sampling ahead runs in one process)."""
-    return [samples[g * k].task for g in range(len(samples) // k)] if samples else tasks

@@ -256,3 +256,37 @@ def test_a_prompt_over_its_budget_is_an_error_or_its_last_tokens_as_the_contract
         4,
         5,
     ]
+
+
+def test_a_hinted_episode_carries_its_hint_in_the_prompt_and_the_turns_still_continue(agent: Path) -> None:
+    """Hints on the file-editing server (`placement: prompt`): the hinted half of the group sees
+    the hint in its last user message, the other half does not, and both episodes play through
+    the server's tools to a verdict, token in, token out."""
+    from rlvr_cli.contract.data_section import Hints
+    from rlvr_cli.engine.engines import PolicyEngine
+    from rlvr_cli.env.tool_env import ToolEnv
+    from rlvr_cli.rollout.base import Draw
+    from rlvr_cli.rollout.tool_use import ToolUse
+
+    setup = _setup(agent)
+    hints = Hints(
+        used=True,
+        source="solutions",
+        field="hint",
+        leak_check=True,
+        placement="prompt",
+        share=0.5,
+        until_step=5,
+        advantage="subgroup",
+    )
+    setup.contract = setup.contract.model_copy(update={"data": setup.contract.data.model_copy(update={"hints": hints})})
+    task = {**setup.train_tasks[0], "hint": "bump the version in config/app.toml"}
+    with ToolEnv(setup.contract, agent) as env:
+        rollout = ToolUse.of(setup.contract, setup.renderer, PolicyEngine(Scripted(setup, [[READ, FIX, "done"]])), env)
+        hinted, plain = rollout.sample([task], Draw(group_size=2, seed=1, hinted=1))
+    decode = lambda ids: setup.tokenizer.decode(ids)  # noqa: E731
+    assert hinted.hint == task["hint"] and plain.hint is None
+    assert "Hint: bump the version" in decode(hinted.prompt_ids) and "Hint:" not in decode(plain.prompt_ids)
+    for sample in (hinted, plain):
+        assert [t["calls"] for t in sample.transcript["turns"]] == [1, 1, 0]
+        assert sample.verdict is not None and sample.verdict.valid and sample.reward == 1.0
