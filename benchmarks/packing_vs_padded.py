@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from rlvr_cli.engine.forward import make_batch, token_logprobs
-from rlvr_cli.engine.packed import Packed, packed_logprobs
+from rlvr_cli.engine.packed import PackedBatch, packed_logprobs
 from rlvr_cli.toy.tiny import build_tiny
 
 
@@ -56,7 +56,7 @@ def main() -> None:
         prompts, responses, masks = shapes(name, args.sequences, random.Random(1))
         tokens = sum(len(r) for r in responses)
         batch = make_batch(prompts, responses, masks, 0)
-        packed = Packed.of(prompts, responses, masks, 0)
+        packed = PackedBatch.of(prompts, responses, masks, 0)
 
         def padded(batch=batch) -> None:
             model.zero_grad()

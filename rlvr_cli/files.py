@@ -4,10 +4,12 @@ a crash leaves the old version or the new one, never half of either."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,13 +37,19 @@ def fsync_dir(path: Path) -> None:
 
 
 def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = True) -> None:
-    """Write `data` to `path.tmp`, fsync it, rename it over `path` (and fsync the folder)."""
+    """Write `data` to `path.tmp`, fsync it, rename it over `path` (and fsync the folder). A
+    write that fails (a full disk) leaves `path` as it was and no `.tmp` behind."""
     tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("wb") as fh:
-        fh.write(data)
-        fh.flush()
-        if durable:
-            os.fsync(fh.fileno())
+    try:
+        with tmp.open("wb") as fh:
+            fh.write(data)
+            fh.flush()
+            if durable:
+                os.fsync(fh.fileno())
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
     os.replace(tmp, path)
     if durable:
         fsync_dir(path.parent)
@@ -53,6 +61,69 @@ def atomic_write_text(path: Path, text: str, *, durable: bool = True) -> None:
 
 def atomic_write_json(path: Path, data: Any, *, durable: bool = True) -> None:
     atomic_write_text(path, json.dumps(data, indent=2, default=str) + "\n", durable=durable)
+
+
+FULL_BELOW_BYTES = 1 << 20  # a file system with less free space than this is full for a writer that failed
+
+
+@contextlib.contextmanager
+def disk_errors(where: Path) -> Iterator[None]:
+    """Library writers that hide the operating system's error report a full disk as ENOSPC
+    (an OSError the run reports as a full disk, exit 1), not as their own exception: torch's
+    zip writer says `unexpected pos`, safetensors `I/O error: ... (os error 28)`."""
+    try:
+        yield
+    except OSError:
+        raise
+    except Exception as exc:
+        if "os error 28" in str(exc) or "No space left" in str(exc) or _nearly_full(where):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(where)) from exc
+        raise
+
+
+def _nearly_full(where: Path) -> bool:
+    try:
+        stats = os.statvfs(where if where.exists() else where.parent)
+    except OSError:
+        return False
+    return stats.f_bavail * stats.f_frsize < FULL_BELOW_BYTES
+
+
+class _Sink:
+    """The file `torch.save` writes through: it keeps the OSError that torch's zip writer
+    turns into a RuntimeError, so the real error (ENOSPC) is what the caller sees."""
+
+    def __init__(self, fh: Any, before_write: Callable[[], None] | None) -> None:
+        self.fh, self.before_write, self.error = fh, before_write, None
+
+    def write(self, data: Any) -> int:
+        try:
+            if self.before_write is not None:
+                self.before_write()
+            return self.fh.write(data)
+        except OSError as exc:
+            self.error = exc
+            raise
+
+    def flush(self) -> None:
+        self.fh.flush()
+
+
+def save_torch(obj: Any, path: Path, before_write: Callable[[], None] | None = None) -> None:
+    """`torch.save(obj, path)`, with a failed write reported as the OSError it was.
+    `before_write` runs before every write (fault injection)."""
+    import torch
+
+    with path.open("wb") as fh:
+        sink = _Sink(fh, before_write)
+        try:
+            torch.save(obj, sink)
+        except OSError:
+            raise
+        except Exception as exc:
+            if sink.error is not None:
+                raise sink.error from exc
+            raise
 
 
 def read_jsonl(

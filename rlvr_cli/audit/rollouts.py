@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rlvr_cli.errors import RlvrError
-from rlvr_cli.store.records import read_records, verify_manifest
+from rlvr_cli.store.records import pin_problems, read_records, verify_manifest
 from rlvr_cli.store.run import RunFolder
 
 EXPLOIT_PATTERNS = ("<|im_start|>", "<|endoftext|>", "as an ai", "i cannot", "answer:", "```", "assert", "print(")
@@ -100,8 +100,25 @@ def run_contract(run_dir: Path) -> tuple[Any, dict[str, str]]:
     return contract, prompts
 
 
+def record_problems(run_dir: Path) -> list[str]:
+    """The record store's problems: shards missing, extra or changed (the manifest's sha256), and
+    shards that are not what a checkpoint pinned (changed together with their manifest entry)."""
+    run = RunFolder.existing(run_dir)
+    problems = verify_manifest(run.records)
+    for _, path in run.complete_checkpoints():
+        try:
+            meta = json.loads((path / "trainer.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            problems.append(f"checkpoint {path.name}: trainer.json cannot be read ({exc})")
+            continue
+        if isinstance(meta, dict) and meta.get("records_sha256") and isinstance(meta.get("records_cursor"), int):
+            where = f"checkpoint {path.name}"
+            problems += pin_problems(run.records, meta["records_cursor"], meta["records_sha256"], where)
+    return problems
+
+
 def audit(run_dir: Path) -> dict[str, Any]:
-    problems = verify_manifest(RunFolder.existing(run_dir).records)
+    problems = record_problems(run_dir)
     if problems:
         return {"manifest_ok": False, "problems": problems}
     rows, metrics = load_run(run_dir)

@@ -13,7 +13,9 @@ from dataclasses import dataclass
 
 
 @dataclass
-class Pack:
+class PackedRow:
+    """One row of the update batch: several episodes side by side, none attending to another."""
+
     input_ids: list[int]
     position_ids: list[int]
     loss_mask: list[int]
@@ -34,9 +36,9 @@ class Pack:
         return mask[None, None]  # (1, 1, T, T)
 
 
-def pack(episodes: Sequence[tuple[Sequence[int], Sequence[int]]], max_tokens: int, pad_id: int = 0) -> list[Pack]:
+def pack(episodes: Sequence[tuple[Sequence[int], Sequence[int]]], max_tokens: int, pad_id: int = 0) -> list[PackedRow]:
     """Greedy first-fit packing of (ids, loss_mask) episodes into rows of `max_tokens`."""
-    packs: list[Pack] = []
+    packs: list[PackedRow] = []
     for index, (ids, mask) in enumerate(episodes):
         if len(ids) != len(mask):
             raise ValueError(f"episode {index}: {len(ids)} ids but {len(mask)} mask values")
@@ -44,7 +46,7 @@ def pack(episodes: Sequence[tuple[Sequence[int], Sequence[int]]], max_tokens: in
             raise ValueError(f"episode {index} has {len(ids)} tokens, more than a pack holds ({max_tokens})")
         target = next((p for p in packs if len(p.input_ids) + len(ids) <= max_tokens), None)
         if target is None:
-            target = Pack([], [], [], [], [])
+            target = PackedRow([], [], [], [], [])
             packs.append(target)
         start = len(target.input_ids)
         target.input_ids.extend(ids)

@@ -21,7 +21,13 @@ def run_report(run_dirs: list[Path], out: Path | None) -> int:
         if not RunFolder.existing(run_dir).metrics.is_file():
             raise RlvrError(f"{run_dir} is not an rlvr run folder (no metrics.jsonl)")
     if len(run_dirs) == 1:
-        print(write_report(run_dirs[0], out))
+        page, problems = write_report(run_dirs[0], out)
+        print(page)
+        if problems:
+            raise RlvrError(
+                f"the records of {run_dirs[0]} are not what the run wrote ({problems[0]}); the report says so "
+                "and shows none of them (`rlvr audit rollouts` lists every problem)"
+            )
         return ExitCode.OK
     from rlvr_cli.report.compare import build_compare
 

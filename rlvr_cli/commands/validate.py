@@ -5,16 +5,30 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
+from rlvr_cli.commands.formats import REPORTERS, emit, reporter
 from rlvr_cli.contract.diagnostics import Finding
 from rlvr_cli.contract.load import CheckResult, check_file
 from rlvr_cli.contract.models import Contract
-from rlvr_cli.contract.report import REPORTERS, summary, use_color
+from rlvr_cli.contract.report import report_github, report_json, report_text, summary, use_color
 from rlvr_cli.errors import guard
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 PATTERNS = ("*.rlvr.yaml", "*.rlvr.yml")
+
+
+@dataclass(frozen=True)
+class Checked:
+    """What `validate`'s reporters print: the results, and whether the terminal takes colour."""
+
+    results: list[CheckResult]
+    color: bool
+
+
+for _fmt, _write in {"text": report_text, "json": report_json, "github": report_github}.items():
+    reporter("validate", _fmt)(lambda checked, write=_write: write(checked.results, checked.color))
 
 
 def expand(paths: list[Path]) -> tuple[list[Path], list[str]]:
@@ -77,9 +91,7 @@ def run_validate(paths: list[Path], fmt: str, *, deep: bool, strict: bool) -> in
             results.append(check_file(path, deep=deep, more=more))
         except OSError as exc:  # opens but cannot be read (e.g. /proc/self/mem)
             problems.append(f"{path}: cannot be read ({exc.strerror or exc})")
-    report = REPORTERS[fmt](results, use_color() and fmt == "text")
-    if report:
-        print(report)
+    emit("validate", fmt, Checked(results, use_color() and fmt == "text"))
     for problem in problems:
         print(f"error: {problem}", file=sys.stderr)
     if results:
@@ -108,7 +120,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "paths", nargs="+", type=_path, metavar="PATH", help="contract files, or folders searched for *.rlvr.yaml"
     )
-    p.add_argument("--format", "-f", choices=sorted(REPORTERS), default="text", help="report format")
+    p.add_argument("--format", "-f", choices=sorted(REPORTERS["validate"]), default="text", help="report format")
     p.add_argument(
         "--deep", action="store_true", help="also load tokenizer, data, verifier and lock files from disk (no network)"
     )

@@ -160,6 +160,11 @@ class Environment(Section):
     forbidden_tools: list[str] | None = Field(
         None, description="Tools whose use fails the episode whatever the final state; must match the server's."
     )
+    max_tool_output_bytes: PositiveInt | None = Field(
+        None,
+        description="UTF-8 bytes of one tool result passed to the model (tool_use); a longer result is cut "
+        "with a marker saying so. None: 16 bytes per token of length.max_response_tokens, at least 4096.",
+    )
     timeout_s: float = Field(gt=0, description="Wall-clock bound for one verification.")
     memory_mb: PositiveInt | None = Field(
         None,

@@ -1,28 +1,19 @@
-"""Reporters for `rlvr validate`: a registry of text, json and github formatters."""
+"""How `rlvr validate` writes diagnostics: text, json and github formatters (registered as the
+`validate` reporters of the one `--format` registry, `commands/formats.py`), colour and summary."""
 
 from __future__ import annotations
 
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from rlvr_cli.contract.diagnostics import Diagnostic
     from rlvr_cli.contract.load import CheckResult
 
-Reporter = Callable[[Sequence["CheckResult"], bool], str]
-REPORTERS: dict[str, Reporter] = {}
 _COLORS = {"error": "\033[31m", "warning": "\033[33m", "waived": "\033[36m"}
-
-
-def reporter(name: str) -> Callable[[Reporter], Reporter]:
-    def register(fn: Reporter) -> Reporter:
-        REPORTERS[name] = fn
-        return fn
-
-    return register
 
 
 def use_color(stream: object = sys.stdout) -> bool:
@@ -48,13 +39,11 @@ def text_line(path: str, d: Diagnostic, color: bool = False) -> str:
     return f"{path}:{d.line}:{d.column}: {severity}[{d.code}] {describe(d)}"
 
 
-@reporter("text")
 def report_text(results: Sequence[CheckResult], color: bool) -> str:
     lines = [text_line(r.path, d, color) for r in results for d in sorted_diagnostics(r)]
     return "\n".join(lines)
 
 
-@reporter("json")
 def report_json(results: Sequence[CheckResult], color: bool) -> str:
     files = [
         {
@@ -72,7 +61,6 @@ def gh_escape(value: str, prop: bool = False) -> str:
     return value.replace(":", "%3A").replace(",", "%2C") if prop else value
 
 
-@reporter("github")
 def report_github(results: Sequence[CheckResult], color: bool) -> str:
     kinds = {"error": "error", "warning": "warning", "waived": "notice"}
     lines = []

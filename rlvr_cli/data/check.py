@@ -15,13 +15,11 @@ and only an 8-byte digest and the id of each are kept.
 from __future__ import annotations
 
 import hashlib
-import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from rlvr_cli.contract.models import Contract
-from rlvr_cli.contract.tasks import MAX_ROW_BYTES, task_problem
+from rlvr_cli.contract.tasks import MAX_ROW_BYTES, parse_task, split_file_problem, task_lines
 from rlvr_cli.data.holdout import HoldoutTally
 from rlvr_cli.data.leak import AnswerIndex, answers
 from rlvr_cli.data.normal import normalizer, prompt_text, strings
@@ -109,11 +107,12 @@ class _Check:
 
     def _split(self, name: str) -> None:
         path = self.folder / self.report.files[name]["path"]
-        if not path.is_file():
-            self.report.add(DataFinding("RLV901", "error", f"{path.name} does not exist", split=name))
+        problem = split_file_problem(path)
+        if problem:
+            self.report.add(DataFinding("RLV901", "error", problem, split=name))
             return
         rows = 0
-        for line, raw in _lines(path):
+        for line, raw in task_lines(path):
             row = self._row(name, line, raw)
             if row is not None:
                 rows += 1
@@ -126,23 +125,28 @@ class _Check:
 
     def _row(self, name: str, line: int, raw: bytes | None) -> dict[str, Any] | None:
         """The task on one line, or None (reported) when the line is not one."""
-        problem = None
-        row: Any = None
         if raw is None:
-            problem = f"a line over {MAX_ROW_BYTES:,} bytes (refused before reading it)"
+            row, problem = None, f"a line over {MAX_ROW_BYTES:,} bytes (refused before reading it)"
         else:
-            try:
-                row = json.loads(raw)
-            except UnicodeDecodeError as exc:
-                problem = f"not UTF-8 (byte {exc.start})"
-            except json.JSONDecodeError as exc:
-                problem = f"not JSON ({exc.msg} at column {exc.colno})"
-            else:
-                problem = task_problem(row)
+            row, problem = parse_task(raw)
+        problem = problem or self._answer_problem(row)
         if problem:
             self.report.add(DataFinding("RLV901", "error", problem, at=Place(name, line)))
             return None
         return row  # type: ignore[no-any-return]
+
+    def _answer_problem(self, row: dict[str, Any]) -> str | None:
+        """An answer field, where a row has one, holds text or a number (or a list of them)."""
+        for name in self.answer_fields:
+            if name not in row:
+                continue
+            value = row[name]
+            items = value if isinstance(value, list) and value else [value]
+            if not all(isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in items):
+                return f"the answer field {name!r} is {_kind(value)}: an answer is text or a number (or a list of them)"
+            if any(isinstance(v, str) and not v.strip() for v in items):
+                return f"the answer field {name!r} is empty"
+        return None
 
     def _task(self, name: str, line: int, row: dict[str, Any]) -> None:
         loc = _loc(name, line)
@@ -237,16 +241,9 @@ class _Near:
         report.add(DataFinding("RLV411", "error", message, at=at, other=other, similarity=similarity))
 
 
-def _lines(path: Path) -> Iterator[tuple[int, bytes | None]]:
-    """(line number, bytes) for each non-blank line; None for a line over MAX_ROW_BYTES, which
-    is skipped without being held in memory."""
-    with path.open("rb") as fh:
-        number = 0
-        while raw := fh.readline(MAX_ROW_BYTES + 1):
-            number += 1
-            if len(raw) > MAX_ROW_BYTES and not raw.endswith(b"\n"):
-                while raw and not raw.endswith(b"\n"):
-                    raw = fh.readline(1 << 20)
-                yield number, None
-            elif raw.strip():
-                yield number, raw
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, list):
+        return "an empty list" if not value else "a list holding something else"
+    return {bool: "true or false", dict: "an object"}.get(type(value), type(value).__name__)

@@ -8,7 +8,7 @@ import torch
 
 from rlvr_cli.chat.masks import sampled_mask
 from rlvr_cli.engine.forward import make_batch
-from rlvr_cli.engine.types import Generation, SamplingParams
+from rlvr_cli.engine.types import Generation, NonFiniteLogits, SamplingParams
 
 
 @torch.no_grad()
@@ -20,7 +20,30 @@ def transformers_generate(model: Any, prompts: list[list[int]], params: Sampling
     input_ids, attention = batch.input_ids[:, :P].to(device), batch.attention_mask[:, :P].to(device)
     torch.manual_seed(seed)  # seeds every device
     greedy = params.temperature == 0
-    out = model.generate(
+    try:
+        out = _generate(model, input_ids, attention, params, greedy)
+    except RuntimeError as exc:
+        if "inf" in str(exc) and "nan" in str(exc):  # "probability tensor contains either `inf`, `nan` or ..."
+            raise NonFiniteLogits("transformers' generate") from None
+        raise
+    sequences = out.sequences[:, P:]
+    logits = torch.stack(out.logits, dim=1).float()  # (B, T, V)
+    scale = params.temperature if params.temperature > 0 else 1.0
+    logps = torch.log_softmax(logits / scale, dim=-1).gather(-1, sequences[..., None]).squeeze(-1)
+    if torch.isnan(logps).any():
+        raise NonFiniteLogits("transformers' generate")
+    results = []
+    for row, lp in zip(sequences.tolist(), logps.tolist(), strict=True):
+        mask, finish = sampled_mask(row, list(params.stop_ids))
+        kept = sum(mask)  # through the first stop token, or every token when truncated
+        results.append(Generation(row[:kept], mask[:kept], finish, seed, lp[:kept]))
+    return results
+
+
+def _generate(
+    model: Any, input_ids: torch.Tensor, attention: torch.Tensor, params: SamplingParams, greedy: bool
+) -> Any:
+    return model.generate(
         input_ids=input_ids,
         attention_mask=attention,
         max_new_tokens=params.max_new_tokens,
@@ -34,13 +57,3 @@ def transformers_generate(model: Any, prompts: list[list[int]], params: Sampling
         output_logits=True,
         return_dict_in_generate=True,
     )
-    sequences = out.sequences[:, P:]
-    logits = torch.stack(out.logits, dim=1).float()  # (B, T, V)
-    scale = params.temperature if params.temperature > 0 else 1.0
-    logps = torch.log_softmax(logits / scale, dim=-1).gather(-1, sequences[..., None]).squeeze(-1)
-    results = []
-    for row, lp in zip(sequences.tolist(), logps.tolist(), strict=True):
-        mask, finish = sampled_mask(row, list(params.stop_ids))
-        kept = sum(mask)  # through the first stop token, or every token when truncated
-        results.append(Generation(row[:kept], mask[:kept], finish, seed, lp[:kept]))
-    return results

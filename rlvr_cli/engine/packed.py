@@ -11,14 +11,14 @@ from typing import Any
 
 import torch
 
-from rlvr_cli.chat.pack import Pack, pack
+from rlvr_cli.chat.pack import PackedRow, pack
 
 
 @dataclass
-class Packed:
+class PackedBatch:
     """Sequences packed into rows, and where each one's response tokens sit."""
 
-    packs: list[Pack]
+    packs: list[PackedRow]
     where: list[tuple[int, int, int]]  # per sequence: (row, first response position, response length)
     response_width: int  # T: the widest response, the width of the (B, T) outputs
     response_mask: torch.Tensor  # (B, T) the loss mask, as the padded batch has it
@@ -32,7 +32,7 @@ class Packed:
         pad_id: int,
         width: int | None = None,
         one_per_row: bool = False,
-    ) -> Packed:
+    ) -> PackedBatch:
         """Pack sequences first-fit, longest first; `one_per_row` keeps each alone in its row,
         which is the padded batch with the padding on the right."""
         lengths = [len(p) + len(r) for p, r in zip(prompts, responses, strict=True)]
@@ -60,7 +60,7 @@ class Packed:
 
 
 def packed_logprobs(
-    model: Any, packed: Packed, temperature: float, with_entropy: bool = False
+    model: Any, packed: PackedBatch, temperature: float, with_entropy: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs `(B, T)` of every sequence's response tokens (and their entropy), computed in
     packed rows; the same numbers `forward.token_logprobs` gives on the padded batch."""

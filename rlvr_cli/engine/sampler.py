@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from rlvr_cli.engine.forward import distinct_prompts, make_batch
+from rlvr_cli.engine.types import NonFiniteLogits
 
 
 def filtered_logits(logits: torch.Tensor, temperature: float, top_k: int, top_p: float) -> torch.Tensor:
@@ -48,7 +49,10 @@ def draw(
     temperature 0 is greedy (log-probs then under the untempered softmax)."""
     if temperature == 0:
         token = logits.argmax(dim=-1)
-        return token, torch.log_softmax(logits, dim=-1).gather(-1, token[:, None]).squeeze(-1)
+        logp = torch.log_softmax(logits, dim=-1).gather(-1, token[:, None]).squeeze(-1)
+        if torch.isnan(logp).any():  # argmax takes a NaN for the largest value
+            raise NonFiniteLogits("greedy decoding")
+        return token, logp
     logp_all = torch.log_softmax(logits / temperature, dim=-1)
     if top_k or top_p < 1.0:
         probs = torch.softmax(filtered_logits(logits, temperature, top_k, top_p), dim=-1)
@@ -60,6 +64,8 @@ def draw(
     # so what top-k/top-p exclude (or what underflows to 0) is never drawn.
     cdf = probs.cumsum(dim=-1, dtype=torch.float64)
     total = cdf[:, -1:]
+    if not (torch.isfinite(total).all() and (total > 0).all()):  # a NaN or inf logit poisons its row's mass
+        raise NonFiniteLogits("sampling")
     u = torch.rand((probs.size(0), 1), generator=generator, device=probs.device, dtype=torch.float64)
     point = torch.minimum(u * total, torch.nextafter(total, torch.zeros_like(total)))
     token = torch.searchsorted(cdf, point, right=True).squeeze(-1)

@@ -5,6 +5,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from rlvr_cli.errors import ExitCode, RlvrError
+
+
+class NonFiniteLogits(RlvrError):
+    """The policy's logits hold NaN or infinity: nothing can be sampled (NaN weights, an
+    overflow). The run stops (exit 5, aborted) instead of drawing tokens from garbage."""
+
+    exit_code = ExitCode.ABORTED
+
+    def __init__(self, where: str) -> None:
+        super().__init__(
+            f"the policy's logits are not finite ({where}): its weights hold NaN or infinity, so nothing can be "
+            "sampled; resume from an earlier checkpoint, with a lower learning rate or a nonfinite_count rule"
+        )
+
 
 @dataclass
 class Generation:

@@ -34,28 +34,46 @@ class Endpoint:
 
 
 class EnvClient:
-    """HTTP client of one resources server."""
+    """HTTP client of one resources server. Answers are read as a stream and refused past a
+    bound (`max_output_bytes` per tool result, plus room for the envelope, per operation), so a
+    server that answers 30 MB cannot fill the trainer's memory."""
 
-    def __init__(self, endpoint: str | Endpoint, timeout_s: float = 30.0) -> None:
+    ENVELOPE_BYTES = 1 << 20  # a verdict, snapshots, the call log: what an answer holds beside results
+    UNBOUNDED_OUTPUT_BYTES = 64 << 20  # per operation, for clients given no cap (the audits)
+
+    def __init__(self, endpoint: str | Endpoint, timeout_s: float = 30.0, max_output_bytes: int | None = None) -> None:
         import httpx
 
         endpoint = endpoint if isinstance(endpoint, Endpoint) else Endpoint(endpoint)
         headers = {"Authorization": f"Bearer {endpoint.token}"} if endpoint.token else {}
         self.http = httpx.Client(base_url=endpoint.url, timeout=timeout_s, headers=headers)
         self.batches: bool | None = None  # does the server take POST /batch (None: not asked yet)
+        self.per_op_bytes = (max_output_bytes or self.UNBOUNDED_OUTPUT_BYTES) + self.ENVELOPE_BYTES
 
     def close(self) -> None:
         self.http.close()
 
-    def _send(self, method: str, path: str, body: dict[str, Any] | None = None, timeout: float | None = None) -> Any:
+    def _send(
+        self, method: str, path: str, body: dict[str, Any] | None = None, timeout: float | None = None, ops: int = 1
+    ) -> Any:
         """The response; a call past the timeout is EnvTimeout (that call's failure), a server
-        that cannot be reached at all is EnvUnreachable (the run's)."""
+        that cannot be reached at all is EnvUnreachable (the run's), an answer over the bound
+        EnvHTTPError."""
         import httpx
 
+        limit = self.per_op_bytes * max(1, ops)
+        extra = {} if timeout is None else {"timeout": timeout}
         try:
-            if timeout is not None:
-                return self.http.request(method, path, json=body, timeout=timeout)
-            return self.http.request(method, path, json=body)
+            with self.http.stream(method, path, json=body, **extra) as response:
+                data = bytearray()
+                for chunk in response.iter_bytes():
+                    data += chunk
+                    if len(data) > limit:
+                        raise EnvHTTPError(
+                            502, f"{path}: the server's answer is over {limit:,} bytes; rlvr stopped reading it"
+                        )
+                kind = response.headers.get("content-type", "application/json")
+                return httpx.Response(response.status_code, headers={"content-type": kind}, content=bytes(data))
         except httpx.TimeoutException:
             raise EnvTimeout(path, self.http.timeout.read) from None
         except httpx.TransportError as exc:
@@ -123,7 +141,9 @@ class EnvClient:
             return []
         if self.batches is not False:
             timeout = self.http.timeout.read or 30.0
-            response = self._send("POST", "/batch", {"ops": ops, "timeout_s": timeout}, timeout=timeout + 30)
+            response = self._send(
+                "POST", "/batch", {"ops": ops, "timeout_s": timeout}, timeout=timeout + 30, ops=len(ops)
+            )
             if response.status_code not in (404, 405):
                 if response.status_code >= 400:
                     raise EnvHTTPError(response.status_code, response.text)
@@ -261,9 +281,10 @@ def serve(app: Any) -> Iterator[str]:
         thread.join(10)
 
 
-def load_app(spec: str, folder: Any, token: str | None = None) -> Any:
+def load_app(spec: str, folder: Any, token: str | None = None, max_output_bytes: int | None = None) -> Any:
     """`environment.server` resolved from the contract's folder (or installed packages): a
-    `ResourcesServer` subclass (instantiated here), an instance, or an ASGI app as is."""
+    `ResourcesServer` subclass (instantiated here), an instance, or an ASGI app as is.
+    `max_output_bytes` caps each tool result (env/results.py) of a ResourcesServer."""
     from rlvr_cli.env.server import ResourcesServer, create_app
     from rlvr_cli.env.single_turn import import_entry
 
@@ -273,6 +294,8 @@ def load_app(spec: str, folder: Any, token: str | None = None) -> Any:
         raise RlvrError(f"cannot load the resources server {spec}: {exc}") from None
     if isinstance(found, type) and issubclass(found, ResourcesServer):
         found = found()
+    if isinstance(found, ResourcesServer) and max_output_bytes is not None:
+        found.max_output_bytes = max_output_bytes
     return create_app(found, token=token) if isinstance(found, ResourcesServer) else found
 
 
@@ -293,7 +316,9 @@ def environment(spec: str, folder: Any) -> Iterator[Endpoint]:
 
 
 @contextlib.contextmanager
-def environment_process(spec: str, folder: Any, attempts: int = 3) -> Iterator[Endpoint]:
+def environment_process(
+    spec: str, folder: Any, attempts: int = 3, max_output_bytes: int | None = None
+) -> Iterator[Endpoint]:
     """Like `environment`, but a `module:Class` server runs in a child process (its own
     interpreter: no share of the trainer's GIL), stopped when the trainer ends however it ends."""
     import os
@@ -316,7 +341,7 @@ def environment_process(spec: str, folder: Any, attempts: int = 3) -> Iterator[E
             stdin=subprocess.PIPE,
             stdout=errors,
             stderr=errors,
-            env={**os.environ, "RLVR_CHILD_TOKEN": token},
+            env={**os.environ, "RLVR_CHILD_TOKEN": token, "RLVR_CHILD_MAX_OUTPUT_BYTES": str(max_output_bytes or "")},
             start_new_session=True,  # Ctrl-C is the trainer's to handle; the server goes when it closes stdin
         )
         endpoint = Endpoint(f"http://127.0.0.1:{port}", token)

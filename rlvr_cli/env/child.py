@@ -23,7 +23,8 @@ def main(argv: list[str]) -> None:
 
     spec, folder, port = argv[0], Path(argv[1]), int(argv[2])
     token = os.environ.pop("RLVR_CHILD_TOKEN", None)
-    app = load_app(spec, folder, token=token)
+    cap = os.environ.pop("RLVR_CHILD_MAX_OUTPUT_BYTES", "")
+    app = load_app(spec, folder, token=token, max_output_bytes=int(cap) if cap.isdigit() else None)
     threading.Thread(target=_exit_when_orphaned, daemon=True).start()
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error", access_log=False)
     uvicorn.Server(config).run()

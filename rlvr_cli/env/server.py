@@ -55,6 +55,7 @@ from typing import Any
 
 from rlvr_cli.env import tools as signatures
 from rlvr_cli.env.app import MAX_BODY_BYTES, create_app
+from rlvr_cli.env.results import DEFAULT_MAX_OUTPUT_BYTES, tool_output
 from rlvr_cli.env.verdict import Verdict
 from rlvr_cli.errors import RlvrError
 
@@ -95,6 +96,9 @@ class ResourcesServer:
     max_calls_per_session: int = 10_000
     #: characters of each tool output kept in the session's call log (the model still gets all)
     max_logged_output: int = 65_536
+    #: UTF-8 bytes of a tool's result passed on (env/results.py); more is cut with a marker.
+    #: `rlvr train` sets it from the contract (`environment.max_tool_output_bytes`)
+    max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
 
     def __init__(self) -> None:
         self._sessions: dict[str, Session] = {}
@@ -228,6 +232,7 @@ class ResourcesServer:
                 output = f"error: {exc}"
             except Exception as exc:  # any failure of a tool is an answer the model reads, never a 500
                 output = f"error: {name} failed: {type(exc).__name__}: {str(exc)[:500]}"
+            output = tool_output(name, output, self.max_output_bytes)  # JSON, within the cap, or a tool error
             logged = output if isinstance(output, str) else repr(output)
             record["output"] = logged[: self.max_logged_output]
         return output

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from rlvr_cli.env.agent import EnvClient, environment_process
+from rlvr_cli.env.results import output_cap
 
 
 class ToolEnv:
@@ -19,12 +20,14 @@ class ToolEnv:
         self._stack = contextlib.ExitStack()
         self.client: EnvClient | None = None
         self.schemas: list[dict[str, Any]] = []
+        self.output_cap = output_cap(contract.length.max_response_tokens, contract.environment.max_tool_output_bytes)
 
     def __enter__(self) -> ToolEnv:
         env = self.contract.environment
         try:
-            endpoint = self._stack.enter_context(environment_process(env.server, self.folder))
-            self.client = EnvClient(endpoint, timeout_s=env.timeout_s)
+            cap = self.output_cap
+            endpoint = self._stack.enter_context(environment_process(env.server, self.folder, max_output_bytes=cap))
+            self.client = EnvClient(endpoint, timeout_s=env.timeout_s, max_output_bytes=cap)
             self._stack.callback(self.client.close)
             self.client.check_declaration(env.tools, env.forbidden_tools)
             self.schemas = self.client.tools()

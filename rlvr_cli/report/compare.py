@@ -9,7 +9,7 @@ from typing import Any
 
 from rlvr_cli.errors import RlvrError
 from rlvr_cli.report.charts import Chart, render
-from rlvr_cli.report.run import _esc, _page, _table, points
+from rlvr_cli.report.html import _esc, _page, _table, points
 from rlvr_cli.store.run import RunFolder
 
 OVERLAID = [

@@ -13,55 +13,17 @@ their contracts compared key by key — the table an ablation needs.
 from __future__ import annotations
 
 import datetime
-import html
 import json
-import math
 import random
 from pathlib import Path
 from typing import Any
 
 from rlvr_cli.contract.diagnostics import ContractError
+from rlvr_cli.files import atomic_write_text
 from rlvr_cli.report import from_records as records
 from rlvr_cli.report.charts import Chart, render
+from rlvr_cli.report.html import _esc, _num, _page, _table, points
 from rlvr_cli.store.run import RunFolder
-
-STYLE = (
-    "body{font-family:system-ui,sans-serif;margin:1.5em auto;max-width:1300px;padding:0 1em;color:#1f2328}"
-    "h1{font-size:1.5em;margin:.2em 0}h2{font-size:1.15em;margin:1.4em 0 .5em;border-bottom:1px solid #d0d7de}"
-    ".grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(380px,1fr));gap:1em}"
-    ".chart-box{margin:0;min-width:0}.chart-box svg{width:100%;height:auto;display:block}"
-    "figcaption{font-weight:600;font-size:.95em;margin-bottom:.2em}.legend{font-size:.8em;line-height:1.5}"
-    ".note{font-size:.8em;color:#57606a;margin:.2em 0}table{border-collapse:collapse;font-size:.85em;margin:.4em 0}"
-    "td,th{border:1px solid #d0d7de;padding:.25em .6em;text-align:left;vertical-align:top}th{background:#f6f8fa}"
-    ".pass{color:#1a7f37;font-weight:600}.fail{color:#cf222e;font-weight:600}.glance{font-size:1.1em;"
-    "background:#f6f8fa;padding:.6em 1em;border-left:4px solid #1f6feb}code,pre{white-space:pre-wrap;"
-    "word-break:break-word}details{margin:.3em 0}.wide{overflow-x:auto;max-width:100%}"
-    "mark{background:#dafbe1}.untrained{color:#8c959f}"
-)
-
-
-def _esc(value: Any) -> str:
-    return html.escape(str(value))
-
-
-def _num(value: Any, digits: int = 3) -> str:
-    if isinstance(value, float):
-        return f"{value:.{digits}f}" if math.isfinite(value) else str(value)
-    return _esc(value)
-
-
-def _table(header: list[str], rows: list[list[Any]]) -> str:
-    head = "".join(f"<th>{_esc(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
-    return f"<div class='wide'><table><tr>{head}</tr>{body}</table></div>"
-
-
-def points(metrics: list[dict[str, Any]], key: str) -> list[tuple[float, float]]:
-    return [
-        (float(r["step"]), float(r[key]))
-        for r in metrics
-        if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])
-    ]
 
 
 def _contract(run: RunFolder) -> Any:
@@ -365,18 +327,14 @@ def _tokenizer(run: RunFolder, contract: Any) -> Any:
         return None
 
 
-def _page(title: str, body: str) -> str:
-    return (
-        f"<!doctype html><html><head><meta charset='utf-8'><meta name='viewport' content='width=device-width'>"
-        f"<title>{_esc(title)}</title><style>{STYLE}</style></head><body>{body}</body></html>"
-    )
+def build(run_dir: Path) -> tuple[str, list[str]]:
+    """The page, and the record store's problems: with any, the page says the records cannot
+    be trusted (and shows none of them) instead of auditing them."""
+    from rlvr_cli.audit.rollouts import audit, load_run, record_problems, run_contract
 
-
-def build(run_dir: Path) -> str:
-    from rlvr_cli.audit.rollouts import audit, load_run, run_contract
-
-    rows, metrics = load_run(run_dir)
     run = RunFolder(run_dir)
+    problems = record_problems(run_dir)
+    rows, metrics = ([], run.read_metrics()) if problems else load_run(run_dir)
     plan = run.read_plan()
     contract = _contract(run)
     body = (
@@ -384,14 +342,29 @@ def build(run_dir: Path) -> str:
         + _glance(run_dir, metrics)
         + _gates(run_dir)
         + _charts(metrics, rows, contract, run.read_status(), plan)
-        + _data_check(run_dir, rows)
-        + _audit_tables(audit(run_dir))
-        + _samples(rows, run_contract(run_dir)[1], _tokenizer(run, contract))
     )
-    return _page(f"rlvr report: {plan.get('name', run_dir.name)}", body)
+    if problems:
+        body += _tampered(problems)
+    else:
+        body += (
+            _data_check(run_dir, rows)
+            + _audit_tables(audit(run_dir))
+            + _samples(rows, run_contract(run_dir)[1], _tokenizer(run, contract))
+        )
+    return _page(f"rlvr report: {plan.get('name', run_dir.name)}", body), problems
 
 
-def write_report(run_dir: Path, out: Path | None = None) -> Path:
+def _tampered(problems: list[str]) -> str:
+    items = "".join(f"<li>{_esc(p)}</li>" for p in problems)
+    return (
+        "<h2>Rollout audit</h2><p>Record manifest: <span class='fail'>MISMATCH</span>. The records are not what "
+        f"the run wrote, so none is shown or audited:</p><ul>{items}</ul>"
+    )
+
+
+def write_report(run_dir: Path, out: Path | None = None) -> tuple[Path, list[str]]:
+    """Write the page (default RUN_DIR/report.html); returns it and the record store's problems."""
     target = out or run_dir / "report.html"
-    target.write_text(build(run_dir), encoding="utf-8")
-    return target
+    page, problems = build(run_dir)
+    atomic_write_text(target, page)
+    return target, problems

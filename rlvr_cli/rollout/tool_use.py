@@ -36,6 +36,7 @@ from rlvr_cli.engine.generate import response_text
 from rlvr_cli.engine.types import SamplingParams
 from rlvr_cli.env.agent import EnvHTTPError, EnvTimeout
 from rlvr_cli.env.model import CallIds, parse_completion, to_chat
+from rlvr_cli.env.results import tool_output
 from rlvr_cli.env.sample import Sample
 from rlvr_cli.env.scoring import apply_verdict, needs_verdict
 from rlvr_cli.env.tool_env import ToolEnv
@@ -219,9 +220,9 @@ def _call_tools(env: ToolEnv, pending: list[tuple[Episode, list[dict[str, Any]]]
             where.append(outs[-1])
             ops.append({"op": "tool", "session_id": episode.session, "name": call["name"], "arguments": arguments})
         outputs.append(outs)
-    for slot, result in zip(where, _results(env, ops), strict=True):
-        if result.get("status") == 200:
-            value = (result.get("body") or {}).get("output")
+    for slot, op, result in zip(where, ops, _results(env, ops), strict=True):
+        if result.get("status") == 200:  # capped here too: a server at a URL may not cap its results
+            value = tool_output(op["name"], (result.get("body") or {}).get("output"), env.output_cap)
             slot["output"] = value if isinstance(value, str) else json.dumps(value)
         else:
             slot["output"] = f"error: {_failure(result)}"

@@ -248,6 +248,29 @@ def read_manifest(folder: Path) -> list[dict[str, Any]]:
     return shards
 
 
+def shards_sha256(shards: list[dict[str, Any]]) -> str:
+    """The sha256 of a list of manifest entries (file, rows, sha256, step): what a checkpoint
+    pins, so a shard edited later together with its manifest entry is still caught."""
+    canonical = [{k: s.get(k) for k in ("file", "rows", "sha256", "step")} for s in shards]
+    return sha256_bytes(json.dumps(canonical, sort_keys=True).encode())
+
+
+def pin_problems(folder: Path, cursor: int, expected: str, where: str) -> list[str]:
+    """The first `cursor` shards of the manifest must be what `where` (a checkpoint) pinned."""
+    try:
+        shards = read_manifest(folder)
+    except RlvrError as exc:
+        return [str(exc)]
+    if len(shards) < cursor:
+        return [f"{where} pinned {cursor} record shard(s); the manifest lists {len(shards)}"]
+    if shards_sha256(shards[:cursor]) != expected:
+        return [
+            f"the first {cursor} record shard(s) are not what {where} pinned "
+            "(a shard and its manifest entry were changed after they were written)"
+        ]
+    return []
+
+
 def verify_manifest(folder: Path) -> list[str]:
     """Problems with the record store: a shard missing, extra, or not matching its sha256."""
     from rlvr_cli.files import sha256_file

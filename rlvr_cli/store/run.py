@@ -11,7 +11,9 @@ final/           the policy, saved with save_pretrained
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import re
 import time
 from dataclasses import asdict, dataclass, field
@@ -128,8 +130,15 @@ class RunFolder:
         except (OSError, ValueError, TypeError) as exc:
             raise RlvrError(f"{self.status_file} cannot be read: {exc}") from None
 
-    def write_status(self, status: Status) -> None:
-        atomic_write_json(self.status_file, status.as_json())
+    def write_status(self, status: Status, durable: bool = True) -> None:
+        """Aside and renamed; on a full disk, written over the old status in place (it then
+        needs no new block), so status.json still tells the truth and no `.tmp` is left."""
+        data = status.as_json()
+        try:
+            atomic_write_json(self.status_file, data, durable=durable)
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC or not _overwrite_in_place(self.status_file, data):
+                raise
 
     def read_plan(self) -> dict[str, Any]:
         try:
@@ -173,3 +182,26 @@ def complete_checkpoints(root: Path) -> list[tuple[int, Path]]:
             if match and (path / MARKER).is_file():
                 found.append((int(match.group(1)), path))
     return sorted(found)
+
+
+def _overwrite_in_place(path: Path, data: dict[str, Any]) -> bool:
+    """Write `data` as JSON over `path`'s bytes, padded with spaces to its size (no new block
+    is needed); long texts are cut to fit. False where even that does not fit."""
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return False
+    text = json.dumps(data, default=str)
+    for key in ("reason", "next"):  # what may be long; the state and the step must stay
+        over = len(text.encode()) - size
+        if over > 0 and isinstance(data.get(key), str):
+            data = {**data, key: data[key][: max(0, len(data[key]) - over - 1)] + "…"}
+            text = json.dumps(data, default=str)
+    encoded = text.encode()
+    if len(encoded) > size:
+        return False
+    with path.open("r+b") as fh:
+        fh.write(encoded + b" " * (size - len(encoded)))
+        fh.flush()
+        os.fsync(fh.fileno())
+    return True

@@ -21,7 +21,8 @@ import torch
 
 from rlvr_cli.contract.models import CHECKPOINT_PARTS
 from rlvr_cli.errors import RlvrError
-from rlvr_cli.files import fsync_dir, sha256_file
+from rlvr_cli.files import disk_errors, fsync_dir, save_torch, sha256_file
+from rlvr_cli.store.records import pin_problems, shards_sha256
 from rlvr_cli.store.run import MARKER, RunFolder
 from rlvr_cli.train.run_plan import contract_hash
 from rlvr_cli.train.setup import Setup
@@ -64,7 +65,6 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 def save_checkpoint(setup: Setup, state: TrainState, run: RunFolder, contract_path: Path, records: Any) -> Path:
     """Write the run's whole state at `state.step`; returns the published folder."""
-    contract = setup.contract
     root = run.checkpoints
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step-{state.step}"
@@ -74,12 +74,29 @@ def save_checkpoint(setup: Setup, state: TrainState, run: RunFolder, contract_pa
     tmp = root / f".step-{state.step}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    setup.fault.disk(state.step)
+    try:
+        _write_checkpoint(setup, state, run, contract_path, records, tmp)
+    except BaseException:  # a full disk, a signal: nothing half-written stays (the space is freed)
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    os.replace(tmp, final)
+    _fsync_tree(root)
+    prune(run, setup.contract.checkpoint.keep_last)
+    return final
+
+
+def _write_checkpoint(
+    setup: Setup, state: TrainState, run: RunFolder, contract_path: Path, records: Any, tmp: Path
+) -> None:
+    """Every file of the checkpoint into `tmp`, its `COMPLETE` marker last, all fsynced."""
+    contract = setup.contract
     parts = set(contract.checkpoint.include)  # what the contract asks to keep (RLV701 wants all)
-    if "model" in parts:
-        setup.policy.save_pretrained(tmp / "model")  # safetensors, loadable by transformers
     saved = {"optimizer": setup.optimizer.state_dict, "scheduler": setup.scheduler.state_dict, "rng": rng_state}
-    torch.save({k: get() for k, get in saved.items() if k in parts}, tmp / "state.pt")
+    with disk_errors(tmp):  # torch and safetensors hide ENOSPC in errors of their own
+        if "model" in parts:
+            setup.policy.save_pretrained(tmp / "model")  # safetensors, loadable by transformers
+        blob = {k: get() for k, get in saved.items() if k in parts}
+        save_torch(blob, tmp / "state.pt", before_write=lambda: setup.fault.disk(state.step))
     counters = state.as_json()
     if "sampler" not in parts:
         counters["sampler"] = {**counters["sampler"], "seed": None, "epoch": None}
@@ -89,6 +106,7 @@ def save_checkpoint(setup: Setup, state: TrainState, run: RunFolder, contract_pa
         **counters,
         "include": sorted(parts),
         "records_cursor": records.cursor if records else None,
+        "records_sha256": shards_sha256(records.shards[: records.cursor]) if records else None,
         "records_last_step": records.last_step if records else None,
         "contract_sha256": contract_hash(contract_path),
         "reference": contract.artifacts.reference.model_dump(by_alias=True) if contract.artifacts.reference else None,
@@ -101,10 +119,6 @@ def save_checkpoint(setup: Setup, state: TrainState, run: RunFolder, contract_pa
     sums = {p.relative_to(tmp).as_posix(): sha256_file(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
     (tmp / MARKER).write_text(json.dumps({"files": sums}, indent=1), encoding="utf-8")
     _fsync_tree(tmp)
-    os.replace(tmp, final)
-    _fsync_tree(root)
-    prune(run, contract.checkpoint.keep_last)
-    return final
 
 
 def _lock_hash(contract: Any, contract_path: Path) -> str | None:
@@ -129,7 +143,16 @@ def prune(run: RunFolder, keep_last: int) -> None:
 
 
 def verify(path: Path) -> None:
-    marker = json.loads((path / MARKER).read_text(encoding="utf-8"))
+    """Every file the marker lists matches its sha256, and none is a link: a checkpoint holds
+    its own files (a link could point anywhere, outside the run included)."""
+    links = [p for p in [path, *path.rglob("*")] if p.is_symlink()]
+    if links:
+        shown = links[0]
+        raise RlvrError(
+            f"checkpoint {path.name}: {shown.relative_to(path.parent)} is a symbolic link (to {os.readlink(shown)}); "
+            "a checkpoint must hold its own files, so it is not loaded"
+        )
+    marker = _read_json(path / MARKER)
     for name, expected in marker["files"].items():
         file = path / name
         if not file.is_file() or sha256_file(file) != expected:
@@ -146,7 +169,7 @@ def load_latest(setup: Setup, run: RunFolder, contract_path: Path, force: bool =
         raise RlvrError(f"{run.path} has no complete checkpoint to resume from")
     _, path = found[-1]
     verify(path)
-    meta = json.loads((path / "trainer.json").read_text(encoding="utf-8"))
+    meta = _read_json(path / "trainer.json")
     _refuse_changes(setup, meta, path, contract_path)
     included = set(meta.get("include", CHECKPOINT_PARTS))
     _refuse_partial(included, path.name, force)
@@ -158,10 +181,16 @@ def load_latest(setup: Setup, run: RunFolder, contract_path: Path, force: bool =
             f"checkpoint {path.name}: state.pt holds more than tensors and plain values, so it is not "
             f"loaded (a checkpoint from elsewhere must not run code): {str(exc).splitlines()[0][:200]}"
         ) from None
-    if "optimizer" in blob:
-        setup.optimizer.load_state_dict(blob["optimizer"])
-    if "scheduler" in blob:
-        setup.scheduler.load_state_dict(blob["scheduler"])
+    if not isinstance(blob, dict):
+        raise RlvrError(f"checkpoint {path.name}: state.pt does not hold rlvr's state (a {type(blob).__name__})")
+    _refuse_nonfinite_state(blob, path.name)
+    try:
+        if "optimizer" in blob:
+            setup.optimizer.load_state_dict(blob["optimizer"])
+        if "scheduler" in blob:
+            setup.scheduler.load_state_dict(blob["scheduler"])
+    except (ValueError, KeyError, RuntimeError, TypeError) as exc:  # another optimizer's or model's state
+        raise RlvrError(f"checkpoint {path.name}: its optimizer state does not fit this run ({exc})") from None
     if "rng" in blob:
         set_rng_state(blob["rng"])
     sampler = meta["sampler"]  # parts not kept start afresh (only with --force)
@@ -170,7 +199,27 @@ def load_latest(setup: Setup, run: RunFolder, contract_path: Path, force: bool =
     state = TrainState.from_json(meta, len(setup.train_tasks))
     if setup.main:
         _restore_metrics(run, state.step, meta.get("metrics_sha256"), path.name)
+        _check_records(run, meta, path.name)
     return state
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise RlvrError(f"checkpoint {path.parent.name}: {path.name} cannot be read ({exc})") from None
+    if not isinstance(data, dict):
+        raise RlvrError(f"checkpoint {path.parent.name}: {path.name} is not rlvr's (not a JSON object)")
+    return data
+
+
+def _check_records(run: RunFolder, meta: dict[str, Any], name: str) -> None:
+    """The record shards the checkpoint listed must still be what they were (it pins them)."""
+    if meta.get("records_sha256") is None or not run.records.is_dir():
+        return
+    problems = pin_problems(run.records, int(meta["records_cursor"]), meta["records_sha256"], f"checkpoint {name}")
+    if problems:
+        raise RlvrError(f"{problems[0]}; restore records/ as the run wrote it, or start a new run")
 
 
 def _refuse_partial(included: set[str], name: str, force: bool) -> None:
@@ -220,9 +269,44 @@ def _load_weights(setup: Setup, path: Path) -> None:
 
     weights = {}
     for file in sorted((path / "model").glob("*.safetensors")):
-        weights.update(load_file(file))
+        try:
+            weights.update(load_file(file))
+        except Exception as exc:  # a file safetensors cannot read: foreign or damaged, never a crash
+            raise RlvrError(f"checkpoint {path.name}: {file.name} cannot be read as safetensors ({exc})") from None
+    _refuse_foreign(weights, setup.policy.state_dict(), path.name)
     missing, unexpected = setup.policy.load_state_dict(weights, strict=False)
     if unexpected or [m for m in missing if "lm_head" not in m]:
         raise RlvrError(f"checkpoint {path.name} does not fit the policy (missing {missing}, unexpected {unexpected})")
     if setup.policy.config.tie_word_embeddings:
         setup.policy.tie_weights()
+
+
+def _refuse_foreign(weights: dict[str, torch.Tensor], own: dict[str, torch.Tensor], name: str) -> None:
+    """Weights of another shape (another model's checkpoint) or holding NaN or infinity (a run
+    that diverged) are refused with the reason: resuming them could only crash or train on garbage."""
+    wrong = [
+        f"{k} {tuple(v.shape)} (the policy's is {tuple(own[k].shape)})"
+        for k, v in weights.items()
+        if k in own and v.shape != own[k].shape
+    ]
+    if wrong:
+        more = f" and {len(wrong) - 2} more" if len(wrong) > 2 else ""
+        raise RlvrError(f"checkpoint {name} is not of this policy: {'; '.join(wrong[:2])}{more}")
+    bad = [k for k, v in weights.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+    if bad:
+        more = f" and {len(bad) - 1} more" if len(bad) > 1 else ""
+        raise RlvrError(
+            f"checkpoint {name}: {bad[0]}{more} hold(s) NaN or infinity; it is not resumed "
+            "(resume an earlier checkpoint: remove this one, or start a new run)"
+        )
+
+
+def _refuse_nonfinite_state(blob: dict[str, Any], name: str) -> None:
+    """Optimizer moments holding NaN or infinity would poison the next update."""
+    state = (blob.get("optimizer") or {}).get("state") or {}
+    for moments in state.values():
+        for key, value in moments.items() if isinstance(moments, dict) else ():
+            if isinstance(value, torch.Tensor) and value.is_floating_point() and not bool(torch.isfinite(value).all()):
+                raise RlvrError(
+                    f"checkpoint {name}: the optimizer state ({key}) holds NaN or infinity; it is not resumed"
+                )

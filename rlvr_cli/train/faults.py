@@ -1,12 +1,12 @@
 """Fault injection for tests of the run's guards, parsed once when a run starts.
 
 `RLVR_FAULT=nan_loss@STEP` poisons that step's loss with NaN; `RLVR_FAULT=disk_full@STEP`
-makes that step's checkpoint meet a full disk (ENOSPC), `RLVR_FAULT=records_full@STEP` that
-step's records (written in the background). `RLVR_FAULT=engine_copy@0` makes the rollout
-engine sample from a copy of the policy that only `load_weights` updates (as vLLM's does), and
-`RLVR_FAULT=stale_engine@0` gives that copy an engine whose `load_weights` does nothing — the
-stale-weights bug the records must reveal. Unset in normal runs, where `Fault.none()` changes
-nothing.
+makes that step's checkpoint meet a full disk (ENOSPC, raised inside torch's writer of
+`state.pt`), `RLVR_FAULT=records_full@STEP` that step's records (written in the background).
+`RLVR_FAULT=engine_copy@0` makes the rollout engine sample from a copy of the policy that only
+`load_weights` updates (as vLLM's does), and `RLVR_FAULT=stale_engine@0` gives that copy an
+engine whose `load_weights` does nothing — the stale-weights bug the records must reveal. Unset
+in normal runs, where `Fault.none()` changes nothing.
 """
 
 from __future__ import annotations

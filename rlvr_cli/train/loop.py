@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from rlvr_cli.contract.models import Contract
+from rlvr_cli.engine.types import NonFiniteLogits
 from rlvr_cli.env.sample import Sample
 from rlvr_cli.env.scoring import InvalidVerdictStop
 from rlvr_cli.errors import ExitCode, Interrupted, RlvrError
@@ -25,10 +26,10 @@ from rlvr_cli.metrics import StepMetrics
 from rlvr_cli.rollout.base import Draw, Rollout
 from rlvr_cli.rollout.rollouts import open_rollout
 from rlvr_cli.store.records import RecordStore
-from rlvr_cli.store.run import FiredRule, RunFolder, Status
+from rlvr_cli.store.run import RunFolder, Status
 from rlvr_cli.train import distributed as dist
 from rlvr_cli.train import overlap, update
-from rlvr_cli.train.checkpoint import load_latest, save_checkpoint
+from rlvr_cli.train.checkpoint import load_latest
 from rlvr_cli.train.collect import StepResult, collect
 from rlvr_cli.train.faults import Fault
 from rlvr_cli.train.logbook import rollout_metrics, write_records
@@ -37,6 +38,15 @@ from rlvr_cli.train.overlap import Ahead
 from rlvr_cli.train.run_plan import build_plan, plan_text
 from rlvr_cli.train.setup import Setup, build, check_data
 from rlvr_cli.train.state import TrainState
+from rlvr_cli.train.stops import (
+    _eprint,
+    budget_spent,
+    checkpoint,
+    finish,
+    skipped_too_often,
+    stop_for_rule,
+    stop_for_skipped_updates,
+)
 
 
 class Progress(Protocol):
@@ -64,9 +74,10 @@ class Run:
     def contract(self) -> Contract:
         return self.setup.contract
 
-    def status(self, state: str, **details: Any) -> None:
+    def status(self, state: str, durable: bool = True, **details: Any) -> None:
         if self.setup.main:
-            self.folder.write_status(Status(state, step=self.state.step, **details))  # type: ignore[arg-type]
+            status = Status(state, step=self.state.step, **details)  # type: ignore[arg-type]
+            self.folder.write_status(status, durable=durable)
 
 
 def train_step(
@@ -135,10 +146,13 @@ def run_steps(run: Run, rollout: Rollout, progress: Progress) -> int:
             state.step += 1
             eta = (time.perf_counter() - started) / (state.step - first) * (run.steps - state.step)
             progress.step(state.step, row, eta)
+            run.status("running", durable=False, max_steps=run.steps)  # `rlvr status` sees the step
             fired = run.monitor.observe(row)  # check rules
             state.monitor = run.monitor.state()
             if fired is not None:
                 return stop_for_rule(run, fired)
+            if skipped_too_often(state, row):
+                return stop_for_skipped_updates(run)
             spent = budget_spent(run)
             if spent:
                 return finish(run, spent)
@@ -181,64 +195,6 @@ def _holdout_metrics(run: Run, rows: list[Sample], metrics: StepMetrics) -> None
     if len(history) >= 2:
         (_, train0, hold0), (_, train1, hold1) = history[-2], history[-1]
         metrics.reward_holdout_divergence = (train1 - train0) - (hold1 - hold0)
-
-
-def budget_spent(run: Run) -> str | None:
-    """Why the run stops early for `acceptance.budget`, or None."""
-    budget = run.contract.acceptance.budget
-    if not budget:
-        return None
-    limits = {"max_rollouts": "rollouts", "max_verifier_calls": "verifier_calls", "max_tokens": "tokens"}
-    for key, total in limits.items():
-        limit = getattr(budget, key)
-        spent = getattr(run.state.totals, total)
-        if limit is not None and spent >= limit:
-            return f"acceptance.budget.{key} ({limit}) reached after {spent}"
-    return None
-
-
-def checkpoint(run: Run) -> None:
-    if run.ahead is not None:
-        run.ahead.settle(run.state)  # the samples in flight are part of the state
-    if run.setup.main:  # the weights are identical on every rank
-        save_checkpoint(run.setup, run.state, run.folder, run.contract_path, run.records)
-    dist.barrier()
-
-
-def stop_for_rule(run: Run, fired: FiredRule) -> int:
-    checkpoint(run)
-    state = "paused" if fired.action == "pause" else "aborted"
-    run.status(
-        state,
-        rule=fired,
-        reason=f"monitoring rule '{fired.name}': {fired.metric} {fired.when} for {fired.window} evaluation(s); "
-        f"owner {fired.owner}",
-        next=("rlvr train --resume" if state == "paused" else "inspect the run; resume needs --force"),
-    )
-    if run.setup.main:
-        _eprint(f"{state}: rule '{fired.name}' fired ({fired.metric} values {fired.values}); owner: {fired.owner}")
-    return ExitCode.PAUSED if state == "paused" else ExitCode.ABORTED
-
-
-def finish(run: Run, reason: str) -> int:
-    final = run.folder.final
-    if run.records is not None:
-        run.records.flush()  # "finished" means every record is listed
-    if run.setup.main:
-        run.setup.policy.save_pretrained(final)
-        run.setup.tokenizer.save_pretrained(final)
-        run.status("finished", reason=reason, final=str(final))
-        _eprint(f"finished: {reason}; policy saved to {final}")
-    return ExitCode.OK
-
-
-def _eprint(message: str) -> None:
-    import sys
-
-    print(message, file=sys.stderr, flush=True)
-
-
-# ── the invocation ────────────────────────────────────────────────────────────────────
 
 
 def start(contract: Contract, contract_path: Path, run_dir: Path, steps: int, resume: bool, force: bool) -> Run:
@@ -332,8 +288,8 @@ def train(
         rollout = open_rollout(contract, setup.folder, setup.renderer, setup.engine)
         with rollout as opened, _closing(run.ahead), run.records or contextlib.nullcontext():
             return run_steps(run, opened, progress)
-    except InvalidVerdictStop as exc:
-        run.status("aborted", reason=str(exc))
+    except (InvalidVerdictStop, NonFiniteLogits) as exc:
+        run.status("aborted", reason=str(exc), next=_kept(run))
         _eprint(f"aborted: {exc}")
         return ExitCode.ABORTED
     except (Interrupted, KeyboardInterrupt) as exc:

@@ -95,6 +95,9 @@ def _gate_text(g: Any) -> str:
     return f"{g.name}{' (critical)' if g.critical else ''}: {g.metric} on {g.split}, {bounds}, confidence {g.confidence or 0.95}{extra}"
 
 
+SKIPPED_UPDATES_STOP = 3  # updates skipped in a row (non-finite values) before the run stops on its own
+
+
 def sections(c: Contract) -> dict[str, Any]:
     """Everything else the run does as the contract says, section by section: what a reader of
     plan.json needs to know the run without the contract beside it (a test keeps it complete)."""
@@ -112,6 +115,10 @@ def sections(c: Contract) -> dict[str, Any]:
         "monitoring": {
             "holdout_every": c.monitoring.holdout_every,
             "rules": [_rule_text(r) for r in c.monitoring.rules],
+            "built_in": [
+                f"abort after {SKIPPED_UPDATES_STOP} updates in a row skipped for non-finite values, whatever the rules",
+                "abort when the policy's logits are not finite (nothing can be sampled)",
+            ],
         },
         "checkpoint": c.checkpoint.model_dump(),
         "records": c.records.model_dump(),

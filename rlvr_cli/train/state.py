@@ -35,6 +35,7 @@ class TrainState:
     holdout_history: list[tuple[int, float, float]] = field(default_factory=list)  # (step, train, holdout)
     monitor: list[list[Any]] = field(default_factory=list)  # each rule's current streak
     ahead: dict[str, Any] | None = None  # the next step's samples, drawn ahead (train/overlap.py)
+    skipped_in_a_row: int = 0  # steps in a row whose update was skipped for non-finite values
 
     @classmethod
     def fresh(cls, train_size: int, seed: int) -> TrainState:
@@ -49,6 +50,7 @@ class TrainState:
             "holdout_history": [list(h) for h in self.holdout_history],
             "monitor": self.monitor,
             "ahead": self.ahead,
+            "skipped_in_a_row": self.skipped_in_a_row,
         }
 
     @classmethod
@@ -64,4 +66,5 @@ class TrainState:
             holdout_history=[(int(s), float(t), float(h)) for s, t, h in data["holdout_history"]],
             monitor=[list(v) for v in data["monitor"]],
             ahead=data.get("ahead"),
+            skipped_in_a_row=int(data.get("skipped_in_a_row", 0)),
         )

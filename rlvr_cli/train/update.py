@@ -12,7 +12,7 @@ import torch
 
 from rlvr_cli.contract.models import Contract
 from rlvr_cli.engine.forward import Batch, make_batch, token_logprobs
-from rlvr_cli.engine.packed import Packed, packed_logprobs
+from rlvr_cli.engine.packed import PackedBatch, packed_logprobs
 from rlvr_cli.engine.shared import shared_prompt_logprobs, shares_prompts
 from rlvr_cli.env.sample import Sample
 from rlvr_cli.rollout import hints
@@ -67,7 +67,7 @@ class Forward:
             return logp, entropy, mb.response_mask
         chosen = [self.samples[i] for i in part.tolist()]
         width = self.batch.response_mask.shape[1]
-        packed = Packed.of(
+        packed = PackedBatch.of(
             [s.prompt_ids for s in chosen],
             [s.response_ids for s in chosen],
             [s.mask for s in chosen],

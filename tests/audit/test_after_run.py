@@ -55,6 +55,41 @@ def test_one_changed_byte_in_a_shard_is_detected(run_copy: Path) -> None:
     assert run.code == 1 and "shard-000003.parquet does not match its sha256" in run.stdout
 
 
+def _rewrite_shard(run_dir: Path, name: str) -> None:
+    """Change a shard's rows and write its new sha256 into the manifest, as a careful editor would."""
+    import pyarrow.parquet as pq
+
+    from rlvr_cli.files import sha256_file
+
+    shard = run_dir / "records" / name
+    table = pq.read_table(shard)
+    rows = table.to_pylist()
+    rows[0]["reward"] = 1.0 - (rows[0]["reward"] or 0.0)
+    pq.write_table(type(table).from_pylist(rows, schema=table.schema), shard)
+    manifest = json.loads((run_dir / "records" / "manifest.json").read_text())
+    for entry in manifest["shards"]:
+        if entry["file"] == name:
+            entry["sha256"] = sha256_file(shard)
+    (run_dir / "records" / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_a_shard_rewritten_with_its_manifest_entry_is_caught_by_the_checkpoints_pin(run_copy: Path) -> None:
+    _rewrite_shard(run_copy, "shard-000003.parquet")
+    run = rlvr("audit", "rollouts", run_copy)
+    assert run.code == 1 and "not what checkpoint step-" in run.stdout and "pinned" in run.stdout
+
+
+def test_the_report_of_tampered_records_says_so_and_exits_1(trained: tuple[Path, Path], run_copy: Path) -> None:
+    untouched = rlvr("report", trained[1], "--out", run_copy.parent / "untouched.html")
+    assert untouched.code == 0 and "MISMATCH" not in (run_copy.parent / "untouched.html").read_text()
+    shard = run_copy / "records" / "shard-000002.parquet"
+    shard.write_bytes(shard.read_bytes()[:-10] + b"0123456789")
+    run = rlvr("report", run_copy)
+    assert run.code == 1 and "not what the run wrote" in run.stderr and "Traceback" not in run.stderr, run.stderr
+    page = (run_copy / "report.html").read_text()
+    assert "MISMATCH" in page and "shard-000002.parquet does not match its sha256" in page
+
+
 def test_missing_and_foreign_shards_are_detected(run_copy: Path) -> None:
     (run_copy / "records" / "shard-000001.parquet").unlink()
     shutil.copyfile(run_copy / "records" / "shard-000002.parquet", run_copy / "records" / "extra.parquet")

@@ -108,10 +108,10 @@ def test_internal_error_exits_3_without_traceback(tmp_path: Path) -> None:
     # A reporter that raises stands in for any bug past the point of reading the file.
     code = (
         "import sys\n"
-        "from rlvr_cli.contract import report\n"
-        "def boom(results, color):\n    raise RuntimeError('boom')\n"
-        "report.REPORTERS['text'] = boom\n"
         "from rlvr_cli.commands.validate import main\n"
+        "from rlvr_cli.commands import formats\n"
+        "def boom(checked):\n    raise RuntimeError('boom')\n"
+        "formats.REPORTERS['validate']['text'] = boom\n"
         f"sys.exit(main([{str(GOOD)!r}]))\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -396,3 +396,46 @@ def test_checkpoint_include_is_what_a_checkpoint_holds(experiment: Path, tmp_pat
     assert refused.code == 1 and "lacks optimizer" in refused.stderr and "--force" in refused.stderr
     forced = rlvr("train", experiment / CONTRACT, "--run-dir", run_dir, "--max-steps", "3", "--resume", "--force")
     assert forced.code == 0 and status(run_dir)["step"] == 3, forced.stderr[-2000:]
+
+
+def _size(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def _can_mount() -> str | None:
+    import shutil
+
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        return "needs root and unshare to mount a small tmpfs (a real full disk)"
+    probe = subprocess.run(["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=64k tmpfs /mnt"], capture_output=True)
+    return None if probe.returncode == 0 else f"cannot mount a tmpfs here: {probe.stderr.decode()[:200]}"
+
+
+def test_a_real_full_disk_at_a_checkpoint_says_enospc_and_resumes_exactly(
+    experiment: Path, tmp_path: Path, straight: Path
+) -> None:
+    """torch's zip writer turns ENOSPC into `unexpected pos`: the run must still say what happened."""
+    why = _can_mount()
+    if why:
+        pytest.skip(why)
+    checkpoint = _size(straight / "checkpoints" / "step-4")
+    before = _size(straight) - _size(straight / "checkpoints") - _size(straight / "final")
+    size_kib = (before + checkpoint // 2) // 1024 + 64  # everything before the first checkpoint, half of it
+    kept = tmp_path / "kept"
+    script = (
+        f"mount -t tmpfs -o size={size_kib}k tmpfs {tmp_path / 'disk'} && "
+        f"{sys.executable} -m rlvr_cli train {experiment / CONTRACT} --run-dir {tmp_path / 'disk' / 'run'} "
+        f"--max-steps 4 2> {tmp_path / 'stderr'}; echo $? > {tmp_path / 'code'}; "
+        f"cp -a {tmp_path / 'disk' / 'run'} {kept}"
+    )
+    (tmp_path / "disk").mkdir()
+    subprocess.run(["unshare", "-m", "sh", "-c", script], check=True, timeout=600)
+    stderr = (tmp_path / "stderr").read_text()
+    assert (tmp_path / "code").read_text().strip() == "1", stderr[-2000:]
+    assert "No space left on device" in stderr and "unexpected pos" not in stderr and "internal error" not in stderr
+    assert status(kept)["state"] == "failed" and "No space left" in status(kept)["reason"]
+    assert not [p for p in kept.rglob("*") if p.name.endswith(".tmp")], "a .tmp left behind"
+    done = rlvr("train", experiment / CONTRACT, "--run-dir", kept, "--max-steps", "4", "--auto", timeout=300)
+    assert done.code == 0, done.stderr[-2000:]
+    assert steps_logged(kept) == [0, 1, 2, 3] and same_final(kept, straight)
+    assert record_keys(kept) == record_keys(straight)

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from rlvr_cli.engine.forward import make_batch, token_logprobs
-from rlvr_cli.engine.packed import Packed, packed_logprobs
+from rlvr_cli.engine.packed import PackedBatch, packed_logprobs
 from tests.conftest import copy_experiment, edit, rlvr
 
 
@@ -34,7 +34,7 @@ def sequences(seed: int, n: int = 12) -> tuple[list, list, list]:
 def test_packed_rows_give_the_padded_numbers_and_gradients(model) -> None:
     prompts, responses, masks = sequences(0)
     batch = make_batch(prompts, responses, masks, 0)
-    packed = Packed.of(prompts, responses, masks, 0)
+    packed = PackedBatch.of(prompts, responses, masks, 0)
     assert len(packed.packs) < len(prompts)  # short sequences really share rows
     grads = []
     for compute in (

@@ -54,8 +54,8 @@ def test_a_rule_fires_after_its_window_abort_first_and_acknowledging_restarts_it
 
 
 def test_the_budget_stops_the_run_at_its_first_spent_limit() -> None:
-    from rlvr_cli.train.loop import budget_spent
     from rlvr_cli.train.state import Totals
+    from rlvr_cli.train.stops import budget_spent
 
     budget = SimpleNamespace(max_rollouts=None, max_verifier_calls=10, max_tokens=100)
     run = SimpleNamespace(contract=SimpleNamespace(acceptance=SimpleNamespace(budget=budget)), state=None)

@@ -1,0 +1,95 @@
+"""How a run stops between steps: a checkpoint, the budget spent, a monitoring rule fired,
+updates skipped in a row, or its last step reached — each with a truthful status.json."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rlvr_cli.errors import ExitCode
+from rlvr_cli.store.run import FiredRule
+from rlvr_cli.train import distributed as dist
+from rlvr_cli.train.checkpoint import save_checkpoint
+from rlvr_cli.train.run_plan import SKIPPED_UPDATES_STOP
+
+if TYPE_CHECKING:
+    from rlvr_cli.train.loop import Run
+    from rlvr_cli.train.state import TrainState
+
+
+def budget_spent(run: Run) -> str | None:
+    """Why the run stops early for `acceptance.budget`, or None."""
+    budget = run.contract.acceptance.budget
+    if not budget:
+        return None
+    limits = {"max_rollouts": "rollouts", "max_verifier_calls": "verifier_calls", "max_tokens": "tokens"}
+    for key, total in limits.items():
+        limit = getattr(budget, key)
+        spent = getattr(run.state.totals, total)
+        if limit is not None and spent >= limit:
+            return f"acceptance.budget.{key} ({limit}) reached after {spent}"
+    return None
+
+
+def checkpoint(run: Run) -> None:
+    if run.ahead is not None:
+        run.ahead.settle(run.state)  # the samples in flight are part of the state
+    if run.setup.main:  # the weights are identical on every rank
+        save_checkpoint(run.setup, run.state, run.folder, run.contract_path, run.records)
+    dist.barrier()
+
+
+def stop_for_rule(run: Run, fired: FiredRule) -> int:
+    checkpoint(run)
+    state = "paused" if fired.action == "pause" else "aborted"
+    run.status(
+        state,
+        rule=fired,
+        reason=f"monitoring rule '{fired.name}': {fired.metric} {fired.when} for {fired.window} evaluation(s); "
+        f"owner {fired.owner}",
+        next=("rlvr train --resume" if state == "paused" else "inspect the run; resume needs --force"),
+    )
+    if run.setup.main:
+        _eprint(f"{state}: rule '{fired.name}' fired ({fired.metric} values {fired.values}); owner: {fired.owner}")
+    return ExitCode.PAUSED if state == "paused" else ExitCode.ABORTED
+
+
+def skipped_too_often(state: TrainState, row: dict[str, Any]) -> bool:
+    """Whether the last `SKIPPED_UPDATES_STOP` steps all skipped their update: a run that can
+    no longer learn stops, with or without a `nonfinite_count` rule (the plan says so)."""
+    skipped = (row.get("nonfinite_count") or 0) > 0
+    state.skipped_in_a_row = state.skipped_in_a_row + 1 if skipped else 0
+    return state.skipped_in_a_row >= SKIPPED_UPDATES_STOP
+
+
+def stop_for_skipped_updates(run: Run) -> int:
+    checkpoint(run)
+    reason = (
+        f"{run.state.skipped_in_a_row} updates in a row were skipped for non-finite values (loss, log-probs or "
+        f"gradients; nonfinite_count in metrics.jsonl): the run cannot learn. Look for a huge or NaN reward or "
+        f"a learning rate too large"
+    )
+    run.status("aborted", reason=reason, next="inspect the run; resume needs --force")
+    if run.setup.main:
+        _eprint(f"aborted: {reason}")
+    return ExitCode.ABORTED
+
+
+def finish(run: Run, reason: str) -> int:
+    final = run.folder.final
+    if run.records is not None:
+        run.records.flush()  # "finished" means every record is listed
+    if run.setup.main:
+        run.setup.policy.save_pretrained(final)
+        run.setup.tokenizer.save_pretrained(final)
+        run.status("finished", reason=reason, final=str(final))
+        _eprint(f"finished: {reason}; policy saved to {final}")
+    return ExitCode.OK
+
+
+def _eprint(message: str) -> None:
+    import sys
+
+    print(message, file=sys.stderr, flush=True)
+
+
+# ── the invocation ────────────────────────────────────────────────────────────────────
