@@ -14,7 +14,7 @@ from typing import Any
 
 from rlvr_cli.commands.common import load_valid_contract, require_extra
 from rlvr_cli.contract.models import Contract
-from rlvr_cli.errors import ExitCode, Interrupted, UsageProblem
+from rlvr_cli.errors import ExitCode, Interrupted, RlvrError, UsageProblem
 from rlvr_cli.store.run import RunFolder
 
 
@@ -108,6 +108,10 @@ def run_train(
             else:
                 resume = resume or (auto and bool(RunFolder(run_dir).complete_checkpoints()))
             distributed.barrier()
+            done = finished_at(run_dir) if auto and resume else None
+            if done is not None and (max_steps is None or done >= max_steps):
+                print(f"--auto: the run already finished at step {done}; nothing to do", file=sys.stderr)
+                return ExitCode.OK
             try:
                 return train(contract, contract_path, run_dir, steps, resume, force, Progress(enabled=main))
             except AlreadyFinished as exc:
@@ -117,6 +121,15 @@ def run_train(
                 return ExitCode.OK
     finally:
         distributed.shutdown()
+
+
+def finished_at(run_dir: Path) -> int | None:
+    """The step a finished run stopped at (whatever `--max-steps` it was given), or None."""
+    try:
+        status = RunFolder(run_dir).read_status()
+    except RlvrError:
+        return None
+    return status.step if status.state == "finished" and status.step is not None else None
 
 
 def launch(nproc: int, argv: list[str]) -> int:

@@ -22,7 +22,7 @@ from rlvr_cli.files import sha256_file
 
 
 def run_all(contract: Contract, folder: Path, contract_path: Path) -> list[Finding]:
-    checks = (_artifacts, _tokenizer, _data, _verifier)
+    checks = (_artifacts, _tokenizer, _data, _verifier, _server)
     findings = [f for check in checks for f in check(contract, folder)]
     findings.extend(_lock(contract, contract_path))
     return findings
@@ -197,6 +197,22 @@ def _verifier(c: Contract, folder: Path) -> Iterator[Finding]:
     names |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
     if function not in names:
         yield error("RLV901", where, f"{path.name} defines no '{function}'")
+
+
+def _server(c: Contract, folder: Path) -> Iterator[Finding]:
+    """`environment.server` as `module:Class`: the user's own module (never the standard
+    library: `os:system`, `http.server:...` are no resources server), beside the contract or installed."""
+    spec = c.environment.server
+    if spec is None or spec.startswith(("http://", "https://")) or ":" not in spec:
+        return
+    module = spec.split(":", 1)[0]
+    where = ("environment", "server")
+    if module.split(".")[0] in sys.stdlib_module_names:
+        yield error("RLV901", where, f"'{module}' is a standard-library module; the resources server is your own code")
+        return
+    local = [folder / f"{module.replace('.', '/')}.py", folder / module.replace(".", "/") / "__init__.py"]
+    if not any(p.is_file() for p in local) and not _importable(module):
+        yield error("RLV901", where, f"resources server module '{module}' is not found beside the contract")
 
 
 def _importable(module: str) -> bool:

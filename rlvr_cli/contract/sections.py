@@ -25,9 +25,15 @@ Handling = Literal["none_present", "scrubbed", "scanned_clean"]
 
 
 def integral(value: Any) -> Any:
-    """`1.0e3` is the integer 1000, as JSON Schema's `integer` says; `2.5` stays an error."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
+    """An integer key takes an integer as written: `8.0` or `1.0e3` is a float (YAML 1.2 reads it
+    so), refused with the integer to write instead — a contract says what it means."""
+    if isinstance(value, float):
+        hint = f"; write {int(value)}" if value.is_integer() and abs(value) < 1e18 else ""
+        raise PydanticCustomError(
+            "int_written_as_float",
+            "expected an integer, got the float {value}{hint}",
+            {"value": repr(value), "hint": hint},
+        )
     return value
 
 

@@ -35,6 +35,7 @@ _INT16 = re.compile(r"^0x[0-9a-fA-F]+$")
 _FLOAT = re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?$")
 _INF = re.compile(r"^[-+]?\.(?:inf|Inf|INF)$")
 _NAN = re.compile(r"^\.(?:nan|NaN|NAN)$")
+MAX_INT_DIGITS = 100
 _STD_TAGS = {
     "tag:yaml.org,2002:str",
     "tag:yaml.org,2002:int",
@@ -142,6 +143,8 @@ def _construct(value: str, tag: str) -> Any:
     if kind == "bool" and value in _BOOL:
         return _BOOL[value]
     if kind == "int":
+        if len(value) > MAX_INT_DIGITS:  # no key takes such a number; never Python's own digit-limit error
+            raise ValueError(f"an integer of {len(value.lstrip('+-')):,} digits (at most {MAX_INT_DIGITS})")
         if _INT8.match(value):
             return int(value[2:], 8)
         if _INT16.match(value):
@@ -213,7 +216,10 @@ class _Builder:
         self.doc.keys[(*top.path, key)] = pos
         top.pending_key = key
 
-    def open(self, container: dict | list, pos: Pos, anchor: str | None) -> None:
+    def open(self, container: dict | list, pos: Pos, anchor: str | None, tag: str | None = None) -> None:
+        kind = "tag:yaml.org,2002:map" if isinstance(container, dict) else "tag:yaml.org,2002:seq"
+        if tag is not None and tag not in (kind, "!"):  # `!!python/object/apply:...` runs code in other loaders
+            raise YamlError(f"unsupported tag {tag}", pos)
         if len(self.stack) >= MAX_DEPTH:
             raise YamlError(f"nesting deeper than {MAX_DEPTH} levels", pos)
         path: Path = self.child_path() if self.stack else ()
@@ -283,9 +289,9 @@ def parse(text: str) -> Document:
             elif isinstance(event, yaml.ScalarEvent):
                 builder.scalar(event)  # type: ignore[union-attr]
             elif isinstance(event, yaml.MappingStartEvent):
-                builder.open({}, _pos(event.start_mark), event.anchor)  # type: ignore[union-attr]
+                builder.open({}, _pos(event.start_mark), event.anchor, event.tag)  # type: ignore[union-attr]
             elif isinstance(event, yaml.SequenceStartEvent):
-                builder.open([], _pos(event.start_mark), event.anchor)  # type: ignore[union-attr]
+                builder.open([], _pos(event.start_mark), event.anchor, event.tag)  # type: ignore[union-attr]
             elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
                 builder.close(_pos(event.start_mark))  # type: ignore[union-attr]
             elif isinstance(event, yaml.AliasEvent):

@@ -170,6 +170,16 @@ def write_split(
     folder = contract_path.resolve().parent
     targets = {name: folder / getattr(c.data.splits, name).path for name in SPLITS}
     manifest_rel = c.data.split_manifest or str(Path(c.data.splits.train.path).parent / "split-manifest.json")
+    outside = [
+        (k, p)
+        for k, p in [*targets.items(), ("split_manifest", folder / manifest_rel)]
+        if not p.resolve().is_relative_to(folder)
+    ]
+    if outside:  # --force replaces files: never one outside the experiment (a `../` path, a link out)
+        key, path = outside[0]
+        raise RlvrError(
+            f"data split writes only inside the contract's folder {folder}; {key} resolves to {path.resolve()}"
+        )
     existing = [str(p) for p in targets.values() if p.exists()]
     if existing and not force:
         raise RlvrError(f"{', '.join(existing)} already exist; --force replaces them")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -28,6 +29,7 @@ class Endpoint:
     url: str
     token: str | None = None
     server: Any = field(default=None, compare=False, repr=False)  # the in-process ResourcesServer, if any
+    child: Any = field(default=None, compare=False, repr=False)  # the child process serving it (env/process.py)
 
     def __str__(self) -> str:
         return self.url
@@ -58,7 +60,21 @@ class EnvClient:
     ) -> Any:
         """The response; a call past the timeout is EnvTimeout (that call's failure), a server
         that cannot be reached at all is EnvUnreachable (the run's), an answer over the bound
-        EnvHTTPError."""
+        EnvHTTPError. A dropped connection of an idempotent request is tried again (twice, said
+        on stderr) before the server counts as unreachable."""
+        retries = iter(RETRY_AFTER_S if _idempotent(method, path, body) else ())
+        while True:
+            try:
+                return self._read(method, path, body, timeout, ops)
+            except EnvUnreachable as exc:
+                pause = next(retries, None)
+                if pause is None:
+                    raise
+                print(f"rlvr: {path}: {exc}; retrying in {pause} s (a read, a verify or a close)", file=sys.stderr)
+                time.sleep(pause)
+
+    def _read(self, method: str, path: str, body: dict[str, Any] | None, timeout: float | None, ops: int) -> Any:
+        """One request, its answer read as a stream up to the bound."""
         import httpx
 
         limit = self.per_op_bytes * max(1, ops)
@@ -163,6 +179,21 @@ class EnvClient:
             return {"status": 504, "detail": str(exc)}
         except EnvHTTPError as exc:
             return {"status": exc.status, "detail": exc.body}
+
+
+RETRY_AFTER_S = (0.2, 1.0)  # a dropped connection of an idempotent request: tried again after these pauses
+IDEMPOTENT = {"/verify", "/snapshot", "/close"}  # verify is read-only; a close twice is a 404, harmless
+
+
+def _idempotent(method: str, path: str, body: dict[str, Any] | None) -> bool:
+    """Whether sending the request again cannot change the server's state twice: reads,
+    verifies, snapshots and closes (and batches of nothing else); never a seed or a tool call."""
+    if method == "GET" or path in IDEMPOTENT:
+        return True
+    ops = (body or {}).get("ops") if path == "/batch" else None
+    return isinstance(ops, list) and all(
+        isinstance(o, dict) and o.get("op") in ("verify", "snapshot", "close") for o in ops
+    )
 
 
 class EnvHTTPError(RlvrError):
@@ -285,15 +316,23 @@ def load_app(spec: str, folder: Any, token: str | None = None, max_output_bytes:
     """`environment.server` resolved from the contract's folder (or installed packages): a
     `ResourcesServer` subclass (instantiated here), an instance, or an ASGI app as is.
     `max_output_bytes` caps each tool result (env/results.py) of a ResourcesServer."""
+    import sys
+
     from rlvr_cli.env.server import ResourcesServer, create_app
     from rlvr_cli.env.single_turn import import_entry
 
+    if spec.partition(":")[0].split(".")[0] in sys.stdlib_module_names:
+        raise RlvrError(f"{spec} is in the standard library; the resources server is your own code")
     try:
         found = import_entry(spec, folder)
     except (ImportError, AttributeError) as exc:
         raise RlvrError(f"cannot load the resources server {spec}: {exc}") from None
     if isinstance(found, type) and issubclass(found, ResourcesServer):
         found = found()
+    if not isinstance(found, ResourcesServer) and not (callable(found) and not isinstance(found, type)):
+        raise RlvrError(
+            f"{spec} is a {type(found).__name__}, not a ResourcesServer subclass, an instance of one or an ASGI app"
+        )
     if isinstance(found, ResourcesServer) and max_output_bytes is not None:
         found.max_output_bytes = max_output_bytes
     return create_app(found, token=token) if isinstance(found, ResourcesServer) else found
@@ -313,72 +352,3 @@ def environment(spec: str, folder: Any) -> Iterator[Endpoint]:
     app = load_app(spec, folder, token=token)
     with serve(app) as url:
         yield Endpoint(url, token, getattr(app.state, "server", None))
-
-
-@contextlib.contextmanager
-def environment_process(
-    spec: str, folder: Any, attempts: int = 3, max_output_bytes: int | None = None
-) -> Iterator[Endpoint]:
-    """Like `environment`, but a `module:Class` server runs in a child process (its own
-    interpreter: no share of the trainer's GIL), stopped when the trainer ends however it ends."""
-    import os
-    import secrets
-    import subprocess
-    import sys
-    import tempfile
-
-    if spec.startswith(("http://", "https://")):
-        with environment(spec, folder) as endpoint:
-            yield endpoint
-        return
-    token = secrets.token_urlsafe(24)
-    why = ""
-    for _ in range(attempts):  # a port taken between choosing and binding it: another port
-        port = free_port()
-        errors = tempfile.TemporaryFile()  # noqa: SIM115 - the server's output, never into a full pipe; closed below
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "rlvr_cli.env.child", spec, str(folder), str(port)],
-            stdin=subprocess.PIPE,
-            stdout=errors,
-            stderr=errors,
-            env={**os.environ, "RLVR_CHILD_TOKEN": token, "RLVR_CHILD_MAX_OUTPUT_BYTES": str(max_output_bytes or "")},
-            start_new_session=True,  # Ctrl-C is the trainer's to handle; the server goes when it closes stdin
-        )
-        endpoint = Endpoint(f"http://127.0.0.1:{port}", token)
-        why = _await_server(proc, endpoint, errors)
-        if not why:
-            break
-        errors.close()
-    else:
-        raise RlvrError(f"the resources server {spec} did not start: {why}")
-    try:
-        yield endpoint
-    finally:
-        errors.close()
-        proc.stdin.close()  # type: ignore[union-attr]
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def _await_server(proc: Any, endpoint: Endpoint, errors: Any, wait_s: float = 60.0) -> str:
-    """ "" once the child answers; else why it did not (it is stopped)."""
-    import httpx
-
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            errors.seek(0)
-            tail = errors.read().decode(errors="replace").strip().splitlines()
-            return tail[-1] if tail else f"it exited with code {proc.returncode}"
-        try:
-            httpx.get(f"{endpoint.url}/tools", headers={"Authorization": f"Bearer {endpoint.token}"}, timeout=1)
-            return ""
-        except httpx.HTTPError:
-            time.sleep(0.05)
-    proc.kill()
-    proc.wait()
-    return f"no answer within {wait_s:.0f} s"

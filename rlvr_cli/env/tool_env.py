@@ -7,7 +7,8 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
-from rlvr_cli.env.agent import EnvClient, environment_process
+from rlvr_cli.env.agent import Endpoint, EnvClient
+from rlvr_cli.env.process import environment_process
 from rlvr_cli.env.results import output_cap
 
 
@@ -15,8 +16,9 @@ class ToolEnv:
     """The resources server for the length of a run: started here (`module:Class`) or reached
     at its URL, its declaration checked against the contract before the first episode."""
 
-    def __init__(self, contract: Any, folder: Path) -> None:
-        self.contract, self.folder = contract, folder
+    def __init__(self, contract: Any, folder: Path, log_dir: Path | None = None) -> None:
+        self.contract, self.folder, self.log_dir = contract, folder, log_dir
+        self.endpoint: Endpoint | None = None
         self._stack = contextlib.ExitStack()
         self.client: EnvClient | None = None
         self.schemas: list[dict[str, Any]] = []
@@ -26,7 +28,10 @@ class ToolEnv:
         env = self.contract.environment
         try:
             cap = self.output_cap
-            endpoint = self._stack.enter_context(environment_process(env.server, self.folder, max_output_bytes=cap))
+            endpoint = self._stack.enter_context(
+                environment_process(env.server, self.folder, max_output_bytes=cap, log_dir=self.log_dir)
+            )
+            self.endpoint = endpoint
             self.client = EnvClient(endpoint, timeout_s=env.timeout_s, max_output_bytes=cap)
             self._stack.callback(self.client.close)
             self.client.check_declaration(env.tools, env.forbidden_tools)
@@ -41,3 +46,8 @@ class ToolEnv:
 
     def close(self) -> None:
         self._stack.close()
+
+    def describe(self) -> str:
+        """How the server stands, for a message about losing it ("" for a server at a URL)."""
+        child = self.endpoint.child if self.endpoint is not None else None
+        return child.describe() if child is not None else ""

@@ -18,9 +18,12 @@ ROLLOUTS: dict[str, type[SingleTurn] | type[ToolUse]] = {"single_turn": SingleTu
 
 
 @contextlib.contextmanager
-def open_rollout(contract: Contract, folder: Path, renderer: Any, engine: PolicyEngine) -> Iterator[Rollout]:
+def open_rollout(
+    contract: Contract, folder: Path, renderer: Any, engine: PolicyEngine, log_dir: Path | None = None
+) -> Iterator[Rollout]:
     """The environment's rollout sampling with `engine`: its reward source (the verifier worker,
-    or the resources server; under torchrun one per process) opened here and closed after."""
+    or the resources server; under torchrun one per process) opened here and closed after.
+    `log_dir`: where a resources server's output and exit status are kept (the run folder)."""
     kind = ROLLOUTS[contract.environment.kind]
-    with kind.reward_source(contract, folder) as source:
+    with kind.reward_source(contract, folder, log_dir) as source:
         yield kind.of(contract, renderer, engine, source)  # type: ignore[arg-type]

@@ -30,7 +30,7 @@ class SingleTurn:
     prompts: Prompts
 
     @staticmethod
-    def reward_source(contract: Contract, folder: Path) -> VerifierPool:
+    def reward_source(contract: Contract, folder: Path, log_dir: Path | None = None) -> VerifierPool:
         return VerifierPool.for_contract(contract, folder)
 
     @classmethod

@@ -34,7 +34,7 @@ from rlvr_cli.contract.models import Contract
 from rlvr_cli.engine.engines import PolicyEngine
 from rlvr_cli.engine.generate import response_text
 from rlvr_cli.engine.types import SamplingParams
-from rlvr_cli.env.agent import EnvHTTPError, EnvTimeout
+from rlvr_cli.env.agent import EnvHTTPError, EnvTimeout, EnvUnreachable
 from rlvr_cli.env.model import CallIds, parse_completion, to_chat
 from rlvr_cli.env.results import tool_output
 from rlvr_cli.env.sample import Sample
@@ -84,8 +84,8 @@ class ToolUse:
     prompts: Prompts
 
     @staticmethod
-    def reward_source(contract: Contract, folder: Path) -> ToolEnv:
-        return ToolEnv(contract, folder)
+    def reward_source(contract: Contract, folder: Path, log_dir: Path | None = None) -> ToolEnv:
+        return ToolEnv(contract, folder, log_dir)
 
     @classmethod
     def of(cls, contract: Contract, renderer: Any, engine: PolicyEngine, env: ToolEnv) -> ToolUse:
@@ -145,6 +145,9 @@ def _results(env: ToolEnv, ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
     whole answers every operation with its status. An unreachable server stops the run."""
     try:
         return env.client.batch(ops)  # type: ignore[union-attr]
+    except EnvUnreachable as exc:  # the run stops: say how the server ended and what it printed last
+        more = env.describe()
+        raise EnvUnreachable(f"{exc}; {more}" if more else str(exc)) from None
     except EnvTimeout as exc:
         return [{"status": 504, "detail": str(exc)} for _ in ops]
     except EnvHTTPError as exc:

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from rlvr_cli.contract.models import Contract
 from rlvr_cli.engine.types import NonFiniteLogits
+from rlvr_cli.env.agent import EnvUnreachable
 from rlvr_cli.env.sample import Sample
 from rlvr_cli.env.scoring import InvalidVerdictStop
 from rlvr_cli.errors import ExitCode, Interrupted, RlvrError
@@ -42,8 +43,10 @@ from rlvr_cli.train.stops import (
     _eprint,
     budget_spent,
     checkpoint,
+    checkpoint_step_start,
     finish,
     skipped_too_often,
+    step_mark,
     stop_for_rule,
     stop_for_skipped_updates,
 )
@@ -135,7 +138,12 @@ def run_steps(run: Run, rollout: Rollout, progress: Progress) -> int:
             # (--max-steps) the next step is sampled all the same: the checkpoint keeps it
             more = state.step + 1 < run.contract.hyperparameters.max_steps
             step_started = time.perf_counter()
-            metrics, generated = train_step(setup, state, rollout, run.ahead, more)
+            mark = step_mark(run)
+            try:
+                metrics, generated = train_step(setup, state, rollout, run.ahead, more)
+            except EnvUnreachable:
+                checkpoint_step_start(run, mark)  # `--auto` goes on from this step, not the last checkpoint
+                raise
             if run.records is not None and state.step > run.records.last_step:  # a redone step is not written twice
                 metrics.time_records_s = write_records(run.records, setup, state.step, generated)
             holdout(run, rollout, metrics)
@@ -285,7 +293,7 @@ def train(
         run.status("running", max_steps=steps)
     try:
         # the records of every finished step are on disk when the run ends, however it ends
-        rollout = open_rollout(contract, setup.folder, setup.renderer, setup.engine)
+        rollout = open_rollout(contract, setup.folder, setup.renderer, setup.engine, log_dir=run.folder.path)
         with rollout as opened, _closing(run.ahead), run.records or contextlib.nullcontext():
             return run_steps(run, opened, progress)
     except (InvalidVerdictStop, NonFiniteLogits) as exc:

@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING, Any
 from rlvr_cli.errors import ExitCode
 from rlvr_cli.store.run import FiredRule
 from rlvr_cli.train import distributed as dist
-from rlvr_cli.train.checkpoint import save_checkpoint
+from rlvr_cli.train.checkpoint import rng_state, save_checkpoint, set_rng_state
 from rlvr_cli.train.run_plan import SKIPPED_UPDATES_STOP
+from rlvr_cli.train.state import TrainState
 
 if TYPE_CHECKING:
     from rlvr_cli.train.loop import Run
-    from rlvr_cli.train.state import TrainState
 
 
 def budget_spent(run: Run) -> str | None:
@@ -28,6 +28,29 @@ def budget_spent(run: Run) -> str | None:
         if limit is not None and spent >= limit:
             return f"acceptance.budget.{key} ({limit}) reached after {spent}"
     return None
+
+
+def step_mark(run: Run) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """What a checkpoint at this step's start needs beside the weights (unchanged until the
+    update): the counters and every RNG. None where such a checkpoint could not be exact (samples
+    drawn ahead on another thread, several processes that would have to agree)."""
+    if run.ahead is not None or run.setup.world > 1:
+        return None
+    return run.state.as_json(), rng_state()
+
+
+def checkpoint_step_start(run: Run, mark: tuple[dict[str, Any], dict[str, Any]] | None) -> None:
+    """The step in flight lost its environment before its update: rewind the counters and the
+    RNGs to the step's start and checkpoint there, so the run resumes exactly from this step.
+    Nothing is written where the weights already moved or where no mark was taken."""
+    if mark is None or run.state.optimizer_steps != mark[0]["optimizer_steps"]:
+        return
+    counters, rngs = mark
+    rewound = TrainState.from_json(counters, len(run.setup.train_tasks))
+    for name in vars(rewound):
+        setattr(run.state, name, getattr(rewound, name))
+    set_rng_state(rngs)
+    checkpoint(run)
 
 
 def checkpoint(run: Run) -> None:

@@ -35,3 +35,25 @@ def test_a_rule_can_watch_holdout_correctness_by_component(tmp_path: Path) -> No
     (tmp_path / "bad.rlvr.yaml").write_text(text.replace(rule, watch.replace("holdout/correct", "holdout/nope") + rule))
     bad = rlvr("validate", tmp_path / "bad.rlvr.yaml")
     assert bad.code == 1 and "error[RLV604]" in bad.stdout and "not a reward component" in bad.stdout
+
+
+def test_integers_are_written_as_integers_and_a_huge_one_gets_a_plain_message(tmp_path: Path) -> None:
+    base = (ROOT / "tests" / "contracts" / "valid" / "base.rlvr.yaml").read_text()
+    assert "group_size: 4\n" in base
+    (tmp_path / "f.rlvr.yaml").write_text(base.replace("group_size: 4\n", "group_size: 4.0\n"))
+    run = rlvr("validate", tmp_path / "f.rlvr.yaml")
+    assert run.code == 1 and "group_size: expected an integer, got the float 4.0; write 4" in run.stdout
+    (tmp_path / "h.rlvr.yaml").write_text(base.replace("group_size: 4\n", "group_size: " + "9" * 5000 + "\n"))
+    run = rlvr("validate", tmp_path / "h.rlvr.yaml")
+    assert run.code == 1 and "an integer of 5,000 digits (at most 100)" in run.stdout
+    assert "set_int_max_str_digits" not in run.stdout + run.stderr
+    assert rlvr("validate", ROOT / "tests" / "contracts" / "valid" / "base.rlvr.yaml").code == 0  # as written: fine
+
+
+def test_a_tag_on_a_mapping_is_refused_like_a_tag_on_a_scalar(tmp_path: Path) -> None:
+    base = (ROOT / "tests" / "contracts" / "valid" / "base.rlvr.yaml").read_text()
+    (tmp_path / "m.rlvr.yaml").write_text(base.replace("\nlength:\n", "\nlength: !!python/object:os.Foo\n", 1))
+    run = rlvr("validate", tmp_path / "m.rlvr.yaml")
+    assert run.code == 1 and "error[RLV001] unsupported tag" in run.stdout
+    (tmp_path / "ok.rlvr.yaml").write_text(base.replace("\nlength:\n", "\nlength: !!map\n", 1))  # a standard tag
+    assert rlvr("validate", tmp_path / "ok.rlvr.yaml").code == 0

@@ -23,6 +23,10 @@ EXAMPLES: dict[str, tuple[list[tuple[str, str]], list[tuple[str, str, str]]]] = 
         [("  max_steps: 10\n", "\tmax_steps: 10\n")],
         [("RLV001", "error", "\tmax_steps: 10")],
     ),
+    "RLV001-tag-on-a-sequence": (  # nothing runs here, but another loader of the same file would run it
+        [("stop_tokens: [", "stop_tokens: !!python/object/apply:os.system [")],
+        [("RLV001", "error", "stop_tokens: !!python")],
+    ),
     "RLV002-unknown-key": (
         [("  aggregation: token_mean\n", "  aggregation: token_mean\n  entropy_coeff: 0.01\n")],
         [("RLV002", "error", "entropy_coeff")],

@@ -195,3 +195,59 @@ def test_validate_deep_and_train_run_the_same_check(words: Path) -> None:
     assert deep.code == 1 and "error[RLV408] data.splits.sealed_eval.path: data/sealed_eval.jsonl:31:" in deep.stdout
     run = rlvr("train", words / CONTRACT, "--max-steps", "1", timeout=120)
     assert run.code == 1 and "[RLV408]" in run.stderr and not (words / "runs" / "arith" / "plan.json").exists()
+
+
+HOSTILE_ROWS = [  # (raw line, what the finding says): each refused where it is, never a crash
+    (b'{"id": ' + b"9" * 5000 + b', "prompt": "p"}', "an integer of 5,000 digits (at most 1,000)"),
+    (b'{"id": "deep", "prompt": "p", "x": ' + b"[" * 5000 + b"]" * 5000 + b"}", "nested more than 64 levels deep"),
+    (b'{"id": "sur", "prompt": "a \\ud800 b"}', "a lone surrogate (\\ud800) in prompt"),
+    (b'{"id": "nan", "prompt": "p", "answer": NaN}', "NaN is not a JSON number"),
+    (b'{"id": "inf", "prompt": "p", "answer": 1e999}', "too large for a float"),
+    (b'{"id": "twice", "id": "again", "prompt": "p"}', "the key 'id' twice in one object"),
+    (b'{"id": "null", "prompt": "p", "answer": null}', "the answer field 'answer' is null"),
+    (b'{"id": "list", "prompt": "p", "answer": [{"a": 1}]}', "the answer field 'answer' is a list holding"),
+    (b'{"id": "dict", "prompt": "p", "answer": {"a": 1}}', "the answer field 'answer' is an object"),
+    (b'{"id": "empty", "prompt": "p", "answer": "  "}', "the answer field 'answer' is empty"),
+]
+
+
+def test_hostile_rows_are_findings_on_their_lines_and_training_refuses_them_the_same_way(words: Path) -> None:
+    with (words / "data" / "train.jsonl").open("ab") as fh:
+        fh.write(b"\n".join(raw for raw, _ in HOSTILE_ROWS) + b"\n")
+    code, report = check(words)
+    messages = {f["at"]["line"]: f["message"] for f in found(report, "RLV901")}
+    assert code == 1 and sorted(messages) == list(range(121, 121 + len(HOSTILE_ROWS))), messages
+    for line, (_, said) in enumerate(HOSTILE_ROWS, 121):
+        assert said in messages[line], (line, messages[line])
+    assert report["files"]["train"]["rows"] == 120
+    # the paired case: answers of the accepted kinds (a number, a list of texts) are clean
+    train = words / "data" / "train.jsonl"
+    train.write_bytes(b"".join(train.read_bytes().splitlines(keepends=True)[:120]))
+    plant(words, "train", {"id": "n", "prompt": "how many legs has a spider, in digits?", "answer": 8})
+    plant(words, "train", {"id": "l", "prompt": "name a primary colour of light", "answer": ["red", "green"]})
+    assert check(words)[0] == 0
+    # training reads the splits through the same parser: a surrogate is refused, not a crash in the tokenizer
+    with (words / "data" / "holdout.jsonl").open("ab") as fh:
+        fh.write(HOSTILE_ROWS[2][0] + b"\n")
+    run = rlvr("train", words / CONTRACT, "--max-steps", "1", timeout=120)
+    assert run.code == 1 and "lone surrogate" in run.stderr and "Traceback" not in run.stderr, run.stderr[-1000:]
+
+
+def test_a_split_that_is_a_fifo_a_device_or_a_link_is_named_for_what_it_is(words: Path) -> None:
+    import os
+
+    holdout = words / "data" / "holdout.jsonl"
+    holdout.unlink()
+    os.mkfifo(holdout)  # reading it would wait forever
+    code, report = check(words)
+    assert code == 1 and any("holdout.jsonl is a FIFO, not a file of tasks" in f["message"] for f in report["findings"])
+    holdout.unlink()
+    holdout.symlink_to("/dev/zero")  # reading it would never end
+    code, report = check(words)
+    assert code == 1 and any("a character device" in f["message"] for f in report["findings"])
+    holdout.unlink()
+    holdout.symlink_to(words / "data" / "nowhere.jsonl")
+    code, report = check(words)
+    assert any("does not exist (a dangling link)" in f["message"] for f in report["findings"])
+    run = rlvr("train", words / CONTRACT, "--max-steps", "1", timeout=120)
+    assert run.code == 1 and "Traceback" not in run.stderr

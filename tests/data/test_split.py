@@ -92,3 +92,16 @@ def test_split_refuses_bad_requests(source: Path) -> None:
     missing = rlvr("data", "split", source / CONTRACT, "--by", "colour")
     assert missing.code == 1 and "no field 'colour'" in missing.stderr
     assert not (source / "data" / "train.jsonl").exists()  # nothing half-written
+
+
+def test_split_never_writes_outside_the_contracts_folder(source: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "victim.jsonl"
+    outside.write_text("precious\n")
+    edit(source, "path: data/holdout.jsonl", "path: ../victim.jsonl")
+    run = rlvr("data", "split", source / CONTRACT, "--by", "composition", "--force")
+    assert run.code == 1 and "writes only inside the contract's folder" in run.stderr and "holdout" in run.stderr
+    assert outside.read_text() == "precious\n" and not (source / "data" / "train.jsonl").exists()
+    edit(source, "path: ../victim.jsonl", "path: data/holdout.jsonl")
+    (source / "data" / "holdout.jsonl").symlink_to(outside)  # a link out is the same escape
+    run = rlvr("data", "split", source / CONTRACT, "--by", "composition", "--force")
+    assert run.code == 1 and "resolves to" in run.stderr and outside.read_text() == "precious\n"

@@ -439,3 +439,123 @@ def test_a_real_full_disk_at_a_checkpoint_says_enospc_and_resumes_exactly(
     assert done.code == 0, done.stderr[-2000:]
     assert steps_logged(kept) == [0, 1, 2, 3] and same_final(kept, straight)
     assert record_keys(kept) == record_keys(straight)
+
+
+def _rechecksum(checkpoint: Path) -> None:
+    """Rewrite the COMPLETE marker's checksums, as someone handing over a foreign checkpoint would."""
+    sums = json.loads((checkpoint / "COMPLETE").read_text())
+    sums["files"] = {name: sha256_file(checkpoint / name) for name in sums["files"]}
+    (checkpoint / "COMPLETE").write_text(json.dumps(sums))
+
+
+@pytest.mark.parametrize(
+    ("damage", "said"),
+    [
+        ("shapes", "is not of this policy"),
+        ("nan", "hold(s) NaN or infinity"),
+        ("link", "is a symbolic link"),
+        ("folder-link", "is a symbolic link"),
+    ],
+)
+def test_a_foreign_or_poisoned_checkpoint_is_refused_with_its_reason(
+    experiment: Path, tmp_path: Path, damage: str, said: str
+) -> None:
+    from safetensors.torch import save_file
+
+    run_dir = tmp_path / "run"
+    assert rlvr("train", experiment / CONTRACT, "--run-dir", run_dir, "--max-steps", "1", timeout=300).code == 0
+    checkpoint = run_dir / "checkpoints" / "step-1"
+    weights_file = checkpoint / "model" / "model.safetensors"
+    weights = load_file(weights_file)
+    name = sorted(k for k in weights if weights[k].dim() == 2)[0]
+    if damage == "shapes":
+        weights[name] = torch.zeros(weights[name].shape[0] + 1, weights[name].shape[1])
+        save_file(weights, weights_file)
+        _rechecksum(checkpoint)
+    elif damage == "nan":
+        weights[name] = weights[name].clone()
+        weights[name][0, 0] = float("nan")
+        save_file(weights, weights_file)
+        _rechecksum(checkpoint)
+    elif damage == "link":
+        outside = tmp_path / "state.pt"
+        (checkpoint / "state.pt").rename(outside)
+        (checkpoint / "state.pt").symlink_to(outside)
+    else:
+        moved = tmp_path / "elsewhere"
+        checkpoint.rename(moved)
+        checkpoint.symlink_to(moved)
+    resumed = rlvr("train", experiment / CONTRACT, "--run-dir", run_dir, "--max-steps", "2", "--resume", timeout=300)
+    assert resumed.code == 1 and said in resumed.stderr, resumed.stderr[-2000:]
+    assert "Traceback" not in resumed.stderr and "internal error" not in resumed.stderr
+
+
+def test_a_policy_with_nan_weights_aborts_at_sampling_with_the_reason(experiment: Path, tmp_path: Path) -> None:
+    from safetensors.torch import save_file
+
+    model = experiment / "model" / "model.safetensors"
+    weights = load_file(model)
+    name = next(k for k in sorted(weights) if "norm" in k)
+    weights[name] = torch.full_like(weights[name], float("nan"))
+    save_file(weights, model, metadata={"format": "pt"})
+    run_dir = tmp_path / "run"
+    run = rlvr("train", experiment / CONTRACT, "--run-dir", run_dir, "--max-steps", "2", timeout=300)
+    assert run.code == 5 and "logits are not finite" in run.stderr and "Traceback" not in run.stderr, run.stderr[-2000:]
+    assert status(run_dir)["state"] == "aborted" and "logits are not finite" in status(run_dir)["reason"]
+
+
+def test_updates_skipped_in_a_row_stop_the_run_even_without_a_nan_rule(experiment: Path, tmp_path: Path) -> None:
+    """A finite reward of 1.7e308 overflows the advantages: every update is skipped. With a
+    nonfinite_count rule of a long window the run would go on skipping; it stops on its own after three."""
+    edit(
+        experiment,
+        'metric: nonfinite_count, when: "> 0", window: 1,',
+        'metric: nonfinite_count, when: "> 0", window: 10,',
+    )
+    verifier = experiment / "verifier.py"
+    huge = 'return Verdict("ok", 1.7e308, {"correct": 1.7e308, "format": 1.0})'
+    plain = 'return Verdict("ok", correct, {"correct": correct, "format": 1.0})'
+    verifier.write_text(verifier.read_text().replace(plain, huge))
+    assert huge in verifier.read_text()
+    run_dir = tmp_path / "run"
+    run = rlvr("train", experiment / CONTRACT, "--run-dir", run_dir, "--max-steps", "12", timeout=300)
+    assert run.code == 5 and "3 updates in a row were skipped" in run.stderr, run.stderr[-2000:]
+    skipped = [json.loads(line)["nonfinite_count"] > 0 for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert skipped[-3:] == [True] * 3 and skipped[:-3][-1:] != [True]  # stopped at the first three in a row
+    assert status(run_dir)["state"] == "aborted" and len(skipped) < 12
+    assert "abort after 3 updates in a row" in json.dumps(json.loads((run_dir / "plan.json").read_text()))
+
+
+def test_auto_on_a_finished_run_does_nothing_and_status_follows_the_steps(experiment: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rlvr_cli",
+            "train",
+            str(experiment / CONTRACT),
+            "--run-dir",
+            str(run_dir),
+            "--max-steps",
+            "3",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    seen = set()
+    while proc.poll() is None:
+        try:
+            now = status(run_dir)
+        except (OSError, ValueError):
+            continue
+        if now["state"] == "running":
+            seen.add(now["step"])
+        time.sleep(0.02)
+    assert proc.returncode == 0, proc.stderr.read()[-2000:]
+    assert {1, 2} & seen, f"status.json never showed a step past 0 while running: {seen}"
+    again = rlvr("train", experiment / CONTRACT, "--run-dir", run_dir, "--auto", timeout=300)
+    assert again.code == 0 and "already finished at step 3; nothing to do" in again.stderr, again.stderr[-2000:]
+    assert steps_logged(run_dir) == [0, 1, 2] and status(run_dir)["state"] == "finished"
+    longer = rlvr("train", experiment / CONTRACT, "--run-dir", run_dir, "--auto", "--max-steps", "4", timeout=300)
+    assert longer.code == 0 and steps_logged(run_dir) == [0, 1, 2, 3]  # an explicit longer run goes on
