@@ -215,8 +215,8 @@ def _read_json(path: Path) -> Any:
 
 def _check_records(run: RunFolder, meta: dict[str, Any], name: str) -> None:
     """The record shards the checkpoint listed must still be what they were (it pins them)."""
-    if meta.get("records_sha256") is None or not run.records.is_dir():
-        return
+    if meta.get("records_sha256") is None or not (run.records / "manifest.json").is_file():
+        return  # no manifest: the record store refuses the folder itself, with its own reason
     problems = pin_problems(run.records, int(meta["records_cursor"]), meta["records_sha256"], f"checkpoint {name}")
     if problems:
         raise RlvrError(f"{problems[0]}; restore records/ as the run wrote it, or start a new run")
