@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 DEMO := build/demo
 
-.PHONY: install demo test test-fast lint clean browser sandbox
+.PHONY: install demo test test-fast soak lint clean browser sandbox
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -74,7 +74,12 @@ test: $(STAMP) browser sandbox
 
 # The inner loop: everything but the end-to-end runs marked slow (CI runs `make test`, the whole suite).
 test-fast: $(STAMP) sandbox
-	$(BIN)/python -m pytest -n 2 -m "not slow" -q --durations=10
+	$(BIN)/python -m pytest -n 2 -m "not slow and not soak" -q --durations=10
+
+# The soak (tests/soak/): 200 lookup steps against a misbehaving server, SIGKILLed every ~20 steps
+# and relaunched with --auto, must end where a straight run ends. ~15 minutes; not in make test.
+soak: $(STAMP)
+	$(BIN)/python -m pytest -m soak tests/soak -s -q
 
 lint: $(STAMP)
 	$(BIN)/ruff check rlvr_cli tests benchmarks

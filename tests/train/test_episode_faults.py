@@ -198,3 +198,39 @@ def test_a_server_child_that_dies_is_described_logged_and_the_run_resumes_from_t
     assert a.keys() == b.keys() and all(bool((a[k] == b[k]).all()) for k in a)
     metrics = [json.loads(line)["step"] for line in (exp / "run" / "metrics.jsonl").read_text().splitlines()]
     assert metrics == [0, 1, 2]
+
+
+HANGS = """
+import time
+from faulty import Faulty
+
+
+class HangsOnSeed(Faulty):
+    def seed(self, task):
+        time.sleep(120)
+        return super().seed(task)
+"""
+
+
+def test_sigterm_while_the_server_hangs_stops_the_run_at_once(faulty: Path, tmp_path: Path) -> None:
+    import signal
+
+    exp = copy_experiment(faulty, tmp_path / "exp")
+    (exp / "hangs.py").write_text(HANGS)
+    edit(exp, "server: faulty:Faulty", "server: hangs:HangsOnSeed")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rlvr_cli", "train", str(exp / CONTRACT), "--run-dir", str(exp / "run")],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    status_file = exp / "run" / "status.json"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (status_file.is_file() and "running" in status_file.read_text()):
+        time.sleep(0.2)
+    time.sleep(2)  # the first /batch of seeds is waiting on the server now
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    code = proc.wait(60)
+    assert code == 143 and time.monotonic() - sent < 15, proc.stderr.read()[-2000:]  # type: ignore[union-attr]
+    status = json.loads(status_file.read_text())
+    assert status["state"] == "paused" and "SIGTERM" in status["reason"]
