@@ -111,6 +111,10 @@ class _Check:
         if problem:
             self.report.add(DataFinding("RLV901", "error", problem, split=name))
             return
+        target = path.resolve()
+        if path.is_symlink() and not target.is_relative_to(self.folder.resolve()):  # read, but never silently
+            message = f"{path.name} is a link to {target}, outside the contract's folder; copy the data beside it"
+            self.report.add(DataFinding("RLV406", "warning", message, split=name))
         rows = 0
         for line, raw in task_lines(path):
             row = self._row(name, line, raw)

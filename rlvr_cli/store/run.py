@@ -131,11 +131,12 @@ class RunFolder:
             raise RlvrError(f"{self.status_file} cannot be read: {exc}") from None
 
     def write_status(self, status: Status, durable: bool = True) -> None:
-        """Aside and renamed; on a full disk, written over the old status in place (it then
-        needs no new block), so status.json still tells the truth and no `.tmp` is left."""
+        """Aside and renamed, padded to STATUS_BYTES with spaces; on a full disk, written over
+        the old status in place (it then needs no new block), so status.json still tells the
+        truth and no `.tmp` is left."""
         data = status.as_json()
         try:
-            atomic_write_json(self.status_file, data, durable=durable)
+            atomic_write_text(self.status_file, _padded(data), durable=durable)
         except OSError as exc:
             if exc.errno != errno.ENOSPC or not _overwrite_in_place(self.status_file, data):
                 raise
@@ -182,6 +183,14 @@ def complete_checkpoints(root: Path) -> list[tuple[int, Path]]:
             if match and (path / MARKER).is_file():
                 found.append((int(match.group(1)), path))
     return sorted(found)
+
+
+STATUS_BYTES = 4096  # status.json's size at least: room to rewrite it in place on a full disk
+
+
+def _padded(data: dict[str, Any]) -> str:
+    text = json.dumps(data, indent=2, default=str) + "\n"
+    return text + " " * max(0, STATUS_BYTES - len(text.encode()))
 
 
 def _overwrite_in_place(path: Path, data: dict[str, Any]) -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from rlvr_cli.errors import ExitCode
+from rlvr_cli.files import disk_errors
 from rlvr_cli.store.run import FiredRule
 from rlvr_cli.train import distributed as dist
 from rlvr_cli.train.checkpoint import rng_state, save_checkpoint, set_rng_state
@@ -102,8 +103,9 @@ def finish(run: Run, reason: str) -> int:
     if run.records is not None:
         run.records.flush()  # "finished" means every record is listed
     if run.setup.main:
-        run.setup.policy.save_pretrained(final)
-        run.setup.tokenizer.save_pretrained(final)
+        with disk_errors(final.parent):  # safetensors hides ENOSPC in an error of its own
+            run.setup.policy.save_pretrained(final)
+            run.setup.tokenizer.save_pretrained(final)
         run.status("finished", reason=reason, final=str(final))
         _eprint(f"finished: {reason}; policy saved to {final}")
     return ExitCode.OK

@@ -73,10 +73,15 @@ def _rewrite_shard(run_dir: Path, name: str) -> None:
     (run_dir / "records" / "manifest.json").write_text(json.dumps(manifest))
 
 
-def test_a_shard_rewritten_with_its_manifest_entry_is_caught_by_the_checkpoints_pin(run_copy: Path) -> None:
+def test_a_shard_rewritten_with_its_manifest_entry_is_caught_by_the_checkpoints_pin(
+    trained: tuple[Path, Path], run_copy: Path
+) -> None:
     _rewrite_shard(run_copy, "shard-000003.parquet")
     run = rlvr("audit", "rollouts", run_copy)
     assert run.code == 1 and "not what checkpoint step-" in run.stdout and "pinned" in run.stdout
+    resumed = rlvr("train", trained[0] / CONTRACT, "--run-dir", run_copy, "--resume", "--max-steps", "21", timeout=300)
+    assert resumed.code == 1 and "not what checkpoint step-20 pinned" in resumed.stderr, resumed.stderr[-1000:]
+    assert "Traceback" not in resumed.stderr
 
 
 def test_the_report_of_tampered_records_says_so_and_exits_1(trained: tuple[Path, Path], run_copy: Path) -> None:

@@ -246,6 +246,11 @@ def test_a_split_that_is_a_fifo_a_device_or_a_link_is_named_for_what_it_is(words
     code, report = check(words)
     assert code == 1 and any("a character device" in f["message"] for f in report["findings"])
     holdout.unlink()
+    holdout.symlink_to("/etc/passwd")  # read (and found not to be tasks), but never silently
+    code, report = check(words)
+    linked = [f for f in report["findings"] if f["code"] == "RLV406"]
+    assert code == 1 and linked and "is a link to /etc/passwd, outside the contract's folder" in linked[0]["message"]
+    holdout.unlink()
     holdout.symlink_to(words / "data" / "nowhere.jsonl")
     code, report = check(words)
     assert any("does not exist (a dangling link)" in f["message"] for f in report["findings"])

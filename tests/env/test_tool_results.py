@@ -108,3 +108,30 @@ def test_the_client_stops_reading_an_answer_over_its_bound() -> None:
                 client.call("s", "t", {})
         finally:
             client.close()
+
+
+def test_a_dropped_connection_is_retried_for_reads_and_verifies_never_for_tool_calls(capfd: Any) -> None:
+    """httpx's own transport for tests stands in for a server whose connection drops once."""
+    import httpx
+
+    from rlvr_cli.env.agent import EnvUnreachable
+
+    seen: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.url.path)
+        if seen.count(request.url.path) == 1:
+            raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
+        if request.url.path == "/verify":
+            return httpx.Response(200, json={"status": "ok", "reward": 1.0, "components": {}})
+        return httpx.Response(200, json={"results": []})
+
+    client = EnvClient("http://127.0.0.1:9", timeout_s=5)
+    client.http = httpx.Client(base_url="http://127.0.0.1:9", transport=httpx.MockTransport(handler))
+    assert client.verify("s").status == "ok" and seen == ["/verify", "/verify"]
+    assert "retrying in 0.2 s" in capfd.readouterr().err
+    with pytest.raises(EnvUnreachable):  # a tool call could change the session twice: never sent again
+        client.call("s", "open_box", {})
+    assert seen.count("/tools/open_box") == 1
+    ops = [{"op": "verify", "session_id": "s"}, {"op": "close", "session_id": "s"}]
+    assert client._send("POST", "/batch", {"ops": ops}).status_code == 200 and seen.count("/batch") == 2

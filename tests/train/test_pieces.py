@@ -9,6 +9,7 @@ import errno
 import math
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import torch
@@ -113,3 +114,42 @@ def test_the_record_store_writes_steps_in_order_and_a_failed_write_stops_what_fo
     with contextlib.suppress(OSError, RlvrError):
         broken.close()
     assert RecordStore(tmp_path / "full", shard_rows=10).last_step == 0  # a prefix of the steps, nothing after
+
+
+def test_status_on_a_full_disk_is_written_in_place_and_leaves_no_tmp(tmp_path: Path, monkeypatch: Any) -> None:
+    import json
+
+    from rlvr_cli.store import run as run_module
+    from rlvr_cli.store.run import RunFolder, Status
+
+    folder = RunFolder(tmp_path)
+    tmp_path.mkdir(exist_ok=True)
+    folder.write_status(Status("running", step=11, max_steps=100))
+
+    def full(path: Path, text: str, durable: bool = True) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(run_module, "atomic_write_text", full)
+    folder.write_status(Status("failed", step=11, reason="No space left on device " + "x" * 500, next="free space"))
+    status = json.loads((tmp_path / "status.json").read_text())
+    assert status["state"] == "failed" and status["step"] == 11 and status["reason"].startswith("No space left")
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_a_failed_atomic_write_leaves_the_old_file_and_no_tmp(tmp_path: Path, monkeypatch: Any) -> None:
+    import os
+
+    from rlvr_cli.files import atomic_write_text
+
+    target = tmp_path / "f.json"
+    atomic_write_text(target, "old")
+
+    def no_space(fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", no_space)
+    try:
+        atomic_write_text(target, "new")
+    except OSError as exc:
+        assert exc.errno == 28
+    assert target.read_text() == "old" and not (tmp_path / "f.json.tmp").exists()
