@@ -38,7 +38,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=2000)
     args = parser.parse_args()
     from rlvr_cli.env.builtin.answer import AnswerCheck
-    from rlvr_cli.env.single_turn import ANSWER_CHECK, VerifierPool
+    from rlvr_cli.env.verifier_pool import ANSWER_CHECK, VerifierPool
 
     items = cases(args.n)
     check = AnswerCheck("last_boxed")

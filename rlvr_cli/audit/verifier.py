@@ -107,7 +107,7 @@ def all_tasks(contract: Contract, folder: Path) -> dict[str, dict[str, Any]]:
 
 
 def audit_single_turn(contract: Contract, folder: Path, candidates: list[Candidate], sample: int | None) -> AuditReport:
-    from rlvr_cli.env.single_turn import VerifierPool
+    from rlvr_cli.env.verifier_pool import VerifierPool
 
     tasks = all_tasks(contract, folder)
     report = AuditReport()

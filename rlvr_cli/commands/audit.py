@@ -96,7 +96,7 @@ def _isolation_json(report: Any) -> str:
 
 def run_audit_rollouts(run_dir: Path, fmt: str) -> int:
     require_extra("train", "pyarrow")
-    from rlvr_cli.audit.rollouts import audit
+    from rlvr_cli.audit.rollout_audit import audit
     from rlvr_cli.store.run import RunFolder
 
     check("audit rollouts", fmt)
@@ -112,7 +112,7 @@ def run_audit_rollouts(run_dir: Path, fmt: str) -> int:
 
 @reporter("audit rollouts", "text")
 def _rollouts_text(report: dict[str, Any]) -> str:
-    from rlvr_cli.audit.rollouts import report_text
+    from rlvr_cli.audit.rollout_audit import report_text
 
     return report_text(report)
 

@@ -13,8 +13,8 @@ from rlvr_cli.errors import RlvrError, UsageProblem
 
 def load_valid_contract(path: Path) -> Contract:
     """The typed contract, or exit: 2 when the file is missing, 1 (with the report) when invalid."""
+    from rlvr_cli.contract.formatters import text_line
     from rlvr_cli.contract.load import load
-    from rlvr_cli.contract.report import text_line
 
     if not path.is_file():
         raise UsageProblem(f"{path}: no such contract file")

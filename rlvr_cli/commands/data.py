@@ -11,7 +11,7 @@ from rlvr_cli.commands.formats import emit, reporter
 from rlvr_cli.contract.diagnostics import Finding
 from rlvr_cli.contract.models import Contract
 from rlvr_cli.contract.waivers import active
-from rlvr_cli.data.report import DataReport
+from rlvr_cli.data.findings import DataReport
 from rlvr_cli.errors import UsageProblem
 from rlvr_cli.files import atomic_write_text
 

@@ -14,7 +14,7 @@ def run_report(run_dirs: list[Path], out: Path | None) -> int:
     require_extra("train", "pyarrow")
     from rlvr_cli.errors import RlvrError
     from rlvr_cli.files import atomic_write_text
-    from rlvr_cli.report.run import write_report
+    from rlvr_cli.report.page import write_report
     from rlvr_cli.store.run import RunFolder
 
     for run_dir in run_dirs:

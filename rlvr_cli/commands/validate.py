@@ -10,9 +10,9 @@ from pathlib import Path
 
 from rlvr_cli.commands.formats import REPORTERS, emit, reporter
 from rlvr_cli.contract.diagnostics import Finding
+from rlvr_cli.contract.formatters import report_github, report_json, report_text, summary, use_color
 from rlvr_cli.contract.load import CheckResult, check_file
 from rlvr_cli.contract.models import Contract
-from rlvr_cli.contract.report import report_github, report_json, report_text, summary, use_color
 from rlvr_cli.errors import guard
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2

@@ -20,10 +20,10 @@ from typing import Any
 
 from rlvr_cli.contract.models import Contract
 from rlvr_cli.contract.tasks import MAX_ROW_BYTES, parse_task, split_file_problem, task_lines
+from rlvr_cli.data.findings import SPLITS, DataFinding, DataReport, Place
 from rlvr_cli.data.holdout import HoldoutTally
 from rlvr_cli.data.leak import AnswerIndex, answers
 from rlvr_cli.data.normal import normalizer, prompt_text, strings
-from rlvr_cli.data.report import SPLITS, DataFinding, DataReport, Place
 from rlvr_cli.data.scan import Scanner
 from rlvr_cli.files import sha256_file
 

@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from rlvr_cli.data.report import Place
+from rlvr_cli.data.findings import Place
 
 _STARTS = re.compile(r"(?<!\w)\w|[^\w\s]")
 

@@ -19,8 +19,8 @@ from typing import Any
 from rlvr_cli.contract.models import Contract
 from rlvr_cli.contract.tasks import read_split
 from rlvr_cli.data.check import settings_of
+from rlvr_cli.data.findings import SPLITS
 from rlvr_cli.data.normal import normalizer, prompt_text
-from rlvr_cli.data.report import SPLITS
 from rlvr_cli.errors import RlvrError
 from rlvr_cli.files import atomic_write_text, sha256_file
 

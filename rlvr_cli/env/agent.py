@@ -319,7 +319,7 @@ def load_app(spec: str, folder: Any, token: str | None = None, max_output_bytes:
     import sys
 
     from rlvr_cli.env.server import ResourcesServer, create_app
-    from rlvr_cli.env.single_turn import import_entry
+    from rlvr_cli.env.verifier_pool import import_entry
 
     if spec.partition(":")[0].split(".")[0] in sys.stdlib_module_names:
         raise RlvrError(f"{spec} is in the standard library; the resources server is your own code")

@@ -1,5 +1,5 @@
 """Single-turn rollouts: every task's group sampled in one batched call of the engine, then
-scored in one round trip to the verifier worker (`env/single_turn.py`)."""
+scored in one round trip to the verifier worker (`env/verifier_pool.py`)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from rlvr_cli.engine.generate import response_text
 from rlvr_cli.engine.types import SamplingParams
 from rlvr_cli.env.sample import Sample
 from rlvr_cli.env.scoring import score_all
-from rlvr_cli.env.single_turn import VerifierPool
+from rlvr_cli.env.verifier_pool import VerifierPool
 from rlvr_cli.rollout import hints
 from rlvr_cli.rollout.base import Draw, Times
 from rlvr_cli.rollout.prompts import Prompts

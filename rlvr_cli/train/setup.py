@@ -19,7 +19,7 @@ from rlvr_cli.contract import hub, waivers
 from rlvr_cli.contract.models import Contract
 from rlvr_cli.contract.tasks import read_splits
 from rlvr_cli.data.check import check
-from rlvr_cli.data.report import DataReport
+from rlvr_cli.data.findings import DataReport
 from rlvr_cli.engine.engines import PolicyEngine
 from rlvr_cli.errors import RlvrError
 from rlvr_cli.files import sha256_file

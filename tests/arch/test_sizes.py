@@ -23,3 +23,12 @@ def test_modules_and_functions_stay_small() -> None:
                 if length > FUNCTION_LINES and "# long:" not in lines[node.lineno - 1]:
                     too_long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: {length} lines")
     assert too_long == [], "\n".join(too_long)
+
+
+def test_no_two_modules_share_a_name_outside_commands() -> None:
+    """A module name says what the module holds; `commands/` is one module per command, named for it."""
+    seen: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "rlvr_cli").rglob("*.py")):
+        if path.name != "__init__.py" and path.parent.name != "commands":
+            seen.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
+    assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}

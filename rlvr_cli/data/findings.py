@@ -8,7 +8,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlvr_cli.contract.report import gh_escape
+from rlvr_cli.contract.formatters import gh_escape
 
 SPLITS = ("train", "holdout", "sealed_eval")
 KEEP_PER_CODE = 200  # findings listed per code; every one is counted

@@ -330,7 +330,7 @@ def _tokenizer(run: RunFolder, contract: Any) -> Any:
 def build(run_dir: Path) -> tuple[str, list[str]]:
     """The page, and the record store's problems: with any, the page says the records cannot
     be trusted (and shows none of them) instead of auditing them."""
-    from rlvr_cli.audit.rollouts import audit, load_run, record_problems, run_contract
+    from rlvr_cli.audit.rollout_audit import audit, load_run, record_problems, run_contract
 
     run = RunFolder(run_dir)
     problems = record_problems(run_dir)
