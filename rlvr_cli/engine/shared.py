@@ -131,12 +131,18 @@ def shared_prompt_logprobs(
     seen = torch.cat([prompt_mask.bool()[:, None, :].expand(B, T, P), causal], dim=2)[:, None]  # (B, 1, T, P + T)
     for layer, (prompt_k, prompt_v) in zip(model.model.layers, cache, strict=True):
         q, k, v = _attention(s, layer, h, cos, sin)
-        keys, values = torch.cat([prompt_k[owner], k], dim=2), torch.cat([prompt_v[owner], v], dim=2)
+        # index_select, not prompt_k[owner]: the indexing's backward (index_put_ with accumulate on
+        # CPU) adds the rows of a shared prompt in an order that depends on thread timing, so two
+        # identical runs on a busy machine drifted apart; index_select's backward is deterministic
+        keys = torch.cat([prompt_k.index_select(0, owner), k], dim=2)
+        values = torch.cat([prompt_v.index_select(0, owner), v], dim=2)
         out = F.scaled_dot_product_attention(q, keys, values, attn_mask=seen, enable_gqa=s.kv != s.heads)
         h = _rest(layer, h, out)
     norm = model.model.norm
     head = model.lm_head
-    first_token = head(norm(last))[owner][:, None]  # (B, 1, V): the prompt's last position predicts token 0
+    first_token = head(norm(last)).index_select(0, owner)[
+        :, None
+    ]  # (B, 1, V): the prompt's last position predicts token 0
     logits = torch.cat([first_token, head(norm(h[:, :-1]))], dim=1).float()  # (B, T, V)
     if temperature > 0 and temperature != 1.0:
         logits = logits / temperature
