@@ -140,9 +140,8 @@ def shared_prompt_logprobs(
         h = _rest(layer, h, out)
     norm = model.model.norm
     head = model.lm_head
-    first_token = head(norm(last)).index_select(0, owner)[
-        :, None
-    ]  # (B, 1, V): the prompt's last position predicts token 0
+    # (B, 1, V): a prompt's last position predicts token 0
+    first_token = head(norm(last)).index_select(0, owner)[:, None]
     logits = torch.cat([first_token, head(norm(h[:, :-1]))], dim=1).float()  # (B, T, V)
     if temperature > 0 and temperature != 1.0:
         logits = logits / temperature
