@@ -177,7 +177,8 @@ def duplicate_ids(splits: dict[str, list[tuple[int, dict[str, Any]]]]) -> list[s
 
 
 def read_splits(folder: Path, splits: Any) -> dict[str, list[dict[str, Any]]]:
-    """Every split the contract names, refused when a task id is used twice."""
+    """Every split the contract names, refused when a task id is used twice (records are keyed
+    by it). Prompts copied across splits are the data check's finding, which honours waivers."""
     rows = {}
     for name in ("train", "holdout", "sealed_eval"):
         path = folder / getattr(splits, name).path
@@ -186,10 +187,8 @@ def read_splits(folder: Path, splits: Any) -> dict[str, list[dict[str, Any]]]:
     if dups:
         more = f" (and {len(dups) - 1} more)" if len(dups) > 1 else ""
         raise RlvrError(f"{dups[0]}{more}: each task needs its own id (`rlvr validate --deep` lists them)")
-    leaks = duplicate_prompts(rows)
-    if leaks:
-        more = f" (and {len(leaks) - 1} more)" if len(leaks) > 1 else ""
-        raise RlvrError(f"{leaks[0]}{more}: a prompt belongs to one split (`rlvr validate --deep` lists them)")
+    # a prompt in two splits is the data check's (RLV408, with the contract's waivers): it runs
+    # before training, so a waived copy trains and an unwaived one never reaches this point
     return {name: [row for _, row in found] for name, found in rows.items()}
 
 
@@ -210,27 +209,3 @@ def messages_of(task: dict[str, Any]) -> list[dict[str, Any]]:
     """A string prompt is one user turn; a list is already chat messages."""
     prompt = task["prompt"]
     return [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
-
-
-def _normal(prompt: Any) -> str:
-    """A prompt as compared for duplicates: whitespace runs collapsed, case kept."""
-    text = prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True, ensure_ascii=False)
-    return " ".join(text.split())
-
-
-def duplicate_prompts(splits: dict[str, list[tuple[int, dict[str, Any]]]]) -> list[str]:
-    """Every prompt of holdout or sealed_eval that is also a prompt of an earlier split (after
-    collapsing whitespace), with both places: an evaluation task the policy trains on, or an
-    evaluation split that measures nothing the holdout does not."""
-    first: dict[str, str] = {}
-    found = []
-    for name, rows in splits.items():
-        seen_here: set[str] = set()
-        for line, row in rows:
-            key = _normal(row.get("prompt"))
-            if key in first and key not in seen_here:
-                found.append(f"the prompt at {name} line {line} is the prompt at {first[key]}: {key[:60]!r}")
-            seen_here.add(key)
-        for line, row in rows:
-            first.setdefault(_normal(row.get("prompt")), f"{name} line {line}")
-    return found

@@ -155,11 +155,12 @@ class _Check:
     def _task(self, name: str, line: int, row: dict[str, Any]) -> None:
         loc = _loc(name, line)
         self._id(row["id"], loc)
+        flagged = self.scanner.row(list(strings(row)))  # what a report must never quote
         text = self.normalize(prompt_text(row["prompt"]))
         digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest()
         first = self.digests.setdefault(digest, loc)
         if first != loc:
-            self._duplicate(first, loc, text)
+            self._duplicate(first, loc, text if not flagged else None)
         hint = row.get(self.hint_field) if self.hint_field else None
         if hint is not None and name == "sealed_eval":
             self.report.add(
@@ -175,7 +176,7 @@ class _Check:
         if self.near is not None:
             self.near.add(text, digest, loc)
         self.holdout.add(name, row)
-        for kind, what, shown in self.scanner.row(list(strings(row))):
+        for kind, what, shown in flagged:
             code = "RLV413" if kind == "secret" else "RLV414"
             label = "a secret" if kind == "secret" else "personal data"
             self.report.add(DataFinding(code, "error", f"{label}: {what} ({shown})", at=Place(name, line)))
@@ -188,18 +189,21 @@ class _Check:
             message = f"task id {str(value)!r} is already used at {self.report.where(other)}"
             self.report.add(DataFinding("RLV405", "error", message, at=at, other=other))
 
-    def _duplicate(self, first: int, loc: int, text: str) -> None:
+    def _duplicate(self, first: int, loc: int, text: str | None) -> None:
+        """`text` is quoted (its start) unless None: a prompt holding a secret or personal data."""
         at, other = _pair(first, loc)
         within = at.split == other.split
         code = "RLV410" if within else "RLV408"
         how = "within the split" if within else "across splits"
-        message = f"the prompt of {self.report.where(other)} again ({how}): {text[:60]!r}"
+        shown = repr(text[:60]) if text is not None else "[not quoted: it holds a secret or personal data]"
+        message = f"the prompt of {self.report.where(other)} again ({how}): {shown}"
         self.report.add(DataFinding(code, "error", message, at=at, other=other))
 
     def _leaks(self, text: str, loc: int) -> None:
         here = _place(loc)
         for answer, source in self.answers.find(text, here.split):
-            message = f"the answer of {self.report.where(source)} ({answer[:40]!r}) is in this prompt or hint"
+            shown = repr(answer[:40]) if not self.scanner.row([answer]) else "not quoted: a secret or personal datum"
+            message = f"the answer of {self.report.where(source)} ({shown}) is in this prompt or hint"
             self.report.add(DataFinding("RLV412", "error", message, at=here, other=source))
 
     def _id_types(self) -> None:

@@ -3,6 +3,7 @@ and broken claim planted in it is caught, with its places."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -256,3 +257,45 @@ def test_a_split_that_is_a_fifo_a_device_or_a_link_is_named_for_what_it_is(words
     assert any("does not exist (a dangling link)" in f["message"] for f in report["findings"])
     run = rlvr("train", words / CONTRACT, "--max-steps", "1", timeout=120)
     assert run.code == 1 and "Traceback" not in run.stderr
+
+
+def test_a_waived_copy_across_splits_trains_an_unwaived_one_does_not(words: Path) -> None:
+    """One check, not two: training honours the waivers `rlvr data check` honours."""
+    train = read(words / "data" / "train.jsonl")
+    plant(words, "holdout", {**train[0], "id": "copy"})
+    refused = rlvr("train", words / CONTRACT, "--max-steps", "1", "--run-dir", words / "r1", timeout=300)
+    assert refused.code == 1 and "[RLV408]" in refused.stderr
+    with (words / CONTRACT).open("a") as fh:
+        fh.write("\nwaivers:\n  - {rule: RLV408, reason: the copy is intended, expires: '2999-01-01'}\n")
+    edit(words, "prompt_truncation: error", "prompt_truncation: left")  # word problems outgrow the arith prompts
+    run = rlvr("train", words / CONTRACT, "--max-steps", "1", "--run-dir", words / "r2", timeout=300)
+    assert run.code == 0, run.stderr[-2000:]
+
+
+def test_a_copied_prompt_holding_a_secret_or_an_email_is_never_quoted_in_any_format(
+    words: Path, tmp_path: Path
+) -> None:
+    token = "ghp_" + "Z9y8X7w6V5u4T3s2R1q0P9o8N7m6L5k4J3i2"
+    secret = {"id": "s1", "prompt": f"Call with {token} and add 2 and 2.", "answer": "4"}
+    mail = {"id": "m1", "prompt": "Mail bob.smith@example-corp.org the sum of 3 and 4.", "answer": "7"}
+    for row in (secret, mail):
+        plant(words, "train", row)
+        plant(words, "holdout", {**row, "id": row["id"] + "-copy"})  # RLV408
+        plant(words, "train", {**row, "id": row["id"] + "-again"})  # RLV410
+    plant(words, "train", {"id": "leak", "prompt": f"The code is {token}; what is 1+1?", "answer": "2"})
+    plant(words, "holdout", {"id": "src", "prompt": "Name the code.", "answer": token})  # RLV412 on the secret
+    outputs = [rlvr("data", "check", words / CONTRACT, "--format", f).stdout for f in ("text", "json", "github")]
+    outputs.append(rlvr("validate", "--deep", "--format", "json", words / CONTRACT).stdout)
+    rlvr("data", "check", words / CONTRACT, "--out", tmp_path / "dc.json")
+    outputs.append((tmp_path / "dc.json").read_text())
+    for out in outputs:
+        assert token not in out and "bob.smith@example-corp.org" not in out and "Z9y8X7" not in out
+    report = json.loads(outputs[1])
+    quoting = [f["message"] for f in report["findings"] if f["code"] in ("RLV408", "RLV410", "RLV412")]
+    assert sum("not quoted" in m for m in quoting) >= 5  # 2 copies across splits, 2 within, the answer leaks
+    # the paired case: a copied prompt with nothing to hide is quoted, so a reader can find it
+    train = read(words / "data" / "train.jsonl")
+    plant(words, "sealed_eval", {**train[1], "id": "plain-copy"})
+    messages = [f["message"] for f in check(words)[1]["findings"] if f["code"] == "RLV408"]
+    plain = [m for m in messages if "not quoted" not in m]
+    assert plain and train[1]["prompt"][:20].lower() in plain[0]  # quoted as normalised (case folded)

@@ -90,7 +90,7 @@ def _experiment(root: Path) -> Path:
         ("  every_steps: 20\n", "  every_steps: 10\n"),
         # the hanging boxes are timeout verdicts by design: the rule that watches for a broken verifier
         # would (rightly) abort both runs at the same step
-        ("metric: verifier_error_rate, when: \"> 0.05\"", "metric: verifier_error_rate, when: \"> 0.5\""),
+        ('metric: verifier_error_rate, when: "> 0.05"', 'metric: verifier_error_rate, when: "> 0.5"'),
     ]:
         assert old in text, old
         text = text.replace(old, new)
