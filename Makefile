@@ -77,7 +77,7 @@ test-fast: $(STAMP) sandbox
 	$(BIN)/python -m pytest -n 2 -m "not slow and not soak" -q --durations=10
 
 # The soak (tests/soak/): 200 lookup steps against a misbehaving server, SIGKILLed every ~20 steps
-# and relaunched with --auto, must end where a straight run ends. ~15 minutes; not in make test.
+# and relaunched with --auto, must end where a straight run ends. ~7 minutes; not in make test.
 soak: $(STAMP)
 	$(BIN)/python -m pytest -m soak tests/soak -s -q
 

@@ -7,7 +7,7 @@ of a step. Its faults are keyed on the box, so they are deterministic: the run m
 same weights and the same records as a straight run against the same server that never dies and
 is never killed, and every episode must be recorded exactly once.
 
-Not part of `make test` (it takes ~15 minutes on 2 cores): `make soak` runs it.
+Not part of `make test` (about 7 minutes on 2 cores): `make soak` runs it.
 """
 
 from __future__ import annotations
