@@ -152,6 +152,10 @@ class VerifierPool:
     def for_contract(cls, contract: Any, folder: Path) -> VerifierPool:
         """The pool of a single_turn contract's `environment.verifier`, with its limits."""
         env = contract.environment
+        if env.judge is not None:  # minutes of retries per verdict against a server that is not there: say so now
+            from rlvr_cli.env.builtin.judge import check_reachable
+
+            check_reachable(env.judge.base_url)
         builtin = builtin_options(env, folder)
         if builtin is not None:
             return cls(builtin[0], folder, env.timeout_s, env.memory_mb, builtin[1])

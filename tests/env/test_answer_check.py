@@ -69,3 +69,17 @@ def test_an_answer_check_and_a_verifier_exclude_each_other(math_exp: Path, tmp_p
     contract.write_text((math_exp / CONTRACT).read_text())
     edit(tmp_path, "    extract: last_boxed ", "    extract: last_line ")
     assert rlvr("validate", contract).code == 1  # an extraction the format does not know
+
+
+@pytest.mark.parametrize(
+    ("response", "reward"),
+    [
+        ("The price is \\boxed{\\$5}.", 1.0),  # an escaped dollar sign is currency, not math mode
+        ("\\boxed{\\$5.00}", 1.0),
+        ("\\boxed{$5$}", 1.0),
+        ("\\boxed{\\$6}", 0.0),  # the paired case: a wrong amount is read, and wrong
+    ],
+)
+def test_an_escaped_dollar_sign_is_read_as_currency(response: str, reward: float) -> None:
+    verdict = AnswerCheck("last_boxed")({"answer": "5"}, response)
+    assert verdict.status == "ok" and verdict.reward == reward, verdict

@@ -192,3 +192,20 @@ def test_validate_deep_names_a_missing_key_variable(judge_exp: Path, tmp_path: P
     edit(tmp_path / "exp", "api_key_env: null", "api_key_env: RLVR_UNSET_JUDGE_KEY")
     deep = rlvr("validate", "--deep", contract)
     assert deep.code == 1 and "RLVR_UNSET_JUDGE_KEY" in deep.stdout
+
+
+def test_an_unreachable_judge_fails_the_audit_and_training_in_seconds(judge_exp: Path, tmp_path: Path) -> None:
+    import time
+
+    from rlvr_cli.env.agent import free_port
+
+    port = free_port()  # nothing listens here
+    contract = _pointed(judge_exp, tmp_path / "exp", f"http://127.0.0.1:{port}/v1")
+    start = time.monotonic()
+    audit = rlvr("audit", "verifier", contract, timeout=120)
+    assert audit.code == 3 and f"the judge at http://127.0.0.1:{port}/v1 cannot be reached" in audit.stderr
+    assert "vllm serve" in audit.stderr and "Traceback" not in audit.stderr + audit.stdout
+    run = rlvr("train", contract, "--max-steps", "1", "--run-dir", tmp_path / "run", timeout=120)
+    assert run.code == 3 and "cannot be reached" in run.stderr and "Traceback" not in run.stderr
+    assert json.loads((tmp_path / "run" / "status.json").read_text())["state"] == "failed"
+    assert time.monotonic() - start < 90  # not minutes of retries per verdict

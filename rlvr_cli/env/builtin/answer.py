@@ -60,7 +60,9 @@ class AnswerCheck:
     def _parse(self, text: str) -> Any:
         from math_verify import parse
 
-        wrapped = text if "$" in text or "\\boxed" in text else f"${text}$"
+        # already math mode when it holds a `$` of its own; `\$` is an escaped dollar sign (`\boxed{\$5}`)
+        delimited = "$" in text.replace("\\$", "")
+        wrapped = text if delimited or "\\boxed" in text else f"${text}$"
         return parse(wrapped, parsing_timeout=self.timeout, raise_on_error=True)
 
     def __call__(self, task: dict[str, Any], response: str) -> Verdict:

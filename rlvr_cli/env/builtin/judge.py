@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from rlvr_cli.env.verdict import Verdict
-from rlvr_cli.errors import RlvrError
+from rlvr_cli.errors import ExitCode, RlvrError
 
 REPLY = {
     "pass_fail": '{"verdict": "pass" or "fail", "reason": "<one sentence>"}',
@@ -37,6 +37,36 @@ SYSTEM = (
 )
 _FENCE = re.compile(r"^```(?:json)?\s*\n(.*)\n```$", re.DOTALL)
 RETRY_STATUS = {408, 409, 429}
+
+
+CONNECT_TIMEOUT_S = 3.0
+
+
+class JudgeUnreachable(RlvrError):
+    """No judge answers at the contract's address: nothing can be judged (exit 3, as an audit
+    that could not run)."""
+
+    exit_code = ExitCode.INTERNAL
+
+
+def check_reachable(base_url: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    """A TCP connection to the judge's host and port within seconds, or JudgeUnreachable with
+    the address and what to start."""
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(base_url)
+    host = parts.hostname or "127.0.0.1"
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        socket.create_connection((host, port), timeout=timeout_s).close()
+    except OSError as exc:
+        why = "no answer" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
+        raise JudgeUnreachable(
+            f"the judge at {base_url} cannot be reached ({why} within {timeout_s:g} s): start its server "
+            f"(an OpenAI-compatible endpoint on {host}:{port}, e.g. `vllm serve MODEL --port {port}`) "
+            "or fix environment.judge.base_url"
+        ) from None
 
 
 class JudgeFailed(Exception):
