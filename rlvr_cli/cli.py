@@ -132,13 +132,17 @@ def data_check(
     contract: Annotated[Path, typer.Argument(help="The contract whose data splits to check.")],
     format: Annotated[str, typer.Option("--format", "-f", help="text, json or github.")] = "text",
     out: Annotated[Path | None, typer.Option(help="Also write the JSON report (data-check.json) here.")] = None,
+    max_per_code: Annotated[
+        int, typer.Option("--max-per-code", help="Findings of one code the text and github forms list (0: all).")
+    ] = 200,
 ) -> int:
     """Check every claim of the contract's data section against the split files: ids,
     duplicates and near duplicates across splits, answer leakage, secrets and personal data,
-    the holdout design, row schema. Exit 0 clean, 1 an error finding, 2 usage."""
+    the holdout design, row schema. Exit 0 clean, 1 an error finding, 2 usage. JSON (and
+    --out) lists every finding; text and github list --max-per-code of each code."""
     from rlvr_cli.commands.data import run_data_check
 
-    return run_data_check(contract, format, out)
+    return run_data_check(contract, format, out, max_per_code)
 
 
 @data_app.command("split")

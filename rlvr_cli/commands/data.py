@@ -11,7 +11,7 @@ from rlvr_cli.commands.formats import emit, reporter
 from rlvr_cli.contract.diagnostics import Finding
 from rlvr_cli.contract.models import Contract
 from rlvr_cli.contract.waivers import active
-from rlvr_cli.data.findings import DataReport
+from rlvr_cli.data.findings import LISTED_PER_CODE, DataReport
 from rlvr_cli.errors import UsageProblem
 from rlvr_cli.files import atomic_write_text
 
@@ -41,14 +41,17 @@ def data_report(contract: Contract, contract_path: Path, *, waive: bool = True) 
     return check(contract, contract_path.resolve().parent, contract_path.name, waivers)
 
 
-def run_data_check(contract_path: Path, fmt: str, out: Path | None) -> int:
+def run_data_check(contract_path: Path, fmt: str, out: Path | None, max_per_code: int = LISTED_PER_CODE) -> int:
     """Exit 0 clean (warnings and waived findings allowed), 1 an error finding."""
     from rlvr_cli.commands.formats import check as check_format
 
     check_format("data check", fmt)
+    if max_per_code < 0:
+        raise UsageProblem("--max-per-code must be 0 (every finding) or more")
     require_extra("data", *DATA_MODULES)
     contract = load_valid_contract(contract_path)
     report = data_report(contract, contract_path)
+    report.listed_per_code = max_per_code
     if out is not None:
         atomic_write_text(out, report.dumps())
     emit("data check", fmt, report)
@@ -78,7 +81,8 @@ def deep_findings(contract: Contract, folder: Path, contract_path: Path) -> list
         found.append(Finding(f.code, "error" if f.severity == "error" else "warning", where, message))
     for code, total in report.counts.items():
         if total > VALIDATE_PER_CODE:
-            more = f"... and {total - VALIDATE_PER_CODE} more {code} findings (`rlvr data check` lists them)"
+            listing = "`rlvr data check --max-per-code 0` lists every one"
+            more = f"... and {total - VALIDATE_PER_CODE} more {code} findings ({listing})"
             found.append(Finding(code, "error", ("data",), more))
     return found
 

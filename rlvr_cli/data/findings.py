@@ -11,7 +11,7 @@ from typing import Any
 from rlvr_cli.contract.formatters import gh_escape
 
 SPLITS = ("train", "holdout", "sealed_eval")
-KEEP_PER_CODE = 200  # findings listed per code; every one is counted
+LISTED_PER_CODE = 200  # findings the text and github forms list per code (--max-per-code); JSON has every one
 
 
 @dataclass(frozen=True)
@@ -43,16 +43,27 @@ class DataReport:
     findings: list[DataFinding] = field(default_factory=list)
     counts: Counter[str] = field(default_factory=Counter)
     severities: Counter[str] = field(default_factory=Counter)
+    listed_per_code: int = LISTED_PER_CODE  # the text and github forms; 0: every one
 
     def add(self, finding: DataFinding) -> None:
-        """Count a finding (a code the contract waives stays listed, as waived) and keep the
-        first KEEP_PER_CODE of each code."""
+        """Keep and count a finding (a code the contract waives stays listed, as waived)."""
         if finding.code in self.waivers and finding.severity != "waived":
             finding.severity, finding.waiver = "waived", self.waivers[finding.code]
         self.counts[finding.code] += 1
         self.severities[finding.severity] += 1
-        if self.counts[finding.code] <= KEEP_PER_CODE:
-            self.findings.append(finding)
+        self.findings.append(finding)
+
+    def listed(self) -> tuple[list[DataFinding], dict[str, int]]:
+        """The findings the text and github forms show (`listed_per_code` of each code), and how
+        many of each code they leave out."""
+        if not self.listed_per_code:
+            return self.findings, {}
+        shown, seen = [], Counter[str]()
+        for f in self.findings:
+            seen[f.code] += 1
+            if seen[f.code] <= self.listed_per_code:
+                shown.append(f)
+        return shown, {code: n - self.listed_per_code for code, n in seen.items() if n > self.listed_per_code}
 
     @property
     def errors(self) -> int:
@@ -94,24 +105,33 @@ class DataReport:
 
     def text(self) -> str:
         lines = []
-        for f in self.findings:
+        shown, left_out = self.listed()
+        for f in shown:
             where = self.where(f.at, f.split)
             where += ":1" if f.at is not None else ""
             tail = f" (waived: {f.waiver})" if f.waiver else ""
             lines.append(f"{where}: {f.severity}[{f.code}] {f.message}{tail}")
-        hidden = sum(self.counts.values()) - len(self.findings)
-        if hidden:
-            lines.append(f"... and {hidden} more (every one is in data-check.json's counts)")
+        lines += [self._left_out(code, n) for code, n in sorted(left_out.items())]
         return "\n".join(lines)
+
+    def _left_out(self, code: str, n: int) -> str:
+        return (
+            f"... and {n:,} more {code} finding(s), not listed (--max-per-code {self.listed_per_code}); "
+            "--format json and --out list every one"
+        )
 
     def github(self) -> str:
         kinds = {"error": "error", "warning": "warning", "waived": "notice"}
         lines = []
-        for f in self.findings:
+        shown, left_out = self.listed()
+        for f in shown:
             props = f"file={gh_escape(self.where(None, f.split) if f.at is None else self.path(f.at), True)}"
             if f.at is not None:
                 props += f",line={f.at.line}"
             lines.append(f"::{kinds[f.severity]} {props},title={f.code}::{gh_escape(f.message)}")
+        lines += [
+            f"::notice title={code}::{gh_escape(self._left_out(code, n))}" for code, n in sorted(left_out.items())
+        ]
         return "\n".join(lines)
 
     def summary(self) -> str:

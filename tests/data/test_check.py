@@ -299,3 +299,18 @@ def test_a_copied_prompt_holding_a_secret_or_an_email_is_never_quoted_in_any_for
     messages = [f["message"] for f in check(words)[1]["findings"] if f["code"] == "RLV408"]
     plain = [m for m in messages if "not quoted" not in m]
     assert plain and train[1]["prompt"][:20].lower() in plain[0]  # quoted as normalised (case folded)
+
+
+def test_every_finding_is_in_the_json_and_the_text_says_what_it_left_out(words: Path, tmp_path: Path) -> None:
+    train = read(words / "data" / "train.jsonl")
+    for i in range(5):
+        plant(words, "train", {**train[i], "id": f"again-{i}"})  # five RLV410
+    text = rlvr("data", "check", words / CONTRACT, "--max-per-code", "2", "--out", tmp_path / "dc.json")
+    assert text.code == 1 and text.stdout.count("[RLV410]") == 2
+    assert "... and 3 more RLV410 finding(s), not listed (--max-per-code 2)" in text.stdout
+    assert len(found(json.loads((tmp_path / "dc.json").read_text()), "RLV410")) == 5
+    assert len(found(check(words, "--max-per-code", "2")[1], "RLV410")) == 5  # json: every one, whatever the flag
+    assert rlvr("data", "check", words / CONTRACT, "--max-per-code", "0").stdout.count("[RLV410]") == 5
+    github = rlvr("data", "check", words / CONTRACT, "--format", "github", "--max-per-code", "1").stdout
+    assert github.count("title=RLV410::") == 2 and "4 more RLV410" in github  # one listed, one notice
+    assert rlvr("data", "check", words / CONTRACT, "--max-per-code", "-1").code == 2
