@@ -222,6 +222,7 @@ class _Near:
         self.index = Index(settings["threshold"], settings["permutations"])
         self.check = check
         self.pending: list[tuple[str, bytes, int]] = []
+        self.texts: dict[int, str] = {}  # loc → the text of every indexed (evaluation) prompt, to confirm pairs
 
     def add(self, text: str, digest: bytes, loc: int) -> None:
         self.pending.append((text, digest, loc))
@@ -233,19 +234,27 @@ class _Near:
         when they are evaluation prompts."""
         if not self.pending:
             return
+        from rlvr_cli.data.near import ESTIMATE_SLACK, confirm
+
+        index, k = self.index, self.signer.shingle
         signatures = self.signer.signatures([text for text, _, _ in self.pending])
-        for (_, digest, loc), found in zip(self.pending, self.index.matches(signatures), strict=True):
-            for (other_digest, other), similarity in found:  # type: ignore[misc]
-                if other >> 40 != loc >> 40 and other_digest != digest:  # exact copies are RLV408 already
+        found_all = index.matches(signatures, floor=max(index.threshold - ESTIMATE_SLACK, 0.0))
+        for (text, digest, loc), found in zip(self.pending, found_all, strict=True):
+            for (other_digest, other), _ in found:  # type: ignore[misc]
+                if other >> 40 == loc >> 40 or other_digest == digest:  # exact copies are RLV408 already
+                    continue
+                similarity = confirm(text, self.texts[other], index.threshold, k)  # the estimate never decides
+                if similarity is not None:
                     self._report(loc, other, similarity)
         if SPLITS[self.pending[0][2] >> 40] != "train":
-            self.index.add([(digest, loc) for _, digest, loc in self.pending], signatures)
+            index.add([(digest, loc) for _, digest, loc in self.pending], signatures)
+            self.texts.update((loc, text) for text, _, loc in self.pending)
         self.pending.clear()
 
     def _report(self, loc: int, other_loc: int, similarity: float) -> None:
         report = self.check.report
         at, other = _pair(other_loc, loc)
-        message = f"a near duplicate of {report.where(other)} (estimated Jaccard similarity {similarity:.2f})"
+        message = f"a near duplicate of {report.where(other)} (Jaccard similarity {similarity:.2f}, the same numbers)"
         report.add(DataFinding("RLV411", "error", message, at=at, other=other, similarity=similarity))
 
 

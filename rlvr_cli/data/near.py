@@ -5,13 +5,19 @@ prompt queried against it.
 Signatures are computed for a batch of prompts at once with datasketch's own `affine32`
 permutations (the MurmurHash3 finalizer, then `a·h + b` mod 2³²), so they are exactly what
 `datasketch.MinHash(scheme="affine32", hashfunc=shingle_hash)` would give for the same
-shingles — only without a Python call per shingle. A candidate pair from the index is kept
-when its estimated Jaccard similarity (the share of equal signature values) reaches the
-threshold.
+shingles — only without a Python call per shingle.
+
+The estimate never decides alone. A candidate pair from the index whose estimated Jaccard
+similarity (the share of equal signature values) comes within ESTIMATE_SLACK of the threshold
+is then confirmed (`confirm`): it is a near duplicate only when the two prompts hold the same
+numbers — distinct problems from one template differ in them, a reworded copy does not — and
+the exact Jaccard similarity of their shingle sets reaches the threshold.
 """
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -98,6 +104,31 @@ class Signer:
 
 
 RECALL = 0.99  # the least chance that a pair exactly at the threshold becomes a candidate
+ESTIMATE_SLACK = 0.15  # candidates estimated this far below the threshold are still confirmed exactly
+_NUMBERS = re.compile(r"\d+(?:[.,]\d+)*")
+
+
+def numbers(text: str) -> Counter[str]:
+    """The numbers a prompt states, as a multiset: part of which problem it is."""
+    return Counter(_NUMBERS.findall(text))
+
+
+def shingles(text: str, k: int) -> set[str]:
+    """Every k-character window of `text` (a shorter text is one shingle), as `signatures` hashes them."""
+    return {text[i : i + k] for i in range(len(text) - k + 1)} if len(text) >= k else {text}
+
+
+def jaccard(a: set[str], b: set[str]) -> float:
+    return len(a & b) / len(a | b) if a or b else 1.0
+
+
+def confirm(a: str, b: str, threshold: float, k: int) -> float | None:
+    """The exact Jaccard similarity of two prompts when they are near duplicates (the same
+    numbers, and a similarity reaching the threshold); None when they are not."""
+    if numbers(a) != numbers(b):
+        return None
+    similarity = jaccard(shingles(a, k), shingles(b, k))
+    return similarity if similarity >= threshold else None
 
 
 def lsh_params(threshold: float, permutations: int) -> tuple[int, int]:
@@ -164,9 +195,10 @@ class Index:
                     found[i].update(slots)
         return found
 
-    def matches(self, signatures: np.ndarray) -> list[list[tuple[object, float]]]:
+    def matches(self, signatures: np.ndarray, floor: float | None = None) -> list[list[tuple[object, float]]]:
         """For each signature, the indexed keys whose estimated Jaccard similarity with it
-        reaches the threshold."""
+        reaches `floor` (default: the threshold)."""
+        floor = self.threshold if floor is None else floor
         out: list[list[tuple[object, float]]] = []
         for signature, slots in zip(signatures, self.candidates(signatures), strict=True):
             if not slots:
@@ -174,6 +206,6 @@ class Index:
                 continue
             index = np.fromiter(slots, dtype=np.int64, count=len(slots))
             similarity = (self.rows[index] == signature).mean(axis=1)
-            keep = np.nonzero(similarity >= self.threshold)[0]
+            keep = np.nonzero(similarity >= floor)[0]
             out.append([(self.keys[index[i]], float(similarity[i])) for i in keep])
         return out

@@ -106,22 +106,27 @@ def _join_near(settings: dict[str, Any] | None, texts: list[str], keys: list[str
         return 0
     import numpy as np
 
-    from rlvr_cli.data.near import Index, Signer
+    from rlvr_cli.data.near import ESTIMATE_SLACK, Index, Signer, confirm
 
     signer = Signer(settings["permutations"], settings["shingle"])
     index = Index(settings["threshold"], settings["permutations"])
+    floor, k = max(index.threshold - ESTIMATE_SLACK, 0.0), signer.shingle
     joins = 0
     signatures = signer.signatures(texts)
+
+    def join(a: int, b: int) -> int:  # the estimate never decides: the same numbers and the exact similarity do
+        return groups.join(keys[a], keys[b]) if confirm(texts[a], texts[b], index.threshold, k) is not None else 0
+
     for start in range(0, len(texts), 1024):
         batch = signatures[start : start + 1024]
-        for offset, found in enumerate(index.matches(batch)):
+        for offset, found in enumerate(index.matches(batch, floor=floor)):
             for other, _ in found:
-                joins += groups.join(keys[start + offset], keys[other])  # type: ignore[index]
+                joins += join(start + offset, other)  # type: ignore[arg-type]
         for offset in range(len(batch)):  # pairs within a batch: each row against the rows before it
             row = batch[offset]
-            similar = np.nonzero((batch[:offset] == row).mean(axis=1) >= index.threshold)[0]
+            similar = np.nonzero((batch[:offset] == row).mean(axis=1) >= floor)[0]
             for other in similar:
-                joins += groups.join(keys[start + offset], keys[start + int(other)])
+                joins += join(start + offset, start + int(other))
         index.add(list(range(start, start + len(batch))), batch)
     return joins
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import copy_experiment, edit, rlvr
-from tests.data.planted import clean_rows, read, shuffle_and_renumber, write
+from tests.data.planted import clean_rows, read, shuffle_and_renumber, shuffle_and_reword, write
 
 CONTRACT = "experiment.rlvr.yaml"
 MINHASH = "dedup: {stage: before_split, method: minhash, semantic_clusters: false, normalize: [whitespace, case]}"
@@ -79,9 +79,11 @@ def test_a_duplicate_within_a_split_is_caught(words: Path) -> None:
 def test_paraphrase_level_copies_are_near_duplicates_at_the_declared_threshold(words: Path) -> None:
     train = read(words / "data" / "train.jsonl")
     lines = [
-        plant(words, "holdout", {"id": f"near-{i}", "prompt": shuffle_and_renumber(train[i]["prompt"]), "answer": "0"})
+        plant(words, "holdout", {"id": f"near-{i}", "prompt": shuffle_and_reword(train[i]["prompt"]), "answer": "0"})
         for i in range(5)
     ]
+    for i in range(5, 10):  # the same edit with a number changed: another problem of the template, not a copy
+        plant(words, "holdout", {"id": f"sib-{i}", "prompt": shuffle_and_renumber(train[i]["prompt"]), "answer": "0"})
     code, report = check(words)
     near = found(report, "RLV411")
     assert code == 1 and sorted(f["at"]["line"] for f in near) == lines
@@ -259,6 +261,7 @@ def test_a_split_that_is_a_fifo_a_device_or_a_link_is_named_for_what_it_is(words
     assert run.code == 1 and "Traceback" not in run.stderr
 
 
+@pytest.mark.slow  # trains a step
 def test_a_waived_copy_across_splits_trains_an_unwaived_one_does_not(words: Path) -> None:
     """One check, not two: training honours the waivers `rlvr data check` honours."""
     train = read(words / "data" / "train.jsonl")
@@ -314,3 +317,52 @@ def test_every_finding_is_in_the_json_and_the_text_says_what_it_left_out(words: 
     github = rlvr("data", "check", words / CONTRACT, "--format", "github", "--max-per-code", "1").stdout
     assert github.count("title=RLV410::") == 2 and "4 more RLV410" in github  # one listed, one notice
     assert rlvr("data", "check", words / CONTRACT, "--max-per-code", "-1").code == 2
+
+
+UNITS = [("kilometres", "metres"), ("hours", "minutes"), ("kilograms", "grams"), ("litres", "millilitres")]
+REWORDS = [  # the same problem, reworded: every number kept
+    "Convert {n} {a} to {b}; give the answer as a whole number, without units.",
+    "Convert {n} {a} to {b}. Give the answer as one whole number, without units.",
+    "Convert {n} {a} to {b}. Give your answer as a whole number, without units.",
+]
+
+
+def conversions(rng: Any, count: int, seen: set) -> list[tuple[int, tuple[str, str]]]:
+    out = []
+    while len(out) < count:
+        key = (rng.randint(2, 99_999), rng.choice(UNITS))
+        if key not in seen:
+            seen.add(key)
+            out.append(key)
+    return out
+
+
+def test_a_templated_family_of_distinct_problems_is_not_a_near_duplicate_a_reworded_copy_is(
+    words: Path,
+) -> None:
+    """Unit conversions from one template: siblings score up to ~0.9 Jaccard over 5-character
+    shingles (a fifth of the pairs ≥ 0.8), so the similarity alone would call them copies. They
+    state different numbers; reworded copies keep them."""
+    import random
+
+    rng, seen = random.Random(7), set()
+    template = "Convert {n} {a} to {b}. Give the answer as a whole number, without units."
+
+    def rows(keys: list, prefix: str, text: str = template) -> list[dict[str, Any]]:
+        return [{"id": f"{prefix}-{i}", "prompt": text.format(n=n, a=a, b=b)} for i, (n, (a, b)) in enumerate(keys)]
+
+    train_keys = conversions(rng, 300, seen)
+    write(words / "data" / "train.jsonl", rows(train_keys, "t"))
+    write(words / "data" / "holdout.jsonl", rows(conversions(rng, 60, seen), "h"))
+    write(words / "data" / "sealed_eval.jsonl", rows(conversions(rng, 60, seen), "s"))
+    code, report = check(words)
+    assert code == 0 and found(report, "RLV411") == [], found(report, "RLV411")[:3]  # no false alarm
+    copies = [
+        plant(words, "holdout", row)
+        for j, text in enumerate(REWORDS)
+        for row in rows(train_keys[j * 4 : j * 4 + 4], f"copy{j}", text)
+    ]
+    code, report = check(words)
+    near = found(report, "RLV411")
+    assert code == 1 and sorted(f["at"]["line"] for f in near) == copies  # every reworded copy, nothing else
+    assert all(f["other"]["split"] == "train" and "the same numbers" in f["message"] for f in near)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import copy_experiment, edit, rlvr
-from tests.data.planted import clean_rows, read, shuffle_and_renumber, write
+from tests.data.planted import clean_rows, read, shuffle_and_reword, write
 
 CONTRACT = "experiment.rlvr.yaml"
 
@@ -27,7 +27,7 @@ def source(single_turn: Path, tmp_path: Path) -> Path:
         row["hint"] = f"start from {row['answer']}"
     rows.append({**rows[3], "id": "copy-a"})
     rows.append({**rows[9], "id": "copy-b", "prompt": "  " + rows[9]["prompt"].upper()})
-    rows.append({**rows[5], "id": "para", "prompt": shuffle_and_renumber(rows[5]["prompt"]), "composition": "c19"})
+    rows.append({**rows[5], "id": "para", "prompt": shuffle_and_reword(rows[5]["prompt"]), "composition": "c19"})
     write(folder / "data" / "all.jsonl", rows)
     edit(
         folder,
