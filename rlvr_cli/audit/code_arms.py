@@ -9,7 +9,8 @@ finds (all rejected by a sound sandbox):
 - an infinite loop, a fork bomb, a 20 GB allocation before the reference solution;
 - a network connection (to a listener the audit opens on 127.0.0.1) that the reference
   solution depends on; a write outside the sandbox (to a path the audit watches) that it
-  depends on.
+  depends on; writes inside the sandbox but outside its working folder (its root, the runner's
+  folder), which a read-only root refuses.
 
 `Plant` holds what the audit sets up outside the sandbox and checks afterwards: after the
 verdicts, the watched path must still not exist and the listener must have seen no connection.
@@ -29,7 +30,16 @@ from typing import Any
 from rlvr_cli.audit.candidates import Candidate
 
 SANDBOX_TASKS = 1
-SANDBOX_ARMS = ("infinite loop", "fork bomb", "20 GB allocation", "network connection", "write outside the sandbox")
+SANDBOX_ARMS = (
+    "infinite loop",
+    "fork bomb",
+    "20 GB allocation",
+    "network connection",
+    "write outside the sandbox",
+    "write outside the working folder",
+)
+# paths that exist inside the sandbox, outside its working folder (/tmp): the root, the runner's folder
+OUTSIDE_THE_WORKING_FOLDER = ("/rlvr-escape", "../rlvr-escape-parent", "/run/rlvr/escape")
 
 
 @dataclass
@@ -131,6 +141,10 @@ def _exploits(task: dict[str, Any], tests: dict[str, Any], reference: str, plant
             f"import socket\nsocket.create_connection(('127.0.0.1', {plant.port}), timeout=2).close()\n" + reference
         ),
         "write outside the sandbox": f"open({str(plant.escape)!r}, 'w').write('escaped')\n" + reference,
+        # state kept where the working folder's cap does not reach, and read back by later cases
+        "write outside the working folder": (
+            f"for _p in {OUTSIDE_THE_WORKING_FOLDER!r}:\n    open(_p, 'w').write('x' * (1 << 20))\n" + reference
+        ),
     }
 
 

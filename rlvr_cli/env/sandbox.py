@@ -1,6 +1,7 @@
-"""Run untrusted code under bubblewrap: no network, a read-only system, a private writable
-/tmp, separate pid/user/ipc/uts namespaces, no capabilities, rlimits per test case, and every
-process killed at the end.
+"""Run untrusted code under bubblewrap: no network, a read-only root and system, a private
+writable /tmp (size-capped; the working folder, and the only place code can write), separate
+pid/user/ipc/uts namespaces, no capabilities, rlimits per test case, and every process killed
+at the end.
 
 What the sandbox can see: the system's /usr (and its /bin, /lib links), the Python
 installation that runs rlvr (its prefix only, read-only: not the virtual environment, not the
@@ -122,6 +123,7 @@ def command(limits: Limits, harness_fd: int) -> list[str]:
         "--file", str(harness_fd), INSIDE,
         "--dev", "/dev",
         "--size", str(tmp_bytes), "--tmpfs", "/tmp",
+        "--remount-ro", "/",  # the sandbox's own root (a tmpfs) read-only: only the size-capped /tmp is writable
         "--chdir", "/tmp",
         "--",
         exe, "-I", "-S", INSIDE,

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -234,3 +235,27 @@ def test_a_timeout_too_short_for_one_case_is_refused(code_exp: Path, tmp_path: P
     edit(tmp_path, "  timeout_s: 20 ", "  timeout_s: 3 ")
     short = rlvr("validate", tmp_path / CONTRACT)
     assert short.code == 1 and "RLV003" in short.stdout and "case_timeout_s + 2" in short.stdout
+
+
+def test_the_sandbox_root_is_read_only_and_only_the_capped_working_folder_is_writable(
+    check: UnitTests, plant: Plant, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code = _exploits(ADD, ADD["tests"], REFERENCE, plant)["write outside the working folder"]
+    verdict = check(ADD, fenced(code))
+    assert verdict.status == "ok" and verdict.components["tests"] == 0.0, verdict  # no state outside /tmp
+    flood = "open('/probe_root', 'wb').write(b'x' * (200 << 20))\n" + REFERENCE  # the host's memory, via a tmpfs
+    assert check(ADD, fenced(flood)).components["tests"] == 0.0
+    capped = "open('/tmp/probe', 'wb').write(b'x' * (200 << 20))\n" + REFERENCE  # the working folder is capped
+    assert check(ADD, fenced(capped)).components["tests"] == 0.0
+    # the paired case: the same arm against a sandbox whose root is left writable is accepted
+    from rlvr_cli.env import sandbox
+
+    writable = sandbox.command
+
+    def without_remount(limits: Any, fd: int) -> list[str]:
+        argv = writable(limits, fd)
+        at = argv.index("--remount-ro")
+        return argv[:at] + argv[at + 2 :]
+
+    monkeypatch.setattr(sandbox, "command", without_remount)
+    assert check(ADD, fenced(code)).components["tests"] == 1.0
