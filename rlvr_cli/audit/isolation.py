@@ -10,7 +10,8 @@ candidates' tool calls are replayed concurrently, one call of every session befo
 of any. A leak is another session's marker in a session's tool outputs, snapshots or
 verdicts. Then: verify is read-only (snapshots right before and after it are equal), re-seeding
 a task gives the state it gave the first time, unseeded and closed sessions are refused, and
-closing frees the session and every resource it registered (`folder()`, `hold()`); for a
+closing frees the session and every resource it registered (`folder()`, `hold()`), and each
+candidate replayed alone afterwards gets the verdict it got among the concurrent sessions; for a
 server in this process, folders created during the audit that still hold a marker after
 every session closed are reported too. Every seeded session is closed, also when the audit
 stops early. A finding is exit 1 with its evidence; an audit that cannot run is exit 3.
@@ -55,6 +56,7 @@ class _Session:
     seen: list[str] = field(default_factory=list)  # every output, snapshot and verdict, as text
     seeded: Any = None  # the snapshot right after seeding (the first session only: the re-seed check)
     final: Any = None  # the snapshot after its traffic
+    verdict: dict[str, Any] | None = None  # its verdict after its traffic
     resources: list[Any] = field(default_factory=list)
 
 
@@ -109,6 +111,7 @@ def run_isolation(contract: Contract, folder: Path, sessions: int, candidates_pa
                 raise CannotRun(f"the resources server failed during the audit: {exc}") from None
             _close_all(client, runs)
             _check_closed(report, client, runs[0])
+            _check_alone(report, client, runs[: len(plan)])
         finally:
             _close_all(client, runs)
             client.close()
@@ -196,10 +199,42 @@ def _call(client: Any, run: _Session, step: int) -> int:
 def _verify_observed(client: Any, run: _Session) -> str | None:
     before, verdict, after = client.verify_observed(run.sid, run.marker)
     run.seen += [json.dumps(before), json.dumps(after), json.dumps(verdict.as_json())]
-    run.final = after
+    run.final, run.verdict = after, verdict.as_json()
     if before != after:
         return f"the state changed during verify: {_diff(before, after)}"
     return None
+
+
+def _check_alone(report: IsolationReport, client: Any, runs: list[_Session]) -> None:
+    """Each candidate replayed alone, after every concurrent session closed, must get the
+    verdict it got among them: sessions that share state without sharing markers (each marker
+    kept beside data they all write) pass the leak check and fail this one."""
+    for run in runs:
+        alone = _Session(task=run.task, calls=run.calls, marker=f"rlvr-alone-{secrets.token_hex(6)}")
+        _seed(client, None, alone, first=False)
+        try:
+            for step in range(len(alone.calls)):
+                _call(client, alone, step)
+            _verify_observed(client, alone)
+        finally:
+            _close_all(client, [alone])
+        if _outcome(alone.verdict) != _outcome(run.verdict):
+            report.add(
+                "the same verdict alone as among concurrent sessions",
+                f"the candidate for task {run.task.get('id')!r} gets {_outcome(alone.verdict)} alone but "
+                f"{_outcome(run.verdict)} among {len(runs)} concurrent session(s): the sessions share state",
+            )
+
+
+def _outcome(verdict: dict[str, Any] | None) -> str:
+    if verdict is None:
+        return "no verdict"
+    reward = verdict.get("reward")
+    return (
+        f"{verdict.get('status')} (reward {reward:g})"
+        if isinstance(reward, (int, float))
+        else str(verdict.get("status"))
+    )
 
 
 def _check_leaks(report: IsolationReport, runs: list[_Session]) -> None:

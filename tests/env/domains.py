@@ -179,6 +179,21 @@ class BankShared(Bank):
         return BANK
 
 
+SHARED_BESIDE: dict = {}
+
+
+class BankSharedBeside(Bank):
+    """Each session's marker sits in a state of its own, beside accounts every session shares
+    (reset at each seed): no marker leaks and re-seeding resets, but a transfer that is right
+    alone is wrong among concurrent sessions."""
+
+    def seed(self, task):
+        accounts = SHARED_BESIDE.setdefault("accounts", {})
+        accounts.clear()
+        accounts.update(ACCOUNTS)  # reset in place: every session holds the same accounts
+        return {"accounts": accounts, "ledger": [], "memo": str(task.get("marker", ""))}
+
+
 class BankVerifyMutates(Bank):
     """Verify books interest before judging."""
 

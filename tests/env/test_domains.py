@@ -170,6 +170,7 @@ def test_broken_verifiers_are_caught_by_the_arm_meant_for_them(domains, tmp_path
         ("inventory", "InventoryNoReset", "re-seeding resets state"),
         ("inventory", "InventoryNoFree", "nothing left on disk"),
         ("bank", "BankShared", "no marker in another session"),
+        ("bank", "BankSharedBeside", "the same verdict alone as among concurrent sessions"),
         ("bank", "BankVerifyMutates", "verify changes nothing"),
         ("bank", "BankNoReset", "re-seeding resets state"),
         ("bank", "BankNoFree", "nothing left on disk"),
