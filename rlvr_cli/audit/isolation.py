@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 import secrets
+import shutil
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -100,8 +101,10 @@ def run_isolation(contract: Contract, folder: Path, sessions: int, candidates_pa
         for i in range(sessions)
     ]
     report = IsolationReport(sessions)
-    before = _temp_entries()
-    with environment(contract.environment.server or "", folder) as endpoint:
+    system_temp = Path(tempfile.gettempdir())
+    before = _temp_entries(system_temp)
+    with _private_temp() as scratch, environment(contract.environment.server or "", folder) as endpoint:
+        started = _entries(scratch)  # what the server made before any session: its own, not theirs
         client = EnvClient(endpoint, timeout_s=contract.environment.timeout_s)
         try:
             _declaration(client, contract)
@@ -116,8 +119,36 @@ def run_isolation(contract: Contract, folder: Path, sessions: int, candidates_pa
             _close_all(client, runs)
             client.close()
         if endpoint.server is not None:
-            _check_freed(report, endpoint.server, runs, before)
+            _check_freed(report, endpoint.server, runs, before, system_temp)
+            left = sorted(_entries(scratch) - started)
+            if left:
+                report.add(
+                    "nothing left on disk",
+                    f"{len(left)} file(s) or folder(s) the server created during the audit remain after every "
+                    f"session closed: {left[:3]}",
+                )
     return report
+
+
+@contextlib.contextmanager
+def _private_temp() -> Any:
+    """A temporary folder of the audit's own as the process's temp root while an in-process
+    server runs: whatever its sessions create there (whatever it holds) must be gone once they
+    are closed, and nothing another process writes to /tmp can be mistaken for it."""
+    scratch = Path(tempfile.mkdtemp(prefix="rlvr-isolation-"))
+    saved = tempfile.tempdir
+    tempfile.tempdir = str(scratch)
+    try:
+        yield scratch
+    finally:
+        tempfile.tempdir = saved
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _entries(root: Path) -> set[str]:
+    with contextlib.suppress(OSError):
+        return {str(p.relative_to(root)) for p in root.rglob("*")}
+    return set()
 
 
 def _declaration(client: Any, contract: Contract) -> None:
@@ -295,7 +326,9 @@ def _close_all(client: Any, runs: list[_Session]) -> None:
                 client.close_session(run.sid)
 
 
-def _check_freed(report: IsolationReport, server: Any, runs: list[_Session], before: set[str]) -> None:
+def _check_freed(
+    report: IsolationReport, server: Any, runs: list[_Session], before: set[str], system_temp: Path
+) -> None:
     still = [run.marker for run in runs if run.sid and _answers(server, run.sid)]
     if still:
         report.add("closed sessions are refused", f"{len(still)} closed session(s) still answer: {still[:3]}")
@@ -305,7 +338,7 @@ def _check_freed(report: IsolationReport, server: Any, runs: list[_Session], bef
     if kept:
         report.add("close frees every registered resource", f"{len(kept)} still alive after close: {kept[:3]}")
     markers = [run.marker for run in runs]
-    left = [p for p in _temp_entries() - before if _holds_marker(Path(p), markers)]
+    left = [p for p in _temp_entries(system_temp) - before if _holds_marker(Path(p), markers)]
     if left:
         report.add("nothing left on disk", f"{len(left)} folder(s) with session markers remain after close: {left[:3]}")
 
@@ -324,8 +357,7 @@ def _alive(resource: Any) -> bool:
     return getattr(resource, "closed", None) is False
 
 
-def _temp_entries() -> set[str]:
-    root = Path(tempfile.gettempdir())
+def _temp_entries(root: Path) -> set[str]:
     with contextlib.suppress(OSError):
         return {str(p) for p in root.iterdir()}
     return set()

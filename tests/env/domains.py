@@ -223,6 +223,17 @@ class BankNoFree(Bank):
         return state
 
 
+class BankLeavesBlank(Bank):
+    """Writes each session's receipts to a folder of its own, with nothing of the session's
+    marker in them, and never removes it: a check that looks only for markers misses it."""
+
+    def seed(self, task):
+        state = super().seed(task)
+        folder = Path(tempfile.mkdtemp(prefix="bank-receipts-"))
+        (folder / "receipt.txt").write_text("receipt: 0.00\n")
+        return state
+
+
 class InventoryForgetsForbidden(Inventory):
     """Offers remove_item as an ordinary tool: nothing would fail an episode that uses it."""
 

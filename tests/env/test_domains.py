@@ -174,6 +174,7 @@ def test_broken_verifiers_are_caught_by_the_arm_meant_for_them(domains, tmp_path
         ("bank", "BankVerifyMutates", "verify changes nothing"),
         ("bank", "BankNoReset", "re-seeding resets state"),
         ("bank", "BankNoFree", "nothing left on disk"),
+        ("bank", "BankLeavesBlank", "nothing left on disk"),
     ],
 )
 def test_broken_isolation_is_caught_with_its_evidence(domains, tmp_path, domain, cls, check) -> None:
