@@ -107,7 +107,8 @@ def run_isolation(contract: Contract, folder: Path, sessions: int, candidates_pa
         started = _entries(scratch)  # what the server made before any session: its own, not theirs
         client = EnvClient(endpoint, timeout_s=contract.environment.timeout_s)
         try:
-            _declaration(client, contract)
+            if not _declaration(client, contract, report):
+                return report  # the contract's tool lists are not the server's: a finding, exit 1
             try:
                 _probe(report, client, endpoint.server, runs)
             except EnvHTTPError as exc:  # the server failed mid-audit: no evidence either way
@@ -151,15 +152,20 @@ def _entries(root: Path) -> set[str]:
     return set()
 
 
-def _declaration(client: Any, contract: Contract) -> None:
+def _declaration(client: Any, contract: Contract, report: IsolationReport) -> bool:
     """The server answers and offers what the contract declares; a server that fails here
-    means the audit cannot run (exit 3), a declaration mismatch is the contract's (exit 1)."""
-    from rlvr_cli.env.agent import EnvHTTPError
+    means the audit cannot run (exit 3), a declaration mismatch is the contract's: a finding
+    (exit 1), in the report of every format."""
+    from rlvr_cli.env.agent import DeclarationMismatch, EnvHTTPError
 
     try:
         client.check_declaration(contract.environment.tools, contract.environment.forbidden_tools)
+    except DeclarationMismatch as exc:
+        report.add("the contract declares the server's tools", str(exc))
+        return False
     except EnvHTTPError as exc:
         raise CannotRun(f"the resources server failed to list its tools: {exc}") from None
+    return True
 
 
 def _probe(report: IsolationReport, client: Any, local: Any, runs: list[_Session]) -> None:

@@ -187,7 +187,8 @@ def audit_tool_use(contract: Contract, folder: Path, candidates: list[Candidate]
     with environment(env.server, folder) as url:  # type: ignore[arg-type]
         client = EnvClient(url, timeout_s=env.timeout_s)
         try:
-            _declaration(client, contract)
+            if not _declaration(client, contract, report.findings):
+                return report  # the contract's tool lists are not the server's: a finding, exit 1
             arms, report.notes = tool_use_arms(
                 candidates, tasks, list(env.forbidden_tools or []), lambda task, steps: _probe(client, task, steps)
             )
@@ -198,14 +199,20 @@ def audit_tool_use(contract: Contract, folder: Path, candidates: list[Candidate]
     return report
 
 
-def _declaration(client: Any, contract: Contract) -> None:
-    from rlvr_cli.env.agent import EnvHTTPError
+def _declaration(client: Any, contract: Contract, findings: list[str]) -> bool:
+    """Whether the server declares the contract's tool lists; a mismatch is added to `findings`
+    (exit 1, in the report of every format), a server that cannot say is CannotRun (exit 3)."""
+    from rlvr_cli.env.agent import DeclarationMismatch, EnvHTTPError
     from rlvr_cli.errors import CannotRun
 
     try:
         client.check_declaration(contract.environment.tools, contract.environment.forbidden_tools)
+    except DeclarationMismatch as exc:
+        findings.append(str(exc))
+        return False
     except EnvHTTPError as exc:
         raise CannotRun(f"the resources server failed to list its tools: {exc}") from None
+    return True
 
 
 def _episode(contract: Contract, client: Any, candidate: Candidate, task: dict[str, Any]) -> Outcome:

@@ -211,8 +211,70 @@ def _server(c: Contract, folder: Path) -> Iterator[Finding]:
         yield error("RLV901", where, f"'{module}' is a standard-library module; the resources server is your own code")
         return
     local = [folder / f"{module.replace('.', '/')}.py", folder / module.replace(".", "/") / "__init__.py"]
-    if not any(p.is_file() for p in local) and not _importable(module):
+    source = next((p for p in local if p.is_file()), None) or _installed_source(module)
+    if source is None and not _importable(module):
         yield error("RLV901", where, f"resources server module '{module}' is not found beside the contract")
+    elif source is not None:
+        yield from _server_tools(c, source, spec.split(":", 1)[1])
+
+
+def _installed_source(module: str) -> Path | None:
+    """The .py file an installed module would be loaded from (found, never imported)."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    origin = spec.origin if spec is not None else None
+    return Path(origin) if origin and origin.endswith(".py") else None
+
+
+def _server_tools(c: Contract, source: Path, name: str) -> Iterator[Finding]:
+    """The contract's tool lists against what a server beside it declares, read from its source
+    without running it — where the class says so plainly (a direct ResourcesServer subclass,
+    literal `offered` / `forbidden`, `@tool` methods); otherwise train and the audits check it."""
+    try:
+        tree = ast.parse(source.read_text(encoding="utf-8"), filename=str(source))
+    except (SyntaxError, OSError, ValueError):
+        return
+    found = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name), None)
+    declared = _declared(found) if found is not None else None
+    if declared is None:
+        return
+    offered, forbidden = declared  # as ResourcesServer.offered_tools() and GET /declaration compute them
+    server = {"tools": sorted(t for t in offered if t not in forbidden), "forbidden_tools": sorted(forbidden & offered)}
+    for key in ("forbidden_tools", "tools"):
+        stated = getattr(c.environment, key)
+        if stated is not None and sorted(stated) != server[key]:
+            yield error(
+                "RLV901",
+                ("environment", key),
+                f"environment.{key} is {sorted(stated)} but {source.name}:{name} declares {server[key]}",
+            )
+
+
+def _declared(cls: ast.ClassDef) -> tuple[set[str], set[str]] | None:
+    bases = [b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) else "" for b in cls.bases]
+    if bases != ["ResourcesServer"]:
+        return None  # what it inherits is not in this class's text
+    tools = {
+        f.name
+        for f in cls.body
+        if isinstance(f, ast.FunctionDef)
+        and any((d.id if isinstance(d, ast.Name) else getattr(d, "attr", "")) == "tool" for d in f.decorator_list)
+    }
+    values: dict[str, object] = {"offered": None, "forbidden": ()}
+    for node in cls.body:
+        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None
+        if isinstance(target, ast.Name) and target.id in values:
+            try:
+                values[target.id] = ast.literal_eval(node.value)  # type: ignore[union-attr]
+            except ValueError:
+                return None  # computed: not plainly said
+    listed, forbidden = values["offered"], set(values["forbidden"] or ())  # type: ignore[call-overload]
+    offered = {t for t in tools if listed is None or t in listed or t in forbidden}  # type: ignore[operator]
+    return offered, forbidden
 
 
 def _importable(module: str) -> bool:

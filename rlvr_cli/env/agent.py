@@ -109,16 +109,21 @@ class EnvClient:
 
     def check_declaration(self, tools: list[str] | None, forbidden: list[str] | None) -> None:
         """The contract's `environment.tools` / `forbidden_tools` must be what the server offers
-        and forbids: a mismatch is an error before any episode, never a silent difference."""
+        and forbids: a mismatch (DeclarationMismatch, naming every key that differs and how) is
+        an error before any episode, never a silent difference."""
         answer = self._send("GET", "/declaration")
         if answer.status_code == 404:  # a server that is not a ResourcesServer cannot say; nothing to compare
             return
+        if answer.status_code >= 400:
+            raise EnvHTTPError(answer.status_code, answer.text)
         declared = answer.json()
-        for key, stated in (("tools", tools), ("forbidden_tools", forbidden)):
-            if stated is not None and sorted(stated) != sorted(declared.get(key, [])):
-                raise RlvrError(
-                    f"environment.{key} is {sorted(stated)} but the server declares {sorted(declared.get(key, []))}"
-                )
+        differences = []
+        for key, stated in (("forbidden_tools", forbidden), ("tools", tools)):
+            theirs = sorted(declared.get(key, []))
+            if stated is not None and sorted(stated) != theirs:
+                differences.append(f"environment.{key} is {sorted(stated)} but {_difference(key, stated, theirs)}")
+        if differences:
+            raise DeclarationMismatch("; ".join(differences))
 
     def seed(self, task: dict[str, Any]) -> str:
         return self._post("/seed_session", {"task": task})["session_id"]
@@ -194,6 +199,20 @@ def _idempotent(method: str, path: str, body: dict[str, Any] | None) -> bool:
     return isinstance(ops, list) and all(
         isinstance(o, dict) and o.get("op") in ("verify", "snapshot", "close") for o in ops
     )
+
+
+def _difference(key: str, stated: list[str], theirs: list[str]) -> str:
+    verb, also = ("forbid", "forbids") if key == "forbidden_tools" else ("offer", "offers")
+    extra, missing = sorted(set(stated) - set(theirs)), sorted(set(theirs) - set(stated))
+    parts = [
+        f"the server does not {verb} {extra}" if extra else "",
+        f"the server also {also} {missing}" if missing else "",
+    ]
+    return "; ".join(p for p in parts if p)
+
+
+class DeclarationMismatch(RlvrError):
+    """The contract's tool lists are not what the server declares (the contract's to fix)."""
 
 
 class EnvHTTPError(RlvrError):
@@ -335,7 +354,11 @@ def load_app(spec: str, folder: Any, token: str | None = None, max_output_bytes:
         )
     if isinstance(found, ResourcesServer) and max_output_bytes is not None:
         found.max_output_bytes = max_output_bytes
-    return create_app(found, token=token) if isinstance(found, ResourcesServer) else found
+    if isinstance(found, ResourcesServer):
+        return create_app(found, token=token)
+    from rlvr_cli.env.app import guard
+
+    return guard(found, token)  # an ASGI app of the user's own: the same token and body limit
 
 
 @contextlib.contextmanager

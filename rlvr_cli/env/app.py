@@ -28,12 +28,17 @@ if TYPE_CHECKING:
 MAX_BODY_BYTES = 1 << 20
 
 
+def guard(app: Any, token: str | None, max_body: int = MAX_BODY_BYTES) -> Any:
+    """Any ASGI app behind the run's bearer token and the body-size limit."""
+    return _Guard(app, token, max_body)
+
+
 class _Guard:
     """ASGI wrapper: a request without the run's bearer token is 401; a body over the limit 413."""
 
     def __init__(self, app: Any, token: str | None, max_body: int) -> None:
         self.app, self.token, self.max_body = app, token, max_body
-        self.state = app.state
+        self.state = getattr(app, "state", None)
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] == "http":

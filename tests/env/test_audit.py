@@ -157,9 +157,18 @@ def test_tool_use_audit_needs_a_known_good_candidate(experiment: Path) -> None:
 )
 def test_the_contracts_tools_must_be_what_the_server_declares(experiment: Path, old: str, new: str, words: str) -> None:
     edit(experiment, old, new)
+    (other,) = {"environment.tools", "environment.forbidden_tools"} - {words}
     for audit_kind in ("verifier", "isolation"):
         run = rlvr("audit", audit_kind, experiment / CONTRACT, timeout=120)
-        assert run.code == 1 and words in run.stderr and "server declares" in run.stderr
+        assert run.code == 1 and words in run.stdout and "but the server" in run.stdout, run.stdout + run.stderr
+        assert other not in run.stdout  # the key that differs, not its neighbour
+        data = rlvr("audit", audit_kind, experiment / CONTRACT, "--format", "json", timeout=120)
+        assert data.code == 1 and words in json.dumps(data.json())  # a finding in the report, not a bare stderr line
+    deep = rlvr("validate", "--deep", "--format", "json", experiment / CONTRACT).json()["files"][0]["diagnostics"]
+    assert [d["path"] for d in deep if d["path"].startswith("environment.")] == [words]  # read from its source
+    edit(experiment, new, old)  # the paired case: as the server declares, nothing is said
+    deep = rlvr("validate", "--deep", "--format", "json", experiment / CONTRACT).json()["files"][0]["diagnostics"]
+    assert [d for d in deep if d["path"].startswith("environment.")] == []
 
 
 def test_single_turn_exploit_arms_catch_a_verifier_that_reads_only_the_start(tmp_path: Path) -> None:

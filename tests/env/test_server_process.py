@@ -59,3 +59,17 @@ def test_a_running_servers_output_and_exit_status_are_kept(tmp_path: Path) -> No
     assert "was killed by signal 9" in described and "hello from the server" in described
     assert str(tmp_path / "env-server.log") in described
     assert "exited with code -9" in (tmp_path / "env-server.log").read_text()
+
+
+def test_an_asgi_app_of_the_users_own_is_served_behind_the_runs_token(tmp_path: Path) -> None:
+    import httpx
+
+    (tmp_path / "bare.py").write_text(
+        "async def app(scope, receive, send):\n"
+        "    await send({'type': 'http.response.start', 'status': 200, 'headers': []})\n"
+        "    await send({'type': 'http.response.body', 'body': b'[]'})\n"
+    )
+    with environment_process("bare:app", tmp_path, log_dir=tmp_path) as endpoint:
+        assert httpx.get(f"{endpoint.url}/tools", timeout=5).status_code == 401  # no token, no answer
+        good = httpx.get(f"{endpoint.url}/tools", headers={"Authorization": f"Bearer {endpoint.token}"}, timeout=5)
+        assert good.status_code == 200 and good.json() == []
