@@ -136,6 +136,8 @@ def task_problem(row: Any) -> str | None:
     prompt = row["prompt"]
     if not isinstance(prompt, (str, list)):
         return "prompt must be a string or a list of chat messages"
+    if not prompt or (isinstance(prompt, str) and not prompt.strip()):
+        return "the prompt is empty"
     if isinstance(prompt, list):
         for i, message in enumerate(prompt):
             if not (isinstance(message, dict) and isinstance(message.get("role"), str)):

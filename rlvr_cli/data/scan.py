@@ -4,7 +4,8 @@ Secrets are found by `detect-secrets` (Yelp's scanner) with its pattern plugins 
 tokens of AWS, GitHub, GitLab, Slack, Stripe, OpenAI, private keys, JWTs, basic-auth URLs,
 `password = "..."` assignments and more; its entropy plugins are left out (they flag
 ordinary words). Personal data is found by built-in patterns (e-mail addresses, payment card
-numbers that pass the Luhn check, US social security numbers) and the contract's own
+numbers that pass the Luhn check, US social security numbers, phone numbers written as
+such) and the contract's own
 `data.pii_patterns`. One cheap regular expression runs on every row first; only rows it
 flags are handed to the scanner, which costs ~0.1 ms a line.
 """
@@ -58,15 +59,43 @@ def maybe_secret(text: str) -> bool:
 
 
 def maybe_pii(text: str) -> bool:
-    """Whether a built-in PII pattern could match: an `@`, or nine digits or more (an SSN)."""
+    """Whether a built-in PII pattern could match: an `@`, or nine digits or more (an SSN, a
+    phone number, a card)."""
     return "@" in text or sum(map(text.count, _DIGITS)) >= 9
 
 
 BUILTIN_PII = {
     "email": re.compile(r"(?<![\w.+-])[\w.+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b"),
-    "card_number": re.compile(r"(?<!\d)(?:\d[ -]?){12,18}\d(?!\d)"),
-    "us_ssn": re.compile(r"(?<!\d)(?!000|666|9\d\d)\d{3}-(?!00)\d{2}-(?!0000)\d{4}(?!\d)"),
+    # one run of 13-19 digits, or groups of four with one separator throughout (4-4-4-4…, Amex
+    # 4-6-5): never digits of separate tokens (two ISO dates, a list of readings) read as one
+    "card_number": re.compile(
+        r"(?<![\d-])(?:\d{13,19}|\d{4}(?P<s>[ -])\d{4}(?P=s)\d{4}(?P=s)\d{1,7}"
+        r"|\d{4}(?P<a>[ -])\d{6}(?P=a)\d{5})(?![\d-])"
+    ),
+    "us_ssn": re.compile(r"(?<![\d-])(?!000|666|9\d\d)\d{3}-(?!00)\d{2}-(?!0000)\d{4}(?![\d-])"),
+    # nine digits without dashes only where the text says it is one
+    "us_ssn_labelled": re.compile(
+        r"(?i)(?:\bssn\b|social security(?: number| no\.?)?)\D{0,12}(?<!\d)(?P<value>(?!000|666|9\d\d)\d{9})(?!\d)"
+    ),
+    # an international number (+ and a country code) or a North American one written with separators
+    "phone": re.compile(
+        r"(?<![\w+])\+\d{1,3}[ .-]?(?:\(\d{1,4}\)[ .-]?)?\d{2,4}(?:[ .-]\d{2,4}){1,3}(?![\w-])"
+        r"|(?<![\w(-])\(\d{3}\) ?\d{3}-\d{4}(?![\w-])|(?<![\w-])\d{3}[.-]\d{3}[.-]\d{4}(?![\w-])"
+    ),
 }
+# secrets detect-secrets' plugins miss: fine-grained GitHub tokens, an AWS secret after a space
+EXTRA_SECRETS = {
+    "GitHub fine-grained token": re.compile(r"\bgithub_pat_[A-Za-z0-9]{22}_[A-Za-z0-9]{59}\b|\bgithub_pat_\w{40,}"),
+    "AWS secret access key": re.compile(
+        r"(?i)aws_secret_access_key\W{0,3}\s*[\"']?([A-Za-z0-9/+]{40})(?![A-Za-z0-9/+])"
+    ),
+}
+
+
+def _in_url(text: str, at: int) -> bool:
+    """Whether position `at` is inside a URL's authority (`scheme://...` with no space between)."""
+    start = max(text.rfind(c, 0, at) for c in " \t\n\"'<(")
+    return "://" in text[start + 1 : at]
 
 
 def _luhn(text: str) -> bool:
@@ -117,10 +146,18 @@ class Scanner(AbstractContextManager["Scanner"]):
             for match in pattern.finditer(text):
                 if name == "card_number" and not _luhn(match.group(0)):
                     continue
-                yield "pii", name, _redact(match.group(0))
+                if name == "email" and _in_url(text, match.start()):
+                    continue  # `https://user:password@host`: a credential (a secret), not an address
+                found = match.group("value") if "value" in pattern.groupindex else match.group(0)
+                yield "pii", "us_ssn" if name == "us_ssn_labelled" else name, _redact(found)
 
     def _secrets(self, texts: list[str]) -> Iterator[tuple[str, str, str]]:
         from detect_secrets.core.scan import scan_line
+
+        for text in texts:
+            for name, pattern in EXTRA_SECRETS.items():
+                for match in pattern.finditer(text):
+                    yield "secret", name, _redact(match.group(match.lastindex or 0))
 
         for text in texts:
             for line in text.splitlines():

@@ -366,3 +366,43 @@ def test_a_templated_family_of_distinct_problems_is_not_a_near_duplicate_a_rewor
     near = found(report, "RLV411")
     assert code == 1 and sorted(f["at"]["line"] for f in near) == copies  # every reworded copy, nothing else
     assert all(f["other"]["split"] == "train" and "the same numbers" in f["message"] for f in near)
+
+
+PII_FOUND = [  # (prompt, the kind a report names)
+    ("Pay with 4111 1111 1111 1111 before Friday.", "card_number"),
+    ("Call +44 20 7946 0958 about the order.", "phone"),
+    ("Ring (415) 555-0132 after six.", "phone"),
+    ("Her SSN: 123456789 is on file.", "us_ssn"),
+    ("Use github_pat_" + "A1" * 20 + "xyz to push.", "GitHub fine-grained token"),
+    ("aws_secret_access_key wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "AWS secret access key"),
+]
+PII_CLEAN = [  # look-alikes that are none of them
+    "Between 2023-11-02 and 2024-01-15, how many days passed?",
+    "The readings were 1234, 5678, 9012 and 3456; what is their sum?",
+    "Order 123456789 shipped on 2024-03-05; when will it arrive?",
+    "Convert 1,234,567 metres to kilometres.",
+    "Version 1.2.3 of the tool was built 4567-8901-2345 times.",
+]
+
+
+def test_personal_data_patterns_find_what_they_name_and_pass_look_alikes(words: Path) -> None:
+    clean = [plant(words, "train", {"id": f"ok-{i}", "prompt": p, "answer": "1"}) for i, p in enumerate(PII_CLEAN)]
+    flagged = [
+        plant(words, "train", {"id": f"pii-{i}", "prompt": p, "answer": "1"}) for i, (p, _) in enumerate(PII_FOUND)
+    ]
+    url = plant(
+        words, "train", {"id": "url", "prompt": "Clone https://alice:s3cretpw@git.example.com/r.git", "answer": "1"}
+    )
+    empty = plant(words, "train", {"id": "empty", "prompt": "   ", "answer": "1"})
+    code, report = check(words)
+    assert code == 1
+    by_line = {}
+    for f in report["findings"]:
+        if f["code"] in ("RLV413", "RLV414", "RLV901") and f.get("at", {}).get("line"):
+            by_line.setdefault(f["at"]["line"], []).append(f["message"])
+    assert not [line for line in clean if line in by_line], {line: by_line[line] for line in clean if line in by_line}
+    for line, (_, kind) in zip(flagged, PII_FOUND, strict=True):
+        assert any(kind in m for m in by_line.get(line, [])), (kind, by_line.get(line))
+    assert by_line[url] and all("email" not in m for m in by_line[url])  # a URL credential: a secret, not an address
+    assert by_line[empty] == ["the prompt is empty"]
+    assert "s3cretpw" not in json.dumps(report) and "wJalrXUtn" not in json.dumps(report)
