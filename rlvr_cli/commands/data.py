@@ -102,9 +102,14 @@ def run_data_split(
     chosen = contract.hyperparameters.seed if seed is None else seed
     target, manifest = write_split(contract, contract_path, source_path, by, shares, chosen, force=force)
     for name, info in manifest["splits"].items():
-        print(f"{name}: {info['rows']} tasks → {info['path']}")
+        asked = manifest["fractions"][name]
+        print(f"{name}: {info['rows']} tasks ({manifest['shares'][name]:.0%}, asked {asked:.0%}) → {info['path']}")
     dropped = len(manifest["dropped_duplicates"])
-    print(f"{dropped} exact duplicate(s) dropped, {manifest['near_duplicate_joins']} near-duplicate join(s)")
+    print(
+        f"{dropped} exact duplicate(s) dropped, {manifest['near_duplicate_joins']} near-duplicate join(s); "
+        f"{manifest['groups']} group(s), the largest of {manifest['largest_group']} task(s) "
+        "(a group stays in one split)"
+    )
     print(f"manifest: {target}")
     if not contract.data.split_manifest:
         rel = target.relative_to(folder).as_posix()

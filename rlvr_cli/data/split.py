@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -27,13 +28,16 @@ from rlvr_cli.files import atomic_write_text, sha256_file
 HOLDOUT_FIELDS = {"composition": "compositions", "entity_group": "entity_groups", "length_bucket": "length_buckets"}
 
 
-def group_key(row: dict[str, Any], by: str | None, line: int) -> str:
+def group_keys(row: dict[str, Any], by: str | None, line: int) -> list[str]:
+    """The groups a row belongs to: its value of `by`, or each value of a list (a row of two
+    compositions joins both groups, read as `rlvr data check` reads the holdout design)."""
     if by is None:
-        return f"id:{row['id']}"
+        return [f"id:{row['id']}"]
     if by not in row:
         raise RlvrError(f"line {line}: task {row['id']!r} has no field '{by}' to split by")
     value = row[by]
-    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    values = value if isinstance(value, list) and value else [value]
+    return [v if isinstance(v, str) else json.dumps(v, sort_keys=True) for v in values]
 
 
 class _Groups:
@@ -76,7 +80,12 @@ def plan_split(
         first[text] = row["id"]
         kept.append((line, row, text))
     groups = _Groups()
-    keys = [groups.find(group_key(row, by, line)) for line, row, _ in kept]
+    keys = []
+    for line, row, _ in kept:
+        names = group_keys(row, by, line)
+        for other in names[1:]:
+            groups.join(names[0], other)
+        keys.append(groups.find(names[0]))
     merged = _join_near(settings["near_duplicates"], [text for _, _, text in kept], keys, groups)
     forced = {groups.find(key) for key in _forced(c, by) if key in groups.parent}
     assignment = _assign({groups.find(k) for k in keys}, [groups.find(k) for k in keys], forced, fractions, seed)
@@ -95,6 +104,9 @@ def plan_split(
         "near_duplicates": settings["near_duplicates"],
         "dropped_duplicates": dropped,
         "near_duplicate_joins": merged,
+        "groups": len({groups.find(k) for k in keys}),
+        "largest_group": max(Counter(groups.find(k) for k in keys).values(), default=0),
+        "shares": {name: round(len(found) / max(len(kept), 1), 4) for name, found in splits.items()},
         "held_out_groups": sorted(_forced(c, by)),
         "hint_field_removed_from_sealed_eval": hint,
     }
@@ -192,7 +204,14 @@ def write_split(
     splits, manifest = plan_split(c, rows, by, fractions, seed)
     empty = [name for name, found in splits.items() if not found]
     if empty:
-        raise RlvrError(f"no task lands in {', '.join(empty)}: give it a larger share, or split by a finer key")
+        why = (
+            f"{manifest['groups']} group(s) for {sum(len(f) for f in splits.values())} tasks, the largest of "
+            f"{manifest['largest_group']}"
+        )
+        joined = manifest["near_duplicate_joins"]
+        if joined:
+            why += f", after {joined} near-duplicate join(s) merged groups whose prompts are near copies"
+        raise RlvrError(f"no task lands in {', '.join(empty)} ({why}): give it a larger share, or split by a finer key")
     out = {"version": 1, "source": {"path": _rel(source, folder), "sha256": sha256_file(source), "rows": len(rows)}}
     out.update(manifest)
     out["splits"] = {}

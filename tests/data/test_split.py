@@ -105,3 +105,29 @@ def test_split_never_writes_outside_the_contracts_folder(source: Path, tmp_path:
     (source / "data" / "holdout.jsonl").symlink_to(outside)  # a link out is the same escape
     run = rlvr("data", "split", source / CONTRACT, "--by", "composition", "--force")
     assert run.code == 1 and "resolves to" in run.stderr and outside.read_text() == "precious\n"
+
+
+def test_split_and_check_read_list_valued_fields_alike_and_the_split_says_what_it_grouped(source: Path) -> None:
+    rows = read(source / "data" / "all.jsonl")
+    for i in range(4):  # tasks of two compositions, one of them held out: they belong in holdout
+        rows.append(
+            {
+                "id": f"both-{i}",
+                "prompt": f"Add 7 and {i} apples, then 3 more pears.",
+                "answer": str(10 + i),
+                "composition": ["c3", "c7"],
+                "hint": "add",
+            }
+        )
+    write(source / "data" / "all.jsonl", rows)
+    run = rlvr("data", "split", source / CONTRACT, "--by", "composition")
+    assert run.code == 0, run.stderr
+    assert "group(s), the largest of" in run.stdout and "asked" in run.stdout
+    placed = {
+        r["id"]: name for name in ("train", "holdout", "sealed_eval") for r in read(source / "data" / f"{name}.jsonl")
+    }
+    assert all(placed[f"both-{i}"] == "holdout" for i in range(4))
+    check = rlvr("data", "check", source / CONTRACT, "--format", "json")
+    assert [f for f in check.json()["findings"] if f["code"] == "RLV407"] == []
+    tiny = rlvr("data", "split", source / CONTRACT, "--by", "composition", "--fractions", "0.98,0.01,0.01", "--force")
+    assert tiny.code == 1 and "group(s) for" in tiny.stderr and "the largest of" in tiny.stderr
