@@ -152,7 +152,8 @@ def test_outputs_are_compared_outside_with_declared_reward(check: UnitTests) -> 
     assert check(ECHO, fenced("import sys\nprint(sys.stdin.read().upper().strip())   \n\n")).reward == 1.0
     strict = UnitTests("whole", "all_or_nothing", case_timeout_s=1.0, deadline_s=10)
     assert strict(ECHO, print_upper).reward == 0.0
-    assert strict(ADD, "def add(a, b):\n    return float(a + b) + 1e-9\n").reward == 1.0  # within tolerance
+    assert strict(ADD, "def add(a, b):\n    return float(a + b)\n").reward == 1.0  # the same number
+    assert strict(ADD, "def add(a, b):\n    return float(a + b) + 1e-9\n").reward == 0.0  # an integer is exact
     assert (
         strict(
             {**ADD, "tests": {**ADD["tests"], "cases": [{"args": [1, 0], "expected": 1}]}},
@@ -259,3 +260,57 @@ def test_the_sandbox_root_is_read_only_and_only_the_capped_working_folder_is_wri
 
     monkeypatch.setattr(sandbox, "command", without_remount)
     assert check(ADD, fenced(code)).components["tests"] == 1.0
+
+
+PARSE = {
+    "kind": "call",
+    "function": "parse_port",
+    "cases": [
+        {"args": ["8080"], "expected": 8080},
+        {"args": ["http"], "raises": "ValueError", "match": "not a port"},
+        {"args": ["99999"], "raises": "ValueError"},
+    ],
+}
+STRICT = """def parse_port(text):
+    port = int(text)
+    if not 0 < port < 65536:
+        raise ValueError('not a port')
+    return port
+"""
+STRICT_MSG = """def parse_port(text):
+    if not text.isdigit():
+        raise ValueError('not a port: ' + text)
+    port = int(text)
+    if not 0 < port < 65536:
+        raise ValueError('not a port')
+    return port
+"""
+LENIENT = """def parse_port(text):
+    try:
+        return min(int(text), 65535)
+    except ValueError:
+        return 0
+"""
+WRONG_KIND = STRICT_MSG.replace("raise ValueError('not a port: ' + text)", "raise TypeError('not a port: ' + text)")
+
+
+@pytest.mark.parametrize(
+    ("code", "passed"),
+    [(STRICT_MSG, "3/3"), (LENIENT, "1/3"), (WRONG_KIND, "2/3"), (STRICT, "2/3")],
+    ids=["raises as expected", "lenient parser", "another exception", "another message"],
+)
+def test_a_case_can_expect_an_exception_and_its_message(check: UnitTests, code: str, passed: str) -> None:
+    verdict = check({"id": "port", "tests": PARSE}, fenced(code))
+    assert verdict.status == "ok" and verdict.detail.startswith(f"{passed} passed"), verdict
+
+
+def test_integers_compare_exactly_and_floats_by_the_tests_tolerance(check: UnitTests) -> None:
+    big = {"kind": "call", "function": "f", "cases": [{"args": [], "expected": 10**20 + 1}]}
+    assert check({"id": "big", "tests": big}, fenced("def f():\n    return 1e20\n")).reward == 0.0
+    assert check({"id": "big", "tests": big}, fenced("def f():\n    return 10**20 + 1\n")).reward == 1.0
+    near = {"kind": "call", "function": "f", "cases": [{"args": [], "expected": 0.1 + 0.2}]}
+    close = fenced("def f():\n    return 0.3\n")
+    assert check({"id": "near", "tests": near}, close).reward == 1.0  # floats: within 1e-6 by default
+    assert check({"id": "near", "tests": {**near, "tolerance": 0}}, close).reward == 0.0  # the task asks exact
+    bad = check({"id": "near", "tests": {**near, "tolerance": "loose"}}, close)
+    assert bad.status == "verifier_error" and "tolerance" in (bad.detail or "")

@@ -72,8 +72,13 @@ def _child(payload: dict, case: dict, stdin_path: str, out: int, err: int, res: 
         namespace = {"__name__": "solution" if call else "__main__", "__builtins__": builtins}
         exec(compile(payload["code"], "solution.py", "exec"), namespace)
         if call:
-            value = namespace[payload["function"]](*case.get("args", []), **case.get("kwargs", {}))
-            data = json.dumps(value, allow_nan=False).encode()
+            function = namespace[payload["function"]]
+            try:
+                answer = {"value": function(*case.get("args", []), **case.get("kwargs", {}))}
+            except Exception as exc:  # a case may expect it: reported, compared outside
+                kinds = [k.__name__ for k in type(exc).__mro__]
+                answer = {"raised": type(exc).__name__, "kinds": kinds, "message": str(exc)[:1000]}
+            data = json.dumps(answer, allow_nan=False).encode()
             sys.stdout.flush()
             while data:
                 data = data[os.write(res, data) :]

@@ -7,8 +7,11 @@ Tests, in the task's `tests_field`:
   its stdout must equal the expected one up to trailing whitespace on each line and trailing
   blank lines;
 - `{kind: call, function: add, cases: [{args: [1, 2], kwargs: {}, expected: 3}]}`: the code is
-  loaded as a module, the function called; its return value, as JSON, must equal `expected`
-  (floats within 1e-6 relative, 1e-9 absolute; `true` is not `1`).
+  loaded as a module, the function called; its return value, as JSON, must equal `expected`:
+  integers and strings exactly (`1e20` is not `10**20 + 1`), floats within `tolerance` relative
+  (the tests' own key; 1e-6 when absent, 0 for exact) and 1e-9 absolute, `true` is not `1`. A
+  case `{args: ["x"], raises: ValueError, match: "invalid"}` expects the call to raise that
+  exception (or a subclass), its message matching the optional regular expression.
 
 Verdicts: `ok` with `tests` (all-or-nothing or the fraction passed, as declared) and `format` 1;
 `format_error` when there is no code where the contract says; `sandbox_error` when the sandbox
@@ -62,13 +65,53 @@ def parse_tests(tests: Any) -> tuple[dict[str, Any], list[Any]]:
     function = tests.get("function")
     if not isinstance(function, str) or not function.isidentifier():
         raise BadTests("tests.function must name a function")
+    tolerance = tests.get("tolerance", DEFAULT_TOLERANCE)
+    if not isinstance(tolerance, (int, float)) or isinstance(tolerance, bool) or not 0 <= tolerance < 1:
+        raise BadTests("tests.tolerance must be a number in [0, 1) (relative, for floats)")
     for i, case in enumerate(cases):
         if not isinstance(case.get("args", []), list) or not isinstance(case.get("kwargs", {}), dict):
             raise BadTests(f"tests.cases[{i}]: args must be a list, kwargs an object")
-        if "expected" not in case:
-            raise BadTests(f"tests.cases[{i}] has no expected value")
+        if ("expected" in case) == ("raises" in case):
+            raise BadTests(f"tests.cases[{i}] needs an expected value or the exception it raises (one of them)")
+        if "raises" in case and not (isinstance(case["raises"], str) and case["raises"].isidentifier()):
+            raise BadTests(f"tests.cases[{i}].raises must name an exception class")
+        if "match" in case:
+            try:
+                re.compile(str(case["match"]))
+            except re.error as exc:
+                raise BadTests(f"tests.cases[{i}].match is not a regular expression: {exc}") from None
     inputs = [{"args": c.get("args", []), "kwargs": c.get("kwargs", {})} for c in cases]
-    return {"mode": "call", "function": function, "cases": inputs}, [c["expected"] for c in cases]
+    return {"mode": "call", "function": function, "cases": inputs}, [Expect.of(c, float(tolerance)) for c in cases]
+
+
+DEFAULT_TOLERANCE = 1e-6
+
+
+class Expect:
+    """What one call case expects: a value (compared with the tests' tolerance) or an exception."""
+
+    def __init__(self, value: Any = None, raises: str | None = None, match: str | None = None, tolerance: float = 0.0):
+        self.value, self.raises, self.match, self.tolerance = value, raises, match, tolerance
+
+    @classmethod
+    def of(cls, case: dict[str, Any], tolerance: float) -> Expect:
+        if "raises" in case:
+            return cls(raises=case["raises"], match=None if case.get("match") is None else str(case["match"]))
+        return cls(value=case["expected"], tolerance=tolerance)
+
+    def judge(self, answer: dict[str, Any]) -> str | None:
+        raised = answer.get("raised")
+        if self.raises is None:
+            if raised is not None:
+                return f"raised {raised}"
+            return None if same(answer.get("value"), self.value, self.tolerance) else "wrong return value"
+        if raised is None:
+            return f"returned instead of raising {self.raises}"
+        if self.raises not in (answer.get("kinds") or [raised]):
+            return f"raised {raised}, not {self.raises}"
+        if self.match is not None and not re.search(self.match, str(answer.get("message", ""))):
+            return f"raised {raised} with another message"
+        return None
 
 
 def _lines(text: str) -> list[str]:
@@ -78,18 +121,19 @@ def _lines(text: str) -> list[str]:
     return lines
 
 
-def same(got: Any, expected: Any) -> bool:
-    """JSON values equal, floats within tolerance; a bool is not a number."""
+def same(got: Any, expected: Any, tolerance: float = DEFAULT_TOLERANCE) -> bool:
+    """JSON values equal: integers and strings exactly, floats within `tolerance` relative (and
+    1e-9 absolute; 0: exactly); a bool is not a number."""
     if isinstance(expected, bool) or isinstance(got, bool):
         return type(got) is type(expected) and got == expected
     if isinstance(expected, (int, float)) and isinstance(got, (int, float)):
-        if isinstance(expected, int) and isinstance(got, int):
+        if isinstance(expected, int) or not tolerance:  # an integer is exact: 1e20 is not 10**20 + 1
             return got == expected
-        return math.isclose(got, expected, rel_tol=1e-6, abs_tol=1e-9)
+        return math.isclose(got, expected, rel_tol=tolerance, abs_tol=1e-9)
     if isinstance(expected, list) and isinstance(got, list):
-        return len(got) == len(expected) and all(same(g, e) for g, e in zip(got, expected, strict=True))
+        return len(got) == len(expected) and all(same(g, e, tolerance) for g, e in zip(got, expected, strict=True))
     if isinstance(expected, dict) and isinstance(got, dict):
-        return got.keys() == expected.keys() and all(same(got[k], expected[k]) for k in expected)
+        return got.keys() == expected.keys() and all(same(got[k], expected[k], tolerance) for k in expected)
     return type(got) is type(expected) and got == expected
 
 
@@ -110,10 +154,12 @@ def judge_case(mode: str, result: dict[str, Any] | None, expected: Any) -> str |
     if result.get("exit") != 0 or not result.get("value"):
         return f"no return value (exit {result.get('exit')})"
     try:
-        value = json.loads(result["value"])
+        answer = json.loads(result["value"])
     except ValueError:
         return "unreadable return value"
-    return None if same(value, expected) else "wrong return value"
+    if not isinstance(answer, dict):
+        return "unreadable return value"
+    return expected.judge(answer)
 
 
 class UnitTests:
