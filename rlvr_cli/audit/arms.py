@@ -254,6 +254,11 @@ def answer_check_arms(
             arms.append(arm("equivalent form", "correct", "accept", form(f"\\frac{{{2 * p}}}{{{2 * q}}}")))
             if q == 1:
                 arms.append(arm("equivalent decimal", "correct", "accept", form(f"{p}.0")))
+                if abs(p) >= 1000:  # thousands set off by a thin space, as LaTeX writes them
+                    grouped = f"{p:,}".replace(",", "\\,")
+                    arms.append(arm("thousands with thin spaces", "correct", "accept", form(grouped)))
+            elif 10**6 % q:  # a fraction no short decimal equals: rounded to 6 places is a different number
+                arms.append(arm("rounded decimal", "wrong", "reject", form(f"{p / q:.6f}")))
             miss = f"{p + q}/{q}" if q != 1 else str(p + 1)  # off by one
             arms.append(arm("near miss", "wrong", "reject", form(miss)))
             if extract == "last_boxed":

@@ -17,6 +17,8 @@ from tests.conftest import edit, rlvr
 CONTRACT = "experiment.rlvr.yaml"
 TASKS = [
     {"id": "int", "answer": "3"},
+    {"id": "big", "answer": "12000"},
+    {"id": "third", "answer": "\\frac{1}{3}"},
     {"id": "frac", "answer": "\\frac{3}{4}"},
     {"id": "dec", "answer": "0.5"},
     {"id": "interval", "answer": "(-2, 2)"},
@@ -83,3 +85,29 @@ def test_an_answer_check_and_a_verifier_exclude_each_other(math_exp: Path, tmp_p
 def test_an_escaped_dollar_sign_is_read_as_currency(response: str, reward: float) -> None:
     verdict = AnswerCheck("last_boxed")({"answer": "5"}, response)
     assert verdict.status == "ok" and verdict.reward == reward, verdict
+
+
+@pytest.mark.parametrize(
+    ("answer", "response", "reward"),
+    [
+        ("\\frac{1}{3}", "\\boxed{0.333333}", 0.0),  # rounded: another number
+        ("\\frac{1}{2}", "\\boxed{0.5000001}", 0.0),
+        ("\\frac{1}{3}", "\\boxed{0.3333333333333}", 1.0),  # equal to 10 places
+        ("[2, 5)", "\\boxed{2 \\le x < 5}", 1.0),  # an inequality is the interval it describes
+        ("1000", "\\boxed{1\\,000}", 1.0),  # a thin space sets off thousands (math-verify reads 1·0)
+        ("1.5", "\\boxed{1\\,5}", 0.0),
+    ],
+)
+def test_the_policy_over_math_verify(answer: str, response: str, reward: float) -> None:
+    assert AnswerCheck("last_boxed")({"answer": answer}, response).reward == reward
+
+
+def test_without_the_policy_math_verify_accepts_rounded_decimals(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The paired case: the audit arm that proves the policy fails against math-verify's defaults."""
+    from rlvr_cli.env.builtin import answer as module
+
+    check = AnswerCheck("last_boxed")
+    arm = next(a for a in answer_check_arms(TASKS, None, "last_boxed") if a.name == "third/rounded decimal")
+    assert check(arm.task, arm.response).reward == 0.0
+    monkeypatch.setattr(module, "POLICY", {})
+    assert check(arm.task, arm.response).reward == 1.0

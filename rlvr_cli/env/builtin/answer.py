@@ -48,6 +48,13 @@ def extract(response: str, mode: str) -> tuple[str | None, str]:
     return found[-1], ""
 
 
+# The policy over math-verify's own defaults (docs/verifiers.md): a decimal equals a fraction only
+# to 10 places (math-verify rounds to 6, so 0.333333 passed for 1/3 and 0.5000001 for 1/2), and
+# an inequality equals the interval it describes (`2 \le x < 5` is `[2, 5)`).
+POLICY = {"float_rounding": 10, "allow_set_relation_comp": True}
+_THOUSANDS = re.compile(r"(?<=\d)(?:\\[,;:! ]|\{,\})(?=\d{3}(?!\d))")
+
+
 class AnswerCheck:
     """`verify(task, response)` as the contract's `answer_check` configures it."""
 
@@ -60,6 +67,7 @@ class AnswerCheck:
     def _parse(self, text: str) -> Any:
         from math_verify import parse
 
+        text = _THOUSANDS.sub("", text)  # `1\,000` is one thousand (math-verify reads it as 1·0)
         # already math mode when it holds a `$` of its own; `\$` is an escaped dollar sign (`\boxed{\$5}`)
         delimited = "$" in text.replace("\\$", "")
         wrapped = text if delimited or "\\boxed" in text else f"${text}$"
@@ -90,7 +98,7 @@ class AnswerCheck:
                 return unreadable
             if not target:
                 return unreadable
-            correct = verify(self._gold[key], target, timeout_seconds=self.timeout, raise_on_error=True)
+            correct = verify(self._gold[key], target, timeout_seconds=self.timeout, raise_on_error=True, **POLICY)
         except (TimeoutException, TimeoutError):
             return Verdict("timeout", detail=f"parsing or comparing took over {self.timeout} s")
         return Verdict("ok", float(correct), {"correct": float(correct), "format": 1.0})
