@@ -191,6 +191,7 @@ def test_formats_the_report_file_and_waivers(words: Path, tmp_path: Path) -> Non
     assert rlvr("data", "check", tmp_path / "missing.rlvr.yaml").code == 2
 
 
+@pytest.mark.slow  # trains or runs rlvr train: make test runs it, make test-fast does not
 def test_validate_deep_and_train_run_the_same_check(words: Path) -> None:
     train = read(words / "data" / "train.jsonl")
     plant(words, "sealed_eval", {**train[3], "id": "sealed-copy"})  # a training row copied into sealed_eval
@@ -214,6 +215,7 @@ HOSTILE_ROWS = [  # (raw line, what the finding says): each refused where it is,
 ]
 
 
+@pytest.mark.slow  # trains or runs rlvr train: make test runs it, make test-fast does not
 def test_hostile_rows_are_findings_on_their_lines_and_training_refuses_them_the_same_way(words: Path) -> None:
     with (words / "data" / "train.jsonl").open("ab") as fh:
         fh.write(b"\n".join(raw for raw, _ in HOSTILE_ROWS) + b"\n")
@@ -236,6 +238,7 @@ def test_hostile_rows_are_findings_on_their_lines_and_training_refuses_them_the_
     assert run.code == 1 and "lone surrogate" in run.stderr and "Traceback" not in run.stderr, run.stderr[-1000:]
 
 
+@pytest.mark.slow  # trains or runs rlvr train: make test runs it, make test-fast does not
 def test_a_split_that_is_a_fifo_a_device_or_a_link_is_named_for_what_it_is(words: Path) -> None:
     import os
 

@@ -50,6 +50,7 @@ def test_a_runaway_comparison_is_a_timeout_verdict_not_a_hang() -> None:
     assert (verdict.status == "timeout" and verdict.reward is None) or verdict.reward == 0.0
 
 
+@pytest.mark.slow  # trains or runs rlvr train: make test runs it, make test-fast does not
 def test_the_math_template_validates_audits_clean_and_trains(math_exp: Path) -> None:
     assert rlvr("validate", "--deep", "--strict", math_exp / CONTRACT).code == 0
     audit = rlvr("audit", "verifier", math_exp / CONTRACT, "--format", "json", timeout=300)

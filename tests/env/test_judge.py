@@ -149,6 +149,7 @@ def _pointed(judge_exp: Path, target: Path, url: str) -> Path:
     return target / CONTRACT
 
 
+@pytest.mark.slow  # trains or runs rlvr train: make test runs it, make test-fast does not
 def test_the_judge_template_validates_audits_clean_and_trains(judge_exp: Path, tmp_path: Path) -> None:
     with serve(stand_in().app) as url:
         contract = _pointed(judge_exp, tmp_path / "exp", url)
@@ -194,6 +195,7 @@ def test_validate_deep_names_a_missing_key_variable(judge_exp: Path, tmp_path: P
     assert deep.code == 1 and "RLVR_UNSET_JUDGE_KEY" in deep.stdout
 
 
+@pytest.mark.slow  # trains or runs rlvr train: make test runs it, make test-fast does not
 def test_an_unreachable_judge_fails_the_audit_and_training_in_seconds(judge_exp: Path, tmp_path: Path) -> None:
     import time
 

@@ -36,6 +36,7 @@ def cached(single_turn: Path, tmp_path: Path) -> tuple[Path, dict]:
     return folder, env
 
 
+@pytest.mark.slow  # trains or runs rlvr train: make test runs it, make test-fast does not
 def test_a_pinned_hub_model_trains_from_the_cache(cached: tuple[Path, dict], tmp_path: Path) -> None:
     folder, env = cached
     checked = rlvr("validate", "--deep", "--strict", folder / CONTRACT, env=env)

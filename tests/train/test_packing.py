@@ -53,6 +53,7 @@ def test_packed_rows_give_the_padded_numbers_and_gradients(model) -> None:
     assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(*grads, strict=True))
 
 
+@pytest.mark.slow  # trains or runs rlvr train: make test runs it, make test-fast does not
 def test_packed_and_right_padded_runs_train_like_the_left_padded_one(single_turn: Path, tmp_path: Path) -> None:
     layouts = {
         "padded-left": "  padding_side: left\n",

@@ -18,6 +18,8 @@ from safetensors.torch import load_file
 
 from tests.conftest import QUICK_STEPS, copy_experiment, edit, rlvr
 
+pytestmark = pytest.mark.slow  # every test here trains: make test runs them, make test-fast does not
+
 CONTRACT = "experiment.rlvr.yaml"
 
 
@@ -117,7 +119,6 @@ def test_keep_last_never_removes_the_newest_checkpoint(experiment: Path, tmp_pat
     assert names == ["step-4", "step-5"]  # keep_last: 2
 
 
-@pytest.mark.slow
 def test_sigkill_at_random_moments_never_leaves_a_partial_checkpoint(experiment: Path, tmp_path: Path) -> None:
     """Kill the trainer with SIGKILL over and over (checkpoints every step, so many kills land
     inside a checkpoint write); every resume must find a complete, checksum-valid checkpoint
