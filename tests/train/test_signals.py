@@ -34,6 +34,7 @@ def metrics(run: Path) -> list[dict]:
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow  # trains: make test runs it, make test-fast does not
 def test_records_carry_the_sampling_weights_lag_verifier_and_old_logprobs(experiment: Path, tmp_path: Path) -> None:
     edit(experiment, "updates_per_batch: 1", "updates_per_batch: 2")
     edit(experiment, "max_policy_lag: 0", "max_policy_lag: 1")
@@ -54,6 +55,7 @@ def test_records_carry_the_sampling_weights_lag_verifier_and_old_logprobs(experi
     assert [m["policy_lag"] for m in metrics(run_dir)] == [1.0, 1.0, 1.0]
 
 
+@pytest.mark.slow  # trains: make test runs it, make test-fast does not
 def test_kl_is_watched_without_a_penalty(experiment: Path, tmp_path: Path) -> None:
     edit(experiment, "kl: {coef: 0.01, estimator: k3, placement: loss}", "kl: {coef: 0}")
     checked = rlvr("validate", "--format", "json", experiment / CONTRACT)
@@ -99,6 +101,7 @@ def test_clipped_tokens_get_no_gradient() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.slow  # trains: make test runs it, make test-fast does not
 def test_the_shipped_dapo_contract_exercises_the_clip(tmp_path: Path) -> None:
     from rlvr_cli.toy.tiny import ARITHMETIC, build_tiny
 
@@ -113,6 +116,7 @@ def test_the_shipped_dapo_contract_exercises_the_clip(tmp_path: Path) -> None:
     assert {r["policy_lag"] for r in rows} == {1.0}
 
 
+@pytest.mark.slow  # trains: make test runs it, make test-fast does not
 def test_holdout_reward_excludes_invalid_verdicts(experiment: Path, tmp_path: Path) -> None:
     holdout = {json.loads(x)["id"] for x in (experiment / "data" / "holdout.jsonl").read_text().splitlines()}
     verifier = experiment / "verifier.py"
