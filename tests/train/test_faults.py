@@ -448,6 +448,14 @@ def _rechecksum(checkpoint: Path) -> None:
     (checkpoint / "COMPLETE").write_text(json.dumps(sums))
 
 
+@pytest.fixture(scope="module")
+def one_step(quick: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 1-step run with its checkpoint, trained once: each test damages a copy of it."""
+    run_dir = tmp_path_factory.mktemp("one-step") / "run"
+    assert rlvr("train", quick / CONTRACT, "--run-dir", run_dir, "--max-steps", "1", timeout=300).code == 0
+    return run_dir
+
+
 @pytest.mark.parametrize(
     ("damage", "said"),
     [
@@ -458,12 +466,13 @@ def _rechecksum(checkpoint: Path) -> None:
     ],
 )
 def test_a_foreign_or_poisoned_checkpoint_is_refused_with_its_reason(
-    experiment: Path, tmp_path: Path, damage: str, said: str
+    quick: Path, one_step: Path, tmp_path: Path, damage: str, said: str
 ) -> None:
+    import shutil
+
     from safetensors.torch import save_file
 
-    run_dir = tmp_path / "run"
-    assert rlvr("train", experiment / CONTRACT, "--run-dir", run_dir, "--max-steps", "1", timeout=300).code == 0
+    run_dir = shutil.copytree(one_step, tmp_path / "run")
     checkpoint = run_dir / "checkpoints" / "step-1"
     weights_file = checkpoint / "model" / "model.safetensors"
     weights = load_file(weights_file)
@@ -485,7 +494,7 @@ def test_a_foreign_or_poisoned_checkpoint_is_refused_with_its_reason(
         moved = tmp_path / "elsewhere"
         checkpoint.rename(moved)
         checkpoint.symlink_to(moved)
-    resumed = rlvr("train", experiment / CONTRACT, "--run-dir", run_dir, "--max-steps", "2", "--resume", timeout=300)
+    resumed = rlvr("train", quick / CONTRACT, "--run-dir", run_dir, "--max-steps", "2", "--resume", timeout=300)
     assert resumed.code == 1 and said in resumed.stderr, resumed.stderr[-2000:]
     assert "Traceback" not in resumed.stderr and "internal error" not in resumed.stderr
 
