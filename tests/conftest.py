@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -11,6 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+# Test processes share the cores: each gets its share of threads, and so do the `rlvr` commands
+# it starts (they inherit the variable). Two processes each spinning as many OpenMP threads as the
+# machine has cores slow each other down many times over, not twice.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+os.environ.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // _WORKERS)))
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "tests" / "contracts"

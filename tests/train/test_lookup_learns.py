@@ -24,7 +24,7 @@ def lookup(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """`rlvr init --template lookup` (the warm-up takes ~30 s), once for every test process."""
 
     def init(folder: Path) -> None:
-        made = rlvr("init", folder, "--template", "lookup", timeout=300)
+        made = rlvr("init", folder, "--template", "lookup", timeout=600)
         assert made.code == 0, made.stderr
 
     return built_once(tmp_path_factory, "lookup-template", init)
