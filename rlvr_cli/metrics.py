@@ -46,6 +46,10 @@ class StepMetrics:
     grad_norm: float | None = _m("gradient norm before clipping")
     nonfinite_count: float | None = _m("non-finite losses, log-probs and gradients (the update is skipped when > 0)")
     lr: float | None = _m("learning rate after the step")
+    loss_scale: float | None = _m("the fp16 loss scaler's scale after the step", needs="fp16")
+    overflow_count: float | None = _m(
+        "optimizer passes the fp16 loss scaler skipped this step because gradients overflowed", needs="fp16"
+    )
     policy_lag: float | None = _m("optimizer steps between the weights that sampled and the weights updated")
     # ── throughput and budget ──
     time_generate_s: float | None = _m("seconds spent sampling")
@@ -121,7 +125,7 @@ class StepMetrics:
 class Metric:
     name: str
     description: str
-    needs: str | None  # "reference" | "holdout" | "hints" | None
+    needs: str | None  # "reference" | "holdout" | "hints" | "fp16" | None
 
 
 METRICS: tuple[Metric, ...] = tuple(

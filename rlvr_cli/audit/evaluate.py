@@ -31,6 +31,7 @@ def evaluate(
     from rlvr_cli.chat.render import ChatRenderer
     from rlvr_cli.contract.tasks import read_split
     from rlvr_cli.engine.engines import PolicyEngine
+    from rlvr_cli.engine.precision import DTYPES
     from rlvr_cli.rollout.base import Draw
     from rlvr_cli.rollout.rollouts import open_rollout
 
@@ -39,7 +40,9 @@ def evaluate(
     tasks = read_split(folder / getattr(contract.data.splits, split).path, split)
     renderer = ChatRenderer.from_contract(contract, folder)
     model = AutoModelForCausalLM.from_pretrained(policy_folder(policy), local_files_only=True).eval()
-    engine = PolicyEngine.of(contract.hyperparameters.sampling.engine, model)
+    dtypes = contract.hyperparameters.dtypes  # evaluated as trained: mixed precision computes in its dtype
+    compute = DTYPES[dtypes.compute] if dtypes.mixed else None
+    engine = PolicyEngine.of(contract.hyperparameters.sampling.engine, model, compute=compute)
     with open_rollout(contract, folder, renderer, engine) as rollout:  # the rollout training runs, unhinted
         rows = rollout.sample(tasks, Draw(group_size=samples, seed=seed, greedy=greedy))
     return _by_item(rows)

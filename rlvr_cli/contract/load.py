@@ -15,9 +15,10 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from rlvr_cli.contract import deep as deep_checks
-from rlvr_cli.contract import rules, rules_data, waivers, yaml12  # noqa: F401 - rules_data registers its rules
+from rlvr_cli.contract import rules, rules_data, rules_scale, waivers, yaml12  # noqa: F401 - they register rules
 from rlvr_cli.contract.diagnostics import ContractError, Diagnostic, Finding, dotted
 from rlvr_cli.contract.models import Contract
+from rlvr_cli.contract.scale import FORMS
 
 MAX_BYTES = 1 << 20  # a contract is a few KiB; a megabyte is a mistake or an attack
 
@@ -175,7 +176,7 @@ def _check_top_level(result: CheckResult, document: yaml12.Document) -> bool:
 
 
 def _from_pydantic(error: Any, document: yaml12.Document) -> Diagnostic:
-    loc = tuple(error["loc"])
+    loc = tuple(part for part in error["loc"] if part not in FORMS)
     kind = error["type"]
     if kind == "extra_forbidden":
         key = str(loc[-1])

@@ -21,6 +21,7 @@ from rlvr_cli.contract.operations import (
     Rule,
     Waiver,
 )
+from rlvr_cli.contract.scale import Parallel, Precision, PrecisionValue, precision_of
 from rlvr_cli.contract.sections import (
     CHECKPOINT_PARTS,
     ENTRYPOINT,
@@ -282,7 +283,20 @@ class Hyperparameters(Section):
     schedule: Schedule | None = Field(None, description="The learning-rate schedule (constant when absent).")
     max_steps: Int = Field(ge=1, le=100_000_000, description="Optimizer batches in the run.")
     seed: Int = Field(ge=0, description="Seeds sampling, shuffling and initialisation.")
-    precision: Literal["fp32", "bf16", "fp16"] = Field(description="Weights and compute dtype (fp16 needs a GPU).")
+    precision: PrecisionValue = Field(
+        description="fp32; bf16: fp32 master weights and optimizer state, bf16 compute; fp16: the same with fp16 "
+        "compute and a loss scaler; or the dtypes written out, e.g. {params: bf16, compute: bf16} (pure bf16)."
+    )
+    parallel: Parallel | None = Field(None, description="How several processes share the model (ddp when absent).")
+
+    @property
+    def dtypes(self) -> Precision:
+        """The precision with every dtype resolved (a preset's, or as written)."""
+        return precision_of(self.precision)
+
+    @property
+    def strategy(self) -> Parallel:
+        return self.parallel or Parallel(strategy="ddp")
 
 
 # ── length ────────────────────────────────────────────────────────────────────────────

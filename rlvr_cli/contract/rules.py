@@ -300,6 +300,8 @@ def unavailable_metric(c: Contract, metric: str) -> str | None:
         return "needs holdout evaluations (monitoring.holdout_every)"
     if needs == "hints" and not (c.data.hints is not None and c.data.hints.used):
         return "needs hint-assisted rollouts (data.hints.used)"
+    if needs == "fp16" and c.hyperparameters.dtypes.compute != "fp16":
+        return "needs fp16 compute (its loss scaler)"
     return None
 
 

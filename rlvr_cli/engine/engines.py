@@ -104,12 +104,17 @@ class StaleWeights(RuntimeError):
 class PolicyEngine:
     """A rollout engine and the revision of the policy's weights it holds (optimizer steps)."""
 
-    def __init__(self, engine: RolloutEngine, revision: int = 0) -> None:
+    def __init__(self, engine: RolloutEngine, revision: int = 0, compute: Any = None, device: str = "cpu") -> None:
         self.engine, self.revision = engine, revision
+        self.compute, self.device = compute, device  # autocast dtype (None: the weights' own) and device type
 
     @classmethod
-    def of(cls, name: str, model: Any, revision: int = 0) -> PolicyEngine:
-        return cls(engine_for(name, model), revision)
+    def of(cls, name: str, model: Any, revision: int = 0, compute: Any = None) -> PolicyEngine:
+        """`compute`: the dtype matrix products run in when it differs from the weights' (mixed
+        precision); a vLLM engine holds its own weights in its own dtype and ignores it."""
+        from rlvr_cli.engine.precision import device_type
+
+        return cls(engine_for(name, model), revision, compute, device_type(model))
 
     def sync(self, model: Any, revision: int) -> None:
         """The trainer's weights after the optimizer step that made `revision`."""
@@ -119,7 +124,10 @@ class PolicyEngine:
     def sample(self, prompts: list[list[int]], params: SamplingParams, seed: int, revision: int) -> list[Generation]:
         if revision != self.revision:
             raise StaleWeights(f"the rollout engine holds weights of revision {self.revision}, asked for {revision}")
-        return self.engine.sample(prompts, params, seed)
+        from rlvr_cli.engine.precision import autocast
+
+        with autocast(self.compute, self.device):
+            return self.engine.sample(prompts, params, seed)
 
     def describe(self) -> str:
         return self.engine.describe()

@@ -68,7 +68,7 @@ class _Linear:
     matrix (one matmul, and the layout the CPU's GEMM reads fastest); without, the model's
     own weights are used as they are."""
 
-    def __init__(self, modules: list[Any], copy: bool) -> None:
+    def __init__(self, modules: list[Any], copy: bool, dtype: torch.dtype | None = None) -> None:
         self.modules = modules
         weights = [m.weight for m in modules]
         biases = [getattr(m, "bias", None) for m in modules]
@@ -77,8 +77,9 @@ class _Linear:
             self.parts = [(w.t(), b) for w, b in zip(weights, biases, strict=True)]
             return
         rows = sum(w.size(0) for w in weights)
-        bias = weights[0].new_empty(rows) if any(b is not None for b in biases) else None
-        self.parts = [(weights[0].new_empty((weights[0].size(1), rows)), bias)]
+        dtype = dtype or weights[0].dtype  # under autocast, the dtype it computes in: no cast per step
+        bias = weights[0].new_empty(rows, dtype=dtype) if any(b is not None for b in biases) else None
+        self.parts = [(weights[0].new_empty((weights[0].size(1), rows), dtype=dtype), bias)]
         self.load()
 
     def load(self) -> None:
@@ -176,7 +177,9 @@ class Decoder:
         """Read the weights: copy them again after they were written (an optimizer step, a
         load), build the layers again when a parameter was replaced."""
         params = list(self.model.parameters())
-        where = tuple((id(p), p.data_ptr()) for p in params)
+        device = params[0].device.type
+        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
+        where = (tuple((id(p), p.data_ptr()) for p in params), dtype)
         versions = tuple(p._version for p in params)
         if (where, versions) == self._seen:
             return
@@ -191,20 +194,20 @@ class Decoder:
                 layers, head = self.model.model.layers, self.model.lm_head
                 linears = [m for m in self.model.modules() if isinstance(m, torch.nn.Linear)]
                 copy = sum(m.weight.numel() * m.weight.element_size() for m in linears) <= COPY_BYTES
-                self.layers = [self._layer(layer, copy) for layer in layers]
-                self.head = _Linear([head], copy)
+                self.layers = [self._layer(layer, copy, dtype) for layer in layers]
+                self.head = _Linear([head], copy, dtype)
                 self._qk_norms()
         self._seen = (where, versions)
 
-    def _layer(self, layer: Any, copy: bool) -> _Layer:
+    def _layer(self, layer: Any, copy: bool, dtype: torch.dtype | None) -> _Layer:
         attn, mlp = layer.self_attn, layer.mlp
         return _Layer(
             layer.input_layernorm.weight,
-            _Linear([attn.q_proj, attn.k_proj, attn.v_proj], copy),
-            _Linear([attn.o_proj], copy),
+            _Linear([attn.q_proj, attn.k_proj, attn.v_proj], copy, dtype),
+            _Linear([attn.o_proj], copy, dtype),
             layer.post_attention_layernorm.weight,
-            _Linear([mlp.gate_proj, mlp.up_proj], copy),
-            _Linear([mlp.down_proj], copy),
+            _Linear([mlp.gate_proj, mlp.up_proj], copy, dtype),
+            _Linear([mlp.down_proj], copy, dtype),
             None,
         )
 

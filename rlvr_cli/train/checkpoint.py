@@ -96,6 +96,8 @@ def _write_checkpoint(
         if "model" in parts:
             setup.policy.save_pretrained(tmp / "model")  # safetensors, loadable by transformers
         blob = {k: get() for k, get in saved.items() if k in parts}
+        if setup.scaler is not None and "optimizer" in parts:
+            blob["scaler"] = setup.scaler.state_dict()  # fp16: the loss scale and its growth counter
         save_torch(blob, tmp / "state.pt", before_write=lambda: setup.fault.disk(state.step))
     counters = state.as_json()
     if "sampler" not in parts:
@@ -189,6 +191,8 @@ def load_latest(setup: Setup, run: RunFolder, contract_path: Path, force: bool =
             setup.optimizer.load_state_dict(blob["optimizer"])
         if "scheduler" in blob:
             setup.scheduler.load_state_dict(blob["scheduler"])
+        if setup.scaler is not None and "scaler" in blob:
+            setup.scaler.load_state_dict(blob["scaler"])
     except (ValueError, KeyError, RuntimeError, TypeError) as exc:  # another optimizer's or model's state
         raise RlvrError(f"checkpoint {path.name}: its optimizer state does not fit this run ({exc})") from None
     if "rng" in blob:

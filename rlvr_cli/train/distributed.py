@@ -78,17 +78,24 @@ def maximum(value: float) -> float:
     return float(t.item())
 
 
-def sum_gradients(model: Any) -> None:
-    """All-reduce (sum) every gradient: the loss already divides by global counts."""
+def sum_gradients(model: Any, reduce: str = "fp32") -> None:
+    """All-reduce (sum) every gradient: the loss already divides by global counts. `reduce`
+    (the contract's precision.reduce) is the dtype the sum is taken in."""
     import torch.distributed as dist
 
     if not active():
         return
+    wanted = torch.bfloat16 if reduce == "bf16" else torch.float32
     for p in model.parameters():
         if p.requires_grad:
             if p.grad is None:  # a rank with nothing to train still joins every reduction
                 p.grad = torch.zeros_like(p)
-            dist.all_reduce(p.grad)
+            if p.grad.dtype == wanted:
+                dist.all_reduce(p.grad)
+                continue
+            summed = p.grad.to(wanted)
+            dist.all_reduce(summed)
+            p.grad.copy_(summed)
 
 
 def barrier() -> None:

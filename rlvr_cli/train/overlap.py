@@ -73,7 +73,9 @@ class Ahead:
         model = copy.deepcopy(setup.policy).eval()
         for parameter in model.parameters():
             parameter.requires_grad_(False)
-        self.engine = PolicyEngine.of(setup.contract.hyperparameters.sampling.engine, model, setup.engine.revision)
+        self.engine = PolicyEngine.of(
+            setup.contract.hyperparameters.sampling.engine, model, setup.engine.revision, setup.compute
+        )
         # one intra-op thread for the sampler (a per-thread setting): the trainer keeps its own
         self.worker = ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="rlvr-sample-ahead", initializer=torch.set_num_threads, initargs=(1,)

@@ -21,12 +21,11 @@ from rlvr_cli.contract.tasks import read_splits
 from rlvr_cli.data.check import check
 from rlvr_cli.data.findings import DataReport
 from rlvr_cli.engine.engines import PolicyEngine
+from rlvr_cli.engine.precision import DTYPES
 from rlvr_cli.errors import RlvrError
 from rlvr_cli.files import sha256_file
 from rlvr_cli.train import distributed as dist
 from rlvr_cli.train.faults import Fault
-
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 @dataclass
@@ -34,7 +33,7 @@ class Setup:
     contract: Contract
     folder: Path  # the contract's folder: relative paths resolve here
     device: torch.device
-    dtype: torch.dtype
+    dtype: torch.dtype  # the weights the optimizer updates (and its state)
     renderer: ChatRenderer
     policy: Any
     reference: Any | None  # frozen; None when kl.coef is 0
@@ -49,6 +48,8 @@ class Setup:
     engine: PolicyEngine  # what samples (built once; receives the weights after every update)
     engine_version: str  # the rollout engine and its version, in the plan and every record
     data_check: str | None = None  # sha256 of the run's data-check.json, in every record
+    compute: torch.dtype | None = None  # the dtype matrix products run in, when narrower than `dtype` (autocast)
+    scaler: Any | None = None  # fp16 compute: the loss scaler (torch.amp.GradScaler), checkpointed
 
     @property
     def tokenizer(self) -> Any:
@@ -72,18 +73,16 @@ def build(contract: Contract, folder: Path, fault: Fault) -> Setup:
     logging.set_verbosity_error()
     logging.disable_progress_bar()
     hp = contract.hyperparameters
-    if hp.precision == "fp16" and not torch.cuda.is_available():
-        raise RlvrError("precision fp16 needs a GPU; use fp32 or bf16 on CPU")
     rank, world = dist.rank_world()
     if world > 1:
         _check_shardable(contract, world)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dtype = DTYPES[hp.precision]
+    dtype, compute = DTYPES[hp.dtypes.params], compute_dtype(contract)
     torch.manual_seed(hp.seed)
     policy_ref = contract.artifacts.policy
     policy = load_model(artifact_path(policy_ref, folder, "policy"), policy_ref.revision, dtype, device)
     optimizer = make_optimizer(contract, policy)
-    engine = make_engine(hp.sampling.engine, policy, fault)
+    engine = make_engine(hp.sampling.engine, policy, fault, compute)
     splits = read_splits(folder, contract.data.splits)
     return Setup(
         contract=contract,
@@ -103,17 +102,25 @@ def build(contract: Contract, folder: Path, fault: Fault) -> Setup:
         verifier_id=verifier_identity(contract, folder),
         engine=engine,
         engine_version=engine.describe(),
+        compute=compute,
+        scaler=torch.amp.GradScaler(device.type) if hp.dtypes.compute == "fp16" else None,
     )
 
 
-def make_engine(name: str, policy: Any, fault: Fault) -> PolicyEngine:
+def compute_dtype(contract: Contract) -> torch.dtype | None:
+    """The autocast dtype: the contract's compute dtype where it is narrower than the weights'."""
+    p = contract.hyperparameters.dtypes
+    return DTYPES[p.compute] if p.mixed else None
+
+
+def make_engine(name: str, policy: Any, fault: Fault, compute: torch.dtype | None = None) -> PolicyEngine:
     """The run's rollout engine, sampling from the policy itself (lean, transformers) or from
     its own copy of the weights (vLLM; on CPU `RLVR_FAULT=engine_copy` stands in for it)."""
     if fault.engine is None:
-        return PolicyEngine.of(name, policy)
+        return PolicyEngine.of(name, policy, compute=compute)
     import copy
 
-    engine = PolicyEngine.of(name, copy.deepcopy(policy).eval())
+    engine = PolicyEngine.of(name, copy.deepcopy(policy).eval(), compute=compute)
     if fault.engine == "stale_engine":  # the bug this guards against: weights never reach the engine
         engine.engine.load_weights = lambda model: None  # type: ignore[method-assign]
     return engine

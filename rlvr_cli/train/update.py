@@ -13,6 +13,7 @@ import torch
 from rlvr_cli.contract.models import Contract
 from rlvr_cli.engine.forward import Batch, make_batch, token_logprobs
 from rlvr_cli.engine.packed import PackedBatch, packed_logprobs
+from rlvr_cli.engine.precision import autocast
 from rlvr_cli.engine.shared import shared_prompt_logprobs, shares_prompts
 from rlvr_cli.env.sample import Sample
 from rlvr_cli.rollout import hints
@@ -32,6 +33,7 @@ class Forward:
     samples: list[Sample] | None = None  # kept for packing or right padding; None: the left-padded rectangle
     pad_id: int = 0
     packing: bool = False  # several sequences per row; otherwise one per row, padded on the right
+    compute: torch.dtype | None = None  # mixed precision: the autocast dtype of every forward
 
     @classmethod
     def of(cls, setup: Setup, samples: list[Sample]) -> Forward:
@@ -50,7 +52,8 @@ class Forward:
         length = setup.contract.length
         packing = bool(length.packing and length.packing.enabled)
         by_row = samples if packing or length.padding_side == "right" else None
-        return cls(batch, list(torch.arange(len(samples)).split(size)), by_row, setup.renderer.pad_id, packing)
+        parts = list(torch.arange(len(samples)).split(size))
+        return cls(batch, parts, by_row, setup.renderer.pad_id, packing, setup.compute)
 
     def rows(self, index: torch.Tensor) -> Batch:
         b = self.batch
@@ -60,6 +63,12 @@ class Forward:
         self, model: object, part: torch.Tensor, temperature: float, with_entropy: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
         """Log-probs `(b, T)` (and entropy) of one micro-batch's responses, and their loss mask."""
+        with autocast(self.compute, self.batch.input_ids.device.type):
+            return self._forward(model, part, temperature, with_entropy)
+
+    def _forward(
+        self, model: object, part: torch.Tensor, temperature: float, with_entropy: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
         mb = self.rows(part)
         if self.samples is None:
             forward = shared_prompt_logprobs if shares_prompts(model, mb) else token_logprobs
@@ -196,25 +205,46 @@ def optimizer_passes(
     hp = setup.contract.hyperparameters
     totals = normalisers(setup.contract, dist.total(float(fwd.batch.response_mask.sum())), dist.total(len(samples)))
     olds: list[torch.Tensor | None] = [None if old is None else old[part] for part in fwd.parts]
-    nonfinite, lag = 0.0, 0
+    nonfinite, lag, overflows = 0.0, 0, 0.0
     for _ in range(hp.updates_per_batch):
         lag = max([lag, *(state.optimizer_steps - s.revision for s in samples)])  # measured, not assumed
         setup.optimizer.zero_grad(set_to_none=True)
         stats, loss_sum, bad = _backward(setup, state, fwd, olds, ref, adv, totals)
-        dist.sum_gradients(setup.policy)  # every rank now holds the whole batch's gradient
+        dist.sum_gradients(setup.policy, hp.dtypes.reduce)  # every rank now holds the whole batch's gradient
         nonfinite += dist.total(bad)
+        if setup.scaler is not None:
+            setup.scaler.unscale_(setup.optimizer)
         grad_norm, bad_grads = _clip(setup.policy, hp.optimizer.grad_clip or math.inf)
+        if setup.scaler is not None and bad_grads and nonfinite == 0:
+            overflows += 1  # fp16 gradients overflowed at this scale: the scaler skips the step and halves it
+            bad_grads = 0.0
         nonfinite += bad_grads
         if nonfinite == 0:  # never let a NaN into the weights (nor step again after one)
-            setup.optimizer.step()
-            setup.scheduler.step()
-            state.optimizer_steps += 1
+            _step(setup, state)
+        elif setup.scaler is not None:
+            setup.scaler.update()  # the scaler's bookkeeping of this pass ends (the scale is lowered)
     for sample, lp in zip(samples, torch.cat(olds).tolist() if samples else [], strict=True):  # type: ignore[arg-type]
         sample.old_logp = lp[: len(sample.response_ids)]
         sample.lag = lag
     metrics = _update_metrics(setup, _global(stats), dist.total(loss_sum), grad_norm, nonfinite)
     metrics["policy_lag"] = dist.maximum(float(lag))
+    if setup.scaler is not None:
+        metrics.update(overflow_count=overflows, loss_scale=float(setup.scaler.get_scale()))
     return metrics
+
+
+def _step(setup: Setup, state: TrainState) -> None:
+    """The optimizer step (through the loss scaler with fp16, which skips it on an overflow)."""
+    if setup.scaler is None:
+        setup.optimizer.step()
+    else:
+        scale = setup.scaler.get_scale()
+        setup.scaler.step(setup.optimizer)
+        setup.scaler.update()
+        if setup.scaler.get_scale() < scale:  # skipped: the weights did not change
+            return
+    setup.scheduler.step()
+    state.optimizer_steps += 1
 
 
 def _backward(
@@ -248,7 +278,7 @@ def _backward(
         )
         loss = setup.fault.poison(loss, state.step)
         bad += float(not torch.isfinite(loss)) + float((~torch.isfinite(logp)).sum())
-        loss.backward()
+        (loss if setup.scaler is None else setup.scaler.scale(loss)).backward()
         loss_sum += float(loss.detach())
         stats = stats.add(st)
     return stats, loss_sum, bad
