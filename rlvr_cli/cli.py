@@ -277,12 +277,17 @@ def train(
         bool,
         typer.Option("--auto", help="Resume if a checkpoint exists, else start in the same folder (for schedulers)."),
     ] = False,
-    nproc: Annotated[int, typer.Option("--nproc", min=1, help="Processes, started with torchrun (gloo on CPU).")] = 1,
+    nproc: Annotated[
+        int | None,
+        typer.Option(
+            "--nproc", min=1, help="Processes, started with torchrun (gloo on CPU); --nproc 1 is one torchrun process."
+        ),
+    ] = None,
 ) -> int:
     """Train as the contract says: exit 0 finished, 1 refused or failed, 4 paused by a rule, 5 aborted."""
     from rlvr_cli.commands.train import launch, run_train
 
-    if nproc > 1:
+    if nproc is not None:
         argv = [str(contract)] + (["--run-dir", str(run_dir)] if run_dir else [])
         argv += (["--max-steps", str(max_steps)] if max_steps else []) + (["--resume"] if resume else [])
         return launch(nproc, argv + (["--force"] if force else []) + (["--auto"] if auto else []))

@@ -69,7 +69,7 @@ class LeanEngine:
 
     def load_weights(self, model: Any) -> None:
         if model is not self.model:
-            self.model.load_state_dict(model.state_dict())
+            self.model.load_state_dict(whole_state(model))
 
     def describe(self) -> str:
         from rlvr_cli import __version__
@@ -91,10 +91,22 @@ class TransformersEngine:
 
     def load_weights(self, model: Any) -> None:
         if model is not self.model:
-            self.model.load_state_dict(model.state_dict())
+            self.model.load_state_dict(whole_state(model))
 
     def describe(self) -> str:
         return f"transformers {_version('transformers')} generate"
+
+
+def whole_state(model: Any) -> dict[str, Any]:
+    """The model's state dict, gathered from every process when it is sharded (FSDP2: a
+    collective, so every process syncs its engine at the same point)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    if not isinstance(model, FSDPModule):
+        return model.state_dict()
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
 
 
 class StaleWeights(RuntimeError):

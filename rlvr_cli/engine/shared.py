@@ -31,8 +31,10 @@ def why_not_shared(model: Any) -> str | None:
     checkpointing = getattr(model, "is_activation_checkpointing", None)  # transformers ≥ 5.x names it so
     if checkpointing is None:
         checkpointing = getattr(model, "is_gradient_checkpointing", False)
-    if checkpointing:
+    if checkpointing or getattr(model, "rlvr_recomputes_layers", False):
         return "gradient checkpointing is on"
+    if type(model).__name__.startswith("FSDP"):  # fully_shard's class: only its own forward gathers the weights
+        return "the model is sharded (FSDP2)"
     if model.training and float(getattr(model.config, "attention_dropout", 0.0) or 0.0) > 0:
         return "attention dropout"
     return None

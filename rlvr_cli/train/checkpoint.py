@@ -14,6 +14,7 @@ import json
 import os
 import random
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from rlvr_cli.errors import RlvrError
 from rlvr_cli.files import disk_errors, fsync_dir, save_torch, sha256_file
 from rlvr_cli.store.records import pin_problems, shards_sha256
 from rlvr_cli.store.run import MARKER, RunFolder
+from rlvr_cli.train import sharding
 from rlvr_cli.train.run_plan import contract_hash
 from rlvr_cli.train.setup import Setup
 from rlvr_cli.train.state import TrainState
@@ -63,7 +65,29 @@ def set_rng_state(state: dict[str, Any]) -> None:
         np.random.set_state((kind, keys.numpy().astype("uint32"), pos, has_gauss, cached))
 
 
-def save_checkpoint(setup: Setup, state: TrainState, run: RunFolder, contract_path: Path, records: Any) -> Path:
+@dataclass
+class Whole:
+    """A sharded run's weights and optimizer state, gathered on the main process."""
+
+    weights: dict[str, torch.Tensor]
+    optimizer: dict[str, Any] | None
+
+
+def gather(setup: Setup, optimizer: bool = True) -> Whole | None:
+    """The whole state of a sharded policy (a collective: every process calls it; the main one
+    gets it), or None when the policy is not sharded (its own state is whole)."""
+    from rlvr_cli.train import sharding
+
+    if not sharding.is_sharded(setup.policy):
+        return None
+    weights = sharding.full_weights(setup.policy, everywhere=False)
+    state = sharding.full_optimizer_state(setup.policy, setup.optimizer) if optimizer else None
+    return Whole(weights, state)
+
+
+def save_checkpoint(
+    setup: Setup, state: TrainState, run: RunFolder, contract_path: Path, records: Any, whole: Whole | None = None
+) -> Path:
     """Write the run's whole state at `state.step`; returns the published folder."""
     root = run.checkpoints
     root.mkdir(parents=True, exist_ok=True)
@@ -75,7 +99,7 @@ def save_checkpoint(setup: Setup, state: TrainState, run: RunFolder, contract_pa
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
-        _write_checkpoint(setup, state, run, contract_path, records, tmp)
+        _write_checkpoint(setup, state, run, contract_path, records, tmp, whole)
     except BaseException:  # a full disk, a signal: nothing half-written stays (the space is freed)
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -86,15 +110,16 @@ def save_checkpoint(setup: Setup, state: TrainState, run: RunFolder, contract_pa
 
 
 def _write_checkpoint(
-    setup: Setup, state: TrainState, run: RunFolder, contract_path: Path, records: Any, tmp: Path
+    setup: Setup, state: TrainState, run: RunFolder, contract_path: Path, records: Any, tmp: Path, whole: Any
 ) -> None:
     """Every file of the checkpoint into `tmp`, its `COMPLETE` marker last, all fsynced."""
     contract = setup.contract
     parts = set(contract.checkpoint.include)  # what the contract asks to keep (RLV701 wants all)
-    saved = {"optimizer": setup.optimizer.state_dict, "scheduler": setup.scheduler.state_dict, "rng": rng_state}
+    optimizer = (lambda: whole.optimizer) if whole is not None else setup.optimizer.state_dict
+    saved = {"optimizer": optimizer, "scheduler": setup.scheduler.state_dict, "rng": rng_state}
     with disk_errors(tmp):  # torch and safetensors hide ENOSPC in errors of their own
-        if "model" in parts:
-            setup.policy.save_pretrained(tmp / "model")  # safetensors, loadable by transformers
+        if "model" in parts:  # safetensors, loadable by transformers
+            setup.policy.save_pretrained(tmp / "model", state_dict=whole.weights if whole is not None else None)
         blob = {k: get() for k, get in saved.items() if k in parts}
         if setup.scaler is not None and "optimizer" in parts:
             blob["scaler"] = setup.scaler.state_dict()  # fp16: the loss scale and its growth counter
@@ -115,6 +140,7 @@ def _write_checkpoint(
         "verifier": contract.artifacts.verifier.model_dump(),
         "lock_sha256": _lock_hash(contract, contract_path),
         "world_size": setup.world,
+        "per_group_seeds": setup.per_group_seeds,
         "metrics_sha256": sha256_file(run.metrics) if run.metrics.is_file() else None,
     }
     (tmp / "trainer.json").write_text(json.dumps(meta, indent=1, default=str), encoding="utf-8")
@@ -175,7 +201,7 @@ def load_latest(setup: Setup, run: RunFolder, contract_path: Path, force: bool =
     _refuse_changes(setup, meta, path, contract_path)
     included = set(meta.get("include", CHECKPOINT_PARTS))
     _refuse_partial(included, path.name, force)
-    _load_weights(setup, path)
+    weights = _load_weights(setup, path)
     try:
         blob = torch.load(path / "state.pt", weights_only=True)  # tensors and plain values: no code runs
     except Exception as exc:
@@ -187,7 +213,9 @@ def load_latest(setup: Setup, run: RunFolder, contract_path: Path, force: bool =
         raise RlvrError(f"checkpoint {path.name}: state.pt does not hold rlvr's state (a {type(blob).__name__})")
     _refuse_nonfinite_state(blob, path.name)
     try:
-        if "optimizer" in blob:
+        if sharding.is_sharded(setup.policy):  # each process keeps its shard of the whole state
+            sharding.load_full(setup.policy, setup.optimizer, weights, blob.get("optimizer"))
+        elif "optimizer" in blob:
             setup.optimizer.load_state_dict(blob["optimizer"])
         if "scheduler" in blob:
             setup.scheduler.load_state_dict(blob["scheduler"])
@@ -259,16 +287,16 @@ def _refuse_changes(setup: Setup, meta: dict[str, Any], path: Path, contract_pat
             f"the contract changed since checkpoint {path.name}; resume refuses a different "
             "experiment (start a new run with --run-dir)"
         )
-    if meta.get("world_size", 1) != setup.world:
-        raise RlvrError(
-            f"checkpoint {path.name} was written by {meta.get('world_size', 1)} process(es); resume it "
-            f"with the same number (now {setup.world})"
-        )
+    written = meta.get("per_group_seeds", meta.get("world_size", 1) > 1)
+    if written != setup.per_group_seeds:  # the number of processes may change; how groups are seeded may not
+        how = "under torchrun (`--nproc N`, any N)" if written else "in one plain process (without --nproc)"
+        seeds = "each group is sampled with a seed of its own" if written else "groups share the run's seed stream"
+        raise RlvrError(f"checkpoint {path.name} was written {how}, where {seeds}; resume it the same way")
     if meta.get("lock_sha256") != _lock_hash(setup.contract, contract_path):
         raise RlvrError(f"the lock file changed since checkpoint {path.name}; the locked artifacts differ")
 
 
-def _load_weights(setup: Setup, path: Path) -> None:
+def _load_weights(setup: Setup, path: Path) -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 
     weights = {}
@@ -278,11 +306,14 @@ def _load_weights(setup: Setup, path: Path) -> None:
         except Exception as exc:  # a file safetensors cannot read: foreign or damaged, never a crash
             raise RlvrError(f"checkpoint {path.name}: {file.name} cannot be read as safetensors ({exc})") from None
     _refuse_foreign(weights, setup.policy.state_dict(), path.name)
+    if sharding.is_sharded(setup.policy):
+        return weights  # loaded with the optimizer state (sharding.load_full)
     missing, unexpected = setup.policy.load_state_dict(weights, strict=False)
     if unexpected or [m for m in missing if "lm_head" not in m]:
         raise RlvrError(f"checkpoint {path.name} does not fit the policy (missing {missing}, unexpected {unexpected})")
     if setup.policy.config.tie_word_embeddings:
         setup.policy.tie_weights()
+    return weights
 
 
 def _refuse_foreign(weights: dict[str, torch.Tensor], own: dict[str, torch.Tensor], name: str) -> None:

@@ -20,7 +20,7 @@ from rlvr_cli.contract.models import Contract
 from rlvr_cli.errors import RlvrError, UsageProblem
 
 GIB = 1024**3
-BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}  # by dtype name
 OPTIMIZER_STATES = {"adamw": 2, "adam": 2, "sgd": 0}
 
 
@@ -56,6 +56,11 @@ class ModelShape:
         return self.hidden // self.heads
 
     @property
+    def layer_parameters(self) -> int:
+        h, kv = self.hidden, self.kv_heads * self.head_dim
+        return 2 * h * h + 2 * h * kv + 3 * h * self.intermediate + 2 * h
+
+    @property
     def parameters(self) -> int:
         """Llama-style decoder: attention q/k/v/o, gated MLP, two norms per layer."""
         h, kv = self.hidden, self.kv_heads * self.head_dim
@@ -75,49 +80,87 @@ def load_shape(contract: Contract, folder: Path) -> ModelShape:
 
 
 def estimate(contract: Contract, shape: ModelShape, devices: int = 1) -> dict[str, float]:
-    """Bytes per device for each term."""
+    """Bytes per device for each term, as the trainer runs the contract: the parameter terms are
+    divided over the devices only with `parallel.strategy: fsdp2` (ddp keeps a whole copy on
+    each), offloaded terms live in CPU memory, a sharded policy samples from a whole copy of the
+    weights in the compute dtype."""
     hp, length = contract.hyperparameters, contract.length
-    b = BYTES[hp.precision]
+    p, par = hp.dtypes, hp.strategy
+    bp, bc = BYTES[p.params], BYTES[p.compute]
     params = shape.parameters
-    shard = max(devices, 1)
+    sharded = par.strategy == "fsdp2" and devices > 1
+    shard = devices if sharded else 1
+    on_device = 0.0 if sharded and par.cpu_offload else 1.0
     seq = length.max_prompt_tokens + length.max_response_tokens
-    rollouts = hp.prompts_per_step * hp.group_size / shard
+    rollouts = hp.prompts_per_step * hp.group_size / max(devices, 1)
     micro = hp.micro_batch_sequences or hp.prompts_per_step * hp.group_size
     micro = min(micro, rollouts) if devices > 1 else micro
-    activation_factor = 34 * (2 if b == 4 else 1)
-    return {
-        "policy parameters": params * b / shard,
-        "gradients": params * b / shard,
-        "optimizer state": params * b * OPTIMIZER_STATES[hp.optimizer.name] / shard,
-        "reference": params * b / shard if contract.objective.kl.coef > 0 else 0.0,
-        "rollout KV cache": 2 * shape.layers * shape.kv_heads * shape.head_dim * b * seq * rollouts,
-        "activations": seq * micro * shape.hidden * shape.layers * activation_factor,
+    per_token_layer = 34 * (2 if bc == 4 else 1)  # bytes per token, hidden unit and layer
+    if par.activation_checkpointing:  # each layer keeps its input; one layer's activations are alive at a time
+        activations = seq * micro * shape.hidden * (shape.layers * bc + per_token_layer)
+    else:
+        activations = seq * micro * shape.hidden * shape.layers * per_token_layer
+    terms = {
+        "policy parameters": params * bp / shard * on_device,
+        "gradients": params * bp / shard * on_device,
+        "optimizer state": params * bp * OPTIMIZER_STATES[hp.optimizer.name] / shard * on_device,
+        "reference": params * bp / shard * on_device if contract.objective.kl.coef > 0 else 0.0,
+        "rollout KV cache": 2 * shape.layers * shape.kv_heads * shape.head_dim * bc * seq * rollouts,
+        "activations": activations,
         "logits": 2 * micro * length.max_response_tokens * shape.vocab * 4,
     }
+    if sharded:
+        terms["rollout weights"] = params * bc  # the engine's whole copy (sampling cannot run in lockstep)
+        terms["gathered layers"] = 2 * shape.layer_parameters * bc  # the layer computing and the next one
+    return terms
 
 
-def advice(terms: dict[str, float], budget: float | None, precision: str, devices: int) -> list[str]:
-    """What to change when the total exceeds the budget, starting with the dominant term."""
+def advice(
+    contract: Contract, shape: ModelShape, terms: dict[str, float], budget: float | None, devices: int
+) -> list[str]:
+    """When the total exceeds the budget: the dominant term, then the first change of the
+    contract (in this order) that makes the plan fit, with its total."""
     total = sum(terms.values())
     if budget is None or total <= budget:
         return []
     top = max(terms, key=terms.get)  # type: ignore[arg-type]
-    tips = {
-        "activations": "lower hyperparameters.micro_batch_sequences (activations scale with it)",
-        "logits": "lower micro_batch_sequences or max_response_tokens (logits are fp32, B×T×V)",
-        "rollout KV cache": "generate the group in chunks, or lower max_response_tokens / group_size",
-        "optimizer state": "shard with FSDP over more GPUs",
-        "policy parameters": "shard with FSDP over more GPUs",
-        "gradients": "shard with FSDP over more GPUs",
-        "reference": "kl.coef = 0 removes the reference; or shard it with FSDP",
-    }
-    out = [f"{top} dominates: {tips[top]}"]
-    if precision == "fp32":
-        out.append("bf16 precision halves parameters, gradients, optimizer state and the KV cache")
+    out = [f"{top} dominates ({_fmt(terms[top])} of {_fmt(total)} > {_fmt(budget)})"]
+    for words, changed in _changes(contract, devices):
+        after = sum(estimate(changed, shape, devices).values())
+        if after <= budget:
+            out.append(f"fits with {words}: {_fmt(after)} per device")
+            return out
     out.append(
-        f"{'more GPUs divide' if devices > 1 else 'sharding over N GPUs divides'} the parameter terms and "
-        f"the KV cache (now {total / GIB:.2f} GiB > {budget / GIB:.2f} GiB)"
+        f"no single change of precision, strategy, activation checkpointing or offload fits {devices} device(s); "
+        "lower micro_batch_sequences, max_response_tokens or group_size, or add devices"
     )
+    return out
+
+
+def _changes(contract: Contract, devices: int) -> list[tuple[str, Contract]]:
+    """Contract changes that save memory, each added to the ones before, cheapest in speed first."""
+    hp = contract.hyperparameters
+    precision, par = hp.precision, hp.strategy.model_dump()
+    out: list[tuple[str, Contract]] = []
+    said: list[str] = []
+
+    def add(words: str) -> None:
+        said.append(words)
+        updated = hp.model_copy(update={"precision": precision, "parallel": type(hp.strategy)(**par)})
+        out.append((" + ".join(said), contract.model_copy(update={"hyperparameters": updated})))
+
+    if hp.dtypes.compute == "fp32":
+        precision = "bf16"
+        add("precision: bf16 (fp32 master weights, bf16 compute: half the KV cache and activations)")
+    if devices > 1 and par["strategy"] != "fsdp2":
+        par["strategy"] = "fsdp2"
+        add(f"parallel.strategy: fsdp2 (parameters, gradients and optimizer state over {devices} devices)")
+    if not par["activation_checkpointing"]:
+        par["activation_checkpointing"] = True
+        add("parallel.activation_checkpointing: true")
+    if devices > 1 and not par["cpu_offload"]:
+        par["cpu_offload"] = True
+        add("parallel.cpu_offload: true (the sharded state in CPU memory)")
     return out
 
 
@@ -125,19 +168,27 @@ def plan_table(contract: Contract, shape: ModelShape, devices: int, memory_gib: 
     terms = estimate(contract, shape, devices)
     total = sum(terms.values())
     budget = memory_gib * GIB if memory_gib else None
+    hp = contract.hyperparameters
+    par = hp.strategy
+    how = par.strategy if devices > 1 else "one process"
+    extras = [
+        k
+        for k in ("activation_checkpointing", "cpu_offload")
+        if getattr(par, k) and (k != "cpu_offload" or devices > 1)
+    ]
     lines = [
         f"model: {shape.parameters / 1e6:,.2f} M parameters ({shape.layers} layers, hidden {shape.hidden}, "
-        f"{shape.heads}/{shape.kv_heads} heads, vocab {shape.vocab}); {contract.hyperparameters.precision}; "
-        f"{devices} device(s){' with FSDP sharding' if devices > 1 else ''}",
+        f"{shape.heads}/{shape.kv_heads} heads, vocab {shape.vocab}); {hp.dtypes.name}; "
+        f"{devices} device(s), {how}{''.join(', ' + e.replace('_', ' ') for e in extras)}",
         f"{'term':<22}{'per device':>14}{'share':>8}",
     ]
     for name, value in sorted(terms.items(), key=lambda kv: -kv[1]):
-        lines.append(f"{name:<22}{_fmt(value):>14}{value / total:>8.0%}")
+        lines.append(f"{name:<22}{_fmt(value):>14}{value / total if total else 0:>8.0%}")
     lines.append(f"{'total':<22}{_fmt(total):>14}")
     fits = budget is None or total <= budget
     if budget is not None:
         lines.append(f"{'fits' if fits else 'does NOT fit'} in {memory_gib:g} GiB per device")
-    lines += [f"  - {tip}" for tip in advice(terms, budget, contract.hyperparameters.precision, devices)]
+    lines += [f"  - {tip}" for tip in advice(contract, shape, terms, budget, devices)]
     return "\n".join(lines), fits
 
 

@@ -81,8 +81,18 @@ def build(contract: Contract, folder: Path, fault: Fault) -> Setup:
     torch.manual_seed(hp.seed)
     policy_ref = contract.artifacts.policy
     policy = load_model(artifact_path(policy_ref, folder, "policy"), policy_ref.revision, dtype, device)
+    sharded = hp.strategy.strategy == "fsdp2" and dist.active()
+    engine = make_engine(hp.sampling.engine, policy, fault, compute, copy=sharded)
+    reference = load_reference(contract, folder, dtype, device)
+    if hp.strategy.activation_checkpointing:
+        recompute_layers(policy)
+    if sharded:
+        from rlvr_cli.train.sharding import shard
+
+        for model in (policy, reference):
+            if model is not None:
+                shard(model, hp.strategy, compute, hp.dtypes.reduce)
     optimizer = make_optimizer(contract, policy)
-    engine = make_engine(hp.sampling.engine, policy, fault, compute)
     splits = read_splits(folder, contract.data.splits)
     return Setup(
         contract=contract,
@@ -91,7 +101,7 @@ def build(contract: Contract, folder: Path, fault: Fault) -> Setup:
         dtype=dtype,
         renderer=ChatRenderer.from_contract(contract, folder),
         policy=policy,
-        reference=load_reference(contract, folder, dtype, device),
+        reference=reference,
         optimizer=optimizer,
         scheduler=make_scheduler(contract, optimizer),
         train_tasks=splits["train"],
@@ -113,17 +123,42 @@ def compute_dtype(contract: Contract) -> torch.dtype | None:
     return DTYPES[p.compute] if p.mixed else None
 
 
-def make_engine(name: str, policy: Any, fault: Fault, compute: torch.dtype | None = None) -> PolicyEngine:
+def make_engine(
+    name: str, policy: Any, fault: Fault, compute: torch.dtype | None = None, copy: bool = False
+) -> PolicyEngine:
     """The run's rollout engine, sampling from the policy itself (lean, transformers) or from
-    its own copy of the weights (vLLM; on CPU `RLVR_FAULT=engine_copy` stands in for it)."""
-    if fault.engine is None:
+    its own copy of the weights (vLLM; a sharded policy; on CPU `RLVR_FAULT=engine_copy` stands
+    in for it). The copy holds the compute dtype: it samples and never trains."""
+    if fault.engine is None and not copy:
         return PolicyEngine.of(name, policy, compute=compute)
-    import copy
+    import copy as copying
 
-    engine = PolicyEngine.of(name, copy.deepcopy(policy).eval(), compute=compute)
+    own = copying.deepcopy(policy).eval().requires_grad_(False)
+    engine = PolicyEngine.of(name, own.to(compute) if compute is not None and copy else own, compute=compute)
     if fault.engine == "stale_engine":  # the bug this guards against: weights never reach the engine
         engine.engine.load_weights = lambda model: None  # type: ignore[method-assign]
     return engine
+
+
+def recompute_layers(model: Any) -> None:
+    """Activation checkpointing: each decoder layer keeps only its input for the backward and
+    runs its forward again there (torch.utils.checkpoint, non-reentrant), in eval mode too."""
+    import functools
+
+    from torch.utils.checkpoint import checkpoint
+
+    classes = set(getattr(model, "_no_split_modules", None) or ())
+    for layer in (m for m in model.modules() if type(m).__name__ in classes):
+        forward = layer.forward
+
+        @functools.wraps(forward)
+        def recomputed(*args: Any, _forward: Any = forward, **kwargs: Any) -> Any:
+            if not torch.is_grad_enabled():
+                return _forward(*args, **kwargs)
+            return checkpoint(_forward, *args, use_reentrant=False, **kwargs)
+
+        layer.forward = recomputed
+    model.rlvr_recomputes_layers = True  # the shared-prompt forward, which runs the layers' parts, steps aside
 
 
 def _version_of(library: str) -> str:

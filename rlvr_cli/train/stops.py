@@ -9,7 +9,7 @@ from rlvr_cli.errors import ExitCode
 from rlvr_cli.files import disk_errors
 from rlvr_cli.store.run import FiredRule
 from rlvr_cli.train import distributed as dist
-from rlvr_cli.train.checkpoint import rng_state, save_checkpoint, set_rng_state
+from rlvr_cli.train.checkpoint import gather, rng_state, save_checkpoint, set_rng_state
 from rlvr_cli.train.run_plan import SKIPPED_UPDATES_STOP
 from rlvr_cli.train.state import TrainState
 
@@ -57,8 +57,9 @@ def checkpoint_step_start(run: Run, mark: tuple[dict[str, Any], dict[str, Any]] 
 def checkpoint(run: Run) -> None:
     if run.ahead is not None:
         run.ahead.settle(run.state)  # the samples in flight are part of the state
+    whole = gather(run.setup)  # sharded: every process sends its shard to the main one
     if run.setup.main:  # the weights are identical on every rank
-        save_checkpoint(run.setup, run.state, run.folder, run.contract_path, run.records)
+        save_checkpoint(run.setup, run.state, run.folder, run.contract_path, run.records, whole)
     dist.barrier()
 
 
@@ -102,9 +103,10 @@ def finish(run: Run, reason: str) -> int:
     final = run.folder.final
     if run.records is not None:
         run.records.flush()  # "finished" means every record is listed
+    whole = gather(run.setup, optimizer=False)
     if run.setup.main:
         with disk_errors(final.parent):  # safetensors hides ENOSPC in an error of its own
-            run.setup.policy.save_pretrained(final)
+            run.setup.policy.save_pretrained(final, state_dict=whole.weights if whole else None)
             run.setup.tokenizer.save_pretrained(final)
         run.status("finished", reason=reason, final=str(final))
         _eprint(f"finished: {reason}; policy saved to {final}")

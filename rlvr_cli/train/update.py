@@ -20,6 +20,7 @@ from rlvr_cli.rollout import hints
 from rlvr_cli.train import distributed as dist
 from rlvr_cli.train import objective as obj
 from rlvr_cli.train.setup import Setup
+from rlvr_cli.train.sharding import Lockstep, is_sharded
 from rlvr_cli.train.state import TrainState
 
 
@@ -34,9 +35,19 @@ class Forward:
     pad_id: int = 0
     packing: bool = False  # several sequences per row; otherwise one per row, padded on the right
     compute: torch.dtype | None = None  # mixed precision: the autocast dtype of every forward
+    lockstep: Lockstep | None = None  # a sharded policy: empty rounds up to `rounds` (train/sharding.py)
+    rounds: int = 0  # micro-batches of the process that has the most
 
     @classmethod
     def of(cls, setup: Setup, samples: list[Sample]) -> Forward:
+        fwd = cls._of(setup, samples)
+        if is_sharded(setup.policy):  # every process runs as many forwards as the busiest one
+            fwd.lockstep = Lockstep(setup.renderer.pad_id, setup.device)
+            fwd.rounds = int(dist.maximum(float(len(fwd.parts))))
+        return fwd
+
+    @classmethod
+    def _of(cls, setup: Setup, samples: list[Sample]) -> Forward:
         if not samples:  # a rank with nothing to train this step still joins every collective
             empty = Batch(
                 torch.zeros(0, 1, dtype=torch.long), torch.zeros(0, 1, dtype=torch.long), 1, torch.zeros(0, 0)
@@ -89,7 +100,15 @@ class Forward:
 
     @torch.no_grad()
     def logprobs(self, model: object, temperature: float) -> torch.Tensor:
-        return torch.cat([self.forward(model, part, temperature)[0] for part in self.parts])  # (B, T)
+        rows = [self.forward(model, part, temperature)[0] for part in self.parts]
+        for _ in range(self.empty_rounds):
+            with autocast(self.compute, self.batch.input_ids.device.type):
+                self.lockstep.forward(model)  # type: ignore[union-attr]
+        return torch.cat(rows) if rows else torch.zeros(0, self.batch.response_mask.shape[1])  # (B, T)
+
+    @property
+    def empty_rounds(self) -> int:
+        return max(self.rounds - len(self.parts), 0) if self.lockstep is not None else 0
 
 
 def forward_description(setup: Setup) -> str:
@@ -105,7 +124,7 @@ def sampling_logprobs(setup: Setup, samples: list[Sample]) -> None:
     """Old log-probs of samples that are not trained (excluded, truncated, uniform groups), from
     the weights that sampled them, so every record carries them."""
     todo = [s for s in samples if not s.old_logp and s.response_ids]
-    if not todo:
+    if not (dist.maximum(float(len(todo))) if is_sharded(setup.policy) else todo):
         return
     fwd = Forward.of(setup, todo)
     logp = fwd.logprobs(setup.policy, setup.contract.hyperparameters.sampling.temperature)  # (B, T)
@@ -115,7 +134,7 @@ def sampling_logprobs(setup: Setup, samples: list[Sample]) -> None:
 
 def reference_logprobs(setup: Setup, fwd: Forward) -> torch.Tensor | None:
     """`(B, T)` the frozen reference's log-probs of the trained samples (None without one)."""
-    if setup.reference is None or not fwd.parts:
+    if setup.reference is None or not (fwd.parts or fwd.empty_rounds):
         return None
     return fwd.logprobs(setup.reference, setup.contract.hyperparameters.sampling.temperature)
 
@@ -210,7 +229,8 @@ def optimizer_passes(
         lag = max([lag, *(state.optimizer_steps - s.revision for s in samples)])  # measured, not assumed
         setup.optimizer.zero_grad(set_to_none=True)
         stats, loss_sum, bad = _backward(setup, state, fwd, olds, ref, adv, totals)
-        dist.sum_gradients(setup.policy, hp.dtypes.reduce)  # every rank now holds the whole batch's gradient
+        if not is_sharded(setup.policy):  # FSDP2 sums them itself, each process keeping its shard
+            dist.sum_gradients(setup.policy, hp.dtypes.reduce)  # every rank now holds the whole batch's gradient
         nonfinite += dist.total(bad)
         if setup.scaler is not None:
             setup.scaler.unscale_(setup.optimizer)
@@ -281,6 +301,10 @@ def _backward(
         (loss if setup.scaler is None else setup.scaler.scale(loss)).backward()
         loss_sum += float(loss.detach())
         stats = stats.add(st)
+    for _ in range(fwd.empty_rounds):
+        with autocast(fwd.compute, setup.device.type):
+            empty = fwd.lockstep.forward(setup.policy)  # type: ignore[union-attr]
+        (empty if setup.scaler is None else setup.scaler.scale(empty)).backward()
     return stats, loss_sum, bad
 
 
@@ -289,6 +313,11 @@ def _clip(policy: torch.nn.Module, max_norm: float) -> tuple[float, float]:
     counted when the norm is not: a finite norm has none), then the gradients clipped —
     exactly `clip_grad_norm_`."""
     params = [p for p in policy.parameters() if p.grad is not None]
+    if is_sharded(policy):  # gradients are shards (DTensors): the norm is of the whole gradient
+        total = torch.nn.utils.clip_grad_norm_(params, max_norm)
+        norm = float(total.full_tensor() if hasattr(total, "full_tensor") else total)
+        local = sum(int((~torch.isfinite(p.grad.to_local())).sum()) for p in params) if not math.isfinite(norm) else 0
+        return norm, dist.total(float(local))
     total = torch.nn.utils.get_total_norm([p.grad for p in params])
     norm = float(total)
     bad = 0.0 if math.isfinite(norm) else float(sum(int((~torch.isfinite(p.grad)).sum()) for p in params))

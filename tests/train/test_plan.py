@@ -59,9 +59,24 @@ def test_plan_for_a_7b_class_config() -> None:
     assert "6,738.42 M parameters" in fits.stdout and "fits in 80 GiB per device" in fits.stdout
     for term in ("policy parameters", "gradients", "optimizer state", "reference", "rollout KV cache", "activations"):
         assert term in fits.stdout
+    assert "8 device(s), fsdp2, activation checkpointing" in fits.stdout and "rollout weights" in fits.stdout
     single = rlvr("plan", SEVEN_B, "--gpu-memory", "80")
     assert single.code == 1 and "does NOT fit" in single.stdout and "dominates" in single.stdout
     assert rlvr("plan", ROOT / "contracts" / "nope.rlvr.yaml").code == 2
+
+
+def test_the_plan_divides_memory_only_where_the_trainer_shards(tmp_path: Path) -> None:
+    """Data parallel keeps a whole copy of the weights, gradients and optimizer state on every GPU:
+    the same 7B contract without fsdp2 does not fit 8 × 80 GiB, and the plan names what does."""
+    ddp = tmp_path / "ddp.rlvr.yaml"
+    text = SEVEN_B.read_text()
+    line = "  parallel: {strategy: fsdp2, activation_checkpointing: true}\n"
+    assert line in text
+    ddp.write_text(text.replace(line, ""))
+    shutil.copytree(SEVEN_B.parent / "llama-7b", tmp_path / "llama-7b")  # plan reads only its config.json
+    plan = rlvr("plan", ddp, "--gpus", "8", "--gpu-memory", "80")
+    assert plan.code == 1 and "8 device(s), ddp" in plan.stdout and "does NOT fit" in plan.stdout, plan.stdout
+    assert "fits with parallel.strategy: fsdp2" in plan.stdout and "activation_checkpointing: true" in plan.stdout
 
 
 @pytest.mark.slow

@@ -1,0 +1,93 @@
+"""FSDP2 vs DDP: 2 CPU processes (gloo) training the same contract on a ~53 M-parameter model.
+
+Per process: peak resident memory (ru_maxrss, each rank measures itself) and the memory the
+plan estimates for it; per run: seconds per step (metrics.jsonl `step_seconds`, steps after
+the first). Run: `.venv/bin/python benchmarks/fsdp_vs_ddp.py` (about 5 minutes on 2 cores).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+STEPS = 4
+RANK = """
+import json, os, resource, sys
+from rlvr_cli.__main__ import main
+try:
+    sys.argv = ["rlvr", *sys.argv[1:]]
+    main()
+except SystemExit:
+    pass
+finally:
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    with open(os.environ["PEAK_DIR"] + f"/rank-{os.environ['RANK']}.json", "w") as fh:
+        json.dump({"peak": peak}, fh)
+"""
+
+
+def experiment(root: Path) -> Path:
+    from rlvr_cli.toy.tiny import build_tiny
+
+    folder = root / "exp"
+    subprocess.run(
+        [sys.executable, "-m", "rlvr_cli", "init", str(folder), "--no-model"], check=True, capture_output=True
+    )
+    shutil.rmtree(folder / "model", ignore_errors=True)
+    build_tiny(folder / "model", hidden=768, layers=9)  # 9 × 5.9 M + embeddings ≈ 53 M parameters
+    return folder
+
+
+def run(folder: Path, strategy: str, out: Path) -> dict:
+    contract = folder / f"{strategy}.rlvr.yaml"
+    text = (folder / "experiment.rlvr.yaml").read_text()
+    contract.write_text(
+        text.replace("  precision: fp32\n", f"  precision: fp32\n  parallel: {{strategy: {strategy}}}\n")
+    )
+    peaks = out / strategy
+    peaks.mkdir(parents=True)
+    (out / "rank.py").write_text(RANK)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PEAK_DIR": str(peaks), "PYTHONPATH": str(ROOT)}
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        str(out / "rank.py"),
+    ]
+    command += ["train", str(contract), "--run-dir", str(out / f"run-{strategy}"), "--max-steps", str(STEPS)]
+    subprocess.run(command, check=True, capture_output=True, env=env, timeout=1800)
+    rows = [json.loads(line) for line in (out / f"run-{strategy}" / "metrics.jsonl").read_text().splitlines()]
+    seconds = [r["step_seconds"] for r in rows[1:]]
+    plan = subprocess.run(
+        [sys.executable, "-m", "rlvr_cli", "plan", str(contract), "--gpus", "2"], capture_output=True, text=True
+    ).stdout
+    total = next(line for line in plan.splitlines() if line.startswith("total"))
+    return {
+        "peak_per_process_mib": [json.loads(p.read_text())["peak"] / 2**20 for p in sorted(peaks.glob("*.json"))],
+        "seconds_per_step": sum(seconds) / len(seconds),
+        "plan_total": total.split(None, 1)[1].strip(),
+    }
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = experiment(Path(tmp))
+        results = {s: run(folder, s, Path(tmp) / "out") for s in ("ddp", "fsdp2")}
+    print(json.dumps(results, indent=1))
+    d, f = results["ddp"], results["fsdp2"]
+    print(
+        f"memory per process fsdp2/ddp: {max(f['peak_per_process_mib']) / max(d['peak_per_process_mib']):.2f}; "
+        f"steps/s fsdp2/ddp: {d['seconds_per_step'] / f['seconds_per_step']:.2f}"
+    )
+
+
+if __name__ == "__main__":
+    main()

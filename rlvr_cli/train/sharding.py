@@ -1,0 +1,112 @@
+"""FSDP2: each process holds 1/N of the weights, gradients and optimizer state
+(`torch.distributed.fsdp.fully_shard`, one unit per decoder layer and one for the rest).
+
+What changes when the model is sharded, and how rlvr keeps the run the same run:
+- **Gradients are summed, not averaged**, over processes (divide factor 1): the loss already
+  divides by global counts (train/distributed.py), as with `ddp`.
+- **Every process runs the same number of forwards and backwards**, because each layer's
+  weights are gathered by a collective: a process with fewer micro-batches than another runs
+  empty ones (`Lockstep`), whose loss is 0 and whose gradient is 0.
+- **Sampling reads a whole copy of the weights** (the rollout engine's, like a colocated vLLM's):
+  sampling lengths differ between processes and cannot be in lockstep. After each optimizer
+  step the full weights are gathered into it.
+- **Checkpoints hold the full state** (weights and optimizer state gathered), in the same format
+  as an unsharded run's, so a run resumes with another number of processes or strategy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from rlvr_cli.engine.precision import DTYPES
+
+
+def shard(model: Any, parallel: Any, compute: torch.dtype | None, reduce: str) -> Any:
+    """Shard `model` in place over every process, one unit per decoder layer (the classes the
+    model names in `_no_split_modules`) and one for the embeddings, final norm and head."""
+    from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+
+    layer_classes = set(getattr(model, "_no_split_modules", None) or ())
+    options: dict[str, Any] = {
+        "mp_policy": MixedPrecisionPolicy(param_dtype=compute, reduce_dtype=DTYPES[reduce]),
+        "offload_policy": CPUOffloadPolicy() if parallel.cpu_offload else OffloadPolicy(),
+        "reshard_after_forward": parallel.reshard_after_forward,
+    }
+    layers = [m for m in model.modules() if type(m).__name__ in layer_classes]
+    for layer in layers:
+        fully_shard(layer, **options)
+    fully_shard(model, **options)
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.set_gradient_divide_factor(1.0)
+            module.set_force_sum_reduction_for_comms(True)  # a plain sum (gloo has no pre-multiplied sum)
+    return model
+
+
+def is_sharded(model: Any) -> bool:
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(model, FSDPModule)
+
+
+def full_weights(model: Any, everywhere: bool = True) -> dict[str, torch.Tensor]:
+    """The whole state dict of a sharded model, gathered (a collective: every process calls it);
+    `everywhere=False` keeps it on the main process only (the others get an empty dict)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    options = StateDictOptions(full_state_dict=True, cpu_offload=not everywhere)
+    weights = get_model_state_dict(model, options=options)
+    if getattr(model.config, "tie_word_embeddings", False):  # saved once, as an unsharded model saves it
+        tied = getattr(model, "_tied_weights_keys", None) or {}
+        for key in tied if isinstance(tied, dict | list) else ():
+            weights.pop(key, None)
+    return weights
+
+
+def full_optimizer_state(model: Any, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """The optimizer's whole state in the format of an unsharded `optimizer.state_dict()` (keyed
+    by parameter index), gathered on the main process (a collective)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    named = get_optimizer_state_dict(model, optimizer, options=options)
+    if not named:
+        return {}
+    index = {name: i for i, (name, _) in enumerate(model.named_parameters())}
+    groups = [{**g, "params": [index[n] for n in g["params"]]} for g in named["param_groups"]]
+    return {"state": {index[n]: s for n, s in named["state"].items()}, "param_groups": groups}
+
+
+def load_full(model: Any, optimizer: torch.optim.Optimizer | None, weights: dict, state: dict | None) -> None:
+    """Load an unsharded checkpoint's weights and optimizer state into the sharded model: every
+    process read the same files and keeps its own shard."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_optimizer_state_dict
+
+    options = StateDictOptions(full_state_dict=True)
+    set_model_state_dict(model, weights, options=options)
+    if optimizer is None or state is None:
+        return
+    names = [name for name, _ in model.named_parameters()]
+    named = {
+        "state": {names[int(i)]: s for i, s in state["state"].items()},
+        "param_groups": [{**g, "params": [names[int(i)] for i in g["params"]]} for g in state["param_groups"]],
+    }
+    set_optimizer_state_dict(model, optimizer, named, options=options)
+
+
+class Lockstep:
+    """Empty forwards and backwards for a process with fewer micro-batches than the others."""
+
+    def __init__(self, pad_id: int, device: torch.device) -> None:
+        from rlvr_cli.engine.forward import Batch
+
+        ids = torch.full((1, 2), pad_id, dtype=torch.long, device=device)
+        self.batch = Batch(ids, torch.ones_like(ids), 1, torch.ones(1, 1, device=device))
+
+    def forward(self, model: Any) -> torch.Tensor:
+        from rlvr_cli.engine.forward import token_logprobs
+
+        logp, _ = token_logprobs(model, self.batch, 1.0)
+        return logp.sum() * 0.0  # a loss of 0 whose gradient, summed with the others', adds 0
