@@ -20,15 +20,15 @@ STEPS = 4
 RANK = """
 import json, os, resource, sys
 from rlvr_cli.__main__ import main
-try:
-    sys.argv = ["rlvr", *sys.argv[1:]]
-    main()
-except SystemExit:
-    pass
-finally:
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    with open(os.environ["PEAK_DIR"] + f"/rank-{os.environ['RANK']}.json", "w") as fh:
-        json.dump({"peak": peak}, fh)
+
+if __name__ == "__main__":  # the verifier's worker processes import this file too
+    try:
+        sys.argv = ["rlvr", *sys.argv[1:]]
+        main()
+    finally:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        with open(os.environ["PEAK_DIR"] + f"/rank-{os.environ['RANK']}.json", "w") as fh:
+            json.dump({"peak": peak}, fh)
 """
 
 
@@ -44,27 +44,27 @@ def experiment(root: Path) -> Path:
     return folder
 
 
-def run(folder: Path, strategy: str, out: Path) -> dict:
-    contract = folder / f"{strategy}.rlvr.yaml"
+def run(folder: Path, name: str, out: Path) -> dict:
+    """`name`: ddp, fsdp2, or ddp-own: ddp with the model's own update forward, as fsdp2 has
+    (responses padded on the right, so the shared-prompt forward steps aside)."""
+    strategy = name.removesuffix("-own")
+    contract = folder / f"{name}.rlvr.yaml"
     text = (folder / "experiment.rlvr.yaml").read_text()
-    contract.write_text(
-        text.replace("  precision: fp32\n", f"  precision: fp32\n  parallel: {{strategy: {strategy}}}\n")
-    )
-    peaks = out / strategy
+    text = text.replace("  precision: fp32\n", f"  precision: fp32\n  parallel: {{strategy: {strategy}}}\n")
+    if name.endswith("-own"):
+        assert "padding_side: left" in text
+        text = text.replace("padding_side: left", "padding_side: right")
+    contract.write_text(text)
+    peaks = out / name
     peaks.mkdir(parents=True)
     (out / "rank.py").write_text(RANK)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PEAK_DIR": str(peaks), "PYTHONPATH": str(ROOT)}
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node=2",
-        str(out / "rank.py"),
-    ]
-    command += ["train", str(contract), "--run-dir", str(out / f"run-{strategy}"), "--max-steps", str(STEPS)]
-    subprocess.run(command, check=True, capture_output=True, env=env, timeout=1800)
-    rows = [json.loads(line) for line in (out / f"run-{strategy}" / "metrics.jsonl").read_text().splitlines()]
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    command += [str(out / "rank.py"), "train", str(contract), "--run-dir", str(out / f"run-{name}")]
+    done = subprocess.run([*command, "--max-steps", str(STEPS)], capture_output=True, text=True, env=env, timeout=1800)
+    if done.returncode:
+        raise SystemExit(f"{name} failed:\n{done.stderr[-3000:]}")
+    rows = [json.loads(line) for line in (out / f"run-{name}" / "metrics.jsonl").read_text().splitlines()]
     seconds = [r["step_seconds"] for r in rows[1:]]
     plan = subprocess.run(
         [sys.executable, "-m", "rlvr_cli", "plan", str(contract), "--gpus", "2"], capture_output=True, text=True
@@ -80,13 +80,14 @@ def run(folder: Path, strategy: str, out: Path) -> dict:
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = experiment(Path(tmp))
-        results = {s: run(folder, s, Path(tmp) / "out") for s in ("ddp", "fsdp2")}
+        results = {s: run(folder, s, Path(tmp) / "out") for s in ("ddp", "ddp-own", "fsdp2")}
     print(json.dumps(results, indent=1))
-    d, f = results["ddp"], results["fsdp2"]
-    print(
-        f"memory per process fsdp2/ddp: {max(f['peak_per_process_mib']) / max(d['peak_per_process_mib']):.2f}; "
-        f"steps/s fsdp2/ddp: {d['seconds_per_step'] / f['seconds_per_step']:.2f}"
-    )
+    f = results["fsdp2"]
+    for base in ("ddp", "ddp-own"):
+        d = results[base]
+        memory = max(f["peak_per_process_mib"]) / max(d["peak_per_process_mib"])
+        speed = d["seconds_per_step"] / f["seconds_per_step"]
+        print(f"fsdp2/{base}: memory per process {memory:.2f}, steps/s {speed:.2f}")
 
 
 if __name__ == "__main__":

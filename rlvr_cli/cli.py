@@ -283,6 +283,14 @@ def train(
             "--nproc", min=1, help="Processes, started with torchrun (gloo on CPU); --nproc 1 is one torchrun process."
         ),
     ] = None,
+    device_memory: Annotated[
+        float | None,
+        typer.Option(
+            "--device-memory",
+            min=0,
+            help="GiB each device has: refuse a plan that does not fit (default: what CUDA reports; no check on CPU).",
+        ),
+    ] = None,
 ) -> int:
     """Train as the contract says: exit 0 finished, 1 refused or failed, 4 paused by a rule, 5 aborted."""
     from rlvr_cli.commands.train import launch, run_train
@@ -290,8 +298,9 @@ def train(
     if nproc is not None:
         argv = [str(contract)] + (["--run-dir", str(run_dir)] if run_dir else [])
         argv += (["--max-steps", str(max_steps)] if max_steps else []) + (["--resume"] if resume else [])
+        argv += ["--device-memory", str(device_memory)] if device_memory is not None else []
         return launch(nproc, argv + (["--force"] if force else []) + (["--auto"] if auto else []))
-    return run_train(contract, run_dir, max_steps, resume, force, auto)
+    return run_train(contract, run_dir, max_steps, resume, force, auto, device_memory)
 
 
 @app.command()

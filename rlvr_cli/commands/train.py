@@ -86,8 +86,38 @@ def signals_unwind() -> Iterator[None]:
             signal.signal(s, h)
 
 
+def refuse_unfit(contract: Any, contract_path: Path, world: int, device_memory: float | None) -> None:
+    """Refuse a run whose plan does not fit the memory of the devices it runs on (what CUDA
+    reports, or `--device-memory`), with the change that makes it fit. On CPU without the
+    flag nothing is checked (host memory is shared with everything else)."""
+    import torch
+
+    from rlvr_cli.train.memory_estimate import GIB, advice, estimate, fmt_bytes, load_shape
+
+    if device_memory is None and not torch.cuda.is_available():
+        return
+    if contract.artifacts.policy.path is None:
+        return  # a hub id: `rlvr plan` reads config.json from a local folder only
+    budget = device_memory * GIB if device_memory is not None else float(torch.cuda.mem_get_info()[1])
+    shape = load_shape(contract, contract_path.resolve().parent)
+    terms = estimate(contract, shape, world)
+    if sum(terms.values()) <= budget:
+        return
+    tips = "; ".join(advice(contract, shape, terms, budget, world))
+    raise RlvrError(
+        f"the plan needs {fmt_bytes(sum(terms.values()))} per device, more than the {fmt_bytes(budget)} "
+        f"each of the {world} device(s) has: {tips} (`rlvr plan {contract_path} --gpus {world}` lists every term)"
+    )
+
+
 def run_train(
-    contract_path: Path, run_dir: Path | None, max_steps: int | None, resume: bool, force: bool, auto: bool = False
+    contract_path: Path,
+    run_dir: Path | None,
+    max_steps: int | None,
+    resume: bool,
+    force: bool,
+    auto: bool = False,
+    device_memory: float | None = None,
 ) -> int:
     require_extra("train", "torch", "transformers")
     from rlvr_cli.train import distributed
@@ -99,6 +129,7 @@ def run_train(
     if steps < 1:
         raise UsageProblem("--max-steps must be at least 1")
     distributed.init()
+    refuse_unfit(contract, contract_path, distributed.rank_world()[1], device_memory)
     main = distributed.rank_world()[0] == 0
     try:
         with exclusive(run_dir) if main else contextlib.nullcontext(), signals_unwind():

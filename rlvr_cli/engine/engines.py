@@ -69,7 +69,7 @@ class LeanEngine:
 
     def load_weights(self, model: Any) -> None:
         if model is not self.model:
-            self.model.load_state_dict(whole_state(model))
+            copy_weights(model, self.model)
 
     def describe(self) -> str:
         from rlvr_cli import __version__
@@ -91,22 +91,24 @@ class TransformersEngine:
 
     def load_weights(self, model: Any) -> None:
         if model is not self.model:
-            self.model.load_state_dict(whole_state(model))
+            copy_weights(model, self.model)
 
     def describe(self) -> str:
         return f"transformers {_version('transformers')} generate"
 
 
-def whole_state(model: Any) -> dict[str, Any]:
-    """The model's state dict, gathered from every process when it is sharded (FSDP2: a
-    collective, so every process syncs its engine at the same point)."""
-    from torch.distributed.fsdp import FSDPModule
+def copy_weights(source: Any, target: Any) -> None:
+    """The source model's weights into the target's, tensor by tensor. A sharded source (FSDP2)
+    gathers each tensor in turn (a collective, so every process syncs its engine at the same
+    point) and never holds more than one whole tensor beside the target's copy."""
+    import torch
 
-    if not isinstance(model, FSDPModule):
-        return model.state_dict()
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
+    own = target.state_dict()
+    with torch.no_grad():
+        for name, tensor in source.state_dict().items():
+            if name in own:
+                whole = tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
+                own[name].copy_(whole)
 
 
 class StaleWeights(RuntimeError):

@@ -14,7 +14,6 @@ import json
 import os
 import random
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -65,41 +64,56 @@ def set_rng_state(state: dict[str, Any]) -> None:
         np.random.set_state((kind, keys.numpy().astype("uint32"), pos, has_gauss, cached))
 
 
-@dataclass
-class Whole:
-    """A sharded run's weights and optimizer state, gathered on the main process."""
-
-    weights: dict[str, torch.Tensor]
-    optimizer: dict[str, Any] | None
-
-
-def gather(setup: Setup, optimizer: bool = True) -> Whole | None:
-    """The whole state of a sharded policy (a collective: every process calls it; the main one
-    gets it), or None when the policy is not sharded (its own state is whole)."""
-    from rlvr_cli.train import sharding
-
+def final_weights(setup: Setup) -> dict[str, torch.Tensor] | None:
+    """A sharded policy's whole weights, gathered on the main process for `final/` (a collective:
+    every process calls it), or None when the policy is not sharded (its own weights are whole)."""
     if not sharding.is_sharded(setup.policy):
         return None
-    weights = sharding.full_weights(setup.policy, everywhere=False)
-    state = sharding.full_optimizer_state(setup.policy, setup.optimizer) if optimizer else None
-    return Whole(weights, state)
+    return sharding.full_weights(setup.policy, everywhere=False)
+
+
+def tmp_folder(run: RunFolder, step: int) -> Path:
+    return run.checkpoints / f".step-{step}.tmp"
+
+
+def start_sharded(setup: Setup, state: TrainState, run: RunFolder) -> bool:
+    """Every process: write this process's shard of a sharded policy into the checkpoint's
+    `.tmp` folder (the main one makes the folder first). False when the step's checkpoint is
+    already complete (nothing to write)."""
+    from rlvr_cli.train import distributed as dist
+    from rlvr_cli.train import shards
+
+    if (run.checkpoints / f"step-{state.step}" / MARKER).is_file():
+        return False
+    tmp = tmp_folder(run, state.step)
+    if setup.main:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    dist.barrier()
+    with disk_errors(tmp):
+        shards.save(setup.policy, setup.optimizer, tmp, set(setup.contract.checkpoint.include))
+    setup.fault.kill_in_shards(state.step)
+    dist.barrier()
+    return True
 
 
 def save_checkpoint(
-    setup: Setup, state: TrainState, run: RunFolder, contract_path: Path, records: Any, whole: Whole | None = None
+    setup: Setup, state: TrainState, run: RunFolder, contract_path: Path, records: Any, sharded: bool = False
 ) -> Path:
-    """Write the run's whole state at `state.step`; returns the published folder."""
+    """Write the run's whole state at `state.step`; returns the published folder. `sharded`: the
+    processes' shards are already in the `.tmp` folder (`start_sharded`)."""
     root = run.checkpoints
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step-{state.step}"
     if final.is_dir() and (final / MARKER).is_file():
         return final
     shutil.rmtree(final, ignore_errors=True)  # a step folder without its marker was never complete
-    tmp = root / f".step-{state.step}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    tmp = tmp_folder(run, state.step)
+    if not sharded:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
     try:
-        _write_checkpoint(setup, state, run, contract_path, records, tmp, whole)
+        _write_checkpoint(setup, state, run, contract_path, records, tmp, sharded)
     except BaseException:  # a full disk, a signal: nothing half-written stays (the space is freed)
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -110,16 +124,17 @@ def save_checkpoint(
 
 
 def _write_checkpoint(
-    setup: Setup, state: TrainState, run: RunFolder, contract_path: Path, records: Any, tmp: Path, whole: Any
+    setup: Setup, state: TrainState, run: RunFolder, contract_path: Path, records: Any, tmp: Path, sharded: bool
 ) -> None:
     """Every file of the checkpoint into `tmp`, its `COMPLETE` marker last, all fsynced."""
     contract = setup.contract
     parts = set(contract.checkpoint.include)  # what the contract asks to keep (RLV701 wants all)
-    optimizer = (lambda: whole.optimizer) if whole is not None else setup.optimizer.state_dict
-    saved = {"optimizer": optimizer, "scheduler": setup.scheduler.state_dict, "rng": rng_state}
+    saved = {"optimizer": setup.optimizer.state_dict, "scheduler": setup.scheduler.state_dict, "rng": rng_state}
+    if sharded:  # the weights and the optimizer state are in shards/
+        del saved["optimizer"]
     with disk_errors(tmp):  # torch and safetensors hide ENOSPC in errors of their own
-        if "model" in parts:  # safetensors, loadable by transformers
-            setup.policy.save_pretrained(tmp / "model", state_dict=whole.weights if whole is not None else None)
+        if "model" in parts and not sharded:
+            setup.policy.save_pretrained(tmp / "model")  # safetensors, loadable by transformers
         blob = {k: get() for k, get in saved.items() if k in parts}
         if setup.scaler is not None and "optimizer" in parts:
             blob["scaler"] = setup.scaler.state_dict()  # fp16: the loss scale and its growth counter
@@ -201,7 +216,9 @@ def load_latest(setup: Setup, run: RunFolder, contract_path: Path, force: bool =
     _refuse_changes(setup, meta, path, contract_path)
     included = set(meta.get("include", CHECKPOINT_PARTS))
     _refuse_partial(included, path.name, force)
-    weights = _load_weights(setup, path)
+    from rlvr_cli.train import shards
+
+    weights = None if shards.present(path) else _load_weights(setup, path)
     try:
         blob = torch.load(path / "state.pt", weights_only=True)  # tensors and plain values: no code runs
     except Exception as exc:
@@ -213,7 +230,9 @@ def load_latest(setup: Setup, run: RunFolder, contract_path: Path, force: bool =
         raise RlvrError(f"checkpoint {path.name}: state.pt does not hold rlvr's state (a {type(blob).__name__})")
     _refuse_nonfinite_state(blob, path.name)
     try:
-        if sharding.is_sharded(setup.policy):  # each process keeps its shard of the whole state
+        if weights is None:  # shards: each process reads its own, whatever number of processes wrote them
+            shards.load(setup.policy, setup.optimizer, path, included & {"model", "optimizer"})
+        elif sharding.is_sharded(setup.policy):  # an unsharded checkpoint: each process keeps its shard of it
             sharding.load_full(setup.policy, setup.optimizer, weights, blob.get("optimizer"))
         elif "optimizer" in blob:
             setup.optimizer.load_state_dict(blob["optimizer"])

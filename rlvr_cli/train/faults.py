@@ -3,6 +3,8 @@
 `RLVR_FAULT=nan_loss@STEP` poisons that step's loss with NaN; `RLVR_FAULT=disk_full@STEP`
 makes that step's checkpoint meet a full disk (ENOSPC, raised inside torch's writer of
 `state.pt`), `RLVR_FAULT=records_full@STEP` that step's records (written in the background).
+`RLVR_FAULT=kill_in_shards@STEP` SIGKILLs every process of a sharded run once its shard of
+that step's checkpoint is written, before the checkpoint is published.
 `RLVR_FAULT=engine_copy@0` makes the rollout engine sample from a copy of the policy that only
 `load_weights` updates (as vLLM's does), and `RLVR_FAULT=stale_engine@0` gives that copy an
 engine whose `load_weights` does nothing — the stale-weights bug the records must reveal. Unset
@@ -24,6 +26,7 @@ class Fault:
     disk_full_step: int | None = None  # the checkpoint of this step meets a full disk
     records_full_step: int | None = None  # the records of this step meet a full disk
     engine: str | None = None  # engine_copy | stale_engine: the engine samples from its own copy
+    kill_in_shards_step: int | None = None  # every process dies between its shard and the marker
 
     @classmethod
     def none(cls) -> Fault:
@@ -40,6 +43,8 @@ class Fault:
             return cls(disk_full_step=int(step))
         if kind == "records_full":
             return cls(records_full_step=int(step))
+        if kind == "kill_in_shards":
+            return cls(kill_in_shards_step=int(step))
         if kind in ("engine_copy", "stale_engine"):
             return cls(engine=kind)
         return cls()
@@ -47,6 +52,12 @@ class Fault:
     def disk(self, step: int) -> None:
         if self.disk_full_step == step:
             raise OSError(errno.ENOSPC, "No space left on device (injected by RLVR_FAULT)")
+
+    def kill_in_shards(self, step: int) -> None:
+        if self.kill_in_shards_step == step:
+            import signal
+
+            os.kill(os.getpid(), signal.SIGKILL)
 
     def records(self, step: int) -> None:
         if self.records_full_step == step:

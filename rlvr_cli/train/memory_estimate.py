@@ -124,11 +124,11 @@ def advice(
     if budget is None or total <= budget:
         return []
     top = max(terms, key=terms.get)  # type: ignore[arg-type]
-    out = [f"{top} dominates ({_fmt(terms[top])} of {_fmt(total)} > {_fmt(budget)})"]
+    out = [f"{top} dominates ({fmt_bytes(terms[top])} of {fmt_bytes(total)} > {fmt_bytes(budget)})"]
     for words, changed in _changes(contract, devices):
         after = sum(estimate(changed, shape, devices).values())
         if after <= budget:
-            out.append(f"fits with {words}: {_fmt(after)} per device")
+            out.append(f"fits with {words}: {fmt_bytes(after)} per device")
             return out
     out.append(
         f"no single change of precision, strategy, activation checkpointing or offload fits {devices} device(s); "
@@ -183,8 +183,8 @@ def plan_table(contract: Contract, shape: ModelShape, devices: int, memory_gib: 
         f"{'term':<22}{'per device':>14}{'share':>8}",
     ]
     for name, value in sorted(terms.items(), key=lambda kv: -kv[1]):
-        lines.append(f"{name:<22}{_fmt(value):>14}{value / total if total else 0:>8.0%}")
-    lines.append(f"{'total':<22}{_fmt(total):>14}")
+        lines.append(f"{name:<22}{fmt_bytes(value):>14}{value / total if total else 0:>8.0%}")
+    lines.append(f"{'total':<22}{fmt_bytes(total):>14}")
     fits = budget is None or total <= budget
     if budget is not None:
         lines.append(f"{'fits' if fits else 'does NOT fit'} in {memory_gib:g} GiB per device")
@@ -192,5 +192,6 @@ def plan_table(contract: Contract, shape: ModelShape, devices: int, memory_gib: 
     return "\n".join(lines), fits
 
 
-def _fmt(value: float) -> str:
+def fmt_bytes(value: float) -> str:
+    """GiB, or MiB below one GiB."""
     return f"{value / GIB:.2f} GiB" if value >= GIB else f"{value / 1024**2:.1f} MiB"

@@ -10,8 +10,9 @@ What changes when the model is sharded, and how rlvr keeps the run the same run:
 - **Sampling reads a whole copy of the weights** (the rollout engine's, like a colocated vLLM's):
   sampling lengths differ between processes and cannot be in lockstep. After each optimizer
   step the full weights are gathered into it.
-- **Checkpoints hold the full state** (weights and optimizer state gathered), in the same format
-  as an unsharded run's, so a run resumes with another number of processes or strategy.
+- **Checkpoints are written as shards** by every process (train/shards.py, DCP), and DCP
+  reshards them on load, so a run resumes with another number of processes; `final/` is
+  gathered on the main process (a `save_pretrained` folder).
 """
 
 from __future__ import annotations
@@ -63,20 +64,6 @@ def full_weights(model: Any, everywhere: bool = True) -> dict[str, torch.Tensor]
         for key in tied if isinstance(tied, dict | list) else ():
             weights.pop(key, None)
     return weights
-
-
-def full_optimizer_state(model: Any, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-    """The optimizer's whole state in the format of an unsharded `optimizer.state_dict()` (keyed
-    by parameter index), gathered on the main process (a collective)."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
-
-    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-    named = get_optimizer_state_dict(model, optimizer, options=options)
-    if not named:
-        return {}
-    index = {name: i for i, (name, _) in enumerate(model.named_parameters())}
-    groups = [{**g, "params": [index[n] for n in g["params"]]} for g in named["param_groups"]]
-    return {"state": {index[n]: s for n, s in named["state"].items()}, "param_groups": groups}
 
 
 def load_full(model: Any, optimizer: torch.optim.Optimizer | None, weights: dict, state: dict | None) -> None:

@@ -9,8 +9,9 @@ from rlvr_cli.errors import ExitCode
 from rlvr_cli.files import disk_errors
 from rlvr_cli.store.run import FiredRule
 from rlvr_cli.train import distributed as dist
-from rlvr_cli.train.checkpoint import gather, rng_state, save_checkpoint, set_rng_state
+from rlvr_cli.train.checkpoint import final_weights, rng_state, save_checkpoint, set_rng_state, start_sharded
 from rlvr_cli.train.run_plan import SKIPPED_UPDATES_STOP
+from rlvr_cli.train.sharding import is_sharded
 from rlvr_cli.train.state import TrainState
 
 if TYPE_CHECKING:
@@ -57,9 +58,10 @@ def checkpoint_step_start(run: Run, mark: tuple[dict[str, Any], dict[str, Any]] 
 def checkpoint(run: Run) -> None:
     if run.ahead is not None:
         run.ahead.settle(run.state)  # the samples in flight are part of the state
-    whole = gather(run.setup)  # sharded: every process sends its shard to the main one
-    if run.setup.main:  # the weights are identical on every rank
-        save_checkpoint(run.setup, run.state, run.folder, run.contract_path, run.records, whole)
+    setup = run.setup
+    sharded = is_sharded(setup.policy) and start_sharded(setup, run.state, run.folder)  # each writes its shard
+    if setup.main:  # the rest is identical on every rank
+        save_checkpoint(setup, run.state, run.folder, run.contract_path, run.records, sharded)
     dist.barrier()
 
 
@@ -103,10 +105,10 @@ def finish(run: Run, reason: str) -> int:
     final = run.folder.final
     if run.records is not None:
         run.records.flush()  # "finished" means every record is listed
-    whole = gather(run.setup, optimizer=False)
+    whole = final_weights(run.setup)  # sharded: gathered on the main process
     if run.setup.main:
         with disk_errors(final.parent):  # safetensors hides ENOSPC in an error of its own
-            run.setup.policy.save_pretrained(final, state_dict=whole.weights if whole else None)
+            run.setup.policy.save_pretrained(final, state_dict=whole)
             run.setup.tokenizer.save_pretrained(final)
         run.status("finished", reason=reason, final=str(final))
         _eprint(f"finished: {reason}; policy saved to {final}")

@@ -25,7 +25,7 @@ def scaffold(single_turn: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
     )
 
 
-def torchrun(nproc: int, contract: Path, run_dir: Path, *extra: str) -> subprocess.CompletedProcess:
+def torchrun(nproc: int, contract: Path, run_dir: Path, *extra: str, fault: str = "") -> subprocess.CompletedProcess:
     command = [
         sys.executable,
         "-m",
@@ -41,7 +41,11 @@ def torchrun(nproc: int, contract: Path, run_dir: Path, *extra: str) -> subproce
         *extra,
     ]
     return subprocess.run(
-        command, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"}
+        command,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "RLVR_FAULT": fault},
     )
 
 
@@ -165,10 +169,59 @@ def test_a_sharded_run_resumes_with_another_number_of_processes(scaffold: Path, 
         run = tmp_path / f"resumed-{first}-{then}"
         begun = torchrun(first, contract, run, "--max-steps", "2")
         assert begun.returncode == 0, begun.stderr[-3000:]
-        assert json.loads((run / "checkpoints" / "step-2" / "trainer.json").read_text())["world_size"] == first
+        written = run / "checkpoints" / "step-2"
+        assert json.loads((written / "trainer.json").read_text())["world_size"] == first
+        assert sorted(p.name for p in (written / "shards").glob("*.distcp")) == [
+            f"__{r}_0.distcp" for r in range(first)
+        ]
+        assert not (written / "model").exists()  # nothing was gathered on one process
         resumed = torchrun(then, contract, run, "--max-steps", "3", "--resume")
         assert resumed.returncode == 0, resumed.stderr[-3000:]
         a, b = load_file(run / "final" / "model.safetensors"), load_file(straight[then] / "final" / "model.safetensors")
         assert sorted(a) == sorted(b)
         for key in a:
             torch.testing.assert_close(a[key], b[key], atol=1e-5, rtol=1e-4)
+
+
+def _forge(checkpoint: Path, metadata: bytes) -> None:
+    """Replace a checkpoint's shard metadata, with a COMPLETE marker that matches (a foreign
+    checkpoint brings its own)."""
+    from rlvr_cli.files import sha256_file
+
+    (checkpoint / "shards" / ".metadata").write_bytes(metadata)
+    sums = {p.relative_to(checkpoint).as_posix(): sha256_file(p) for p in sorted(checkpoint.rglob("*")) if p.is_file()}
+    sums.pop("COMPLETE", None)
+    (checkpoint / "COMPLETE").write_text(json.dumps({"files": sums}))
+
+
+@pytest.mark.slow
+def test_a_kill_while_shards_are_written_leaves_the_last_checkpoint_and_foreign_shards_run_no_code(
+    scaffold: Path, tmp_path: Path
+) -> None:
+    import pickle
+
+    folder = tmp_path / "exp"
+    shutil.copytree(scaffold, folder)
+    contract = folder / CONTRACT
+    text = contract.read_text().replace("  precision: fp32\n", FSDP2 % "false")
+    contract.write_text(text.replace("every_steps: 2", "every_steps: 1"))
+    run, straight = tmp_path / "run", tmp_path / "straight"
+    killed = torchrun(2, contract, run, "--max-steps", "3", fault="kill_in_shards@2")
+    assert killed.returncode != 0
+    assert (run / "checkpoints" / ".step-2.tmp" / "shards").is_dir()  # shards written, never published
+    assert sorted(p.name for p in (run / "checkpoints").iterdir() if not p.name.startswith(".")) == ["step-1"]
+    resumed = torchrun(2, contract, run, "--max-steps", "3", "--auto")
+    assert resumed.returncode == 0 and "resuming from checkpoint step-1" in resumed.stderr, resumed.stderr[-3000:]
+    done = torchrun(2, contract, straight, "--max-steps", "3")
+    assert done.returncode == 0, done.stderr[-3000:]
+    a, b = load_file(run / "final" / "model.safetensors"), load_file(straight / "final" / "model.safetensors")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+    class Payload:
+        def __reduce__(self):  # what a hostile checkpoint's pickle would run on load
+            return (os.system, (f"touch {tmp_path / 'pwned'}",))
+
+    _forge(run / "checkpoints" / "step-3", pickle.dumps(Payload()))
+    again = torchrun(1, contract, run, "--max-steps", "4", "--resume")
+    assert again.returncode == 1 and "not part of a checkpoint's metadata" in again.stderr, again.stderr[-3000:]
+    assert not (tmp_path / "pwned").exists()

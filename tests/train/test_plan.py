@@ -97,3 +97,17 @@ def test_cpu_estimate_is_within_25_percent_of_the_measured_peak(tmp_path: Path) 
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     ratio = result["estimate"] / result["measured"]
     assert 0.75 <= ratio <= 1.25, result
+
+
+def test_train_refuses_a_plan_that_does_not_fit_the_devices_with_the_change_that_fits(
+    single_turn: Path, tmp_path: Path
+) -> None:
+    """`--device-memory` stands in on CPU for the memory CUDA reports on a GPU."""
+    run = tmp_path / "run"
+    small = rlvr("train", single_turn / "experiment.rlvr.yaml", "--run-dir", run, "--device-memory", "0.01")
+    assert small.code == 1 and "the plan needs" in small.stderr and "than the 10.2 MiB" in small.stderr, small.stderr
+    assert "fits with precision: bf16" in small.stderr or "no single change" in small.stderr, small.stderr
+    assert not run.exists()  # refused before anything was written
+    plan = rlvr("plan", single_turn / "experiment.rlvr.yaml", "--gpu-memory", "0.01")
+    needs = small.stderr.split("the plan needs ")[1].split(" per device")[0]
+    assert plan.code == 1 and f"total {needs}".split()[-2] in plan.stdout  # the same total as `rlvr plan`
