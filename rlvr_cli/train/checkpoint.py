@@ -43,6 +43,8 @@ def rng_state() -> dict[str, Any]:
     """Every RNG a step draws from, as tensors and plain values (loadable with weights_only)."""
     version, internal, gauss = random.getstate()
     state: dict[str, Any] = {"python": [version, list(internal), gauss], "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():  # this process's device (each process uses one)
+        state["cuda"] = torch.cuda.get_rng_state()
     try:
         import numpy as np
 
@@ -57,6 +59,8 @@ def set_rng_state(state: dict[str, Any]) -> None:
     version, internal, gauss = state["python"]
     random.setstate((version, tuple(internal), gauss))
     torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
     if "numpy" in state:
         import numpy as np
 

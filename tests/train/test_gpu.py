@@ -1,0 +1,78 @@
+"""The GPU paths of training at scale, for the day a GPU is present: reported as not run, with the
+reason, on CPU machines. Their CPU counterparts (gloo, autocast on CPU, fp16 on CPU) are in
+test_precision.py and test_distributed.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.conftest import QUICK_STEPS, copy_experiment, rlvr
+
+CONTRACT = "experiment.rlvr.yaml"
+GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+TWO_GPUS = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs (NCCL)")
+
+
+def _weights(folder: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return {k: v for f in sorted(folder.glob("*.safetensors")) for k, v in load_file(f).items()}
+
+
+@GPU
+@pytest.mark.slow
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_mixed_precision_on_a_gpu_resumes_exactly_with_its_cuda_rng(
+    single_turn: Path, tmp_path: Path, precision: str
+) -> None:
+    edits = [*QUICK_STEPS, ("precision: fp32", f"precision: {precision}")]
+    experiment = copy_experiment(single_turn, tmp_path / "exp", edits)
+    run, straight = experiment / "run", experiment / "straight"
+    assert rlvr("train", experiment / CONTRACT, "--run-dir", run, "--max-steps", "2", timeout=600).code == 0
+    state = torch.load(run / "checkpoints" / "step-2" / "state.pt", weights_only=True)
+    assert "cuda" in state["rng"]
+    assert rlvr("train", experiment / CONTRACT, "--run-dir", run, "--max-steps", "3", "--resume", timeout=600).code == 0
+    assert rlvr("train", experiment / CONTRACT, "--run-dir", straight, "--max-steps", "3", timeout=600).code == 0
+    a, b = _weights(run / "final"), _weights(straight / "final")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+@TWO_GPUS
+@pytest.mark.slow
+def test_fsdp2_on_two_gpus_trains_what_one_trains(single_turn: Path, tmp_path: Path) -> None:
+    parallel = "  precision: fp32\n  parallel: {strategy: fsdp2}\n"
+    experiment = copy_experiment(single_turn, tmp_path / "exp", [("  precision: fp32\n", parallel)])
+    runs = {}
+    for n in (1, 2):
+        runs[n] = tmp_path / f"run-{n}"
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}"]
+        command += ["-m", "rlvr_cli", "train", str(experiment / CONTRACT), "--run-dir", str(runs[n])]
+        done = subprocess.run([*command, "--max-steps", "3"], capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, done.stderr[-3000:]
+    a, b = _weights(runs[1] / "final"), _weights(runs[2] / "final")
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], atol=1e-4, rtol=1e-3)  # NCCL sums in another order
+
+
+@GPU
+@pytest.mark.slow
+def test_a_half_billion_parameter_policy_trains_a_few_steps_in_bf16(single_turn: Path, tmp_path: Path) -> None:
+    from rlvr_cli.toy.tiny import ARITHMETIC, build_tiny
+
+    experiment = copy_experiment(single_turn, tmp_path / "exp", [("precision: fp32", "precision: bf16")])
+    config = json.loads((experiment / "model" / "config.json").read_text())
+    build_tiny(experiment / "model", alphabet=ARITHMETIC, hidden=1536, layers=22, seed=1)  # ≈ 0.52 B parameters
+    assert json.loads((experiment / "model" / "config.json").read_text())["vocab_size"] == config["vocab_size"]
+    done = rlvr("train", experiment / CONTRACT, "--run-dir", experiment / "run", "--max-steps", "3", timeout=900)
+    assert done.code == 0, done.stderr[-3000:]
+    rows = [json.loads(line) for line in (experiment / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 3 and all(r["nonfinite_count"] == 0 for r in rows)
+    saved = sum(os.path.getsize(f) for f in (experiment / "run" / "final").glob("*.safetensors"))
+    assert saved > 1.9e9  # ≈ 0.52 B fp32 master weights
