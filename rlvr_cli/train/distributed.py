@@ -98,6 +98,22 @@ def sum_gradients(model: Any, reduce: str = "fp32") -> None:
             p.grad.copy_(summed)
 
 
+_PEER_LOST = ("Connection reset by peer", "Connection closed by peer", "NCCL", "gloo", "Timed out", "timed out")
+
+
+def peer_lost(exc: BaseException) -> bool:
+    """Whether `exc` is a collective that failed because another process of the run died or hung
+    (torch's distributed errors, or gloo's and NCCL's runtime errors)."""
+    if not active():
+        return False
+    import torch.distributed as dist
+
+    kinds = tuple(k for k in (getattr(dist, "DistError", None),) if isinstance(k, type))
+    return (bool(kinds) and isinstance(exc, kinds)) or (
+        isinstance(exc, RuntimeError) and any(s in str(exc) for s in _PEER_LOST)
+    )
+
+
 def barrier() -> None:
     import torch.distributed as dist
 

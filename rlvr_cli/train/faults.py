@@ -4,7 +4,8 @@
 makes that step's checkpoint meet a full disk (ENOSPC, raised inside torch's writer of
 `state.pt`), `RLVR_FAULT=records_full@STEP` that step's records (written in the background).
 `RLVR_FAULT=kill_in_shards@STEP` SIGKILLs every process of a sharded run once its shard of
-that step's checkpoint is written, before the checkpoint is published.
+that step's checkpoint is written, before the checkpoint is published; `RLVR_FAULT=kill_rank@STEP`
+SIGKILLs the process of rank 1 when that step starts (another rank of the run dies).
 `RLVR_FAULT=engine_copy@0` makes the rollout engine sample from a copy of the policy that only
 `load_weights` updates (as vLLM's does), and `RLVR_FAULT=stale_engine@0` gives that copy an
 engine whose `load_weights` does nothing — the stale-weights bug the records must reveal. Unset
@@ -27,6 +28,7 @@ class Fault:
     records_full_step: int | None = None  # the records of this step meet a full disk
     engine: str | None = None  # engine_copy | stale_engine: the engine samples from its own copy
     kill_in_shards_step: int | None = None  # every process dies between its shard and the marker
+    kill_rank_step: int | None = None  # rank 1 dies when this step starts
 
     @classmethod
     def none(cls) -> Fault:
@@ -45,6 +47,8 @@ class Fault:
             return cls(records_full_step=int(step))
         if kind == "kill_in_shards":
             return cls(kill_in_shards_step=int(step))
+        if kind == "kill_rank":
+            return cls(kill_rank_step=int(step))
         if kind in ("engine_copy", "stale_engine"):
             return cls(engine=kind)
         return cls()
@@ -55,6 +59,12 @@ class Fault:
 
     def kill_in_shards(self, step: int) -> None:
         if self.kill_in_shards_step == step:
+            import signal
+
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def kill_rank(self, step: int, rank: int) -> None:
+        if self.kill_rank_step == step and rank == 1:
             import signal
 
             os.kill(os.getpid(), signal.SIGKILL)

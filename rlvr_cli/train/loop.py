@@ -138,6 +138,7 @@ def run_steps(run: Run, rollout: Rollout, progress: Progress) -> int:
             # (--max-steps) the next step is sampled all the same: the checkpoint keeps it
             more = state.step + 1 < run.contract.hyperparameters.max_steps
             step_started = time.perf_counter()
+            setup.fault.kill_rank(state.step, setup.rank)
             mark = step_mark(run)
             try:
                 metrics, generated = train_step(setup, state, rollout, run.ahead, more)
@@ -307,6 +308,14 @@ def train(
         _failed(run, f"{exc.strerror or exc} ({getattr(exc, 'filename', None) or 'run folder'})")
         raise RlvrError(f"{exc.strerror or exc}: the run stopped at step {run.state.step}; {_kept(run)}") from None
     except BaseException as exc:
+        if dist.peer_lost(exc):  # another rank died or hung: say so, not "a bug in rlvr"
+            first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+            reason = (
+                f"another process of the run stopped during step {run.state.step} (a collective failed: {first}); "
+                "its own output says why"
+            )
+            _failed(run, reason)
+            raise RlvrError(f"{reason}; {_kept(run)}") from None
         _failed(run, f"{type(exc).__name__}: {exc}")
         raise
 

@@ -225,3 +225,19 @@ def test_a_kill_while_shards_are_written_leaves_the_last_checkpoint_and_foreign_
     again = torchrun(1, contract, run, "--max-steps", "4", "--resume")
     assert again.returncode == 1 and "not part of a checkpoint's metadata" in again.stderr, again.stderr[-3000:]
     assert not (tmp_path / "pwned").exists()
+
+
+@pytest.mark.slow
+def test_a_rank_that_dies_stops_the_run_with_a_truthful_status_and_auto_goes_on(scaffold: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    contract = scaffold / CONTRACT
+    died = torchrun(2, contract, run, "--max-steps", "4", fault="kill_rank@3")
+    assert died.returncode != 0
+    assert "another process of the run stopped during step 3" in died.stderr, died.stderr[-3000:]
+    assert "a bug in rlvr" not in died.stderr
+    status = json.loads((run / "status.json").read_text())
+    assert status["state"] == "failed" and "another process of the run stopped" in status["reason"]
+    assert "kept checkpoint step-2" in status["next"] and "--auto" in status["next"]
+    again = torchrun(2, contract, run, "--max-steps", "4", "--auto")
+    assert again.returncode == 0 and "resuming from checkpoint step-2" in again.stderr, again.stderr[-3000:]
+    assert json.loads((run / "status.json").read_text())["state"] == "finished"
