@@ -71,7 +71,7 @@ class Parallel(Section):
         True, description="fsdp2: free a layer's gathered weights after its forward (less memory, one more gather)."
     )
     cpu_offload: bool = Field(
-        False, description="fsdp2: keep the sharded weights, gradients and optimizer state in CPU memory."
+        False, description="fsdp2 on GPUs: keep the sharded weights, gradients and optimizer state in CPU memory."
     )
     activation_checkpointing: bool = Field(
         False, description="Recompute each decoder layer's activations in the backward instead of keeping them."

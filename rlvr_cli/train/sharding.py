@@ -29,6 +29,13 @@ def shard(model: Any, parallel: Any, compute: torch.dtype | None, reduce: str) -
     model names in `_no_split_modules`) and one for the embeddings, final norm and head."""
     from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
+    if parallel.cpu_offload and not torch.cuda.is_available():
+        from rlvr_cli.errors import RlvrError
+
+        raise RlvrError(
+            "parallel.cpu_offload moves the sharded state from GPU to CPU memory; this run has no GPU, its state "
+            "is in CPU memory already: drop cpu_offload for CPU runs"
+        )
     layer_classes = set(getattr(model, "_no_split_modules", None) or ())
     options: dict[str, Any] = {
         "mp_policy": MixedPrecisionPolicy(param_dtype=compute, reduce_dtype=DTYPES[reduce]),

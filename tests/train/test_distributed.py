@@ -241,3 +241,16 @@ def test_a_rank_that_dies_stops_the_run_with_a_truthful_status_and_auto_goes_on(
     again = torchrun(2, contract, run, "--max-steps", "4", "--auto")
     assert again.returncode == 0 and "resuming from checkpoint step-2" in again.stderr, again.stderr[-3000:]
     assert json.loads((run / "status.json").read_text())["state"] == "finished"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for runs without a GPU")
+def test_cpu_offload_without_a_gpu_is_refused_with_the_reason(scaffold: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "exp"
+    shutil.copytree(scaffold, folder)
+    contract = folder / CONTRACT
+    offload = "  precision: fp32\n  parallel: {strategy: fsdp2, cpu_offload: true}\n"
+    contract.write_text(contract.read_text().replace("  precision: fp32\n", offload))
+    refused = rlvr("train", contract, "--nproc", "1", "--run-dir", tmp_path / "run", "--max-steps", "1", timeout=300)
+    assert refused.code != 0 and "drop cpu_offload for CPU runs" in refused.stderr, refused.stderr[-2000:]
+    assert "internal error" not in refused.stderr
