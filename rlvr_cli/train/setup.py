@@ -80,10 +80,13 @@ def build(contract: Contract, folder: Path, fault: Fault) -> Setup:
     dtype, compute = DTYPES[hp.dtypes.params], compute_dtype(contract)
     torch.manual_seed(hp.seed)
     policy_ref = contract.artifacts.policy
-    policy = load_model(artifact_path(policy_ref, folder, "policy"), policy_ref.revision, dtype, device)
     sharded = hp.strategy.strategy == "fsdp2" and dist.active()
-    engine = make_engine(hp.sampling.engine, policy, fault, compute, copy=sharded)
-    reference = load_reference(contract, folder, dtype, device)
+    # sharded: loaded in CPU memory (safetensors are memory-mapped), and fully_shard moves each
+    # process's shard to its device, so the whole model is never on one GPU
+    load_on = torch.device("cpu") if sharded else device
+    policy = load_model(artifact_path(policy_ref, folder, "policy"), policy_ref.revision, dtype, load_on)
+    engine = make_engine(hp.sampling.engine, policy, fault, compute, copy=sharded, device=device)
+    reference = load_reference(contract, folder, dtype, load_on)
     if hp.strategy.activation_checkpointing:
         recompute_layers(policy)
     if sharded:
@@ -124,7 +127,12 @@ def compute_dtype(contract: Contract) -> torch.dtype | None:
 
 
 def make_engine(
-    name: str, policy: Any, fault: Fault, compute: torch.dtype | None = None, copy: bool = False
+    name: str,
+    policy: Any,
+    fault: Fault,
+    compute: torch.dtype | None = None,
+    copy: bool = False,
+    device: torch.device | None = None,
 ) -> PolicyEngine:
     """The run's rollout engine, sampling from the policy itself (lean, transformers) or from
     its own copy of the weights (vLLM; a sharded policy; on CPU `RLVR_FAULT=engine_copy` stands
@@ -134,7 +142,8 @@ def make_engine(
     import copy as copying
 
     own = copying.deepcopy(policy).eval().requires_grad_(False)
-    engine = PolicyEngine.of(name, own.to(compute) if compute is not None and copy else own, compute=compute)
+    own = own.to(device=device or next(policy.parameters()).device, dtype=compute if compute and copy else None)
+    engine = PolicyEngine.of(name, own, compute=compute)
     if fault.engine == "stale_engine":  # the bug this guards against: weights never reach the engine
         engine.engine.load_weights = lambda model: None  # type: ignore[method-assign]
     return engine
