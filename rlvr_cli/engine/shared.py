@@ -59,6 +59,13 @@ def describe(model: Any, padding_side: str, packing: bool) -> str:
     reason = why_not_shared(model)
     if reason is None:
         return "shared prompts: each distinct prompt of a micro-batch once, its responses attending to it"
+    from rlvr_cli.engine.prefix import why_not_prefix
+
+    if why_not_prefix(model) is None:
+        return (
+            f"the model's own forward ({reason}), with one row per group (its prompt once, then each answer) "
+            "where that costs less attention than one row per answer"
+        )
     return f"the model's own forward ({reason})"
 
 

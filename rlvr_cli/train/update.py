@@ -14,6 +14,7 @@ from rlvr_cli.contract.models import Contract
 from rlvr_cli.engine.forward import Batch, make_batch, token_logprobs
 from rlvr_cli.engine.packed import PackedBatch, packed_logprobs
 from rlvr_cli.engine.precision import autocast
+from rlvr_cli.engine.prefix import pays, prefix_logprobs, why_not_prefix
 from rlvr_cli.engine.shared import shared_prompt_logprobs, shares_prompts
 from rlvr_cli.env.sample import Sample
 from rlvr_cli.rollout import hints
@@ -82,7 +83,11 @@ class Forward:
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
         mb = self.rows(part)
         if self.samples is None:
-            forward = shared_prompt_logprobs if shares_prompts(model, mb) else token_logprobs
+            forward = token_logprobs
+            if shares_prompts(model, mb):
+                forward = shared_prompt_logprobs
+            elif why_not_prefix(model) is None and pays(mb):  # sharded, checkpointing, GPT-2: one row per group
+                forward = prefix_logprobs
             logp, entropy = forward(model, mb, temperature, with_entropy=with_entropy)
             return logp, entropy, mb.response_mask
         chosen = [self.samples[i] for i in part.tolist()]
