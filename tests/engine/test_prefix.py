@@ -10,7 +10,7 @@ import torch
 from rlvr_cli.engine.forward import make_batch, token_logprobs
 from rlvr_cli.engine.prefix import pays, prefix_logprobs, why_not_prefix
 from tests.engine.test_sampler import family
-from tests.engine.test_shared import batch
+from tests.engine.test_shared import assert_same_as_own_forward, batch
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
@@ -18,22 +18,7 @@ from tests.engine.test_shared import batch
 def test_log_probs_entropies_and_gradients_are_the_models_own(name: str, temperature: float) -> None:
     model = family(name)  # in eval mode, as the trainer runs it (GPT-2's dropout is not 0)
     assert why_not_prefix(model) is None
-    b = batch()
-    weights = torch.randn(b.response_mask.shape) * b.response_mask  # a loss that reaches every token
-
-    def grads(forward):
-        model.zero_grad()
-        logp, entropy = forward(model, b, temperature, with_entropy=True)
-        ((logp * weights).sum() + (entropy * weights).sum()).backward()
-        return logp.detach(), entropy.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
-
-    own_logp, own_entropy, own_grads = grads(token_logprobs)
-    logp, entropy, prefix_grads = grads(prefix_logprobs)
-    real = b.response_mask.bool()
-    assert torch.allclose(logp[real], own_logp[real], atol=1e-5)
-    assert torch.allclose(entropy[real], own_entropy[real], atol=1e-5)
-    for n, g in own_grads.items():
-        assert torch.allclose(prefix_grads[n], g, atol=1e-5, rtol=1e-4), n
+    assert_same_as_own_forward(model, prefix_logprobs, temperature)
 
 
 def test_a_model_with_a_sliding_window_is_not_taken() -> None:

@@ -28,11 +28,8 @@ def test_rows_that_share_a_prompt_are_found() -> None:
     assert [t.tolist() for t in distinct_prompts(alone)] == [[0, 1, 2], [0, 1, 2]]
 
 
-@pytest.mark.parametrize("temperature", [1.0, 0.7])
-@pytest.mark.parametrize("name", ["llama", "qwen2", "qwen3", "mistral"])
-def test_log_probs_entropies_and_gradients_are_the_models_own(name: str, temperature: float) -> None:
-    model = family(name).train()
-    assert why_not_shared(model) is None
+def assert_same_as_own_forward(model: torch.nn.Module, forward, temperature: float) -> None:
+    """`forward` gives the model's own log-probs, entropies and gradients on the grouped batch."""
     b = batch()
     weights = torch.randn(b.response_mask.shape) * b.response_mask  # a loss that reaches every token
 
@@ -43,12 +40,20 @@ def test_log_probs_entropies_and_gradients_are_the_models_own(name: str, tempera
         return logp.detach(), entropy.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
 
     own_logp, own_entropy, own_grads = grads(token_logprobs)
-    logp, entropy, shared_grads = grads(shared_prompt_logprobs)
+    logp, entropy, other_grads = grads(forward)
     real = b.response_mask.bool()
     assert torch.allclose(logp[real], own_logp[real], atol=1e-5)
     assert torch.allclose(entropy[real], own_entropy[real], atol=1e-5)
     for n, g in own_grads.items():
-        assert torch.allclose(shared_grads[n], g, atol=1e-5, rtol=1e-4), n
+        assert torch.allclose(other_grads[n], g, atol=1e-5, rtol=1e-4), n
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+@pytest.mark.parametrize("name", ["llama", "qwen2", "qwen3", "mistral"])
+def test_log_probs_entropies_and_gradients_are_the_models_own(name: str, temperature: float) -> None:
+    model = family(name).train()
+    assert why_not_shared(model) is None
+    assert_same_as_own_forward(model, shared_prompt_logprobs, temperature)
 
 
 def test_a_model_outside_the_family_or_with_checkpointing_is_not_taken() -> None:
