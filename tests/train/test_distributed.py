@@ -232,11 +232,14 @@ def test_a_rank_that_dies_stops_the_run_with_a_truthful_status_and_auto_goes_on(
     run = tmp_path / "run"
     contract = scaffold / CONTRACT
     died = torchrun(2, contract, run, "--max-steps", "4", fault="kill_rank@3")
-    assert died.returncode != 0
-    assert "another process of the run stopped during step 3" in died.stderr, died.stderr[-3000:]
-    assert "a bug in rlvr" not in died.stderr
+    assert died.returncode != 0 and "a bug in rlvr" not in died.stderr, died.stderr[-3000:]
     status = json.loads((run / "status.json").read_text())
-    assert status["state"] == "failed" and "another process of the run stopped" in status["reason"]
+    # which comes first is timing: the main rank's next collective fails, or torchrun's SIGTERM arrives
+    if status["state"] == "failed":
+        assert "another process of the run stopped during step 3" in status["reason"], status
+        assert "another process of the run stopped during step 3" in died.stderr
+    else:
+        assert status["state"] == "paused" and "interrupted by SIGTERM at step 3" in status["reason"], status
     assert "kept checkpoint step-2" in status["next"] and "--auto" in status["next"]
     again = torchrun(2, contract, run, "--max-steps", "4", "--auto")
     assert again.returncode == 0 and "resuming from checkpoint step-2" in again.stderr, again.stderr[-3000:]
