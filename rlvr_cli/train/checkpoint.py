@@ -73,7 +73,7 @@ def final_weights(setup: Setup) -> dict[str, torch.Tensor] | None:
     every process calls it), or None when the policy is not sharded (its own weights are whole)."""
     if not sharding.is_sharded(setup.policy):
         return None
-    return sharding.full_weights(setup.policy, everywhere=False)
+    return sharding.full_weights(setup.policy)
 
 
 def tmp_folder(run: RunFolder, step: int) -> Path:
@@ -222,7 +222,14 @@ def load_latest(setup: Setup, run: RunFolder, contract_path: Path, force: bool =
     _refuse_partial(included, path.name, force)
     from rlvr_cli.train import shards
 
-    weights = None if shards.present(path) else _load_weights(setup, path)
+    in_shards = shards.present(path)
+    if not in_shards and sharding.is_sharded(setup.policy):
+        raise RlvrError(
+            f"checkpoint {path.name} holds whole weights (model/), not the shards a sharded (fsdp2) run writes "
+            "and reads; it was not written by this run"
+        )
+    if not in_shards:
+        _load_weights(setup, path)
     try:
         blob = torch.load(path / "state.pt", weights_only=True)  # tensors and plain values: no code runs
     except Exception as exc:
@@ -234,10 +241,8 @@ def load_latest(setup: Setup, run: RunFolder, contract_path: Path, force: bool =
         raise RlvrError(f"checkpoint {path.name}: state.pt does not hold rlvr's state (a {type(blob).__name__})")
     _refuse_nonfinite_state(blob, path.name)
     try:
-        if weights is None:  # shards: each process reads its own, whatever number of processes wrote them
+        if in_shards:  # each process reads its own shard, whatever number of processes wrote them
             shards.load(setup.policy, setup.optimizer, path, included & {"model", "optimizer"})
-        elif sharding.is_sharded(setup.policy):  # an unsharded checkpoint: each process keeps its shard of it
-            sharding.load_full(setup.policy, setup.optimizer, weights, blob.get("optimizer"))
         elif "optimizer" in blob:
             setup.optimizer.load_state_dict(blob["optimizer"])
         if "scheduler" in blob:
@@ -319,7 +324,7 @@ def _refuse_changes(setup: Setup, meta: dict[str, Any], path: Path, contract_pat
         raise RlvrError(f"the lock file changed since checkpoint {path.name}; the locked artifacts differ")
 
 
-def _load_weights(setup: Setup, path: Path) -> dict[str, torch.Tensor]:
+def _load_weights(setup: Setup, path: Path) -> None:
     from safetensors.torch import load_file
 
     weights = {}
@@ -329,14 +334,11 @@ def _load_weights(setup: Setup, path: Path) -> dict[str, torch.Tensor]:
         except Exception as exc:  # a file safetensors cannot read: foreign or damaged, never a crash
             raise RlvrError(f"checkpoint {path.name}: {file.name} cannot be read as safetensors ({exc})") from None
     _refuse_foreign(weights, setup.policy.state_dict(), path.name)
-    if sharding.is_sharded(setup.policy):
-        return weights  # loaded with the optimizer state (sharding.load_full)
     missing, unexpected = setup.policy.load_state_dict(weights, strict=False)
     if unexpected or [m for m in missing if "lm_head" not in m]:
         raise RlvrError(f"checkpoint {path.name} does not fit the policy (missing {missing}, unexpected {unexpected})")
     if setup.policy.config.tie_word_embeddings:
         setup.policy.tie_weights()
-    return weights
 
 
 def _refuse_foreign(weights: dict[str, torch.Tensor], own: dict[str, torch.Tensor], name: str) -> None:

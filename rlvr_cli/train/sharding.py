@@ -59,35 +59,18 @@ def is_sharded(model: Any) -> bool:
     return isinstance(model, FSDPModule)
 
 
-def full_weights(model: Any, everywhere: bool = True) -> dict[str, torch.Tensor]:
-    """The whole state dict of a sharded model, gathered (a collective: every process calls it);
-    `everywhere=False` keeps it on the main process only (the others get an empty dict)."""
+def full_weights(model: Any) -> dict[str, torch.Tensor]:
+    """The whole state dict of a sharded model, gathered on the main process (a collective: every
+    process calls it; the others get an empty dict)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-    options = StateDictOptions(full_state_dict=True, cpu_offload=not everywhere)
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
     weights = get_model_state_dict(model, options=options)
     if getattr(model.config, "tie_word_embeddings", False):  # saved once, as an unsharded model saves it
         tied = getattr(model, "_tied_weights_keys", None) or {}
         for key in tied if isinstance(tied, dict | list) else ():
             weights.pop(key, None)
     return weights
-
-
-def load_full(model: Any, optimizer: torch.optim.Optimizer | None, weights: dict, state: dict | None) -> None:
-    """Load an unsharded checkpoint's weights and optimizer state into the sharded model: every
-    process read the same files and keeps its own shard."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_optimizer_state_dict
-
-    options = StateDictOptions(full_state_dict=True)
-    set_model_state_dict(model, weights, options=options)
-    if optimizer is None or state is None:
-        return
-    names = [name for name, _ in model.named_parameters()]
-    named = {
-        "state": {names[int(i)]: s for i, s in state["state"].items()},
-        "param_groups": [{**g, "params": [names[int(i)] for i in g["params"]]} for g in state["param_groups"]],
-    }
-    set_optimizer_state_dict(model, optimizer, named, options=options)
 
 
 class Lockstep:
