@@ -9,19 +9,15 @@ commands that use them.
 
 from __future__ import annotations
 
-import functools
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 import typer
 import typer.core
 
 from rlvr_cli import __version__
-from rlvr_cli.errors import guard
-
-F = TypeVar("F", bound=Callable[..., Any])
+from rlvr_cli.commands.groups import audit_app, command, contract_arg, data_app
 
 
 def _version(value: bool) -> None:
@@ -58,7 +54,7 @@ app = typer.Typer(
     name="rlvr",
     help="Reinforcement learning with verifiable rewards, run exactly as the contract says.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
@@ -67,21 +63,10 @@ app = typer.Typer(
 @app.callback()
 def _main(
     version: Annotated[
-        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+        bool, typer.Option("--version", "-V", callback=_version, is_eager=True, help="Print the version and exit.")
     ] = False,
 ) -> None:
     """Reinforcement learning with verifiable rewards, run exactly as the contract says."""
-
-
-def command(fn: F) -> F:
-    """A command body returns its exit code (None: 0); errors are mapped by `errors.guard`."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> None:
-        code = guard(lambda: fn(*args, **kwargs) or 0)
-        raise typer.Exit(int(code))
-
-    return wrapper  # type: ignore[return-value]
 
 
 @app.command()
@@ -95,7 +80,9 @@ def init(
         bool, typer.Option(help="Build the tiny local model and tokenizer (needs the train extra).")
     ] = True,
 ) -> int:
-    """Create an experiment folder from a template: contract, data, verifier, README, hook."""
+    """Create an experiment folder from a template.
+
+    It holds the contract, data, verifier, README and a pre-commit hook."""
     from rlvr_cli.commands.init import list_templates, run_init
     from rlvr_cli.errors import UsageProblem
 
@@ -113,7 +100,9 @@ def init(
     add_help_option=False,
 )
 def validate(ctx: typer.Context) -> None:
-    """Check contracts: exit 0 valid, 1 invalid (or warnings with --strict), 2 unreadable path.
+    """Check contracts in a fraction of a second, with rule codes.
+
+    Exit 0 valid, 1 invalid (or warnings with --strict), 2 unreadable path.
 
     PATH... [--format text|json|github] [--deep] [--strict]; see `rlvr validate --help`.
     """
@@ -122,54 +111,18 @@ def validate(ctx: typer.Context) -> None:
     raise typer.Exit(validate_main(ctx.args))
 
 
-data_app = typer.Typer(help="Check and split the task data the contract names.", no_args_is_help=True)
 app.add_typer(data_app, name="data")
-
-
-@data_app.command("check")
-@command
-def data_check(
-    contract: Annotated[Path, typer.Argument(help="The contract whose data splits to check.")],
-    format: Annotated[str, typer.Option("--format", "-f", help="text, json or github.")] = "text",
-    out: Annotated[Path | None, typer.Option(help="Also write the JSON report (data-check.json) here.")] = None,
-    max_per_code: Annotated[
-        int, typer.Option("--max-per-code", help="Findings of one code the text and github forms list (0: all).")
-    ] = 200,
-) -> int:
-    """Check every claim of the contract's data section against the split files: ids,
-    duplicates and near duplicates across splits, answer leakage, secrets and personal data,
-    the holdout design, row schema. Exit 0 clean, 1 an error finding, 2 usage. JSON (and
-    --out) lists every finding; text and github list --max-per-code of each code."""
-    from rlvr_cli.commands.data import run_data_check
-
-    return run_data_check(contract, format, out, max_per_code)
-
-
-@data_app.command("split")
-@command
-def data_split(
-    contract: Annotated[Path, typer.Argument(help="The contract whose split files to write.")],
-    source: Annotated[
-        Path | None, typer.Option(help="JSONL of every task (default: the contract's first data source).")
-    ] = None,
-    by: Annotated[
-        str | None, typer.Option(help="Task field whose groups never straddle two splits (default: each task).")
-    ] = None,
-    fractions: Annotated[str, typer.Option(help="Shares of train, holdout and sealed_eval.")] = "0.8,0.1,0.1",
-    seed: Annotated[int | None, typer.Option(help="Seed of the placement (default: hyperparameters.seed).")] = None,
-    force: Annotated[bool, typer.Option(help="Replace split files that already exist.")] = False,
-) -> int:
-    """Deduplicate, then split by a key, seeded and reproducible; writes the three splits the
-    contract names and a manifest (data.split_manifest) that `rlvr lock` pins."""
-    from rlvr_cli.commands.data import run_data_split
-
-    return run_data_split(contract, source, by, fractions, seed, force=force)
+app.add_typer(audit_app, name="audit")
 
 
 @app.command()
 @command
-def lock(contract: Annotated[Path, typer.Argument(help="The contract whose files to pin.")]) -> int:
-    """Write the lock file: the sha256 of every artifact, data split and chat template."""
+def lock(
+    contract: Annotated[Path, contract_arg("The contract whose files to pin.")],
+) -> int:
+    """Pin each artifact, data split and chat template by sha256.
+
+    Writes the lock file beside the contract; `validate --deep` checks it."""
     from rlvr_cli.commands.lock import run_lock
 
     run_lock(contract)
@@ -179,90 +132,27 @@ def lock(contract: Annotated[Path, typer.Argument(help="The contract whose files
 @app.command()
 @command
 def render(
-    contract: Annotated[Path, typer.Argument(help="The contract: tokenizer, chat template, stop tokens, limits.")],
+    contract: Annotated[
+        Path,
+        contract_arg("The contract: tokenizer, chat template, stop tokens, limits."),
+    ],
     conversations: Annotated[
         Path, typer.Option("--conversations", "-c", help="JSONL, one {messages, tools?} per line.")
     ],
     format: Annotated[str, typer.Option("--format", "-f", help="text or json.")] = "text",
 ) -> int:
-    """Show what the model sees, which tokens are trained, and the template's traps (exit 1 on an error check)."""
+    """Show what the model sees and which tokens are trained.
+
+    Also the chat template's traps (exit 1 on an error check)."""
     from rlvr_cli.commands.render import run_render
 
     return run_render(contract, conversations, format)
 
 
-audit_app = typer.Typer(help="Prove the verifier and the environment before training.", no_args_is_help=True)
-app.add_typer(audit_app, name="audit")
-
-
-@audit_app.command("verifier")
-@command
-def audit_verifier(
-    contract: Annotated[Path, typer.Argument(help="The contract whose verifier to audit.")],
-    candidates: Annotated[Path | None, typer.Option(help="Candidates file (default: audit/candidates.yaml).")] = None,
-    format: Annotated[str, typer.Option("--format", "-f", help="text or json.")] = "text",
-    tasks: Annotated[
-        int | None,
-        typer.Option(
-            min=1, help="Single turn: generated arms for a random sample of this many tasks (default: every task)."
-        ),
-    ] = None,
-) -> int:
-    """Run the control group through the real verifier: exit 0 passed, 1 a false accept or
-    reject (with the evidence), 2 usage (a missing candidates file), 3 the audit could not run."""
-    from rlvr_cli.commands.audit import run_audit_verifier
-
-    return run_audit_verifier(contract, candidates, format, tasks)
-
-
-@audit_app.command("isolation")
-@command
-def audit_isolation(
-    contract: Annotated[Path, typer.Argument(help="A tool_use contract.")],
-    sessions: Annotated[int, typer.Option("--sessions", "-n", min=2, help="Concurrent sessions.")] = 16,
-    candidates: Annotated[
-        Path | None, typer.Option(help="Candidates whose tool calls are replayed (default: audit/candidates.yaml).")
-    ] = None,
-    format: Annotated[str, typer.Option("--format", "-f", help="text or json.")] = "text",
-) -> int:
-    """Replay your candidates' tool calls in concurrent sessions with unique markers: exit 0
-    isolated, 1 a finding with its evidence, 2 usage, 3 the audit could not run (and why)."""
-    from rlvr_cli.commands.audit import run_audit_isolation
-
-    return run_audit_isolation(contract, sessions, candidates, format)
-
-
-@audit_app.command("rollouts")
-@command
-def audit_rollouts(
-    run_dir: Annotated[Path, typer.Argument(help="A run folder written by rlvr train.")],
-    format: Annotated[str, typer.Option("--format", "-f", help="text or json.")] = "text",
-) -> int:
-    """Verify the record manifest (exit 1 on any mismatch), then report what the rollouts show."""
-    from rlvr_cli.commands.audit import run_audit_rollouts
-
-    return run_audit_rollouts(run_dir, format)
-
-
-@audit_app.command("rewards")
-@command
-def audit_rewards(
-    contract: Annotated[Path, typer.Argument(help="The contract (tasks, verifier, sampling).")],
-    policy: Annotated[list[Path], typer.Option("--policy", help="A policy or run folder; give two (A, B).")],
-    samples: Annotated[int, typer.Option(help="Samples per task.")] = 4,
-    split: Annotated[str, typer.Option(help="train or holdout.")] = "holdout",
-    format: Annotated[str, typer.Option("--format", "-f", help="text or json.")] = "text",
-) -> int:
-    """Reward distributions of two policies on the same tasks, paired; flags "no difference"."""
-    from rlvr_cli.commands.audit import run_audit_rewards
-
-    return run_audit_rewards(contract, policy, samples, split, format)
-
-
 @app.command()
 @command
 def train(
-    contract: Annotated[Path, typer.Argument(help="The contract to run.")],
+    contract: Annotated[Path, contract_arg("The contract to run.")],
     run_dir: Annotated[
         Path | None, typer.Option("--run-dir", help="Run folder (default: runs/<name>/ beside the contract).")
     ] = None,
@@ -292,7 +182,9 @@ def train(
         ),
     ] = None,
 ) -> int:
-    """Train as the contract says: exit 0 finished, 1 refused or failed, 4 paused by a rule, 5 aborted."""
+    """Train as the contract says.
+
+    Exit 0 finished, 1 refused or failed, 2 usage, 4 paused by a rule, 5 aborted."""
     from rlvr_cli.commands.train import launch, run_train
 
     if nproc is not None:
@@ -306,7 +198,9 @@ def train(
 @app.command()
 @command
 def status(run_dir: Annotated[Path, typer.Argument(help="A run folder written by rlvr train.")]) -> int:
-    """Where a run stands: step, last metrics, last checkpoint, fired rules, and what to do next."""
+    """Where a run stands, and what to do next.
+
+    Step, last metrics, last checkpoint and fired rules."""
     from rlvr_cli.commands.status import run_status
 
     return run_status(run_dir)
@@ -315,7 +209,7 @@ def status(run_dir: Annotated[Path, typer.Argument(help="A run folder written by
 @app.command()
 @command
 def gate(
-    contract: Annotated[Path, typer.Argument(help="The contract whose acceptance.gates to evaluate.")],
+    contract: Annotated[Path, contract_arg("The contract whose acceptance.gates to evaluate.")],
     candidate: Annotated[
         Path, typer.Option("--candidate", help="The run folder to release, or a saved evaluation JSON.")
     ],
@@ -323,7 +217,9 @@ def gate(
         Path | None, typer.Option("--baseline", help="Evaluation JSON, policy or run folder to beat.")
     ] = None,
 ) -> int:
-    """Release gates with paired bootstrap intervals per segment; exit 1 when the release fails."""
+    """Decide the release by the contract's gates.
+
+    Paired bootstrap intervals per segment; exit 1 when the release fails."""
     from rlvr_cli.commands.gate import run_gate
 
     return run_gate(contract, candidate, baseline)
@@ -338,7 +234,9 @@ def report(
         typer.Option("--out", help="HTML file (default RUN_DIR/report.html; comparing: ./rlvr-compare.html)."),
     ] = None,
 ) -> int:
-    """Write one self-contained HTML page: a run's report (plan, gates, curves, rollout audit,
+    """Write a run's HTML report, or one page comparing several runs.
+
+    One self-contained page: a run's report (plan, gates, curves, rollout audit,
     samples), or several runs compared (contract differences key by key, curves overlaid)."""
     from rlvr_cli.commands.report import run_report
 
@@ -348,17 +246,19 @@ def report(
 @app.command()
 @command
 def plan(
-    contract: Annotated[Path, typer.Argument(help="The contract; the model's config.json is read from disk.")],
+    contract: Annotated[Path, contract_arg("The contract; the model's config.json is read from disk.")],
     gpus: Annotated[int, typer.Option("--gpus", min=1, help="Devices to shard over (FSDP).")] = 1,
     gpu_memory: Annotated[
         float | None, typer.Option("--gpu-memory", help="GiB per device; says whether it fits.")
     ] = None,
 ) -> int:
-    """Estimate memory per device (parameters, gradients, optimizer, reference, KV cache, activations)."""
+    """Estimate memory per device, and whether the run fits.
+
+    Parameters, gradients, optimizer, reference, KV cache, activations; exit 1 when it does not fit."""
     from rlvr_cli.commands.common import load_valid_contract
     from rlvr_cli.train.memory_estimate import load_shape, plan_table
 
-    parsed = load_valid_contract(contract)
+    parsed = load_valid_contract(contract, artifacts=True)
     table, fits = plan_table(parsed, load_shape(parsed, contract.resolve().parent), gpus, gpu_memory)
     print(table)
     return 0 if fits else 1
@@ -370,7 +270,9 @@ def schema(
     which: Annotated[str, typer.Argument(help="contract, candidates (audit) or record (rollout record).")] = "contract",
     markdown: Annotated[bool, typer.Option("--markdown", help="contract: every key as a Markdown table.")] = False,
 ) -> int:
-    """Print a JSON Schema; committed copies live in schemas/ (contract.schema.json, ...)."""
+    """Print a JSON Schema: contract, candidates or record.
+
+    Committed copies live in schemas/ (contract.schema.json, ...)."""
     from rlvr_cli.commands.schema import SCHEMAS, contract_markdown, schema_text
     from rlvr_cli.errors import UsageProblem
 
@@ -385,7 +287,9 @@ def schema(
 @app.command()
 @command
 def rule(code: Annotated[str, typer.Argument(help="A rule code: RLV604, RLT007, ...")]) -> int:
-    """Explain one rule code: what fires it, why it matters, how to fix it, an example."""
+    """Explain one rule code and how to fix what fires it.
+
+    What fires it, why it matters, how to fix it, and a contract that fires it."""
     from rlvr_cli.codes import explain
 
     print(explain(code))

@@ -36,11 +36,27 @@ def explain(code: str) -> str:
     """The text `rlvr rule CODE` prints."""
     found = BY_CODE.get(code.strip().upper())
     if found is None:
-        raise UsageProblem(f"no rule {code!r}; codes are {CODES[0].code}…{CODES[-1].code} (see docs/rules.md)")
+        raise UsageProblem(f"no rule {code!r}{_did_you_mean(code)}; {_families()} (see docs/rules.md)")
     lines = [f"{found.code} ({found.severity}): {found.fires}", "", f"why: {found.why}", f"fix: {found.fix}"]
     if found.example:
-        lines += ["example:", *(f"    {line}" for line in found.example.splitlines())]
+        lines += [f"example that fires {found.code}:", *(f"    {line}" for line in found.example.splitlines())]
     return "\n".join(lines)
+
+
+def _families() -> str:
+    """`the codes are RLV001–RLV901 (rlvr validate) and RLT001–RLT015 (rlvr render)`."""
+    ranges = []
+    for prefix, source in (("RLV", "rlvr validate"), ("RLT", "rlvr render")):
+        codes = sorted(c.code for c in CODES if c.code.startswith(prefix))
+        ranges.append(f"{codes[0]}–{codes[-1]} ({source})")
+    return "the codes are " + " and ".join(ranges)
+
+
+def _did_you_mean(code: str) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(code.strip().upper(), list(BY_CODE), n=3, cutoff=0.8)
+    return f" (did you mean {' or '.join(close)}?)" if close else ""
 
 
 def markdown() -> str:
@@ -58,5 +74,5 @@ def markdown() -> str:
         out += [f"## {c.code} ({c.severity})", "", c.fires[0].upper() + c.fires[1:] + ".", "", f"**Why:** {c.why}.", ""]
         out += [f"**Fix:** {c.fix}.", ""]
         if c.example:
-            out += ["```yaml", c.example, "```", ""]
+            out += [f"A contract that fires {c.code}:", "", "```yaml", c.example, "```", ""]
     return "\n".join(out)

@@ -108,17 +108,32 @@ def judge_gate(gate: Gate, cand: dict[str, float], base: dict[str, float], items
     d = bootstrap([cand[i] - base[i] for i in items], confidence)
     checks = []
     if gate.min is not None:
-        checks.append((c[1] >= gate.min, f"lower bound {c[1]:.3f} ≥ min {gate.min}"))
+        checks.append(_check(c[1] >= gate.min, f"lower bound {c[1]:.3f}", "≥", f"min {gate.min}"))
     if gate.max is not None:
-        checks.append((c[2] <= gate.max, f"upper bound {c[2]:.3f} ≤ max {gate.max}"))
+        checks.append(_check(c[2] <= gate.max, f"upper bound {c[2]:.3f}", "≤", f"max {gate.max}"))
     if gate.min_delta is not None:
-        checks.append((d[1] >= gate.min_delta, f"delta lower bound {d[1]:+.3f} ≥ min_delta {gate.min_delta}"))
+        checks.append(
+            _check(d[1] >= gate.min_delta, f"delta lower bound {d[1]:+.3f}", "≥", f"min_delta {gate.min_delta}")
+        )
     if gate.max_drop is not None:
-        checks.append((d[1] >= -gate.max_drop, f"delta lower bound {d[1]:+.3f} ≥ -max_drop {gate.max_drop}"))
+        checks.append(
+            _check(d[1] >= -gate.max_drop, f"delta lower bound {d[1]:+.3f}", "≥", f"-max_drop {gate.max_drop}")
+        )
     if gate.min_items is not None:  # too few items: the interval cannot support a release
-        checks.append((len(items) >= gate.min_items, f"{len(items)} items ≥ min_items {gate.min_items}"))
+        checks.append(_check(len(items) >= gate.min_items, f"{len(items)} items", "≥", f"min_items {gate.min_items}"))
     failed = tuple(m for ok, m in checks if not ok)
     return Judgement(len(items), c, d, confidence, not failed, tuple(m for _, m in checks), failed)
+
+
+def _check(ok: bool, value: str, wanted: str, bound: str) -> tuple[bool, str]:
+    """A condition that reads true as written: `lower bound 0.512 ≥ min 0.3` when it holds,
+    `lower bound 0.000 < min 0.3 (needs ≥)` when it does not."""
+    if ok:
+        return True, f"{value} {wanted} {bound}"
+    return False, f"{value} {_NEGATION[wanted]} {bound} (needs {wanted})"
+
+
+_NEGATION = {"≥": "<", "≤": ">"}
 
 
 def run_gates(contract: Contract, folder: Path, candidate: Path, baseline: Path | None) -> GateResult:

@@ -11,19 +11,22 @@ from rlvr_cli.contract.models import Contract
 from rlvr_cli.errors import RlvrError, UsageProblem
 
 
-def load_valid_contract(path: Path) -> Contract:
-    """The typed contract, or exit: 2 when the file is missing, 1 (with the report) when invalid."""
+def load_valid_contract(path: Path, *, artifacts: bool = False) -> Contract:
+    """The typed contract, or exit: 2 when the file is missing, 1 (with the report) when invalid.
+    With `artifacts`, the model folders it names must be there too (RLV901 with file:line:col)."""
     from rlvr_cli.contract.formatters import text_line
     from rlvr_cli.contract.load import load
 
     if not path.is_file():
         raise UsageProblem(f"{path}: no such contract file")
     try:
-        return load(path)
+        from rlvr_cli.contract.deep import artifacts as artifact_check
+
+        return load(path, more=(artifact_check,) if artifacts else ())
     except ContractError as exc:
         for diag in exc.diagnostics:
             print(text_line(str(path), diag), file=sys.stderr)
-        raise RlvrError(f"{path} is not a valid contract; `rlvr validate {path}` says why") from None
+        raise RlvrError(f"{path} cannot be used as it is (the errors above); fix them and rerun") from None
 
 
 def require_extra(extra: str, *modules: str) -> None:

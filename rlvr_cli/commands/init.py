@@ -83,6 +83,12 @@ def run_init(folder: Path, template: str, *, force: bool, build_model: bool) -> 
     if build_model:
         _build_model(folder, meta["model"])
     print(f"created {folder} from template '{template}'", file=sys.stderr)
+    if not build_model:
+        print(
+            f"no model was built (--no-model): `rlvr train` and `validate --deep` need one in {folder / 'model'}; "
+            f"build the template's tiny model with: {model_command(folder, meta['model'])}",
+            file=sys.stderr,
+        )
     print(f"next: rlvr validate --deep {folder / 'experiment.rlvr.yaml'}", file=sys.stderr)
 
 
@@ -106,6 +112,14 @@ def _generate_data(folder: Path, meta: dict) -> None:
     module.write_splits(folder / "data")
     if meta["model"].get("warm_up"):
         module.write_demonstrations(folder / meta["model"]["warm_up"])
+
+
+def model_command(folder: Path, spec: dict) -> str:
+    """The command that builds what `rlvr init` would have built in FOLDER/model."""
+    line = f"python -m rlvr_cli.toy.tiny {folder / 'model'} --family {spec.get('family', 'chatml')}"
+    if spec.get("warm_up"):
+        return line + f" --warm-up {folder / spec['warm_up']}"
+    return line + f" --alphabet {'arithmetic' if spec.get('alphabet') == 'arithmetic' else 'printable'}"
 
 
 def _build_model(folder: Path, spec: dict) -> None:

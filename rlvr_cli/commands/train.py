@@ -123,7 +123,7 @@ def run_train(
     from rlvr_cli.train import distributed
     from rlvr_cli.train.loop import AlreadyFinished, train
 
-    contract = load_valid_contract(contract_path)
+    contract = load_valid_contract(contract_path, artifacts=True)
     run_dir = (run_dir or default_run_dir(contract, contract_path)).resolve()
     steps = max_steps if max_steps is not None else contract.hyperparameters.max_steps
     if steps < 1:

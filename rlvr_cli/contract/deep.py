@@ -22,7 +22,7 @@ from rlvr_cli.files import sha256_file
 
 
 def run_all(contract: Contract, folder: Path, contract_path: Path) -> list[Finding]:
-    checks = (_artifacts, _tokenizer, _data, _verifier, _server)
+    checks = (artifacts, _tokenizer, _data, _verifier, _server)
     findings = [f for check in checks for f in check(contract, folder)]
     findings.extend(_lock(contract, contract_path))
     return findings
@@ -32,13 +32,19 @@ def _model_folder(path: str | None, folder: Path, where: tuple, what: str) -> It
     if path is None:
         return
     root = folder / path
+    build = (
+        "; put a transformers model folder there (config.json and weights), or build the tiny local one: "
+        f"python -m rlvr_cli.toy.tiny {root} (`rlvr init` builds it unless given --no-model)"
+    )
     if not root.is_dir():
-        yield error("RLV901", where, f"{what} folder {path} does not exist")
+        yield error("RLV901", where, f"{what} folder {path} does not exist{build}")
     elif not (root / "config.json").is_file():
-        yield error("RLV901", where, f"{what} folder {path} has no config.json")
+        yield error("RLV901", where, f"{what} folder {path} has no config.json{build}")
 
 
-def _artifacts(c: Contract, folder: Path) -> Iterator[Finding]:
+def artifacts(c: Contract, folder: Path, _contract_path: Path | None = None) -> Iterator[Finding]:
+    """The policy and reference folders (config.json) and hub ids the local cache holds: what
+    `train`, `plan` and `gate` need before they load anything."""
     yield from _model_folder(c.artifacts.policy.path, folder, ("artifacts", "policy", "path"), "policy")
     ref = c.artifacts.reference
     if ref is not None:

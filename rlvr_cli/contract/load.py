@@ -117,8 +117,8 @@ def check_file(
     path: str | Path, *, deep: bool = False, today: str | None = None, more: Sequence[DeepCheck] = ()
 ) -> CheckResult:
     """Parse, type-check and rule-check one contract file; never raises on bad content. With
-    `deep`, the files the contract names are read too, and each of `more` (checks of a later
-    stage, such as the data check) runs before waivers are applied."""
+    `deep`, the files the contract names are read too. Each of `more` (checks of a later stage,
+    such as the data check, or the artifact check `train` runs) runs before waivers are applied."""
     result = CheckResult(path=str(path))
     try:
         document = yaml12.parse(read_text(Path(path)))
@@ -139,16 +139,16 @@ def check_file(
     if deep:
         for finding in deep_checks.run_all(result.contract, result.folder, Path(path)):
             result.add(finding)
-        for extra in more:
-            for finding in extra(result.contract, result.folder, Path(path)):
-                result.add(finding)
+    for extra in more:
+        for finding in extra(result.contract, result.folder, Path(path)):
+            result.add(finding)
     waivers.apply_waivers(result, today=today)
     return result
 
 
-def load(path: str | Path) -> Contract:
-    """Load a valid contract or raise `ContractError` carrying the diagnostics."""
-    result = check_file(path)
+def load(path: str | Path, more: Sequence[DeepCheck] = ()) -> Contract:
+    """Load a valid contract or raise `ContractError` carrying the diagnostics (of `more` too)."""
+    result = check_file(path, more=more)
     if not result.valid or result.contract is None:
         raise ContractError(str(path), result.diagnostics)
     return result.contract

@@ -114,14 +114,14 @@ def _worker(
     except Exception as exc:
         conn.send(("load_error", f"{type(exc).__name__}: {exc}"))
         return
-    conn.send(("ready", None))
-    while True:
-        try:
+    try:
+        conn.send(("ready", None))
+        while True:
             seq, batch = conn.recv()  # a list of (task, response); one answer is sent per item
-        except EOFError:
-            return
-        for i, (task, response) in enumerate(batch):
-            conn.send((seq, i, *_call(fn, task, response)))
+            for i, (task, response) in enumerate(batch):
+                conn.send((seq, i, *_call(fn, task, response)))
+    except (EOFError, OSError):  # the pool closed the pipe (a timeout, or the end): nothing to say
+        return
 
 
 def _call(fn: Callable[[dict, str], Any], task: dict, response: str) -> tuple[str, Any]:
@@ -152,11 +152,12 @@ class VerifierPool:
     def for_contract(cls, contract: Any, folder: Path) -> VerifierPool:
         """The pool of a single_turn contract's `environment.verifier`, with its limits."""
         env = contract.environment
-        if env.judge is not None:  # minutes of retries per verdict against a server that is not there: say so now
-            from rlvr_cli.env.builtin.judge import check_reachable
+        builtin = builtin_options(env, folder)
+        if env.judge is not None:  # minutes of retries per verdict against a judge that cannot answer: say so now
+            from rlvr_cli.env.builtin.judge import check_answers, check_reachable
 
             check_reachable(env.judge.base_url)
-        builtin = builtin_options(env, folder)
+            check_answers(builtin[1])  # type: ignore[index]
         if builtin is not None:
             return cls(builtin[0], folder, env.timeout_s, env.memory_mb, builtin[1])
         return cls(env.verifier, folder, env.timeout_s, env.memory_mb)

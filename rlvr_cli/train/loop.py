@@ -334,8 +334,13 @@ def _kept(run: Run) -> str:
     """What survives in the run folder, and the command that goes on from it."""
     found = run.folder.complete_checkpoints()
     again = f"rlvr train {run.contract_path} --run-dir {run.folder.path} --auto"
+    if run.steps != run.contract.hyperparameters.max_steps:  # the user's --max-steps goes on with the run
+        again += f" --max-steps {run.steps}"
+    if run.setup.world > 1:
+        again += f" --nproc {run.setup.world}"
     if found:
-        return f"kept checkpoint step-{found[-1][0]} with every record and metric up to it; continue with: {again}"
+        kept = f"kept checkpoint step-{found[-1][0]} with every record and metric up to it"
+        return f"{kept}; continue with: {again}"
     return f"no checkpoint yet (records so far are kept and redone identically); start again with: {again}"
 
 

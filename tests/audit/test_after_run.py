@@ -188,6 +188,8 @@ def test_a_critical_gate_failing_in_one_segment_fails_the_release(trained: tuple
     )
     assert run.code == 1 and "release: FAIL" in run.stdout
     assert "difficulty=" in run.stdout
+    # the failed check reads true as written: the bound is below the minimum, which it needed to reach
+    assert "< min 0.99 (needs ≥)" in run.stdout and "≥ min 0.99" not in run.stdout.replace("needs ≥", "")
 
 
 def test_audit_rewards_compares_two_policies(trained: tuple[Path, Path]) -> None:

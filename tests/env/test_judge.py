@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from rlvr_cli.env.agent import serve as agent_serve
-from rlvr_cli.env.builtin.judge import Judge, parse
+from rlvr_cli.env.builtin.judge import Judge, JudgeUnreachable, check_answers, parse
 from rlvr_cli.errors import RlvrError
 from tests.conftest import ROOT, edit, rlvr
 
@@ -211,3 +211,29 @@ def test_an_unreachable_judge_fails_the_audit_and_training_in_seconds(judge_exp:
     assert run.code == 3 and "cannot be reached" in run.stderr and "Traceback" not in run.stderr
     assert json.loads((tmp_path / "run" / "status.json").read_text())["state"] == "failed"
     assert time.monotonic() - start < 90  # not minutes of retries per verdict
+
+
+def test_a_judge_that_refuses_the_model_is_refused_before_any_verdict() -> None:
+    missing = stand_in().make_app(fail=lambda n: 404)
+    with serve(missing) as url, pytest.raises(JudgeUnreachable, match="HTTP 404 for model 'm'"):
+        check_answers({**SETTINGS, "base_url": url})
+    assert missing.state.requests == 1  # one probe, never retried
+    with serve(stand_in().make_app()) as url:
+        check_answers({**SETTINGS, "base_url": url})  # a judge that answers passes
+
+
+def test_a_judge_that_accepts_connections_but_never_answers_fails_the_audit_in_seconds(
+    judge_exp: Path, tmp_path: Path
+) -> None:
+    import time
+
+    with socket.socket() as silent:  # listens, accepts into its backlog, never replies
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(64)
+        contract = _pointed(judge_exp, tmp_path / "exp", f"http://127.0.0.1:{silent.getsockname()[1]}/v1")
+        edit(tmp_path / "exp", "request_timeout_s: 30", "request_timeout_s: 2")
+        start = time.monotonic()
+        audit = rlvr("audit", "verifier", contract, timeout=120)
+    assert audit.code == 3, audit.stderr
+    assert "accepts connections but answered no request within request_timeout_s (2 s)" in audit.stderr
+    assert "Traceback" not in audit.stderr + audit.stdout and time.monotonic() - start < 60

@@ -69,6 +69,31 @@ def check_reachable(base_url: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None
         ) from None
 
 
+def check_answers(settings: dict[str, Any]) -> None:
+    """One request to the judge, bounded by `request_timeout_s` and never retried: a server that
+    accepts connections but does not answer, a model name it does not serve or a key it refuses
+    is JudgeUnreachable now, with the reason, rather than minutes of retries per verdict."""
+    import openai
+
+    judge = Judge(**{**settings, "cache": None})
+    probe = [{"role": "user", "content": 'Reply with {"verdict": "pass", "reason": "probe"}.'}]
+    try:
+        judge.client.chat.completions.create(model=settings["model"], messages=probe, temperature=0, max_tokens=16)
+    except openai.APITimeoutError:
+        bound = settings["request_timeout_s"]
+        why = f"it accepts connections but answered no request within request_timeout_s ({bound:g} s)"
+    except openai.APIConnectionError as exc:
+        why = f"the connection failed ({exc})"
+    except openai.APIStatusError as exc:
+        why = f"it answered HTTP {exc.status_code} for model {settings['model']!r}: {str(exc)[:200]}"
+    else:
+        return
+    raise JudgeUnreachable(
+        f"the judge at {settings['base_url']} cannot judge: {why}; check that its server is up and serves "
+        "environment.judge.model (and the key environment.judge.api_key_env names, if it needs one)"
+    )
+
+
 class JudgeFailed(Exception):
     """The judge could not be asked or did not answer within the retries."""
 
