@@ -171,15 +171,37 @@ def launch(nproc: int, argv: list[str]) -> int:
     return subprocess.run(command).returncode
 
 
-def progress_line(step: int, total: int, row: dict[str, Any], eta: float) -> str:
+def progress_line(step: int, total: int, row: dict[str, Any], eta: float, rate: float | None = None) -> str:
+    """`step 12/200  reward 0.41  kl ...  holdout correct 0.700 (step 10)  812 tok/s  ETA 95s`.
+    The holdout part is the newest evaluation's (each component apart: the reward may include a
+    format bonus that rises while the task is not learned); tok/s is the mean since the start
+    unless `rate` is None (then the step's own)."""
+
     def fmt(key: str) -> str:
         value = row.get(key)
         return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.3f}"
 
-    return (
+    shown = rate if rate is not None else row.get("tokens_per_s") or 0
+    line = (
         f"step {step}/{total}  reward {fmt('reward_mean')}  kl {fmt('kl')}  entropy {fmt('entropy')}  "
-        f"len {fmt('response_length_mean')}  {row.get('tokens_per_s', 0):.0f} tok/s  ETA {eta:.0f}s"
+        f"len {fmt('response_length_mean')}"
     )
+    held = row.get("_holdout")
+    if held:
+        line += f"  holdout {held}"
+    return line + f"  {shown:.0f} tok/s  ETA {eta:.0f}s"
+
+
+def holdout_part(row: dict[str, Any], step: int) -> str | None:
+    """`correct 0.700 (step 10)` from an evaluation step's row, or None on other steps."""
+    values = [
+        f"{key.split('/', 1)[1]} {value:.3f}"
+        for key, value in sorted(row.items())
+        if key.startswith("holdout/") and isinstance(value, (int, float))
+    ]
+    if not values and isinstance(row.get("holdout_reward"), (int, float)):
+        values = [f"reward {row['holdout_reward']:.3f}"]
+    return f"{' '.join(values)} (step {step})" if values else None
 
 
 class Progress:
@@ -188,6 +210,8 @@ class Progress:
 
     def __init__(self, enabled: bool = True) -> None:
         self.enabled, self.total = enabled, 0
+        self.tokens = self.seconds = 0.0  # since this invocation started: a rate that does not swing
+        self.holdout: str | None = None
         self.live = (
             enabled and sys.stderr.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
         )
@@ -206,6 +230,7 @@ class Progress:
             MofNCompleteColumn(),
             BarColumn(),
             TextColumn("{task.fields[info]}"),
+            TextColumn("ETA"),
             TimeRemainingColumn(),
             console=Console(stderr=True),
             transient=False,
@@ -216,11 +241,24 @@ class Progress:
     def step(self, step: int, row: dict[str, Any], eta: float) -> None:
         if not self.enabled:
             return
+        seconds = row.get("step_seconds") or 0.0
+        self.seconds += seconds
+        self.tokens += (row.get("tokens_per_s") or 0.0) * seconds
+        self.holdout = holdout_part(row, step) or self.holdout
+        rate = self.tokens / self.seconds if self.seconds > 0 else None
+        line = progress_line(step, self.total, {**row, "_holdout": self.holdout}, eta, rate)
         if self.bar is None:
-            print(progress_line(step, self.total, row, eta), file=sys.stderr, flush=True)
+            print(line, file=sys.stderr, flush=True)
             return
-        info = progress_line(step, self.total, row, eta).split("  ", 1)[1].rsplit("  ETA", 1)[0]
+        info = line.split("  ", 1)[1].rsplit("  ETA", 1)[0]
         self.bar.update(self.task, completed=step, info=info)
+
+    def say(self, text: str) -> None:
+        """A line above the live bar (or among the step lines)."""
+        if self.bar is not None:
+            self.bar.console.print(text, markup=False, highlight=False)
+        else:
+            print(text, file=sys.stderr, flush=True)
 
     def stop(self) -> None:
         if self.bar is not None:

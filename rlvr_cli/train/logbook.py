@@ -126,3 +126,41 @@ def write_records(records: RecordStore, setup: Any, step: int, generated: list[S
 
 def _str(value: Any) -> str | None:
     return None if value is None else str(value)
+
+
+class NoSignal:
+    """Says once, after `STEPS` steps in a row in which every group's rewards were all equal,
+    that the run learns nothing (every advantage is 0), and the likely causes."""
+
+    STEPS = 3
+
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+        self.said = False
+
+    def observe(self, step: int, row: dict[str, Any]) -> str | None:
+        """The warning, on the step that completes the stretch; None otherwise."""
+        self.rows = self.rows + [row] if row.get("zero_std_fraction") == 1.0 else []
+        if self.said or len(self.rows) < self.STEPS:
+            return None
+        self.said = True
+        first = step - self.STEPS + 1
+        if all(r.get("all_wrong_fraction") == 1.0 for r in self.rows):
+            what = "every answer got the lowest reward"
+            causes = (
+                "the task is too hard for the model; the verifier rejects every answer (`rlvr audit verifier`); "
+                "the answer format is never produced (`rlvr render`, and the answers in records/)"
+            )
+        elif all(r.get("all_correct_fraction") == 1.0 for r in self.rows):
+            what = "every answer got the best reward"
+            causes = "the task is too easy for the model, or the verifier accepts anything (`rlvr audit verifier`)"
+        else:
+            what = "within each group every answer got the same reward"
+            causes = (
+                "too few samples per group (group_size) for the task's difficulty, or a verifier that ignores "
+                "the answer (`rlvr audit verifier`)"
+            )
+        return (
+            f"warning: no learning signal in steps {first}–{step}: {what}, so every advantage is 0 and the "
+            f"policy does not change. Likely causes: {causes}."
+        )

@@ -33,7 +33,7 @@ from rlvr_cli.train import overlap, update
 from rlvr_cli.train.checkpoint import load_latest
 from rlvr_cli.train.collect import StepResult, collect
 from rlvr_cli.train.faults import Fault
-from rlvr_cli.train.logbook import rollout_metrics, write_records
+from rlvr_cli.train.logbook import NoSignal, rollout_metrics, write_records
 from rlvr_cli.train.monitor import Monitor
 from rlvr_cli.train.overlap import Ahead
 from rlvr_cli.train.run_plan import build_plan, plan_text
@@ -57,6 +57,7 @@ class Progress(Protocol):
 
     def start(self, total: int, first: int) -> None: ...
     def step(self, step: int, row: dict[str, Any], eta: float) -> None: ...
+    def say(self, text: str) -> None: ...
     def stop(self) -> None: ...
 
 
@@ -131,6 +132,7 @@ def _count(state: TrainState, metrics: StepMetrics, result: StepResult) -> None:
 def run_steps(run: Run, rollout: Rollout, progress: Progress) -> int:
     setup, state = run.setup, run.state
     started, first = time.perf_counter(), state.step
+    no_signal = NoSignal()
     progress.start(run.steps, first)
     try:
         while state.step < run.steps:
@@ -155,6 +157,9 @@ def run_steps(run: Run, rollout: Rollout, progress: Progress) -> int:
             state.step += 1
             eta = (time.perf_counter() - started) / (state.step - first) * (run.steps - state.step)
             progress.step(state.step, row, eta)
+            said = no_signal.observe(state.step, row)
+            if said and setup.main:
+                progress.say(said)
             run.status("running", durable=False, max_steps=run.steps)  # `rlvr status` sees the step
             fired = run.monitor.observe(row)  # check rules
             state.monitor = run.monitor.state()

@@ -162,10 +162,11 @@ def test_sigterm_then_auto_resume_equals_a_straight_run(experiment: Path, tmp_pa
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 143 and "interrupted by SIGTERM" in err and "--auto" in err
+    assert "--auto --max-steps 400" in err  # the command it prints goes on to the step the user asked for
     state = status(run_dir)
     assert state["state"] == "paused" and "SIGTERM" in state["reason"]
     shown = rlvr("status", run_dir)
-    assert "paused" in shown.stdout and "--auto" in shown.stdout
+    assert "paused" in shown.stdout and "--auto --max-steps 400" in shown.stdout
     last = steps_logged(run_dir)[-1]  # status counts steps from 1, as the progress line does
     assert f"last step:  {last + 1} (metrics.jsonl step {last})" in shown.stdout
     done = rlvr("train", experiment / CONTRACT, "--run-dir", run_dir, "--max-steps", "4", "--auto", timeout=300)

@@ -48,6 +48,29 @@ def test_mean_reward_rises(learned: tuple[Path, object]) -> None:
     assert last > first + 0.05, (first, last)
 
 
+def test_progress_shows_holdout_correctness_and_a_learning_run_is_not_called_signal_less(
+    learned: tuple[Path, object],
+) -> None:
+    _, result = learned
+    lines = [line for line in result.stderr.splitlines() if line.startswith("step ")]
+    assert len(lines) == 40 and all(" tok/s  ETA " in line for line in lines)
+    # from the first evaluation on, each line shows its held-out correctness (not only the reward)
+    assert "holdout correct" not in lines[8] and "holdout correct" in lines[9] and "(step 10)" in lines[12]
+    assert "no learning signal" not in result.stderr
+
+
+def test_a_run_without_learning_signal_says_so_and_why(experiment: Path, tmp_path: Path) -> None:
+    (experiment / "verifier.py").write_text(
+        "from rlvr_cli.env import Verdict\n\n\ndef verify(task, response):\n"
+        "    return Verdict('ok', 0.0, {'correct': 0.0, 'format': 0.0})\n"
+    )
+    run = rlvr("train", experiment / CONTRACT, "--run-dir", tmp_path / "run", "--max-steps", "4", timeout=600)
+    assert run.code == 0, run.stderr[-2000:]
+    said = [line for line in run.stderr.splitlines() if "no learning signal" in line]
+    assert len(said) == 1 and "steps 1–3" in said[0] and "every answer got the lowest reward" in said[0]
+    assert "too hard" in said[0] and "rlvr audit verifier" in said[0]
+
+
 def test_run_folder_layout_and_status(learned: tuple[Path, object]) -> None:
     run_dir, result = learned
     for name in (
