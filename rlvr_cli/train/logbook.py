@@ -140,7 +140,7 @@ class NoSignal:
 
     def observe(self, step: int, row: dict[str, Any]) -> str | None:
         """The warning, on the step that completes the stretch; None otherwise."""
-        self.rows = self.rows + [row] if row.get("zero_std_fraction") == 1.0 else []
+        self.rows = [*self.rows, row] if row.get("zero_std_fraction") == 1.0 else []
         if self.said or len(self.rows) < self.STEPS:
             return None
         self.said = True
