@@ -257,7 +257,8 @@ def report_text(report: dict[str, Any]) -> str:
     lines.append(f"discarded: {report['discarded'] or 'none'}; budget spent {report['budget_spent']}")
     d = report["length_drift"]
     lines.append(
-        f"response length: first steps {d.get('first_steps_mean_length')}, last steps {d.get('last_steps_mean_length')}"
+        f"response length (tokens): first steps {_num(d.get('first_steps_mean_length'))}, "
+        f"last steps {_num(d.get('last_steps_mean_length'))}"
     )
     h = report["hints"]
     hint_line = f"hints used: {h['used']}"

@@ -113,7 +113,16 @@ def run_data_split(
     print(f"manifest: {target}")
     if not contract.data.split_manifest:
         rel = target.relative_to(folder).as_posix()
-        print(f"add `split_manifest: {rel}` to the contract's data section so `rlvr lock` pins it", file=sys.stderr)
+        print(
+            f"next: add `split_manifest: {rel}` to the contract's data section so `rlvr lock` pins it", file=sys.stderr
+        )
+    from rlvr_cli.contract.lock import lock_path
+
+    pinned = lock_path(contract, contract_path)
+    if pinned.is_file():  # its sha256s are of the splits just replaced: validate --deep would say RLV104
+        print(
+            f"next: {pinned.name} pins the splits this replaced; run `rlvr lock {contract_path}` again", file=sys.stderr
+        )
     return 0
 
 

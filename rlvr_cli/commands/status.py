@@ -34,8 +34,9 @@ def run_status(run_dir: Path) -> int:
     if metrics:
         last = metrics[-1]
         shown = ", ".join(f"{k} {last[k]:.4g}" for k in STATUS_LINE if isinstance(last.get(k), (int, float)))
-        # steps are counted from 1 here, as the progress line counts them; metrics.jsonl numbers rows from 0
-        print(f"last step:  {last['step'] + 1} (metrics.jsonl step {last['step']}): {shown}")
+        # steps are counted from 1, as the progress line, checkpoints and the report count them
+        # (metrics.jsonl numbers its rows from 0)
+        print(f"last step:  {last['step'] + 1}: {shown}")
     default = NEXT.get(status.state, "").format(run=run_dir)
     print(f"next:       {default if status.rule or not status.next else status.next}")
     return 0

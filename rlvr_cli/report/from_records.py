@@ -20,7 +20,7 @@ def components_by_step(rows: list[dict[str, Any]]) -> Series:
                 if isinstance(value, (int, float)):
                     sums[name][row["step"]].append(float(value))
     return {
-        f"train/{name}": [(float(step), sum(v) / len(v)) for step, v in sorted(by_step.items())]
+        f"train/{name}": [(float(step) + 1, sum(v) / len(v)) for step, v in sorted(by_step.items())]
         for name, by_step in sorted(sums.items())
     }
 
@@ -33,7 +33,7 @@ def length_percentiles(rows: list[dict[str, Any]]) -> Series:
     for step, values in sorted(lengths.items()):
         values.sort()
         for name, q in (("p10", 0.1), ("median", 0.5), ("p90", 0.9)):
-            out[name].append((float(step), float(values[min(len(values) - 1, int(q * len(values)))])))
+            out[name].append((float(step) + 1, float(values[min(len(values) - 1, int(q * len(values)))])))
     return out
 
 
@@ -42,7 +42,9 @@ def statuses_by_step(rows: list[dict[str, Any]]) -> Series:
     for row in rows:
         counts[row["step"]][row.get("status") or "none"] += 1
     names = sorted({name for c in counts.values() for name in c})
-    return {name: [(float(step), c[name] / sum(c.values())) for step, c in sorted(counts.items())] for name in names}
+    return {
+        name: [(float(step) + 1, c[name] / sum(c.values())) for step, c in sorted(counts.items())] for name in names
+    }
 
 
 def highlighted(row: dict[str, Any], tokenizer: Any) -> str:

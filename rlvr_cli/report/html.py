@@ -39,8 +39,10 @@ def _table(header: list[str], rows: list[list[Any]]) -> str:
 
 
 def points(metrics: list[dict[str, Any]], key: str) -> list[tuple[float, float]]:
+    """(step, value): steps counted from 1, as the progress, `status`, checkpoints and the fired
+    rule count them (metrics.jsonl numbers its rows from 0)."""
     return [
-        (float(r["step"]), float(r[key]))
+        (float(r["step"]) + 1, float(r[key]))
         for r in metrics
         if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])
     ]

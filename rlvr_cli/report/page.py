@@ -79,16 +79,47 @@ def _header(run_dir: Path, run: RunFolder, plan: dict[str, Any], metrics: list[d
     shapes = plan.get("shapes") or {}
     objective = "".join(f"<li>{_esc(line)}</li>" for line in plan.get("objective") or [])
     return (
-        f"<h1>{_esc(plan.get('name', run_dir.name))}</h1><p>{_esc(plan.get('description') or '')}</p>"
+        "<h2>The run</h2>"
         + _facts(facts)
         + f"<h2>What was run</h2><ul>{objective}</ul>"
         + _table(list(shapes), [[_esc(v) for v in shapes.values()]])
     )
 
 
+def _title(run_dir: Path, plan: dict[str, Any]) -> str:
+    """The name, and the contract's description shown as what it is: the author's words, which
+    the measurements below confirm or not."""
+    described = plan.get("description")
+    said = f"<p class='claim'>The contract says: <q>{_esc(described)}</q> (its words, not a measurement)</p>"
+    return f"<h1>{_esc(plan.get('name', run_dir.name))}</h1>" + (said if described else "")
+
+
+def _release(run_dir: Path) -> list[str]:
+    """The verdict first: released or not, and each gate's candidate against the baseline the
+    gate evaluated (the starting policy unless --baseline named another)."""
+    path = run_dir / "gate" / "verdict.json"
+    if not path.is_file():
+        return ["Release gates: not evaluated yet (`rlvr gate CONTRACT --candidate RUN_DIR`)."]
+    data = json.loads(path.read_text(encoding="utf-8"))
+    release = str(data.get("release"))
+    css = "pass" if release == "pass" else "fail"
+    lines = [f"<b>Release: <span class='{css}'>{_esc(release.upper())}</span></b>"]
+    for gate in data.get("gates", []):
+        judged = gate.get("overall") or {}
+        cand, delta = (judged.get("candidate") or [None])[0], (judged.get("delta") or [None])[0]
+        if cand is None or delta is None:
+            continue
+        state = "passes" if judged.get("passed") else "fails: " + "; ".join(judged.get("failed") or [])
+        lines.append(
+            f"{_esc(gate.get('name'))}: {_esc(gate.get('split'))} {_esc(gate.get('metric'))} {cand:.2f} for this run "
+            f"vs {cand - delta:.2f} for the baseline <code>{_esc(data.get('baseline'))}</code> — {_esc(state)}"
+        )
+    return lines
+
+
 def _glance(run_dir: Path, metrics: list[dict[str, Any]]) -> str:
-    """Did the policy get better at the task (not only the bonus), and did the release pass?"""
-    lines = []
+    """Did the release pass, and did the policy get better at the task (not only the bonus)?"""
+    lines = _release(run_dir)
     components = sorted({k for r in metrics for k in r if k.startswith("holdout/")})
     main = "holdout/correct" if "holdout/correct" in components else (components[0] if components else None)
     pts = points(metrics, main) if main else []
@@ -98,16 +129,10 @@ def _glance(run_dir: Path, metrics: list[dict[str, Any]]) -> str:
         first, last = pts[0][1], pts[-1][1]
         verb = "improved" if last > first + 1e-9 else "did not improve"
         lines.append(
-            f"Held-out {_esc(main.split('/', 1)[1])} (hint-free, greedy): {first:.2f} at step {pts[0][0]:g} → "
-            f"{last:.2f} at step {pts[-1][0]:g} — the policy {verb} at the task itself."
+            f"Held-out {_esc(main.split('/', 1)[1])} while training (hint-free, greedy): {first:.2f} after step "
+            f"{pts[0][0]:g} (the first evaluation) → {last:.2f} after step {pts[-1][0]:g} — the policy {verb} "
+            "at the task itself during the run."
         )
-    verdict = run_dir / "gate" / "verdict.json"
-    if verdict.is_file():
-        release = json.loads(verdict.read_text(encoding="utf-8")).get("release")
-        css = "pass" if release == "pass" else "fail"
-        lines.append(f"Release gates: <span class='{css}'>{_esc(release)}</span> (see Gates below).")
-    else:
-        lines.append("Release gates: not evaluated yet (`rlvr gate CONTRACT --candidate RUN_DIR`).")
     return "<div class='glance'>" + "<br>".join(lines) + "</div>"
 
 
@@ -338,8 +363,9 @@ def build(run_dir: Path) -> tuple[str, list[str]]:
     plan = run.read_plan()
     contract = _contract(run)
     body = (
-        _header(run_dir, run, plan, metrics)
+        _title(run_dir, plan)
         + _glance(run_dir, metrics)
+        + _header(run_dir, run, plan, metrics)
         + _gates(run_dir)
         + _charts(metrics, rows, contract, run.read_status(), plan)
     )

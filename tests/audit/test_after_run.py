@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -44,6 +45,7 @@ def test_audit_rollouts_reports_the_evidence(trained: tuple[Path, Path]) -> None
     assert 0.0 <= report["truncation_rate"] <= 1.0
     text = rlvr("audit", "rollouts", trained[1]).stdout
     assert "manifest and every shard checksum verified" in text and "train vs holdout" in text
+    assert re.findall(r"\d\.\d{4,}", text) == []  # rounded for reading; --format json keeps every digit
 
 
 def test_one_changed_byte_in_a_shard_is_detected(run_copy: Path) -> None:
@@ -271,8 +273,13 @@ def test_report_reads_in_a_real_browser(trained: tuple[Path, Path], tmp_path: Pa
     html = out.read_text()
     assert "<script" not in html and "http" not in html.split("<body>", 1)[1].split("sha256", 1)[0]
     assert html.count('<svg class="chart"') == 11 and "holdout/correct" in html and "train/correct" in html
-    assert "Release gates:" in html and "<h2>Gates</h2>" in html and "holdout-correct" in html
-    assert "Held-out correct (hint-free, greedy)" in html  # the task itself, apart from the format bonus
+    assert "<b>Release: <span" in html and "<h2>Gates</h2>" in html and "holdout-correct" in html
+    # the verdict comes first, before what was run; each gate names the baseline it was judged against
+    assert html.index("class='glance'") < html.index("<h2>The run</h2>") < html.index("What was run")
+    assert "for the baseline <code>" in html
+    # the task itself, apart from the format bonus; steps counted from 1 as the progress counts them
+    assert "Held-out correct while training (hint-free, greedy)" in html and "(the first evaluation)" in html
+    assert "(its words, not a measurement)" in html
     assert "sha256" in html and "What was run" in html and "Samples" in html
     for width in (1400, 800):
         facts = _measure(out, width, tmp_path)
