@@ -137,8 +137,14 @@ def _build_model(folder: Path, spec: dict) -> None:
         )
         return
     if spec.get("warm_up"):
-        print(f"warming the tiny model up on {spec['warm_up']} (~30 s)", file=sys.stderr)
+        print(
+            f"building the tiny model in {target} and warming it up on {spec['warm_up']} "
+            "(a few CPU-minutes on 2 cores; progress below)",
+            file=sys.stderr,
+            flush=True,
+        )
         tiny.build_warm(target, folder / spec["warm_up"], family=spec.get("family", "chatml"))
         return
+    print(f"building the tiny model and tokenizer in {target} (a few seconds)", file=sys.stderr, flush=True)
     alphabet = tiny.ARITHMETIC if spec.get("alphabet") == "arithmetic" else tiny.PRINTABLE
     tiny.build_tiny(target, spec.get("family", "chatml"), alphabet=alphabet)

@@ -10,6 +10,8 @@ the same loss mask `rlvr render` shows. What RL then adds is measured from that 
 from __future__ import annotations
 
 import random
+import sys
+import time
 from pathlib import Path
 
 from rlvr_cli.chat.conversation import RenderError, read_conversations
@@ -50,7 +52,16 @@ def warm_up(
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     loss = torch.tensor(0.0)
-    for _ in range(steps):
+    started = time.monotonic()
+    for step in range(steps):
+        if step and step % max(steps // 10, 1) == 0:  # minutes on a small machine: say how far it is
+            took = time.monotonic() - started
+            print(
+                f"  warm-up step {step}/{steps}, loss {float(loss):.3f}, {took:.0f} s so far "
+                f"(~{took / step * (steps - step):.0f} s to go)",
+                file=sys.stderr,
+                flush=True,
+            )
         ids, labels, attention = _batch([draw.choice(rows) for _ in range(batch)], renderer.pad_id)
         loss = model(input_ids=ids, attention_mask=attention, labels=labels).loss
         optimizer.zero_grad()

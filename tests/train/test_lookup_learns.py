@@ -26,6 +26,8 @@ def lookup(tmp_path_factory: pytest.TempPathFactory) -> Path:
     def init(folder: Path) -> None:
         made = rlvr("init", folder, "--template", "lookup", timeout=600)
         assert made.code == 0, made.stderr
+        # minutes of warm-up on a small machine are never silent: it says how far it is
+        assert "warming it up" in made.stderr and made.stderr.count("  warm-up step ") >= 5, made.stderr
 
     return built_once(tmp_path_factory, "lookup-template", init)
 
