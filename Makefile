@@ -56,7 +56,7 @@ demo: $(STAMP) sandbox
 	code=0; $(BIN)/rlvr gate contracts/grpo-cpu.rlvr.yaml --candidate $(DEMO)/grpo-cpu || code=$$?; \
 	  test $$code -le 1 && echo "demo: release gate exit $$code; see $(DEMO)/grpo-cpu/gate/verdict.json"
 	$(BIN)/rlvr report $(DEMO)/grpo-cpu
-	# a task the tiny model does learn: holdout correctness 0 → ~0.9, and the release passes
+	# a task the tiny model does learn: holdout correctness 0 → 0.6–0.7 (seeds 7, 1, 2), and the release passes
 	$(BIN)/rlvr train contracts/echo-cpu.rlvr.yaml --run-dir $(DEMO)/echo-cpu
 	$(BIN)/rlvr gate contracts/echo-cpu.rlvr.yaml --candidate $(DEMO)/echo-cpu
 	$(BIN)/rlvr report $(DEMO)/echo-cpu

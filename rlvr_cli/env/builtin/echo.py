@@ -27,19 +27,6 @@ def verify(task: dict[str, Any], response: str) -> Verdict:
     return Verdict("ok", correct, {"correct": correct, "format": 1.0})
 
 
-def verify_stop(task: dict[str, Any], response: str) -> Verdict:
-    """The answer and its end: `correct` is 1 only when the response is the right digit and
-    nothing else (the policy ended it with the stop token), `format` when it opens with a digit,
-    `stop` when it ends right after one character. A response cut at the token limit is read as
-    it is: it opens with a digit or not, and it did not stop."""
-    text = response.strip()
-    stop = float(len(text) == 1)
-    if not text or not text[0].isdigit():
-        return Verdict("format_error", 0.0, {"correct": 0.0, "format": 0.0, "stop": stop}, "no digit first")
-    correct = float(text[0] == str(task["answer"]))
-    return Verdict("ok", correct, {"correct": correct, "format": 1.0, "stop": stop})
-
-
 def tasks(verbs: tuple[str, ...]) -> list[dict[str, Any]]:
     return [
         {
