@@ -23,6 +23,20 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "tests" / "contracts"
 
 
+def shipped_contracts() -> list[Path]:
+    """The example contracts the repository ships (`git ls-files`), never a file a user's own
+    experiment left in contracts/; without git (an unpacked archive), every one there."""
+    try:
+        listed = subprocess.run(
+            ["git", "ls-files", "contracts/*.rlvr.yaml"], cwd=ROOT, capture_output=True, text=True, timeout=30
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        listed = None
+    if listed is not None and listed.returncode == 0 and listed.stdout.strip():
+        return sorted(ROOT / line for line in listed.stdout.split())
+    return sorted((ROOT / "contracts").glob("*.rlvr.yaml"))
+
+
 @dataclass
 class Run:
     code: int
@@ -49,14 +63,21 @@ def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, build: Calla
     return target
 
 
+def load_factor() -> float:
+    """How much slower than idle this machine runs now (1 to 4): the run queue over the cores.
+    Timeouts that catch hangs scale with it, so a busy machine does not fail a correct test."""
+    return min(4.0, max(1.0, os.getloadavg()[0] / len(os.sched_getaffinity(0))))
+
+
 def rlvr(*args: str | Path, cwd: Path | None = None, timeout: float = 120, env: dict | None = None) -> Run:
-    """Run `rlvr ARGS...` in a subprocess, exactly as a user would."""
+    """Run `rlvr ARGS...` in a subprocess, exactly as a user would (the timeout, a hang
+    detector, scaled by the machine's load)."""
     proc = subprocess.run(
         [sys.executable, "-m", "rlvr_cli", *map(str, args)],
         capture_output=True,
         text=True,
         cwd=cwd,
-        timeout=timeout,
+        timeout=timeout * load_factor(),
         env=env,
     )
     return Run(proc.returncode, proc.stdout, proc.stderr)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import EXAMPLES, ROOT, rlvr
+from tests.conftest import EXAMPLES, ROOT, rlvr, shipped_contracts
 
 INVALID = sorted((EXAMPLES / "invalid").glob("*.rlvr.yaml"))
 CONTRACT_CODES = [
@@ -77,7 +77,7 @@ def test_every_contract_code_has_an_example() -> None:
 
 
 def valid_contracts(tmp_path: Path) -> list[Path]:
-    paths = sorted((ROOT / "contracts").glob("*.rlvr.yaml")) + sorted((EXAMPLES / "valid").glob("*.rlvr.yaml"))
+    paths = shipped_contracts() + sorted((EXAMPLES / "valid").glob("*.rlvr.yaml"))
     for template in sorted((ROOT / "templates").iterdir()):
         text = (template / "experiment.rlvr.yaml").read_text().replace("__NAME__", template.name)
         target = tmp_path / f"{template.name}.rlvr.yaml"
@@ -96,7 +96,7 @@ def test_valid_examples_have_no_diagnostic(tmp_path: Path) -> None:
 
 
 def test_shipped_contracts_carry_a_header_with_their_command() -> None:
-    for path in sorted((ROOT / "contracts").glob("*.rlvr.yaml")):
+    for path in shipped_contracts():
         header = path.read_text().split("contract_version:")[0]
         assert f"rlvr validate contracts/{path.name}" in header
         assert f"rlvr train    contracts/{path.name}" in header or f"rlvr plan     contracts/{path.name}" in header
@@ -104,7 +104,7 @@ def test_shipped_contracts_carry_a_header_with_their_command() -> None:
 
 @pytest.mark.parametrize("variant", ["DAPO", "Dr. GRPO", "GRPO"])
 def test_objective_family_examples_exist(variant: str) -> None:
-    texts = {p.name: p.read_text() for p in (ROOT / "contracts").glob("*.rlvr.yaml")}
+    texts = {p.name: p.read_text() for p in shipped_contracts()}
     matches = {
         "DAPO": lambda t: (
             "aggregation: token_mean" in t
