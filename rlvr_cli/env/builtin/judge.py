@@ -70,21 +70,27 @@ def check_reachable(base_url: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None
 
 
 def check_answers(settings: dict[str, Any]) -> None:
-    """One request to the judge, bounded by `request_timeout_s` and never retried: a server that
-    accepts connections but does not answer, a model name it does not serve or a key it refuses
-    is JudgeUnreachable now, with the reason, rather than minutes of retries per verdict."""
+    """One grading request to the judge, bounded by `request_timeout_s` and never retried: a
+    server that accepts connections but does not answer, a model name it does not serve or a key
+    it refuses (a 4xx) is JudgeUnreachable now, with the reason, rather than minutes of retries
+    per verdict. A 429 or 5xx passes: each verdict retries it as the contract says."""
     import openai
 
     judge = Judge(**{**settings, "cache": None})
-    probe = [{"role": "user", "content": 'Reply with {"verdict": "pass", "reason": "probe"}.'}]
+    field = settings.get("reference_field")
+    probe = judge.messages({"prompt": "Say OK.", **({field: "OK"} if field else {})}, "OK")  # the grading form
     try:
-        judge.client.chat.completions.create(model=settings["model"], messages=probe, temperature=0, max_tokens=16)
+        judge.client.chat.completions.create(
+            model=settings["model"], messages=probe, temperature=0, max_tokens=settings["max_tokens"]
+        )
     except openai.APITimeoutError:
         bound = settings["request_timeout_s"]
         why = f"it accepts connections but answered no request within request_timeout_s ({bound:g} s)"
     except openai.APIConnectionError as exc:
         why = f"the connection failed ({exc})"
     except openai.APIStatusError as exc:
+        if exc.status_code in RETRY_STATUS or exc.status_code >= 500:
+            return  # busy or failing now: each verdict retries, and one that keeps failing is a verifier_error
         why = f"it answered HTTP {exc.status_code} for model {settings['model']!r}: {str(exc)[:200]}"
     else:
         return
