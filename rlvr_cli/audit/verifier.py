@@ -123,11 +123,26 @@ def audit_single_turn(contract: Contract, folder: Path, candidates: list[Candida
         todo = candidates + arms + kept
         with VerifierPool.for_contract(contract, folder) as pool:
             items = [(resolve_task(c.task, tasks), c.response or "") for c in todo]
-            for candidate, (task, response), (verdict, _) in zip(todo, items, pool.verify_many(items), strict=True):
+            for candidate, (task, response), (verdict, _) in zip(todo, items, _verify_all(pool, items), strict=True):
                 got, reward = judge(contract, verdict)
                 report.outcomes.append(Outcome(candidate, task, got, reward, verdict.as_json(), {"response": response}))
         report.findings += after(report.outcomes)
     return report
+
+
+def _verify_all(pool: Any, items: list[tuple[dict[str, Any], str]], chunk: int = 25) -> list[Any]:
+    """Every item through the pool, in chunks, saying how far it is on stderr: a sandboxed code
+    verifier takes tens of seconds for a full audit, and a silent one looks hung."""
+    import sys
+    import time
+
+    started, verdicts = time.monotonic(), []
+    for first in range(0, len(items), chunk):
+        verdicts += pool.verify_many(items[first : first + chunk])
+        if len(items) > chunk:
+            took = time.monotonic() - started
+            print(f"  verified {len(verdicts)}/{len(items)} candidates ({took:.0f} s)", file=sys.stderr, flush=True)
+    return verdicts
 
 
 def _arms_for(

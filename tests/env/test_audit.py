@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -118,7 +119,10 @@ def test_shared_state_server_is_caught_by_the_isolation_audit(experiment: Path) 
 def test_single_turn_audit_catches_a_lenient_and_a_crashing_verifier(tmp_path: Path) -> None:
     folder = tmp_path / "arith"
     assert rlvr("init", folder, "--no-model").code == 0
-    assert rlvr("audit", "verifier", folder / CONTRACT).code == 0
+    honest = rlvr("audit", "verifier", folder / CONTRACT)
+    assert honest.code == 0
+    counted = re.findall(r"verified (\d+)/(\d+) candidates", honest.stderr)  # it says how far it is
+    assert len(counted) >= 2 and counted[-1][0] == counted[-1][1]
     (folder / "verifier.py").write_text(
         "from rlvr_cli.env import Verdict\n"
         "def verify(task, response):\n"
