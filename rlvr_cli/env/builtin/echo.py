@@ -27,6 +27,20 @@ def verify(task: dict[str, Any], response: str) -> Verdict:
     return Verdict("ok", correct, {"correct": correct, "format": 1.0})
 
 
+def verify_ending(task: dict[str, Any], response: str) -> Verdict:
+    """The answer and its end, for answers of up to two tokens: `correct` when the response
+    opens with the right digit, `format` when it opens with a digit, `stopped` when it is the
+    right digit and nothing else — the policy ended it with the stop token. `stopped` rewards the
+    end only on a right answer: a bonus for stopping after any digit makes every stopping sample's
+    digit look good, and the policy collapses onto one digit before it learns the mapping."""
+    text = response.strip()
+    if not text or not text[0].isdigit():
+        return Verdict("format_error", 0.0, {"correct": 0.0, "format": 0.0, "stopped": 0.0}, "no digit first")
+    correct = float(text[0] == str(task["answer"]))
+    stopped = float(text == str(task["answer"]))
+    return Verdict("ok", correct, {"correct": correct, "format": 1.0, "stopped": stopped})
+
+
 def tasks(verbs: tuple[str, ...]) -> list[dict[str, Any]]:
     return [
         {
