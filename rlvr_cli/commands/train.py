@@ -171,7 +171,9 @@ def launch(nproc: int, argv: list[str]) -> int:
     return subprocess.run(command).returncode
 
 
-def progress_line(step: int, total: int, row: dict[str, Any], eta: float, rate: float | None = None) -> str:
+def progress_line(
+    step: int, total: int, row: dict[str, Any], eta: float, rate: float | None = None, holdout: str | None = None
+) -> str:
     """`step 12/200  reward 0.41  kl ...  holdout correct 0.700 (step 10)  812 tok/s  ETA 95s`.
     The holdout part is the newest evaluation's (each component apart: the reward may include a
     format bonus that rises while the task is not learned); tok/s is the mean since the start
@@ -186,9 +188,8 @@ def progress_line(step: int, total: int, row: dict[str, Any], eta: float, rate: 
         f"step {step}/{total}  reward {fmt('reward_mean')}  kl {fmt('kl')}  entropy {fmt('entropy')}  "
         f"len {fmt('response_length_mean')}"
     )
-    held = row.get("_holdout")
-    if held:
-        line += f"  holdout {held}"
+    if holdout:
+        line += f"  holdout {holdout}"
     return line + f"  {shown:.0f} tok/s  ETA {eta:.0f}s"
 
 
@@ -246,7 +247,7 @@ class Progress:
         self.tokens += (row.get("tokens_per_s") or 0.0) * seconds
         self.holdout = holdout_part(row, step) or self.holdout
         rate = self.tokens / self.seconds if self.seconds > 0 else None
-        line = progress_line(step, self.total, {**row, "_holdout": self.holdout}, eta, rate)
+        line = progress_line(step, self.total, row, eta, rate, self.holdout)
         if self.bar is None:
             print(line, file=sys.stderr, flush=True)
             return

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -341,8 +342,8 @@ def _kept(run: Run) -> str:
     again = f"rlvr train {run.contract_path} --run-dir {run.folder.path} --auto"
     if run.steps != run.contract.hyperparameters.max_steps:  # the user's --max-steps goes on with the run
         again += f" --max-steps {run.steps}"
-    if run.setup.world > 1:
-        again += f" --nproc {run.setup.world}"
+    if run.setup.world > 1 and os.environ.get("LOCAL_WORLD_SIZE") == str(run.setup.world):
+        again += f" --nproc {run.setup.world}"  # one node: `--nproc` relaunches it; several: your torchrun line
     if found:
         kept = f"kept checkpoint step-{found[-1][0]} with every record and metric up to it"
         return f"{kept}; continue with: {again}"

@@ -241,6 +241,7 @@ def test_a_rank_that_dies_stops_the_run_with_a_truthful_status_and_auto_goes_on(
     else:
         assert status["state"] == "paused" and "interrupted by SIGTERM at step 3" in status["reason"], status
     assert "kept checkpoint step-2" in status["next"] and "--auto" in status["next"]
+    assert "--max-steps 4 --nproc 2" in status["next"]  # the command goes on with this run's shape
     again = torchrun(2, contract, run, "--max-steps", "4", "--auto")
     assert again.returncode == 0 and "resuming from checkpoint step-2" in again.stderr, again.stderr[-3000:]
     assert json.loads((run / "status.json").read_text())["state"] == "finished"
