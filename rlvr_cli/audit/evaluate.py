@@ -7,17 +7,40 @@ import random
 from pathlib import Path
 from typing import Any
 
+from rlvr_cli.contract.adapter import CONFIG, adapter_folder_problem
 from rlvr_cli.contract.models import Contract
 from rlvr_cli.errors import RlvrError, UsageProblem
 
 
 def policy_folder(path: Path) -> Path:
-    """A model folder, or a run folder's `final/`."""
-    if (path / "config.json").is_file():
-        return path
-    if (path / "final" / "config.json").is_file():
-        return path / "final"
-    raise UsageProblem(f"{path} is neither a model folder nor a run folder with final/")
+    """A model folder or an adapter folder (peft's), or a run folder's `final/` holding either."""
+    for where in (path, path / "final"):
+        if (where / "config.json").is_file() or (where / CONFIG).is_file():
+            return where
+    raise UsageProblem(f"{path} is neither a model or adapter folder nor a run folder with final/")
+
+
+def load_policy(contract: Contract, folder: Path, path: Path) -> Any:
+    """The policy at `path`, in eval mode: a whole model, or an adapter over the contract's policy
+    (merged into it once loaded, so evaluation runs the plain model). An adapter of another base,
+    or held only as a pickle, is refused with the reason."""
+    from transformers import AutoModelForCausalLM
+
+    where = policy_folder(path)
+    if not (where / CONFIG).is_file():
+        return AutoModelForCausalLM.from_pretrained(where, local_files_only=True).eval()
+    problem = adapter_folder_problem(contract, folder, where)
+    if problem:
+        raise RlvrError(f"{where}: {problem}")
+    from peft import PeftModel
+
+    from rlvr_cli.train.setup import artifact_path
+
+    base_ref = contract.artifacts.policy
+    base = AutoModelForCausalLM.from_pretrained(
+        artifact_path(base_ref, folder, "policy"), revision=base_ref.revision, local_files_only=True
+    )
+    return PeftModel.from_pretrained(base, where).merge_and_unload().eval()
 
 
 def evaluate(
@@ -25,7 +48,6 @@ def evaluate(
 ) -> dict[str, dict[str, Any]]:
     """{item id: {"task", "rewards", "components", "statuses", "lengths"}} for every task of `split`,
     one entry per sample in each list (an invalid verdict's reward and components are None)."""
-    from transformers import AutoModelForCausalLM
     from transformers.utils import logging
 
     from rlvr_cli.chat.render import ChatRenderer
@@ -39,7 +61,7 @@ def evaluate(
     logging.disable_progress_bar()
     tasks = read_split(folder / getattr(contract.data.splits, split).path, split)
     renderer = ChatRenderer.from_contract(contract, folder)
-    model = AutoModelForCausalLM.from_pretrained(policy_folder(policy), local_files_only=True).eval()
+    model = load_policy(contract, folder, policy)
     dtypes = contract.hyperparameters.dtypes  # evaluated as trained: mixed precision computes in its dtype
     compute = DTYPES[dtypes.compute] if dtypes.mixed else None
     engine = PolicyEngine.of(contract.hyperparameters.sampling.engine, model, compute=compute)

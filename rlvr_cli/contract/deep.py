@@ -52,6 +52,10 @@ def artifacts(c: Contract, folder: Path, _contract_path: Path | None = None) -> 
     for role, hub_ref in (("policy", c.artifacts.policy), ("reference", ref), ("tokenizer", c.artifacts.tokenizer)):
         if hub_ref is not None and getattr(hub_ref, "id", None) and hub.snapshot(hub_ref.id, hub_ref.revision) is None:
             yield error("RLV901", ("artifacts", role, "id"), hub.missing(hub_ref.id, hub_ref.revision))
+    if c.hyperparameters.adapter is not None:
+        from rlvr_cli.contract.rules_adapter import adapter_findings_loaded
+
+        yield from adapter_findings_loaded(c, folder)
 
 
 def _tokenizer(c: Contract, folder: Path) -> Iterator[Finding]:

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from rlvr_cli.contract import deep as deep_checks
-from rlvr_cli.contract import rules, rules_data, rules_scale, waivers, yaml12  # noqa: F401 - they register rules
+from rlvr_cli.contract import rules, rules_adapter, rules_data, rules_scale, waivers, yaml12  # noqa: F401 - they register rules
 from rlvr_cli.contract.diagnostics import ContractError, Diagnostic, Finding, dotted
 from rlvr_cli.contract.models import Contract
 from rlvr_cli.contract.scale import FORMS

@@ -10,6 +10,7 @@ from typing import Annotated, Literal
 
 from pydantic import BeforeValidator, ConfigDict, Field, model_validator
 
+from rlvr_cli.contract.adapter import Adapter
 from rlvr_cli.contract.data_section import Data
 from rlvr_cli.contract.operations import (
     Acceptance,
@@ -288,6 +289,9 @@ class Hyperparameters(Section):
         "compute and a loss scaler; or the dtypes written out, e.g. {params: bf16, compute: bf16} (pure bf16)."
     )
     parallel: Parallel | None = Field(None, description="How several processes share the model (ddp when absent).")
+    adapter: Adapter | None = Field(
+        None, description="Train a LoRA adapter over the frozen policy (peft); absent: every weight trains."
+    )
 
     @property
     def dtypes(self) -> Precision:

@@ -28,6 +28,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from rlvr_cli.engine.adapted import effective_weight, is_adapted
+
 FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
 COPY_BYTES = 256 << 20  # the most the decoder's transposed copies of the weights may take
 
@@ -50,6 +52,8 @@ def why_not(model: Any) -> str | None:
         return "sliding-window attention"
     if getattr(config, "_attn_implementation", "sdpa") not in ("sdpa", "eager"):
         return f"attention implementation {config._attn_implementation!r}"
+    if is_adapted(model) and sum(p.numel() * p.element_size() for p in model.parameters()) > COPY_BYTES:
+        return "LoRA adapter layers over weights larger than its merged copy may be"
     return None
 
 
@@ -70,7 +74,7 @@ class _Linear:
 
     def __init__(self, modules: list[Any], copy: bool, dtype: torch.dtype | None = None) -> None:
         self.modules = modules
-        weights = [m.weight for m in modules]
+        weights = [effective_weight(m) for m in modules]  # an adapted layer's: base + scale·B·A
         biases = [getattr(m, "bias", None) for m in modules]
         self.copied = copy
         if not copy:
@@ -89,8 +93,9 @@ class _Linear:
         weight_t, bias = self.parts[0]
         start = 0
         for m in self.modules:
-            end = start + m.weight.size(0)
-            weight_t[:, start:end].copy_(m.weight.t())
+            weight = effective_weight(m)
+            end = start + weight.size(0)
+            weight_t[:, start:end].copy_(weight.t())
             if bias is not None and getattr(m, "bias", None) is not None:
                 bias[start:end].copy_(m.bias)
             elif bias is not None:
@@ -194,6 +199,7 @@ class Decoder:
                 layers, head = self.model.model.layers, self.model.lm_head
                 linears = [m for m in self.model.modules() if isinstance(m, torch.nn.Linear)]
                 copy = sum(m.weight.numel() * m.weight.element_size() for m in linears) <= COPY_BYTES
+                copy = copy or is_adapted(self.model)  # adapted layers compute with a merged weight
                 self.layers = [self._layer(layer, copy, dtype) for layer in layers]
                 self.head = _Linear([head], copy, dtype)
                 self._qk_norms()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from rlvr_cli.engine.adapted import is_adapted, merged_state
 from rlvr_cli.engine.types import Generation
 from rlvr_cli.errors import UsageProblem
 
@@ -43,6 +44,8 @@ class VllmEngine:
             logprobs_mode="processed_logprobs",
             enable_prefix_caching=True,
         )
+        if is_adapted(model):  # it loaded the base from disk: the adapter (a starting one, too) goes in now
+            self.load_weights(model)
 
     def sample(self, prompts: list[list[int]], params: Any, seed: int) -> list[Generation]:
         greedy = params.temperature == 0
@@ -79,7 +82,7 @@ class VllmEngine:
         """The trainer's parameters into the engine's model, in GPU memory."""
         worker = self.llm.llm_engine.model_executor.driver_worker
         runner = getattr(worker, "model_runner", None) or worker.worker.model_runner
-        runner.model.load_weights(model.state_dict().items())
+        runner.model.load_weights(merged_state(model).items())  # an adapter merged in, by the base's names
         if hasattr(self.llm, "reset_prefix_cache"):
             self.llm.reset_prefix_cache()  # cached prefixes were computed with the old weights
 

@@ -24,7 +24,7 @@ from rlvr_cli.errors import RlvrError
 from rlvr_cli.files import disk_errors, fsync_dir, save_torch, sha256_file
 from rlvr_cli.store.records import pin_problems, shards_sha256
 from rlvr_cli.store.run import MARKER, RunFolder
-from rlvr_cli.train import sharding
+from rlvr_cli.train import adapter, sharding
 from rlvr_cli.train.run_plan import contract_hash
 from rlvr_cli.train.setup import Setup
 from rlvr_cli.train.state import TrainState
@@ -137,7 +137,9 @@ def _write_checkpoint(
     if sharded:  # the weights and the optimizer state are in shards/
         del saved["optimizer"]
     with disk_errors(tmp):  # torch and safetensors hide ENOSPC in errors of their own
-        if "model" in parts and not sharded:
+        if "model" in parts and setup.peft_model is not None:  # the adapter only: the base never changes
+            adapter.save(setup.peft_model, tmp / "adapter")
+        elif "model" in parts and not sharded:
             setup.policy.save_pretrained(tmp / "model")  # safetensors, loadable by transformers
         blob = {k: get() for k, get in saved.items() if k in parts}
         if setup.scaler is not None and "optimizer" in parts:
@@ -228,7 +230,9 @@ def load_latest(setup: Setup, run: RunFolder, contract_path: Path, force: bool =
             f"checkpoint {path.name} holds whole weights (model/), not the shards a sharded (fsdp2) run writes "
             "and reads; it was not written by this run"
         )
-    if not in_shards:
+    if setup.peft_model is not None or (path / "adapter").is_dir():
+        _load_adapter(setup, path)
+    elif not in_shards:
         _load_weights(setup, path)
     try:
         blob = torch.load(path / "state.pt", weights_only=True)  # tensors and plain values: no code runs
@@ -322,6 +326,15 @@ def _refuse_changes(setup: Setup, meta: dict[str, Any], path: Path, contract_pat
         raise RlvrError(f"checkpoint {path.name} was written {how}, where {seeds}; resume it the same way")
     if meta.get("lock_sha256") != _lock_hash(setup.contract, contract_path):
         raise RlvrError(f"the lock file changed since checkpoint {path.name}; the locked artifacts differ")
+
+
+def _load_adapter(setup: Setup, path: Path) -> None:
+    """An adapter run's checkpoint holds the adapter alone (`adapter/`, peft's format)."""
+    if setup.peft_model is None:
+        raise RlvrError(f"checkpoint {path.name} holds an adapter, but the contract trains every weight")
+    if not (path / "adapter").is_dir():
+        raise RlvrError(f"checkpoint {path.name} holds whole weights, but the contract trains an adapter")
+    adapter.load_weights(setup.peft_model, path / "adapter", f"checkpoint {path.name}")
 
 
 def _load_weights(setup: Setup, path: Path) -> None:

@@ -292,6 +292,7 @@ def train(
         "processes": setup.world,
         "rollout_engine": setup.engine_version,
         "update_forward": update.forward_description(setup),
+        "trains": trains_description(setup),
     }
     plan = build_plan(contract, contract_path, run_dir, steps, str(setup.device), resolved)
     if setup.main:
@@ -324,6 +325,20 @@ def train(
             raise RlvrError(f"{reason}; {_kept(run)}") from None
         _failed(run, f"{type(exc).__name__}: {exc}")
         raise
+
+
+def trains_description(setup: Any) -> str:
+    """What the optimizer updates, and what the KL term's reference is."""
+    trained = sum(p.numel() for p in setup.policy.parameters() if p.requires_grad)
+    total = sum(p.numel() for p in setup.policy.parameters())
+    spec = setup.contract.hyperparameters.adapter
+    what = f"{spec.describe()} adapter over the frozen policy" if spec else "every weight of the policy"
+    words = f"{what}: {trained:,} of {total:,} parameters"
+    if setup.reference_is_base:
+        words += "; reference: the policy with its adapter switched off (no second copy)"
+    elif setup.reference is not None:
+        words += "; reference: a frozen copy of its own"
+    return words
 
 
 @contextlib.contextmanager

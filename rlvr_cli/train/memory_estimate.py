@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlvr_cli.contract.adapter import Adapter
 from rlvr_cli.contract.models import Contract
 from rlvr_cli.errors import RlvrError, UsageProblem
 
@@ -68,6 +69,28 @@ class ModelShape:
         embeddings = self.vocab * h * (1 if self.tied else 2)
         return self.layers * per_layer + embeddings + h
 
+    def adapter_parameters(self, rank: int, targets: list[str] | str) -> int:
+        """LoRA parameters over the named linear layers (all-linear: the seven of a Llama-style
+        layer): rank × (in + out) each, in every layer."""
+        h, q, kv, inter = self.hidden, self.heads * self.head_dim, self.kv_heads * self.head_dim, self.intermediate
+        sides = {
+            "q_proj": h + q,
+            "k_proj": h + kv,
+            "v_proj": h + kv,
+            "o_proj": q + h,
+            "gate_proj": h + inter,
+            "up_proj": h + inter,
+            "down_proj": inter + h,
+        }
+        chosen = sides.values() if targets == "all-linear" else [sides[t] for t in targets if t in sides]
+        return self.layers * rank * sum(chosen)
+
+
+def reference_is_base(contract: Contract) -> bool:
+    """With an adapter (no bias trained) the reference is the policy with its adapter switched off."""
+    a, ref = contract.hyperparameters.adapter, contract.artifacts.reference
+    return a is not None and a.bias == "none" and ref is not None and bool(ref.same_as_policy)
+
 
 def load_shape(contract: Contract, folder: Path) -> ModelShape:
     policy = contract.artifacts.policy
@@ -100,6 +123,8 @@ def estimate(contract: Contract, shape: ModelShape, devices: int = 1) -> dict[st
         activations = seq * micro * shape.hidden * (shape.layers * bc + per_token_layer)
     else:
         activations = seq * micro * shape.hidden * shape.layers * per_token_layer
+    if hp.adapter is not None:  # a frozen base in the compute dtype; the adapter (fp32) trains
+        return _adapter_terms(contract, shape, bc, rollouts * seq, activations, micro)
     terms = {
         "policy parameters": params * bp / shard * on_device,
         "gradients": params * bp / shard * on_device,
@@ -113,6 +138,37 @@ def estimate(contract: Contract, shape: ModelShape, devices: int = 1) -> dict[st
         terms["rollout weights"] = params * bc  # the engine's whole copy (sampling cannot run in lockstep)
         terms["gathered layers"] = 2 * shape.layer_parameters * bc  # the layer computing and the next one
     return terms
+
+
+def _adapter_terms(
+    contract: Contract, shape: ModelShape, bc: int, kv_tokens: float, activations: float, micro: float
+) -> dict[str, float]:
+    hp, a = contract.hyperparameters, contract.hyperparameters.adapter
+    assert a is not None
+    trained = shape.adapter_parameters(a.rank, a.target_modules) * 4  # peft keeps adapters in fp32
+    separate = contract.objective.kl.coef > 0 and not reference_is_base(contract)
+    return {
+        "policy parameters": shape.parameters * bc,
+        "adapter": trained,
+        "gradients": trained,
+        "optimizer state": trained * OPTIMIZER_STATES[hp.optimizer.name],
+        "reference": shape.parameters * bc if separate else 0.0,
+        "rollout KV cache": 2 * shape.layers * shape.kv_heads * shape.head_dim * bc * kv_tokens,
+        "activations": activations,
+        "logits": 2 * micro * contract.length.max_response_tokens * shape.vocab * 4,
+    }
+
+
+def largest_group(contract: Contract, shape: ModelShape, devices: int, budget: float) -> int:
+    """The largest group size (≤ 4096) whose plan fits the budget; 0 when none does."""
+    best, size = 0, 1
+    while size <= 4096:
+        hp = contract.hyperparameters.model_copy(update={"group_size": size})
+        changed = contract.model_copy(update={"hyperparameters": hp})
+        if sum(estimate(changed, shape, devices).values()) > budget:
+            break
+        best, size = size, size * 2
+    return best
 
 
 def advice(
@@ -161,6 +217,18 @@ def _changes(contract: Contract, devices: int) -> list[tuple[str, Contract]]:
     if devices > 1 and not par["cpu_offload"]:
         par["cpu_offload"] = True
         add("parallel.cpu_offload: true (the sharded state in CPU memory)")
+    if hp.adapter is None:  # the last resort changes what trains: said apart, never added to the others
+        lora = Adapter(
+            kind="lora", rank=16, alpha=32, dropout=0.0, target_modules="all-linear", bias="none", init="default"
+        )
+        updated = hp.model_copy(update={"adapter": lora})
+        out.append(
+            (
+                "a LoRA adapter instead of full weights (hyperparameters.adapter: rank 16, all-linear; the reference "
+                "is then the base with the adapter off)",
+                contract.model_copy(update={"hyperparameters": updated}),
+            )
+        )
     return out
 
 
@@ -189,6 +257,19 @@ def plan_table(contract: Contract, shape: ModelShape, devices: int, memory_gib: 
     if budget is not None:
         lines.append(f"{'fits' if fits else 'does NOT fit'} in {memory_gib:g} GiB per device")
     lines += [f"  - {tip}" for tip in advice(contract, shape, terms, budget, devices)]
+    if hp.adapter is not None:
+        trained = shape.adapter_parameters(hp.adapter.rank, hp.adapter.target_modules)
+        ref = "the base with the adapter switched off (no copy)" if reference_is_base(contract) else "a copy of its own"
+        lines.append(
+            f"adapter: {hp.adapter.describe()}: {trained / 1e6:,.2f} M trained parameters "
+            f"({trained / shape.parameters:.2%} of the model); reference: {ref}"
+        )
+        if budget is not None:
+            full = contract.model_copy(update={"hyperparameters": hp.model_copy(update={"adapter": None})})
+            lines.append(
+                f"largest group size that fits: {largest_group(contract, shape, devices, budget)} with the adapter, "
+                f"{largest_group(full, shape, devices, budget)} training every weight"
+            )
     return "\n".join(lines), fits
 
 

@@ -207,6 +207,8 @@ def plan_text(plan: dict[str, Any]) -> str:
     )
     if "rollout_engine" in plan:  # what samples and what computes the update's log-probs
         lines.append(f"sampling: {plan['rollout_engine']}; update forward: {plan.get('update_forward')}")
+    if "trains" in plan:
+        lines.append(f"trains: {plan['trains']}")
     p = plan["paths"]
     lines.append(
         f"writes: metrics {p['metrics']}, records {p['records']}, checkpoints {p['checkpoints']}, "

@@ -50,6 +50,12 @@ class Setup:
     data_check: str | None = None  # sha256 of the run's data-check.json, in every record
     compute: torch.dtype | None = None  # the dtype matrix products run in, when narrower than `dtype` (autocast)
     scaler: Any | None = None  # fp16 compute: the loss scaler (torch.amp.GradScaler), checkpointed
+    peft_model: Any | None = None  # with an adapter: peft's handle on the policy (saving, switching it off)
+
+    @property
+    def reference_is_base(self) -> bool:
+        """The reference is the policy with its adapter switched off (no second copy)."""
+        return self.peft_model is not None and self.reference is self.policy
 
     @property
     def tokenizer(self) -> Any:
@@ -84,16 +90,23 @@ def build(contract: Contract, folder: Path, fault: Fault) -> Setup:
     # sharded: loaded in CPU memory (safetensors are memory-mapped), and fully_shard moves each
     # process's shard to its device, so the whole model is never on one GPU
     load_on = torch.device("cpu") if sharded else device
-    policy = load_model(artifact_path(policy_ref, folder, "policy"), policy_ref.revision, dtype, load_on)
+    # an adapter trains over a frozen base, which never needs more precision than it computes in
+    base_dtype = compute if hp.adapter is not None and compute is not None else dtype
+    policy = load_model(artifact_path(policy_ref, folder, "policy"), policy_ref.revision, base_dtype, load_on)
+    peft_model = None
+    if hp.adapter is not None:
+        from rlvr_cli.train import adapter
+
+        peft_model = adapter.attach(policy, contract, folder)  # policy is modified in place
     engine = make_engine(hp.sampling.engine, policy, fault, compute, copy=sharded, device=device)
-    reference = load_reference(contract, folder, dtype, load_on)
+    reference = load_reference(contract, folder, base_dtype, load_on, policy if peft_model is not None else None)
     if hp.strategy.activation_checkpointing:
         recompute_layers(policy)
     if sharded:
         from rlvr_cli.train.sharding import shard
 
         for model in (policy, reference):
-            if model is not None:
+            if model is not None and (model is policy or reference is not policy):
                 shard(model, hp.strategy, compute, hp.dtypes.reduce)
     optimizer = make_optimizer(contract, policy)
     splits = read_splits(folder, contract.data.splits)
@@ -117,6 +130,7 @@ def build(contract: Contract, folder: Path, fault: Fault) -> Setup:
         engine_version=engine.describe(),
         compute=compute,
         scaler=torch.amp.GradScaler(device.type) if hp.dtypes.compute == "fp16" else None,
+        peft_model=peft_model,
     )
 
 
@@ -236,11 +250,18 @@ def load_model(source: str, revision: str | None, dtype: torch.dtype, device: to
     return model.to(device).eval()
 
 
-def load_reference(contract: Contract, folder: Path, dtype: torch.dtype, device: torch.device) -> Any | None:
+def load_reference(
+    contract: Contract, folder: Path, dtype: torch.dtype, device: torch.device, adapted: Any | None = None
+) -> Any | None:
+    """The frozen reference; with an adapter over the policy (`adapted`) and no bias trained, the
+    adapted policy itself, whose adapter is switched off to compute the reference."""
     ref = contract.artifacts.reference
     watched = any(r.metric == "kl" for r in contract.monitoring.rules)
     if ref is None or ref.is_none or (contract.objective.kl.coef == 0 and not watched):
         return None
+    spec = contract.hyperparameters.adapter
+    if adapted is not None and ref.same_as_policy and spec is not None and spec.bias == "none":
+        return adapted
     if ref.same_as_policy:
         policy = contract.artifacts.policy
         source, revision = artifact_path(policy, folder, "policy"), policy.revision

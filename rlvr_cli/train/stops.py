@@ -3,6 +3,7 @@ updates skipped in a row, or its last step reached — each with a truthful stat
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlvr_cli.errors import ExitCode
@@ -108,11 +109,31 @@ def finish(run: Run, reason: str) -> int:
     whole = final_weights(run.setup)  # sharded: gathered on the main process
     if run.setup.main:
         with disk_errors(final.parent):  # safetensors hides ENOSPC in an error of its own
-            run.setup.policy.save_pretrained(final, state_dict=whole)
-            run.setup.tokenizer.save_pretrained(final)
+            save_final(run.setup, final, whole)
         run.status("finished", reason=reason, final=str(final))
         _eprint(f"finished: {reason}; policy saved to {final}")
     return ExitCode.OK
+
+
+def save_final(setup: Any, final: Path, whole: Any) -> None:
+    """final/: the policy (loadable with from_pretrained), or with an adapter the adapter in peft's
+    format (PeftModel.from_pretrained over the base) and, when asked, final/merged/ the base with
+    the adapter merged in; the tokenizer beside each."""
+    if setup.peft_model is None:
+        setup.policy.save_pretrained(final, state_dict=whole)
+        setup.tokenizer.save_pretrained(final)
+        return
+    from rlvr_cli.engine.adapted import merged_state
+    from rlvr_cli.train import adapter
+
+    adapter.save(setup.peft_model, final)
+    setup.tokenizer.save_pretrained(final)
+    if setup.contract.hyperparameters.adapter.save_merged:
+        merged = merged_state(setup.policy)
+        base = setup.peft_model.get_base_model()
+        with setup.peft_model.disable_adapter():  # the base's own module tree saves under the base's names
+            base.save_pretrained(final / "merged", state_dict=merged)
+        setup.tokenizer.save_pretrained(final / "merged")
 
 
 def _eprint(message: str) -> None:

@@ -18,6 +18,7 @@ from rlvr_cli.engine.prefix import pays, prefix_logprobs, why_not_prefix
 from rlvr_cli.engine.shared import shared_prompt_logprobs, shares_prompts
 from rlvr_cli.env.sample import Sample
 from rlvr_cli.rollout import hints
+from rlvr_cli.train import adapter
 from rlvr_cli.train import distributed as dist
 from rlvr_cli.train import objective as obj
 from rlvr_cli.train.setup import Setup
@@ -141,7 +142,11 @@ def reference_logprobs(setup: Setup, fwd: Forward) -> torch.Tensor | None:
     """`(B, T)` the frozen reference's log-probs of the trained samples (None without one)."""
     if setup.reference is None or not (fwd.parts or fwd.empty_rounds):
         return None
-    return fwd.logprobs(setup.reference, setup.contract.hyperparameters.sampling.temperature)
+    temperature = setup.contract.hyperparameters.sampling.temperature
+    if setup.reference_is_base:
+        with adapter.switched_off(setup.peft_model):
+            return fwd.logprobs(setup.policy, temperature)
+    return fwd.logprobs(setup.reference, temperature)
 
 
 def rewards_with_kl(
@@ -233,7 +238,8 @@ def optimizer_passes(
     for _ in range(hp.updates_per_batch):
         lag = max([lag, *(state.optimizer_steps - s.revision for s in samples)])  # measured, not assumed
         setup.optimizer.zero_grad(set_to_none=True)
-        stats, loss_sum, bad = _backward(setup, state, fwd, olds, ref, adv, totals)
+        with adapter.dropout_on(setup.peft_model):
+            stats, loss_sum, bad = _backward(setup, state, fwd, olds, ref, adv, totals)
         if not is_sharded(setup.policy):  # FSDP2 sums them itself, each process keeping its shard
             dist.sum_gradients(setup.policy, hp.dtypes.reduce)  # every rank now holds the whole batch's gradient
         nonfinite += dist.total(bad)

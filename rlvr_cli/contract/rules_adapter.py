@@ -1,0 +1,146 @@
+"""RLV305: a LoRA adapter that does not fit the policy, checked against the policy's config.json
+(the one file these rules read: a few kilobytes, so `validate` stays fast). A config.json that is
+missing or unreadable is RLV901's finding under `validate --deep`, not this rule's.
+
+`adapter_findings_loaded` checks the same names against the modules of the model built from its
+config on the meta device (no weights read): `validate --deep` and every training start run it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from rlvr_cli.contract.adapter import ALL_LINEAR, UNADAPTABLE, layer_sides, linear_names, starting_adapter_problem
+from rlvr_cli.contract.diagnostics import Finding, error
+from rlvr_cli.contract.models import Contract
+from rlvr_cli.contract.rules import rule
+
+WHERE = ("hyperparameters", "adapter")
+QUANT_DTYPE_KEYS = ("bnb_4bit_compute_dtype", "compute_dtype", "torch_dtype")
+
+
+def policy_config(c: Contract, folder: Path) -> dict[str, Any] | None:
+    """The policy's config.json as a dict, or None when it is not a readable local file."""
+    if c.artifacts.policy.path is None:
+        return None
+    try:
+        data = json.loads((folder / c.artifacts.policy.path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+@rule
+def rlv305_adapter(c: Contract, folder: Path) -> Iterator[Finding]:
+    config = policy_config(c, folder)
+    adapter = c.hyperparameters.adapter
+    if config is None:
+        return
+    yield from _quantised(c, config)
+    if adapter is None:
+        return
+    names = linear_names(config)
+    if names is not None:
+        yield from target_findings(adapter.target_modules, names, str(config.get("model_type")))
+    sides = layer_sides(config)
+    targets = names if adapter.target_modules == ALL_LINEAR else adapter.target_modules
+    for name in targets or ():
+        if name in sides and adapter.rank > min(sides[name]):
+            a, b = sides[name]
+            yield error(
+                "RLV305",
+                (*WHERE, "rank"),
+                f"rank {adapter.rank} exceeds {name}'s smaller side ({a}×{b}): the adapter cannot use more than "
+                f"{min(sides[name])} dimensions there (lower the rank, or leave {name} out)",
+            )
+            return
+
+
+def target_findings(targets: list[str] | str, names: tuple[str, ...] | set[str], what: str) -> Iterator[Finding]:
+    """Each named target the model lacks, with the nearest name it has; the head and embeddings."""
+    if targets == ALL_LINEAR:
+        return
+    known = sorted(names)
+    for i, name in enumerate(targets):
+        where = (*WHERE, "target_modules", i)
+        if name in UNADAPTABLE:
+            yield error(
+                "RLV305",
+                where,
+                f"{name} cannot be adapted: rlvr's log-prob and sampling paths read the output head's and the "
+                "embeddings' weights directly, so an adapter there would be skipped; adapt the decoder's linear layers",
+            )
+        elif name not in names:
+            near = difflib.get_close_matches(name, known, n=1)
+            hint = f"did you mean '{near[0]}'? " if near else ""
+            yield error(
+                "RLV305",
+                where,
+                f"target module '{name}' matches no linear layer of the policy ({what}); {hint}its layers: "
+                f"{', '.join(known)} (or all-linear)",
+            )
+
+
+def _quantised(c: Contract, config: dict[str, Any]) -> Iterator[Finding]:
+    quant = config.get("quantization_config")
+    if not isinstance(quant, dict):
+        return
+    method = quant.get("quant_method", "quantised")
+    if c.hyperparameters.adapter is None:
+        yield error(
+            "RLV305",
+            ("artifacts", "policy"),
+            f"the policy's weights are {method}-quantised (config.json quantization_config): they cannot be "
+            "trained; train an adapter over them (hyperparameters.adapter)",
+        )
+        return
+    wanted = next((str(quant[k]).removeprefix("torch.") for k in QUANT_DTYPE_KEYS if quant.get(k)), None)
+    compute = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}[c.hyperparameters.dtypes.compute]
+    if wanted is not None and wanted != compute:
+        yield error(
+            "RLV305",
+            ("hyperparameters", "precision"),
+            f"the policy is {method}-quantised to compute in {wanted}, but the contract computes in {compute}: "
+            f"the adapter would train against other numbers than the base gives (set the compute dtype to {wanted})",
+        )
+
+
+def adapter_findings_loaded(c: Contract, folder: Path) -> Iterator[Finding]:
+    """The targets against the module names of the model built from config.json on the meta
+    device (any architecture transformers knows), and a starting adapter's folder."""
+    adapter = c.hyperparameters.adapter
+    if adapter is None or c.artifacts.policy.path is None:
+        return
+    names = loaded_linear_names(folder / c.artifacts.policy.path)
+    if names is not None:
+        yield from target_findings(adapter.target_modules, names, "its loaded modules")
+    if adapter.path is not None:
+        problem = starting_adapter_problem(c, folder)
+        if problem:
+            yield error("RLV305", (*WHERE, "path"), problem)
+
+
+def loaded_linear_names(model_folder: Path) -> set[str] | None:
+    """Last name parts of every linear layer inside the decoder layers (None: cannot be built)."""
+    try:
+        import torch
+        from transformers import AutoConfig, AutoModelForCausalLM
+        from transformers.pytorch_utils import Conv1D
+    except ImportError:
+        return None
+    try:
+        config = AutoConfig.from_pretrained(model_folder, local_files_only=True)
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config)
+    except Exception:  # an architecture this transformers cannot build: RLV901 says so when loading
+        return None
+    head = model.get_output_embeddings()
+    return {
+        name.rsplit(".", 1)[-1]
+        for name, module in model.named_modules()
+        if isinstance(module, torch.nn.Linear | Conv1D) and module is not head
+    }

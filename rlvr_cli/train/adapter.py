@@ -1,0 +1,130 @@
+"""LoRA adapters through peft: attach one to the policy as the contract writes it, switch it off for
+the reference, save and restore only its weights, and check an adapter folder from elsewhere.
+
+The policy stays the transformers model it was (peft replaces its targeted linear layers in place),
+so every forward, the fused sampler included, runs the adapted network; `peft_model` is the handle
+peft's own operations need (saving, switching the adapter off, merging).
+
+An adapter folder is read only from `adapter_model.safetensors`: a folder holding only the pickle
+format (`adapter_model.bin`) is refused and never loaded, as a pickle can run code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlvr_cli.contract.adapter import WEIGHTS, Adapter, base_name, starting_adapter_problem
+from rlvr_cli.contract.models import Contract
+from rlvr_cli.errors import RlvrError
+
+
+def _peft() -> Any:
+    try:
+        import peft
+    except ImportError:
+        raise RlvrError("hyperparameters.adapter needs peft: pip install 'rlvr-cli[lora]'") from None
+    return peft
+
+
+def lora_config(spec: Adapter, base: str) -> Any:
+    peft = _peft()
+    targets = spec.target_modules if isinstance(spec.target_modules, str) else list(spec.target_modules)
+    return peft.LoraConfig(
+        r=spec.rank,
+        lora_alpha=spec.alpha,
+        lora_dropout=spec.dropout,
+        target_modules=targets,
+        bias=spec.bias,
+        init_lora_weights=True if spec.init == "default" else "gaussian",
+        task_type="CAUSAL_LM",
+        base_model_name_or_path=base,
+    )
+
+
+def attach(policy: Any, contract: Contract, folder: Path) -> Any:
+    """Wrap `policy` (modified in place) with the contract's adapter; the base's weights are frozen,
+    the adapter's (and the biases `bias` names) train. A starting adapter is loaded from
+    safetensors only. Returns peft's model."""
+    spec = contract.hyperparameters.adapter
+    assert spec is not None
+    peft = _peft()
+    try:
+        model = peft.get_peft_model(policy, lora_config(spec, base_name(contract, folder)))
+    except ValueError as exc:  # a target peft cannot find or adapt
+        raise RlvrError(f"hyperparameters.adapter does not fit the policy: {exc}") from None
+    if spec.path is not None:
+        problem = starting_adapter_problem(contract, folder)
+        if problem:
+            raise RlvrError(f"hyperparameters.adapter.path: {problem}")
+        load_weights(model, folder / spec.path, f"adapter {spec.path}")
+    return model
+
+
+def state(model: Any) -> dict[str, torch.Tensor]:
+    """The adapter's weights (and trained biases) as peft saves them."""
+    return _peft().get_peft_model_state_dict(model)
+
+
+def load_weights(model: Any, root: Path, name: str) -> None:
+    """Restore adapter weights from `root/adapter_model.safetensors`, refusing another shape, a
+    missing or unknown tensor, or NaN and infinity, with the reason."""
+    from safetensors.torch import load_file
+
+    try:
+        weights = load_file(root / WEIGHTS)
+    except Exception as exc:  # a file safetensors cannot read: foreign or damaged
+        raise RlvrError(f"{name}: {WEIGHTS} cannot be read as safetensors ({exc})") from None
+    own = state(model)
+    wrong = [
+        f"{k} {tuple(v.shape)} (this adapter's is {tuple(own[k].shape)})"
+        for k, v in weights.items()
+        if k in own and v.shape != own[k].shape
+    ]
+    unknown, missing = sorted(set(weights) - set(own)), sorted(set(own) - set(weights))
+    if wrong or unknown or missing:
+        what = wrong[:2] or [f"unexpected {unknown[:2]}" if unknown else f"missing {missing[:2]}"]
+        raise RlvrError(f"{name} does not fit the policy's adapter: {'; '.join(what)}")
+    bad = [k for k, v in weights.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+    if bad:
+        raise RlvrError(f"{name}: {bad[0]} holds NaN or infinity; it is not loaded")
+    _peft().set_peft_model_state_dict(model, weights)
+
+
+def save(model: Any, root: Path) -> None:
+    """peft's own format: adapter_config.json and adapter_model.safetensors."""
+    model.save_pretrained(root, safe_serialization=True)
+    (root / "README.md").unlink(missing_ok=True)  # peft's model card template: not rlvr's to write
+
+
+@contextlib.contextmanager
+def switched_off(model: Any) -> Iterator[None]:
+    """The base model alone: the reference of the KL term, with no second copy in memory."""
+    with model.disable_adapter():
+        yield
+
+
+@contextlib.contextmanager
+def dropout_on(model: Any | None) -> Iterator[None]:
+    """The adapter's dropout, active during the update's forward only (the policy is otherwise in
+    eval mode: sampling and log-probs of the rollout see no dropout)."""
+    layers = (
+        [] if model is None else [m for n, m in model.named_modules() if n.rsplit(".", 2)[-2:-1] == ["lora_dropout"]]
+    )
+    for m in layers:
+        m.train()
+    try:
+        yield
+    finally:
+        for m in layers:
+            m.eval()
+
+
+def trainable_count(model: Any) -> tuple[int, int]:
+    """(trained, all) parameter counts."""
+    trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return trained, sum(p.numel() for p in model.parameters())

@@ -1,0 +1,163 @@
+"""LoRA adapters (`hyperparameters.adapter`, through peft): the reference is the base with the
+adapter switched off, the samplers sample the adapted model, checkpoints hold the adapter alone and
+resume exactly after SIGKILL, and what does not fit the policy is refused with the reason."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from tests.conftest import QUICK_STEPS, copy_experiment, edit, rlvr
+
+CONTRACT = "experiment.rlvr.yaml"
+LORA = "{kind: lora, rank: 4, alpha: 8, dropout: 0.0, target_modules: all-linear, bias: none, init: default}"
+
+
+def with_adapter(spec: str = LORA) -> tuple[str, str]:
+    return ("  precision: fp32\n", f"  precision: fp32\n  adapter: {spec}\n")
+
+
+@pytest.fixture(scope="module")
+def lora_experiment(single_turn: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    edits = [*QUICK_STEPS, ("lr: 1.0e-3", "lr: 2.0e-2"), with_adapter()]
+    return copy_experiment(single_turn, tmp_path_factory.mktemp("lora") / "arith", edits)
+
+
+def _adapted(model_dir: Path, seed: int = 0):
+    """The model at `model_dir` with an adapter whose B is random (the adapter changes outputs)."""
+    import peft
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    config = peft.LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", task_type="CAUSAL_LM")
+    model = peft.get_peft_model(base, config)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=generator) * 0.5)
+    return model, base
+
+
+def test_the_reference_is_the_base_with_the_adapter_switched_off(tiny_chatml: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    from rlvr_cli.train.adapter import switched_off
+
+    model, policy = _adapted(tiny_chatml)
+    separate = AutoModelForCausalLM.from_pretrained(tiny_chatml).eval()  # a second copy, as without an adapter
+    ids = torch.tensor([[3, 7, 11, 19, 23, 5, 8]])
+    with torch.no_grad():
+        base = torch.log_softmax(separate(ids).logits, -1)
+        with switched_off(model):
+            off = torch.log_softmax(policy(ids).logits, -1)
+        on = torch.log_softmax(policy(ids).logits, -1)
+    assert torch.equal(off, base)  # bit for bit: the same weights, the same arithmetic
+    assert not torch.allclose(on, base, atol=1e-3)  # and the adapter does change the policy (the check can fail)
+
+
+def test_the_lean_samplers_fused_forward_runs_the_adapter_and_vllm_gets_it_merged(tiny_chatml: Path) -> None:
+    from rlvr_cli.engine.adapted import merged_state
+    from rlvr_cli.engine.fused import Decoder, why_not
+
+    model, policy = _adapted(tiny_chatml)
+    assert why_not(policy) is None
+    ids = torch.tensor([[3, 7, 11, 19, 23, 5, 8]])
+    with torch.no_grad():
+        want = policy(ids).logits[:, -1].float()
+        got, _ = Decoder(policy).prefill(ids, torch.ones_like(ids))
+    assert torch.allclose(got, want, atol=1e-5), (got - want).abs().max()
+    merged = merged_state(policy)
+    reference = {k: v.clone() for k, v in model.merge_and_unload().state_dict().items()}
+    assert merged.keys() == reference.keys()  # the unadapted model's names, as vLLM loads them
+    assert all(torch.allclose(merged[k], reference[k], atol=1e-6) for k in merged)
+
+
+def test_validate_refuses_targets_the_policy_lacks_and_ranks_larger_than_a_layer(
+    single_turn: Path, tmp_path: Path
+) -> None:
+    exp = copy_experiment(single_turn, tmp_path / "exp", [with_adapter(LORA.replace("all-linear", "[q_prj, v_proj]"))])
+    out = rlvr("validate", exp / CONTRACT)
+    assert out.code == 1 and "RLV305" in out.stdout and "did you mean 'q_proj'" in out.stdout, out.stdout
+    line = next(i for i, t in enumerate((exp / CONTRACT).read_text().splitlines(), 1) if "q_prj" in t)
+    assert f"{CONTRACT}:{line}:" in out.stdout  # file:line:col of the wrong name
+    edit(exp, "[q_prj, v_proj]", "[lm_head]")
+    assert "cannot be adapted" in rlvr("validate", exp / CONTRACT).stdout
+    edit(exp, "[lm_head]", "all-linear")
+    edit(exp, "rank: 4", "rank: 4096")
+    out = rlvr("validate", exp / CONTRACT)
+    assert out.code == 1 and "rank 4096 exceeds" in out.stdout
+    edit(exp, "rank: 4096", "rank: 4")
+    assert rlvr("validate", exp / CONTRACT).code == 0  # the paired pass
+
+
+def test_a_foreign_or_pickled_adapter_is_refused_and_never_executed(
+    single_turn: Path, tmp_path: Path, tiny_chatml: Path
+) -> None:
+    exp = copy_experiment(single_turn, tmp_path / "exp", [with_adapter(LORA.replace("}", ", path: start}"))])
+    model, _ = _adapted(tiny_chatml)
+    model.save_pretrained(exp / "start")
+    config = exp / "start" / "adapter_config.json"
+    saved = json.loads(config.read_text())
+    config.write_text(json.dumps({**saved, "base_model_name_or_path": "Qwen/Qwen2.5-0.5B"}))
+    deep = rlvr("validate", "--deep", exp / CONTRACT)
+    assert deep.code == 1 and "was trained on Qwen/Qwen2.5-0.5B, not on the policy" in deep.stdout, deep.stdout
+    assert str((exp / "model").resolve()) in deep.stdout  # both names
+    config.write_text(json.dumps(saved))  # trained on this very folder (by name): accepted
+    assert rlvr("validate", "--deep", exp / CONTRACT).code == 0
+    # a pickle payload: loading it would create the marker file
+    marker = tmp_path / "owned"
+    (exp / "start" / "adapter_model.safetensors").unlink()
+
+    class Payload:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    import pickle
+
+    (exp / "start" / "adapter_model.bin").write_bytes(pickle.dumps(Payload()))
+    refused = rlvr("train", exp / CONTRACT, "--run-dir", tmp_path / "run", "--max-steps", "1", timeout=300)
+    assert refused.code != 0 and "pickle" in refused.stderr and "never loaded" in refused.stderr, refused.stderr
+    assert not marker.exists() and "Traceback" not in refused.stderr
+
+
+@pytest.mark.slow
+def test_an_adapter_run_checkpoints_only_the_adapter_and_resumes_exactly_after_sigkill(
+    lora_experiment: Path, tmp_path: Path
+) -> None:
+    straight = tmp_path / "straight"
+    done = rlvr("train", lora_experiment / CONTRACT, "--run-dir", straight, "--max-steps", "4", timeout=400)
+    assert done.code == 0, done.stderr[-2000:]
+    final = straight / "final"
+    assert (final / "adapter_config.json").is_file() and not (final / "model.safetensors").exists()
+    step = straight / "checkpoints" / "step-4"
+    assert sorted(p.name for p in (step / "adapter").iterdir()) == ["adapter_config.json", "adapter_model.safetensors"]
+    assert not (step / "model").exists()
+    plan = json.loads((straight / "plan.json").read_text())
+    assert "lora r=4" in json.dumps(plan) and "switched off" in json.dumps(plan)
+    # a run killed after its second checkpoint resumes to the same adapter and records
+    run_dir = tmp_path / "killed"
+    command = [sys.executable, "-m", "rlvr_cli", "train", str(lora_experiment / CONTRACT), "--run-dir", str(run_dir)]
+    proc = subprocess.Popen([*command, "--max-steps", "4"], stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not (run_dir / "checkpoints" / "step-2").exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=60)
+    resumed = rlvr("train", lora_experiment / CONTRACT, "--run-dir", run_dir, "--max-steps", "4", "--auto", timeout=400)
+    assert resumed.code == 0 and "resuming" in resumed.stderr, resumed.stderr[-2000:]
+    a, b = (load_file(r / "final" / "adapter_model.safetensors") for r in (straight, run_dir))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert any(not torch.equal(v, torch.zeros_like(v)) for k, v in a.items() if "lora_B" in k)  # it trained
+    # gate evaluates the adapter over the contract's policy
+    gate = rlvr("gate", lora_experiment / CONTRACT, "--candidate", straight, timeout=400)
+    assert gate.code in (0, 1) and "Traceback" not in gate.stderr and "candidate" in gate.stdout, gate.stderr[-2000:]
