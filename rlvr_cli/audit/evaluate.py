@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,9 @@ def load_policy(contract: Contract, folder: Path, path: Path) -> Any:
     base = AutoModelForCausalLM.from_pretrained(
         artifact_path(base_ref, folder, "policy"), revision=base_ref.revision, local_files_only=True
     )
-    return PeftModel.from_pretrained(base, where).merge_and_unload().eval()
+    with warnings.catch_warnings():  # peft calls a transformers property deprecated in favour of another
+        warnings.simplefilter("ignore", FutureWarning)
+        return PeftModel.from_pretrained(base, where).merge_and_unload().eval()
 
 
 def evaluate(

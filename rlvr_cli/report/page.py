@@ -73,6 +73,8 @@ def _header(run_dir: Path, run: RunFolder, plan: dict[str, Any], metrics: list[d
             f"{_esc(plan.get('device'))}, {_esc(plan.get('precision'))}, {_esc(plan.get('seed'))}",
         ],
     ]
+    if plan.get("trains"):  # every weight, or an adapter over the frozen policy, and what the reference is
+        facts.append(["what trains", _esc(plan["trains"])])
     if status.rule:
         r = status.rule
         facts.append(["fired rule", f"{_esc(r.name)}: {_esc(r.metric)} {_esc(r.when)} (owner {_esc(r.owner)})"])

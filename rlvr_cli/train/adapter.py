@@ -12,6 +12,7 @@ format (`adapter_model.bin`) is refused and never loaded, as a pickle can run co
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -54,7 +55,9 @@ def attach(policy: Any, contract: Contract, folder: Path) -> Any:
     assert spec is not None
     peft = _peft()
     try:
-        model = peft.get_peft_model(policy, lora_config(spec, base_name(contract, folder)))
+        with warnings.catch_warnings():  # peft calls a transformers property deprecated in favour of another
+            warnings.simplefilter("ignore", FutureWarning)
+            model = peft.get_peft_model(policy, lora_config(spec, base_name(contract, folder)))
     except ValueError as exc:  # a target peft cannot find or adapt
         raise RlvrError(f"hyperparameters.adapter does not fit the policy: {exc}") from None
     if spec.path is not None:

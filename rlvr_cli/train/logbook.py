@@ -72,7 +72,14 @@ def record_rows(
     engine: str = "",
 ) -> list[RecordRow]:
     run = contract.name
-    sampling = json.dumps({**contract.hyperparameters.sampling.model_dump(), "engine_version": engine})
+    adapter = contract.hyperparameters.adapter  # the policy that sampled: the base, this adapter at policy_revision
+    sampling = json.dumps(
+        {
+            **contract.hyperparameters.sampling.model_dump(),
+            "engine_version": engine,
+            **({"adapter": adapter.describe()} if adapter else {}),
+        }
+    )
     return [
         RecordRow(
             run=run,

@@ -28,7 +28,7 @@ def with_adapter(spec: str = LORA) -> tuple[str, str]:
 
 @pytest.fixture(scope="module")
 def lora_experiment(single_turn: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    edits = [*QUICK_STEPS, ("lr: 1.0e-3", "lr: 2.0e-2"), with_adapter()]
+    edits = [*QUICK_STEPS, with_adapter()]
     return copy_experiment(single_turn, tmp_path_factory.mktemp("lora") / "arith", edits)
 
 
@@ -158,6 +158,39 @@ def test_an_adapter_run_checkpoints_only_the_adapter_and_resumes_exactly_after_s
     a, b = (load_file(r / "final" / "adapter_model.safetensors") for r in (straight, run_dir))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert any(not torch.equal(v, torch.zeros_like(v)) for k, v in a.items() if "lora_B" in k)  # it trained
+    import pyarrow.parquet as pq
+
+    shard = next((straight / "records").glob("*.parquet"))
+    row = pq.read_table(shard).to_pylist()[-1]  # each record names the adapter that sampled it and its revision
+    assert json.loads(row["sampling"])["adapter"].startswith("lora r=4") and row["policy_revision"] >= 0
     # gate evaluates the adapter over the contract's policy
     gate = rlvr("gate", lora_experiment / CONTRACT, "--candidate", straight, timeout=400)
     assert gate.code in (0, 1) and "Traceback" not in gate.stderr and "candidate" in gate.stdout, gate.stderr[-2000:]
+    assert rlvr("report", straight).code == 0  # and the report says what trained
+    assert "lora r=4 alpha=8" in (straight / "report.html").read_text()
+
+
+def _term(plan: str, name: str) -> float:
+    """A term of `rlvr plan`'s table, in MiB."""
+    line = next(line for line in plan.splitlines() if line.startswith(name))
+    value, unit = line[len(name) :].split()[:2]
+    return float(value) * (1024 if unit == "GiB" else 1)
+
+
+def test_the_plan_counts_the_adapter_alone_and_no_reference_copy(single_turn: Path, tmp_path: Path) -> None:
+    exp = copy_experiment(single_turn, tmp_path / "exp", [with_adapter()])
+    lora = rlvr("plan", exp / CONTRACT, "--gpu-memory", "1").stdout
+    full = rlvr("plan", single_turn / CONTRACT, "--gpu-memory", "1").stdout
+    assert "adapter: lora r=4 alpha=8" in lora and "reference: the base with the adapter switched off" in lora
+    assert "largest group size that fits:" in lora
+    assert _term(lora, "reference") == 0 < _term(full, "reference")
+    assert _term(lora, "optimizer state") < 0.5 * _term(full, "optimizer state")  # rank 4 of a 64-wide model
+    edit(exp, "bias: none", "bias: all")  # a bias that trains changes the base: the reference is a copy again
+    assert _term(rlvr("plan", exp / CONTRACT).stdout, "reference") > 0
+
+
+def test_an_adapter_with_fsdp2_is_refused_until_it_runs(single_turn: Path, tmp_path: Path) -> None:
+    exp = copy_experiment(single_turn, tmp_path / "exp", [with_adapter()])
+    edit(exp, "  precision: fp32\n", "  precision: fp32\n  parallel: {strategy: fsdp2}\n")
+    out = rlvr("validate", exp / CONTRACT)
+    assert out.code == 1 and "RLV010" in out.stdout and "fsdp2" in out.stdout
