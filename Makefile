@@ -28,6 +28,8 @@ demo: $(STAMP) sandbox
 	  $(BIN)/python -m rlvr_cli.toy.tiny contracts/spell/model --alphabet digits
 	test -f contracts/lookup/model/config.json || \
 	  $(BIN)/python -m rlvr_cli.toy.tiny contracts/lookup/model --warm-up contracts/lookup/warmup.jsonl
+	test -f contracts/echo/warm/config.json || \
+	  $(BIN)/python -m rlvr_cli.toy.tiny contracts/echo/warm --warm-up contracts/echo/warmup.jsonl --warm-up-steps 300
 	$(BIN)/rlvr validate --deep --strict contracts/
 	$(BIN)/rlvr data check contracts/hints-cpu.rlvr.yaml
 	$(BIN)/rlvr render contracts/grpo-cpu.rlvr.yaml --conversations contracts/arith/conversations.jsonl
@@ -61,6 +63,10 @@ demo: $(STAMP) sandbox
 	$(BIN)/rlvr train contracts/echo-stop-cpu.rlvr.yaml --run-dir $(DEMO)/echo-stop-cpu
 	$(BIN)/rlvr gate contracts/echo-stop-cpu.rlvr.yaml --candidate $(DEMO)/echo-stop-cpu
 	$(BIN)/rlvr report $(DEMO)/echo-stop-cpu
+	# the same task with a LoRA adapter (peft) over a warmed-up base; the reference is the base with
+	# the adapter switched off, the checkpoints and final/ hold the adapter alone
+	$(BIN)/rlvr train contracts/echo-stop-lora-cpu.rlvr.yaml --run-dir $(DEMO)/echo-stop-lora-cpu
+	$(BIN)/rlvr gate contracts/echo-stop-lora-cpu.rlvr.yaml --candidate $(DEMO)/echo-stop-lora-cpu
 
 # The report test opens the HTML report in headless Chromium (Debian's package).
 browser:

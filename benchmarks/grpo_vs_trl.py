@@ -14,7 +14,7 @@ excluded): rlvr's steps with their records, TRL's steps and its logging between 
 Usage (needs a venv with trl, e.g. `.venv-bench`:
 python -m venv .venv-bench && .venv-bench/bin/pip install torch==2.13.0 trl -e '.[train]'):
 
-    .venv-bench/bin/python benchmarks/grpo_vs_trl.py [--steps 30] [--shape update|generation]
+    .venv-bench/bin/python benchmarks/grpo_vs_trl.py [--steps 30] [--shape update|generation] [--lora RANK]
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ def set_shape(name: str) -> None:
 
 
 SHAPE = "update"
+LORA = 0  # a LoRA adapter of this rank on every linear layer (peft, both trainers); 0: full weights
 LAG = 0  # rlvr's max_policy_lag: 1 samples the next step during the update (train/overlap.py)
 
 
@@ -83,6 +84,12 @@ def build(folder: Path) -> tuple[Path, Path]:
         .replace('when: "> 2", window: 1', f'when: "> {MAX_TOKENS}", window: 1')
         .replace("max_policy_lag: 0", f"max_policy_lag: {LAG}" + ("\n  sample_ahead: true" if LAG else ""))
     )
+    if LORA:
+        adapter = (
+            f"  adapter: {{kind: lora, rank: {LORA}, alpha: {2 * LORA}, dropout: 0.0, "
+            "target_modules: all-linear, bias: none, init: default}\n"
+        )
+        contract = contract.replace("  precision: fp32\n", "  precision: fp32\n" + adapter)
     assert "on_truncated: keep" in contract
     path = folder / "bench.rlvr.yaml"
     path.write_text(contract)
@@ -155,8 +162,26 @@ def run_trl(folder: Path, steps: int) -> dict:
         seed=SEED,
     )
     clock = timer()
+    peft_config = None
+    if LORA:
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(
+            r=LORA,
+            lora_alpha=2 * LORA,
+            lora_dropout=0.0,
+            target_modules="all-linear",
+            bias="none",
+            task_type="CAUSAL_LM",
+        )
     trainer = GRPOTrainer(
-        model=model, reward_funcs=reward, args=config, train_dataset=data, processing_class=tokenizer, callbacks=[clock]
+        model=model,
+        reward_funcs=reward,
+        args=config,
+        train_dataset=data,
+        processing_class=tokenizer,
+        callbacks=[clock],
+        peft_config=peft_config,
     )
     start = time.perf_counter()
     trainer.train()
@@ -183,18 +208,20 @@ def main() -> None:
     parser.add_argument(
         "--lag", type=int, choices=[0, 1], default=0, help="rlvr's max_policy_lag (1: with sample_ahead)"
     )
+    parser.add_argument("--lora", type=int, default=0, help="train a LoRA adapter of this rank (peft) in both")
     args = parser.parse_args()
     set_shape(args.shape)
-    global LAG
-    LAG = args.lag
+    global LAG, LORA
+    LAG, LORA = args.lag, args.lora
     if args.child:
         child(args.child, args.steps)
         return
-    shape = ["--steps", str(args.steps), "--shape", args.shape, "--lag", str(args.lag)]
+    shape = ["--steps", str(args.steps), "--shape", args.shape, "--lag", str(args.lag), "--lora", str(args.lora)]
     results = {which: run_child(__file__, ["--child", which, *shape]) for which in ("rlvr", "trl")}
     r, t = results["rlvr"], results["trl"]
     peak = {"rlvr": max(r["peak_rss_mb"], r["peak_rss_children_mb"]), "trl": t["peak_rss_mb"]}
-    print(f"{args.steps} steps, {PROMPTS}×{GROUP} samples/step, ≤{MAX_TOKENS} tokens, lr {LR}, beta 0, CPU")
+    trained = f"LoRA r={LORA} all-linear" if LORA else "full weights"
+    print(f"{args.steps} steps, {PROMPTS}×{GROUP} samples/step, ≤{MAX_TOKENS} tokens, lr {LR}, beta 0, {trained}, CPU")
     print(f"{'':8}{'steps/s':>10}{'tokens/s':>10}{'peak MB':>10}{'reward first5':>15}{'reward last5':>14}")
     for name, res in (("rlvr", r), ("trl", t)):
         rw = res["rewards"]

@@ -35,12 +35,9 @@ def load_policy(contract: Contract, folder: Path, path: Path) -> Any:
         raise RlvrError(f"{where}: {problem}")
     from peft import PeftModel
 
-    from rlvr_cli.train.setup import artifact_path
-
     base_ref = contract.artifacts.policy
-    base = AutoModelForCausalLM.from_pretrained(
-        artifact_path(base_ref, folder, "policy"), revision=base_ref.revision, local_files_only=True
-    )
+    source = str(folder / base_ref.path) if base_ref.path is not None else base_ref.id
+    base = AutoModelForCausalLM.from_pretrained(source, revision=base_ref.revision, local_files_only=True)
     with warnings.catch_warnings():  # peft calls a transformers property deprecated in favour of another
         warnings.simplefilter("ignore", FutureWarning)
         return PeftModel.from_pretrained(base, where).merge_and_unload().eval()

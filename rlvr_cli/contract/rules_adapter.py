@@ -124,23 +124,32 @@ def adapter_findings_loaded(c: Contract, folder: Path) -> Iterator[Finding]:
             yield error("RLV305", (*WHERE, "path"), problem)
 
 
+_PROBE = """
+import json, sys
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM
+from transformers.pytorch_utils import Conv1D
+config = AutoConfig.from_pretrained(sys.argv[1], local_files_only=True)
+with torch.device("meta"):
+    model = AutoModelForCausalLM.from_config(config)
+head = model.get_output_embeddings()
+linear = [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear | Conv1D) and m is not head]
+names = {n.rsplit(".", 1)[-1] for n in linear}
+print(json.dumps(sorted(names)))
+"""
+
+
 def loaded_linear_names(model_folder: Path) -> set[str] | None:
-    """Last name parts of every linear layer inside the decoder layers (None: cannot be built)."""
+    """Last name parts of every linear layer of the model built from its config on the meta device
+    (no weights read), or None when it cannot be built (RLV901 says why when it is loaded). Built in a
+    child process: `validate` itself never imports torch or transformers."""
+    import subprocess
+    import sys
+
     try:
-        import torch
-        from transformers import AutoConfig, AutoModelForCausalLM
-        from transformers.pytorch_utils import Conv1D
-    except ImportError:
+        done = subprocess.run(
+            [sys.executable, "-c", _PROBE, str(model_folder)], capture_output=True, text=True, timeout=120
+        )
+        return set(json.loads(done.stdout.strip().splitlines()[-1])) if done.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
         return None
-    try:
-        config = AutoConfig.from_pretrained(model_folder, local_files_only=True)
-        with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(config)
-    except Exception:  # an architecture this transformers cannot build: RLV901 says so when loading
-        return None
-    head = model.get_output_embeddings()
-    return {
-        name.rsplit(".", 1)[-1]
-        for name, module in model.named_modules()
-        if isinstance(module, torch.nn.Linear | Conv1D) and module is not head
-    }

@@ -24,7 +24,7 @@ from rlvr_cli.errors import RlvrError
 from rlvr_cli.files import disk_errors, fsync_dir, save_torch, sha256_file
 from rlvr_cli.store.records import pin_problems, shards_sha256
 from rlvr_cli.store.run import MARKER, RunFolder
-from rlvr_cli.train import adapter, sharding
+from rlvr_cli.train import lora, sharding
 from rlvr_cli.train.run_plan import contract_hash
 from rlvr_cli.train.setup import Setup
 from rlvr_cli.train.state import TrainState
@@ -138,7 +138,7 @@ def _write_checkpoint(
         del saved["optimizer"]
     with disk_errors(tmp):  # torch and safetensors hide ENOSPC in errors of their own
         if "model" in parts and setup.peft_model is not None:  # the adapter only: the base never changes
-            adapter.save(setup.peft_model, tmp / "adapter")
+            lora.save(setup.peft_model, tmp / "adapter")
         elif "model" in parts and not sharded:
             setup.policy.save_pretrained(tmp / "model")  # safetensors, loadable by transformers
         blob = {k: get() for k, get in saved.items() if k in parts}
@@ -334,7 +334,7 @@ def _load_adapter(setup: Setup, path: Path) -> None:
         raise RlvrError(f"checkpoint {path.name} holds an adapter, but the contract trains every weight")
     if not (path / "adapter").is_dir():
         raise RlvrError(f"checkpoint {path.name} holds whole weights, but the contract trains an adapter")
-    adapter.load_weights(setup.peft_model, path / "adapter", f"checkpoint {path.name}")
+    lora.load_weights(setup.peft_model, path / "adapter", f"checkpoint {path.name}")
 
 
 def _load_weights(setup: Setup, path: Path) -> None:

@@ -166,6 +166,7 @@ def build_plan(
         "optimizer": hp.optimizer.model_dump(),
         "precision": hp.dtypes.name,
         "parallel": hp.strategy.model_dump(),
+        "adapter": hp.adapter.model_dump() if hp.adapter else None,  # None: every weight trains
         "device": device,
         "seed": hp.seed,
         "artifacts": artifacts(c),

@@ -95,9 +95,9 @@ def build(contract: Contract, folder: Path, fault: Fault) -> Setup:
     policy = load_model(artifact_path(policy_ref, folder, "policy"), policy_ref.revision, base_dtype, load_on)
     peft_model = None
     if hp.adapter is not None:
-        from rlvr_cli.train import adapter
+        from rlvr_cli.train import lora
 
-        peft_model = adapter.attach(policy, contract, folder)  # policy is modified in place
+        peft_model = lora.attach(policy, contract, folder)  # policy is modified in place
     engine = make_engine(hp.sampling.engine, policy, fault, compute, copy=sharded, device=device)
     reference = load_reference(contract, folder, base_dtype, load_on, policy if peft_model is not None else None)
     if hp.strategy.activation_checkpointing:

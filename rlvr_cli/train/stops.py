@@ -124,9 +124,9 @@ def save_final(setup: Any, final: Path, whole: Any) -> None:
         setup.tokenizer.save_pretrained(final)
         return
     from rlvr_cli.engine.adapted import merged_state
-    from rlvr_cli.train import adapter
+    from rlvr_cli.train import lora
 
-    adapter.save(setup.peft_model, final)
+    lora.save(setup.peft_model, final)
     setup.tokenizer.save_pretrained(final)
     if setup.contract.hyperparameters.adapter.save_merged:
         merged = merged_state(setup.policy)

@@ -18,8 +18,8 @@ from rlvr_cli.engine.prefix import pays, prefix_logprobs, why_not_prefix
 from rlvr_cli.engine.shared import shared_prompt_logprobs, shares_prompts
 from rlvr_cli.env.sample import Sample
 from rlvr_cli.rollout import hints
-from rlvr_cli.train import adapter
 from rlvr_cli.train import distributed as dist
+from rlvr_cli.train import lora
 from rlvr_cli.train import objective as obj
 from rlvr_cli.train.setup import Setup
 from rlvr_cli.train.sharding import Lockstep, is_sharded
@@ -144,7 +144,7 @@ def reference_logprobs(setup: Setup, fwd: Forward) -> torch.Tensor | None:
         return None
     temperature = setup.contract.hyperparameters.sampling.temperature
     if setup.reference_is_base:
-        with adapter.switched_off(setup.peft_model):
+        with lora.switched_off(setup.peft_model):
             return fwd.logprobs(setup.policy, temperature)
     return fwd.logprobs(setup.reference, temperature)
 
@@ -238,7 +238,7 @@ def optimizer_passes(
     for _ in range(hp.updates_per_batch):
         lag = max([lag, *(state.optimizer_steps - s.revision for s in samples)])  # measured, not assumed
         setup.optimizer.zero_grad(set_to_none=True)
-        with adapter.dropout_on(setup.peft_model):
+        with lora.dropout_on(setup.peft_model):
             stats, loss_sum, bad = _backward(setup, state, fwd, olds, ref, adv, totals)
         if not is_sharded(setup.policy):  # FSDP2 sums them itself, each process keeping its shard
             dist.sum_gradients(setup.policy, hp.dtypes.reduce)  # every rank now holds the whole batch's gradient

@@ -51,7 +51,7 @@ def _adapted(model_dir: Path, seed: int = 0):
 def test_the_reference_is_the_base_with_the_adapter_switched_off(tiny_chatml: Path) -> None:
     from transformers import AutoModelForCausalLM
 
-    from rlvr_cli.train.adapter import switched_off
+    from rlvr_cli.train.lora import switched_off
 
     model, policy = _adapted(tiny_chatml)
     separate = AutoModelForCausalLM.from_pretrained(tiny_chatml).eval()  # a second copy, as without an adapter
@@ -194,3 +194,18 @@ def test_an_adapter_with_fsdp2_is_refused_until_it_runs(single_turn: Path, tmp_p
     edit(exp, "  precision: fp32\n", "  precision: fp32\n  parallel: {strategy: fsdp2}\n")
     out = rlvr("validate", exp / CONTRACT)
     assert out.code == 1 and "RLV010" in out.stdout and "fsdp2" in out.stdout
+
+
+def test_validate_deep_checks_targets_of_an_architecture_it_has_no_table_for(single_turn: Path, tmp_path: Path) -> None:
+    """Phi (model_type `phi`): plain `validate` has no table of its layers and says nothing; `--deep`
+    builds the model from its config on the meta device and names the layers it has."""
+    from transformers import PhiConfig
+
+    exp = copy_experiment(single_turn, tmp_path / "exp", [with_adapter(LORA.replace("all-linear", "[c_attn]"))])
+    config = PhiConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4)
+    config.save_pretrained(exp / "model")  # config.json only: the check reads no weights
+    assert "RLV305" not in rlvr("validate", exp / CONTRACT).stdout
+    deep = rlvr("validate", "--deep", exp / CONTRACT, timeout=240).stdout
+    assert "target module 'c_attn' matches no linear layer" in deep and "fc1, fc2" in deep, deep
+    edit(exp, "[c_attn]", "[fc1, dense]")
+    assert "RLV305" not in rlvr("validate", "--deep", exp / CONTRACT, timeout=240).stdout  # the paired pass
