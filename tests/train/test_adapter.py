@@ -28,7 +28,7 @@ def with_adapter(spec: str = LORA) -> tuple[str, str]:
 
 @pytest.fixture(scope="module")
 def lora_experiment(single_turn: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    edits = [*QUICK_STEPS, with_adapter()]
+    edits = [*QUICK_STEPS, with_adapter(LORA.replace("dropout: 0.0", "dropout: 0.1"))]  # dropout draws: resumed too
     return copy_experiment(single_turn, tmp_path_factory.mktemp("lora") / "arith", edits)
 
 

@@ -54,6 +54,10 @@ def metrics(run: Path) -> list[dict]:
 
 
 FSDP2 = "  precision: fp32\n  parallel: {strategy: fsdp2, activation_checkpointing: %s}\n"
+LORA = (
+    "  precision: fp32\n  adapter: {kind: lora, rank: 4, alpha: 8, dropout: 0.0, target_modules: all-linear, "
+    "bias: none, init: default}\n"
+)
 
 
 @pytest.mark.slow
@@ -64,8 +68,15 @@ FSDP2 = "  precision: fp32\n  parallel: {strategy: fsdp2, activation_checkpointi
         ("token_mean", None),
         ("seq_mean_token_mean", FSDP2 % "false"),
         ("token_mean", FSDP2 % "true"),
+        ("token_mean", LORA),
     ],
-    ids=["ddp-seq_mean_token_mean", "ddp-token_mean", "fsdp2-seq_mean_token_mean", "fsdp2-checkpointing-token_mean"],
+    ids=[
+        "ddp-seq_mean_token_mean",
+        "ddp-token_mean",
+        "fsdp2-seq_mean_token_mean",
+        "fsdp2-checkpointing-token_mean",
+        "ddp-lora-token_mean",
+    ],
 )
 def test_two_processes_equal_one(scaffold: Path, tmp_path: Path, aggregation: str, parallel: str | None) -> None:
     """The same parameters, whether every process holds the model (ddp) or 1/N of it (fsdp2)."""
@@ -79,7 +90,9 @@ def test_two_processes_equal_one(scaffold: Path, tmp_path: Path, aggregation: st
     assert first.returncode == 0, first.stderr[-3000:]
     second = torchrun(2, contract, two, "--max-steps", "3")
     assert second.returncode == 0, second.stderr[-3000:]
-    a, b = load_file(one / "final" / "model.safetensors"), load_file(two / "final" / "model.safetensors")
+    sharded = bool(parallel and "fsdp2" in parallel)
+    weights = "adapter_model.safetensors" if parallel == LORA else "model.safetensors"  # an adapter run: the adapter
+    a, b = load_file(one / "final" / weights), load_file(two / "final" / weights)
     for key in a:
         torch.testing.assert_close(a[key], b[key], atol=1e-5, rtol=1e-4)
     for x, y in zip(metrics(one), metrics(two), strict=True):
@@ -88,8 +101,8 @@ def test_two_processes_equal_one(scaffold: Path, tmp_path: Path, aggregation: st
         assert x["grad_norm"] == pytest.approx(y["grad_norm"], rel=1e-5)
     plan = json.loads((two / "plan.json").read_text())
     assert plan["processes"] == 2
-    assert plan["parallel"]["strategy"] == ("fsdp2" if parallel else "ddp")
-    assert ("model's own forward" in plan["update_forward"]) == bool(parallel)  # fsdp2 gathers in its own
+    assert plan["parallel"]["strategy"] == ("fsdp2" if sharded else "ddp")
+    assert ("model's own forward" in plan["update_forward"]) == sharded  # fsdp2 gathers in its own
     manifest = json.loads((two / "records" / "manifest.json").read_text())
     assert sum(s["rows"] for s in manifest["shards"]) == 3 * 64  # one manifest, every rank's samples
 
