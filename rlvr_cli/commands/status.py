@@ -38,5 +38,7 @@ def run_status(run_dir: Path) -> int:
         # (metrics.jsonl numbers its rows from 0)
         print(f"last step:  {last['step'] + 1}: {shown}")
     default = NEXT.get(status.state, "").format(run=run_dir)
+    if status.state == "finished" and (run_dir / "final" / "adapter_config.json").is_file():
+        default = f"done: the adapter is in {run_dir}/final (peft's format, over the contract's policy)"
     print(f"next:       {default if status.rule or not status.next else status.next}")
     return 0

@@ -185,7 +185,9 @@ class Decoder:
         device = params[0].device.type
         dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
         where = (tuple((id(p), p.data_ptr()) for p in params), dtype)
-        versions = tuple(p._version for p in params)
+        # an adapter switched off or on changes the merged weights without writing a parameter
+        switches = tuple(bool(m.disable_adapters or m.merged) for m in self.model.modules() if hasattr(m, "lora_A"))
+        versions = (*(p._version for p in params), switches)
         if (where, versions) == self._seen:
             return
         with torch.no_grad():

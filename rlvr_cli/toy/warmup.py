@@ -57,7 +57,7 @@ def warm_up(
         if step and step % max(steps // 10, 1) == 0:  # minutes on a small machine: say how far it is
             took = time.monotonic() - started
             print(
-                f"  warm-up step {step}/{steps}, loss {float(loss):.3f}, {took:.0f} s so far "
+                f"  warm-up step {step}/{steps}, loss {loss.item():.3f}, {took:.0f} s so far "
                 f"(~{took / step * (steps - step):.0f} s to go)",
                 file=sys.stderr,
                 flush=True,

@@ -111,7 +111,8 @@ def finish(run: Run, reason: str) -> int:
         with disk_errors(final.parent):  # safetensors hides ENOSPC in an error of its own
             save_final(run.setup, final, whole)
         run.status("finished", reason=reason, final=str(final))
-        _eprint(f"finished: {reason}; policy saved to {final}")
+        what = "adapter (peft's format, over the contract's policy)" if run.setup.peft_model is not None else "policy"
+        _eprint(f"finished: {reason}; {what} saved to {final}")
     return ExitCode.OK
 
 

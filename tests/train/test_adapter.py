@@ -82,6 +82,27 @@ def test_the_lean_samplers_fused_forward_runs_the_adapter_and_vllm_gets_it_merge
     assert all(torch.allclose(merged[k], reference[k], atol=1e-6) for k in merged)
 
 
+def test_both_local_engines_sample_the_adapted_policy(tiny_chatml: Path) -> None:
+    """Greedy decoding through the lean sampler and through transformers' `generate` gives the same
+    tokens on the adapted policy, and not the base's (the adapter changes what is sampled)."""
+    from rlvr_cli.engine.engines import PolicyEngine
+    from rlvr_cli.engine.types import SamplingParams
+    from rlvr_cli.train.lora import switched_off
+
+    model, policy = _adapted(tiny_chatml)
+    params = SamplingParams(max_new_tokens=8, temperature=0.0, top_p=1.0, top_k=0, stop_ids=(), pad_id=1)
+    prompts = [[3, 7, 11, 19], [5, 8, 13, 21, 34]]
+
+    def greedy(name: str) -> list[list[int]]:
+        return [g.response_ids for g in PolicyEngine.of(name, policy).sample(prompts, params, seed=0, revision=0)]
+
+    lean, hf = greedy("lean"), greedy("transformers")
+    assert lean == hf
+    with switched_off(model):
+        base = greedy("lean")
+    assert base != lean
+
+
 def test_validate_refuses_targets_the_policy_lacks_and_ranks_larger_than_a_layer(
     single_turn: Path, tmp_path: Path
 ) -> None:
@@ -166,6 +187,7 @@ def test_an_adapter_run_checkpoints_only_the_adapter_and_resumes_exactly_after_s
     # gate evaluates the adapter over the contract's policy
     gate = rlvr("gate", lora_experiment / CONTRACT, "--candidate", straight, timeout=400)
     assert gate.code in (0, 1) and "Traceback" not in gate.stderr and "candidate" in gate.stdout, gate.stderr[-2000:]
+    assert "the adapter is in" in rlvr("status", straight).stdout
     assert rlvr("report", straight).code == 0  # and the report says what trained
     assert "lora r=4 alpha=8" in (straight / "report.html").read_text()
 
