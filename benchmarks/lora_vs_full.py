@@ -12,39 +12,15 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from fsdp_vs_ddp import RANK, experiment  # the same 53 M-parameter model and its run wrapper
+
 STEPS = 4
 LORA = "{kind: lora, rank: 16, alpha: 32, dropout: 0.0, target_modules: all-linear, bias: none, init: default}"
-RUN = """
-import json, os, resource, sys
-from rlvr_cli.__main__ import main
-
-if __name__ == "__main__":  # the verifier's worker processes import this file too
-    try:
-        sys.argv = ["rlvr", *sys.argv[1:]]
-        main()
-    finally:
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-        with open(os.environ["PEAK_FILE"], "w") as fh:
-            json.dump({"peak": peak}, fh)
-"""
-
-
-def experiment(root: Path) -> Path:
-    from rlvr_cli.toy.tiny import build_tiny
-
-    folder = root / "exp"
-    subprocess.run(
-        [sys.executable, "-m", "rlvr_cli", "init", str(folder), "--no-model"], check=True, capture_output=True
-    )
-    shutil.rmtree(folder / "model", ignore_errors=True)
-    build_tiny(folder / "model", hidden=768, layers=9)  # 9 × 5.9 M + embeddings ≈ 53 M parameters
-    return folder
 
 
 def size(path: Path) -> int:
@@ -68,9 +44,10 @@ def run(folder: Path, name: str, out: Path) -> dict:
     if name == "lora":
         text = text.replace("  precision: fp32\n", f"  precision: fp32\n  adapter: {LORA}\n")
     contract.write_text(text)
-    (out / "run.py").write_text(RUN)
-    run_dir = out / f"run-{name}"
-    env = {**os.environ, "PEAK_FILE": str(out / f"{name}.json")}
+    (out / "run.py").write_text(RANK)  # one process: rank 0, its peak written to PEAK_DIR
+    run_dir, peaks = out / f"run-{name}", out / f"peaks-{name}"
+    peaks.mkdir()
+    env = {**os.environ, "PEAK_DIR": str(peaks), "RANK": "0"}
     command = [sys.executable, str(out / "run.py"), "train", str(contract), "--run-dir", str(run_dir)]
     done = subprocess.run([*command, "--max-steps", str(STEPS)], capture_output=True, text=True, env=env)
     if done.returncode:
@@ -79,7 +56,7 @@ def run(folder: Path, name: str, out: Path) -> dict:
     checkpoint = run_dir / "checkpoints" / f"step-{STEPS}"
     weights = checkpoint / ("adapter" if name == "lora" else "model")
     return {
-        "peak_rss_gib": json.loads((out / f"{name}.json").read_text())["peak"] / 2**30,
+        "peak_rss_gib": json.loads((peaks / "rank-0.json").read_text())["peak"] / 2**30,
         "grads_and_optimizer_mib": state_bytes(checkpoint) / 2**20,
         "checkpoint_weights_mib": size(weights) / 2**20,
         "checkpoint_mib": size(checkpoint) / 2**20,

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from rlvr_cli.engine.adapted import effective_weight, is_adapted
+from rlvr_cli.engine.adapted import effective_weight, is_adapted, weight_bytes
 
 FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
 COPY_BYTES = 256 << 20  # the most the decoder's transposed copies of the weights may take
@@ -52,7 +52,7 @@ def why_not(model: Any) -> str | None:
         return "sliding-window attention"
     if getattr(config, "_attn_implementation", "sdpa") not in ("sdpa", "eager"):
         return f"attention implementation {config._attn_implementation!r}"
-    if is_adapted(model) and sum(p.numel() * p.element_size() for p in model.parameters()) > COPY_BYTES:
+    if is_adapted(model) and weight_bytes(model) > COPY_BYTES:
         return "LoRA adapter layers over weights larger than its merged copy may be"
     return None
 
