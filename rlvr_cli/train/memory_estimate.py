@@ -159,12 +159,14 @@ def _adapter_terms(
     }
 
 
-def largest_group(contract: Contract, shape: ModelShape, devices: int, budget: float) -> int:
-    """The largest group size (≤ 4096) whose plan fits the budget; 0 when none does."""
+def largest(contract: Contract, shape: ModelShape, devices: int, budget: float, key: str, limit: int) -> int:
+    """The largest power of two for `key` (hyperparameters.group_size or length.max_response_tokens),
+    up to `limit`, whose plan fits the budget; 0 when none does."""
     best, size = 0, 1
-    while size <= 4096:
-        hp = contract.hyperparameters.model_copy(update={"group_size": size})
-        changed = contract.model_copy(update={"hyperparameters": hp})
+    section = "length" if key == "max_response_tokens" else "hyperparameters"
+    while size <= limit:
+        changed_section = getattr(contract, section).model_copy(update={key: size})
+        changed = contract.model_copy(update={section: changed_section})
         if sum(estimate(changed, shape, devices).values()) > budget:
             break
         best, size = size, size * 2
@@ -266,10 +268,9 @@ def plan_table(contract: Contract, shape: ModelShape, devices: int, memory_gib: 
         )
         if budget is not None:
             full = contract.model_copy(update={"hyperparameters": hp.model_copy(update={"adapter": None})})
-            lines.append(
-                f"largest group size that fits: {largest_group(contract, shape, devices, budget)} with the adapter, "
-                f"{largest_group(full, shape, devices, budget)} training every weight"
-            )
+            for key, words, limit in (("group_size", "group size", 4096), ("max_response_tokens", "response", 1 << 20)):
+                lora, weights = (largest(c, shape, devices, budget, key, limit) for c in (contract, full))
+                lines.append(f"largest {words} that fits: {lora} with the adapter, {weights} training every weight")
     return "\n".join(lines), fits
 
 

@@ -204,7 +204,7 @@ def test_the_plan_counts_the_adapter_alone_and_no_reference_copy(single_turn: Pa
     lora = rlvr("plan", exp / CONTRACT, "--gpu-memory", "1").stdout
     full = rlvr("plan", single_turn / CONTRACT, "--gpu-memory", "1").stdout
     assert "adapter: lora r=4 alpha=8" in lora and "reference: the base with the adapter switched off" in lora
-    assert "largest group size that fits:" in lora
+    assert "largest group size that fits:" in lora and "largest response that fits:" in lora
     assert _term(lora, "reference") == 0 < _term(full, "reference")
     assert _term(lora, "optimizer state") < 0.5 * _term(full, "optimizer state")  # rank 4 of a 64-wide model
     edit(exp, "bias: none", "bias: all")  # a bias that trains changes the base: the reference is a copy again
