@@ -231,3 +231,19 @@ def test_validate_deep_checks_targets_of_an_architecture_it_has_no_table_for(sin
     assert "target module 'c_attn' matches no linear layer" in deep and "fc1, fc2" in deep, deep
     edit(exp, "[c_attn]", "[fc1, dense]")
     assert "RLV305" not in rlvr("validate", "--deep", exp / CONTRACT, timeout=240).stdout  # the paired pass
+
+
+@pytest.mark.slow
+def test_the_first_step_computes_the_objective_of_full_training(single_turn: Path, tmp_path: Path) -> None:
+    """B starts at zero, so before its first update the adapted policy is the base: the first step
+    samples the same answers and computes the same rewards, loss, KL and entropy as full training."""
+    full = copy_experiment(single_turn, tmp_path / "full", QUICK_STEPS)
+    lora = copy_experiment(single_turn, tmp_path / "lora", [*QUICK_STEPS, with_adapter()])
+    rows = []
+    for exp in (full, lora):
+        done = rlvr("train", exp / CONTRACT, "--run-dir", exp / "run", "--max-steps", "1", timeout=300)
+        assert done.code == 0, done.stderr[-2000:]
+        rows.append(json.loads((exp / "run" / "metrics.jsonl").read_text().splitlines()[0]))
+    a, b = rows
+    for key in ("reward_mean", "loss", "kl", "entropy", "response_length_mean"):
+        assert a[key] == pytest.approx(b[key], rel=1e-6, abs=1e-9), key
