@@ -60,6 +60,7 @@ def attach(policy: Any, contract: Contract, folder: Path) -> Any:
             model = peft.get_peft_model(policy, lora_config(spec, base_name(contract, folder)))
     except ValueError as exc:  # a target peft cannot find or adapt
         raise RlvrError(f"hyperparameters.adapter does not fit the policy: {exc}") from None
+    model.eval()  # peft's new layers start in training mode: their dropout acts only inside `dropout_on`
     if spec.path is not None:
         problem = starting_adapter_problem(contract, folder)
         if problem:
@@ -125,9 +126,3 @@ def dropout_on(model: Any | None) -> Iterator[None]:
     finally:
         for m in layers:
             m.eval()
-
-
-def trainable_count(model: Any) -> tuple[int, int]:
-    """(trained, all) parameter counts."""
-    trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    return trained, sum(p.numel() for p in model.parameters())

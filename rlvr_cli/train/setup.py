@@ -106,7 +106,7 @@ def build(contract: Contract, folder: Path, fault: Fault) -> Setup:
         from rlvr_cli.train.sharding import shard
 
         for model in (policy, reference):
-            if model is not None and (model is policy or reference is not policy):
+            if model is not None:  # (an adapter, whose reference is the policy itself, is refused with fsdp2)
                 shard(model, hp.strategy, compute, hp.dtypes.reduce)
     optimizer = make_optimizer(contract, policy)
     splits = read_splits(folder, contract.data.splits)

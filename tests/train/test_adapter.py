@@ -82,6 +82,28 @@ def test_the_lean_samplers_fused_forward_runs_the_adapter_and_vllm_gets_it_merge
     assert all(torch.allclose(merged[k], reference[k], atol=1e-6) for k in merged)
 
 
+def test_adapter_dropout_acts_in_the_update_forward_only(tiny_chatml: Path) -> None:
+    import peft
+    from transformers import AutoModelForCausalLM
+
+    from rlvr_cli.train.lora import dropout_on
+
+    base = AutoModelForCausalLM.from_pretrained(tiny_chatml).eval()
+    config = peft.LoraConfig(r=4, lora_alpha=8, lora_dropout=0.5, target_modules="all-linear", task_type="CAUSAL_LM")
+    model = peft.get_peft_model(base, config).eval()  # as lora.attach leaves it
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.fill_(0.5)
+        ids = torch.tensor([[3, 7, 11, 19, 23]])
+        plain = base(ids).logits
+        with dropout_on(model):
+            dropped = base(ids).logits
+        after = base(ids).logits
+    assert not torch.allclose(dropped, plain)  # the key changes the update's forward
+    assert torch.equal(after, plain)  # and nothing else: sampling and rollout log-probs see none
+
+
 def test_both_local_engines_sample_the_adapted_policy(tiny_chatml: Path) -> None:
     """Greedy decoding through the lean sampler and through transformers' `generate` gives the same
     tokens on the adapted policy, and not the base's (the adapter changes what is sampled)."""
