@@ -152,3 +152,15 @@ STATUS_LINE = (
 
 def is_metric(name: str) -> bool:
     return name in NAMES or name.startswith(("accept_rate/", "holdout/"))
+
+
+def holdout_part(row: dict[str, Any], step: int) -> str | None:
+    """`correct 0.700 (step 10)` from an evaluation step's row, or None on other steps."""
+    values = [
+        f"{key.split('/', 1)[1]} {value:.3f}"
+        for key, value in sorted(row.items())
+        if key.startswith("holdout/") and isinstance(value, (int, float))
+    ]
+    if not values and isinstance(row.get("holdout_reward"), (int, float)):
+        values = [f"reward {row['holdout_reward']:.3f}"]
+    return f"{' '.join(values)} (step {step})" if values else None

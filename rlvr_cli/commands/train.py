@@ -15,6 +15,7 @@ from typing import Any
 from rlvr_cli.commands.common import load_valid_contract, require_extra
 from rlvr_cli.contract.models import Contract
 from rlvr_cli.errors import ExitCode, Interrupted, RlvrError, UsageProblem
+from rlvr_cli.metrics import holdout_part
 from rlvr_cli.store.run import RunFolder
 
 
@@ -193,18 +194,6 @@ def progress_line(
     return line + f"  {shown:.0f} tok/s  ETA {eta:.0f}s"
 
 
-def holdout_part(row: dict[str, Any], step: int) -> str | None:
-    """`correct 0.700 (step 10)` from an evaluation step's row, or None on other steps."""
-    values = [
-        f"{key.split('/', 1)[1]} {value:.3f}"
-        for key, value in sorted(row.items())
-        if key.startswith("holdout/") and isinstance(value, (int, float))
-    ]
-    if not values and isinstance(row.get("holdout_reward"), (int, float)):
-        values = [f"reward {row['holdout_reward']:.3f}"]
-    return f"{' '.join(values)} (step {step})" if values else None
-
-
 class Progress:
     """A live rich progress bar on an interactive stderr; one plain line per step otherwise
     (logs, CI). Shows step, reward, KL, entropy, length, throughput and ETA."""
@@ -253,6 +242,13 @@ class Progress:
             return
         info = line.split("  ", 1)[1].rsplit("  ETA", 1)[0]
         self.bar.update(self.task, completed=step, info=info)
+
+    def before_training(self, row: dict[str, Any]) -> None:
+        """The holdout evaluated before the first update: said once, and shown on the step lines
+        until the first evaluation of the run replaces it."""
+        self.holdout = holdout_part(row, 0)
+        if self.enabled and self.holdout:
+            self.say(f"holdout before training: {self.holdout}")
 
     def say(self, text: str) -> None:
         """A line above the live bar (or among the step lines)."""

@@ -34,7 +34,11 @@ class Rule(Section):
 
 class Monitoring(Section):
     rules: list[Rule] = Field(description="Pause/abort rules on the metrics.")
-    holdout_every: PositiveInt | None = Field(None, description="Steps between holdout evaluations.")
+    holdout_every: PositiveInt | None = Field(
+        None,
+        description="Steps between holdout evaluations (greedy, hint-free); a run that starts at step 0 also "
+        "evaluates the holdout before its first update.",
+    )
 
 
 class Checkpoint(Section):

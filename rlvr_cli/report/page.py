@@ -130,10 +130,10 @@ def _glance(run_dir: Path, metrics: list[dict[str, Any]]) -> str:
     if pts:
         first, last = pts[0][1], pts[-1][1]
         verb = "improved" if last > first + 1e-9 else "did not improve"
+        when = "before training" if pts[0][0] == 0 else f"after step {pts[0][0]:g} (the first evaluation)"
         lines.append(
-            f"Held-out {_esc(main.split('/', 1)[1])} while training (hint-free, greedy): {first:.2f} after step "
-            f"{pts[0][0]:g} (the first evaluation) → {last:.2f} after step {pts[-1][0]:g} — the policy {verb} "
-            "at the task itself during the run."
+            f"Held-out {_esc(main.split('/', 1)[1])} while training (hint-free, greedy): {first:.2f} {when} → "
+            f"{last:.2f} after step {pts[-1][0]:g} — the policy {verb} at the task itself during the run."
         )
     return "<div class='glance'>" + "<br>".join(lines) + "</div>"
 
@@ -364,12 +364,14 @@ def build(run_dir: Path) -> tuple[str, list[str]]:
     rows, metrics = ([], run.read_metrics()) if problems else load_run(run_dir)
     plan = run.read_plan()
     contract = _contract(run)
+    start = run.read_holdout_start()  # the step-0 point of the holdout curves
+    curve = [{**start, "step": -1}, *metrics] if start else metrics
     body = (
         _title(run_dir, plan)
-        + _glance(run_dir, metrics)
+        + _glance(run_dir, curve)
         + _header(run_dir, run, plan, metrics)
         + _gates(run_dir)
-        + _charts(metrics, rows, contract, run.read_status(), plan)
+        + _charts(curve, rows, contract, run.read_status(), plan)
     )
     if problems:
         body += _tampered(problems)

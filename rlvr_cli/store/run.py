@@ -4,6 +4,8 @@ plan.json        the resolved plan, written before the first rollout
 status.json      state (running | finished | paused | aborted | failed) and why; the sentinel
                  that makes a folder a run folder
 metrics.jsonl    one object per step, with a `step` key
+holdout-start.json  the holdout evaluated before the first update (`holdout/<component>`,
+                 `holdout_reward`), when the contract evaluates a holdout
 records/         Parquet shards and manifest.json (store/records.py)
 checkpoints/     step-<N>/ folders, each complete with its COMPLETE marker
 final/           the policy, saved with save_pretrained
@@ -95,6 +97,7 @@ class RunFolder:
     checkpoints = property(lambda self: self.path / "checkpoints")
     final = property(lambda self: self.path / "final")
     data_check = property(lambda self: self.path / "data-check.json")
+    holdout_start = property(lambda self: self.path / "holdout-start.json")
 
     def is_run(self) -> bool:
         return self.status_file.is_file()
@@ -154,6 +157,17 @@ class RunFolder:
         """The data check this run started from (`rlvr data check`'s JSON report)."""
         self.path.mkdir(parents=True, exist_ok=True)
         atomic_write_text(self.data_check, text)
+
+    def write_holdout_start(self, row: dict[str, Any]) -> None:
+        atomic_write_json(self.holdout_start, row)
+
+    def read_holdout_start(self) -> dict[str, Any] | None:
+        """The holdout before the first update, or None (no holdout, an older run, unreadable)."""
+        try:
+            data = json.loads(self.holdout_start.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
 
     def read_metrics(self) -> list[dict[str, Any]]:
         if not self.metrics.is_file():

@@ -58,6 +58,7 @@ class Progress(Protocol):
 
     def start(self, total: int, first: int) -> None: ...
     def step(self, step: int, row: dict[str, Any], eta: float) -> None: ...
+    def before_training(self, row: dict[str, Any]) -> None: ...
     def say(self, text: str) -> None: ...
     def stop(self) -> None: ...
 
@@ -136,6 +137,8 @@ def run_steps(run: Run, rollout: Rollout, progress: Progress) -> int:
     no_signal = NoSignal()
     progress.start(run.steps, first)
     try:
+        if first == 0:
+            holdout_start(run, rollout, progress)
         while state.step < run.steps:
             # nothing to sample ahead after the contract's last step; before an early stop
             # (--max-steps) the next step is sampled all the same: the checkpoint keeps it
@@ -190,21 +193,41 @@ def holdout(run: Run, rollout: Rollout, metrics: StepMetrics) -> None:
     every = run.contract.monitoring.holdout_every
     if not every or (run.state.step + 1) % every:
         return
+    _holdout_metrics(run, _holdout_rows(run, rollout), metrics)
+
+
+def holdout_start(run: Run, rollout: Rollout, progress: Progress) -> None:
+    """Before the first update of a run that starts at step 0, the same evaluation of the
+    starting weights: the curve's step-0 point (`holdout-start.json`), the baseline the gate
+    compares with too. It enters no rule and no reward/holdout divergence."""
+    if not run.contract.monitoring.holdout_every:
+        return
+    _holdout_values(run, _holdout_rows(run, rollout), metrics := StepMetrics(0))
+    row = {k: v for k, v in metrics.row().items() if k == "holdout_reward" or k.startswith("holdout/")}
+    if run.setup.main:
+        run.folder.write_holdout_start(row)
+        progress.before_training(row)
+
+
+def _holdout_rows(run: Run, rollout: Rollout) -> list[Sample]:
     if run.ahead is not None:
         run.ahead.wait()  # the sampling in flight shares the reward source
-    tasks = run.setup.holdout_tasks
-    rows = rollout.sample(tasks, Draw(group_size=1, seed=0, revision=run.state.optimizer_steps, greedy=True))
-    _holdout_metrics(run, rows, metrics)
+    draw = Draw(group_size=1, seed=0, revision=run.state.optimizer_steps, greedy=True)
+    return rollout.sample(run.setup.holdout_tasks, draw)
 
 
-def _holdout_metrics(run: Run, rows: list[Sample], metrics: StepMetrics) -> None:
+def _holdout_values(run: Run, rows: list[Sample], metrics: StepMetrics) -> None:
     valid = [s.reward for s in rows if s.valid]  # an invalid verdict is excluded, never a reward of 0
-    reward = sum(valid) / len(valid) if valid else float("nan")
-    metrics.holdout_reward = reward
+    metrics.holdout_reward = sum(valid) / len(valid) if valid else float("nan")
     scored = [s.verdict.components for s in rows if s.valid and s.verdict is not None]
     for part in run.contract.objective.reward.components:  # correctness apart from any bonus
         values = [c[part.name] for c in scored if part.name in c]
         metrics.holdout_components[f"holdout/{part.name}"] = sum(values) / len(values) if values else float("nan")
+
+
+def _holdout_metrics(run: Run, rows: list[Sample], metrics: StepMetrics) -> None:
+    _holdout_values(run, rows, metrics)
+    reward = metrics.holdout_reward
     history = run.state.holdout_history
     history.append((run.state.step, metrics.get("reward_mean") or float("nan"), reward))
     if len(history) >= 2:

@@ -1,11 +1,12 @@
 """The README's tour, run as written: its `my-exp` commands in their order, the "break
-something" output it prints, and the data split that follows the lock. The README cannot drift
-from what the commands do."""
+something" output it prints, the data split that follows the lock, and the rendered
+conversation. The README cannot drift from what the commands do."""
 
 from __future__ import annotations
 
 import re
 import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -60,3 +61,13 @@ def test_the_readme_tour_runs_as_written(tmp_path: Path) -> None:
     assert rlvr("lock", CONTRACT, cwd=tmp_path).code == 0
     whole = rlvr("validate", "--deep", "--strict", CONTRACT, cwd=tmp_path)
     assert whole.code == 0, whole.stdout
+
+    # a conversation of one's own, rendered: "Only `7<|im_end|>` is trained"
+    block = README[README.index('echo \'{"messages"') :].split("```", 1)[0].strip().splitlines()
+    assert len(block) == 2 and block[1].startswith("rlvr render")
+    subprocess.run(["bash", "-c", block[0]], cwd=tmp_path, check=True, timeout=30)
+    shown = rlvr(*shlex.split(block[1])[1:], cwd=tmp_path)
+    assert shown.code == 0, shown.stderr
+    trained = shown.stdout.split("assistant content, tokens 23-25, trained]\n", 1)[1].splitlines()[0]
+    assert "Only `7<|im_end|>` is trained" in README and trained == "7<|im_end|>"
+    assert "26 tokens, 2 trained" in shown.stdout and "0 error(s), 0 warning(s)" in shown.stderr

@@ -278,7 +278,14 @@ def test_report_reads_in_a_real_browser(trained: tuple[Path, Path], tmp_path: Pa
     assert html.index("class='glance'") < html.index("<h2>The run</h2>") < html.index("What was run")
     assert "for the baseline <code>" in html
     # the task itself, apart from the format bonus; steps counted from 1 as the progress counts them
-    assert "Held-out correct while training (hint-free, greedy)" in html and "(the first evaluation)" in html
+    # the curve starts before the first update (holdout-start.json); a run folder without it
+    # (written before it existed) starts at its first evaluation, and says so
+    assert "Held-out correct while training (hint-free, greedy)" in html and " before training → " in html
+    older = tmp_path / "older"
+    shutil.copytree(run_dir, older)
+    (older / "holdout-start.json").unlink()
+    assert rlvr("report", older, "--out", tmp_path / "older.html").code == 0
+    assert "after step 10 (the first evaluation) → " in (tmp_path / "older.html").read_text()
     assert "(its words, not a measurement)" in html
     assert "sha256" in html and "What was run" in html and "Samples" in html
     for width in (1400, 800):

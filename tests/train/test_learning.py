@@ -23,6 +23,8 @@ def test_echo_cpu_learns_correctness_and_passes_its_gates(tmp_path: Path) -> Non
     assert rlvr("validate", "--deep", "--strict", contract).code == 0  # its holdout design holds too
     done = rlvr("train", contract, "--run-dir", run_dir, timeout=600)
     assert done.code == 0, done.stderr[-2000:]
+    start = json.loads((run_dir / "holdout-start.json").read_text())  # before the first update
+    assert f"holdout before training: correct {start['holdout/correct']:.3f}" in done.stderr
     holdout = [
         m["holdout_reward"]
         for m in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
@@ -39,3 +41,7 @@ def test_echo_cpu_learns_correctness_and_passes_its_gates(tmp_path: Path) -> Non
     correct = next(g for g in verdict["gates"] if g["name"] == "holdout-correct")
     assert gate.code == 0 and verdict["release"] == "pass", gate.stdout
     assert correct["overall"]["candidate"][1] >= 0.4  # the lower bound, not the mean
+    # the run's step-0 point is the gate's baseline: the starting policy, the same greedy answers
+    baseline = correct["overall"]["candidate"][0] - correct["overall"]["delta"][0]
+    assert start["holdout/correct"] == pytest.approx(baseline, abs=1e-9), (start, correct["overall"])
+    assert f"{start['holdout/correct']:.2f} before training → " in (tmp_path / "report.html").read_text()

@@ -54,8 +54,11 @@ def test_progress_shows_holdout_correctness_and_a_learning_run_is_not_called_sig
     _, result = learned
     lines = [line for line in result.stderr.splitlines() if line.startswith("step ")]
     assert len(lines) == 40 and all(" tok/s  ETA " in line for line in lines)
-    # from the first evaluation on, each line shows its held-out correctness (not only the reward)
-    assert "holdout correct" not in lines[8] and "holdout correct" in lines[9] and "(step 10)" in lines[12]
+    # the held-out correctness before training is said once, then each line shows the newest
+    # evaluation (not only the reward): step 0's until the first evaluation after step 10
+    said = [line for line in result.stderr.splitlines() if line.startswith("holdout before training: correct ")]
+    assert len(said) == 1 and said[0].endswith("(step 0)")
+    assert "holdout correct" in lines[0] and "(step 0)" in lines[8] and "(step 10)" in lines[9]
     assert "no learning signal" not in result.stderr
 
 
