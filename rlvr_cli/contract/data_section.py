@@ -35,7 +35,11 @@ class Dedup(Section):
         description="exact, or minhash (near duplicates too: `rlvr data check` then looks for near-duplicate "
         "prompts across splits, RLV411)."
     )
-    semantic_clusters: bool = Field(description="Whether semantic clusters were kept within one split.")
+    semantic_clusters: bool = Field(
+        description="Whether semantic clusters were kept within one split. true: `rlvr data check` verifies it "
+        "(a cluster is one template's prompts: numbers masked, the shingle Jaccard similarity at `threshold`; one "
+        "spanning splits is RLV415) and `rlvr data split` keeps each cluster in one split."
+    )
     normalize: list[Normalization] = Field(
         ["whitespace"],
         description="What two prompts may differ in and still be one prompt: `whitespace` (runs collapsed, ends "

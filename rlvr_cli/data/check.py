@@ -4,7 +4,8 @@ split files in one streaming pass each.
 Checked (rule codes in docs/rules.md): rows are tasks (RLV901: JSON, UTF-8, size, schema);
 ids unique within and across splits (RLV405) and of one type (RLV409); no prompt twice
 after the declared normalisation, across splits (RLV408) or within one (RLV410); with
-`dedup.method: minhash` no near-duplicate prompts across splits (RLV411); no answer of one
+`dedup.method: minhash` no near-duplicate prompts across splits (RLV411); with
+`dedup.semantic_clusters: true` no cluster of one template's prompts across splits (RLV415); no answer of one
 split verbatim in another split's prompt or hint (RLV412); no secret (RLV413) or personal
 datum (RLV414); the holdout design holds (RLV407); sealed_eval carries no hint (RLV401).
 
@@ -42,10 +43,14 @@ def settings_of(c: Contract) -> dict[str, Any]:
             "shingle": d.dedup.shingle or 5,
             "permutations": d.dedup.permutations or 128,
         }
+    clusters = None
+    if d.dedup.semantic_clusters:  # a claim the check verifies: one template's problems in one split
+        clusters = dict(near or {"threshold": 0.8, "shingle": 5, "permutations": 128})
     leakage = d.leakage.model_dump() if d.leakage is not None else dict(DEFAULT_LEAKAGE)
     return {
         "normalize": list(d.dedup.normalize),
         "near_duplicates": near,
+        "semantic_clusters": clusters,
         "leakage": leakage,
         "pii_patterns": dict(d.pii_patterns or {}),
         "hint_field": d.hints.field if d.hints is not None and d.hints.used else None,
@@ -95,6 +100,7 @@ class _Check:
         self.digests: dict[bytes, int] = {}
         self.holdout = HoldoutTally(c.data.holdout_design)
         self.near = _Near(s["near_duplicates"], self) if s["near_duplicates"] else None
+        self.clusters = _Near(s["semantic_clusters"], self, clusters=True) if s["semantic_clusters"] else None
 
     def run(self) -> None:
         for name in ORDER:
@@ -102,6 +108,8 @@ class _Check:
         for text, loc in self.eval_texts:
             self._leaks(text, loc)
         self._id_types()
+        if self.clusters is not None:
+            self.clusters.report_clusters()
         for code, where, message in self.holdout.problems():
             self.report.add(DataFinding(code, "error", message, split=where))
 
@@ -121,8 +129,9 @@ class _Check:
             if row is not None:
                 rows += 1
                 self._task(name, line, row)
-        if self.near is not None:
-            self.near.flush()  # a batch holds one split's prompts
+        for near in (self.near, self.clusters):
+            if near is not None:
+                near.flush()  # a batch holds one split's prompts
         self.report.files[name]["rows"] = rows
         if rows == 0:
             self.report.add(DataFinding("RLV901", "error", f"{path.name} holds no task", split=name))
@@ -173,8 +182,9 @@ class _Check:
             self._leaks(full, loc)
         else:
             self.eval_texts.append((full, loc))
-        if self.near is not None:
-            self.near.add(text, digest, loc)
+        for near in (self.near, self.clusters):
+            if near is not None:
+                near.add(text, digest, loc)
         self.holdout.add(name, row)
         for kind, what, shown in flagged:
             code = "RLV413" if kind == "secret" else "RLV414"
@@ -213,18 +223,31 @@ class _Check:
 
 
 class _Near:
-    """Prompts batched for signing; evaluation splits indexed, every prompt queried."""
+    """Prompts batched for signing; evaluation splits indexed, every prompt queried. Near
+    duplicates (RLV411) are reported pair by pair; semantic clusters (`clusters`: prompts compared
+    with their numbers masked) are joined, and each cluster that spans splits is one RLV415."""
 
-    def __init__(self, settings: dict[str, Any], check: _Check) -> None:
+    def __init__(self, settings: dict[str, Any], check: _Check, clusters: bool = False) -> None:
         from rlvr_cli.data.near import Index, Signer
 
         self.signer = Signer(settings["permutations"], settings["shingle"])
         self.index = Index(settings["threshold"], settings["permutations"])
-        self.check = check
+        self.check, self.clusters = check, clusters
         self.pending: list[tuple[str, bytes, int]] = []
         self.texts: dict[int, str] = {}  # loc → the text of every indexed (evaluation) prompt, to confirm pairs
+        self.parent: dict[int, int] = {}  # clusters: union-find over the places of joined prompts
+        self.skeletons: dict[bytes, int] = {}  # clusters: a skeleton's digest → the first place it was seen
 
     def add(self, text: str, digest: bytes, loc: int) -> None:
+        if self.clusters:  # one skeleton is one cluster: only a new skeleton is signed and compared
+            from rlvr_cli.data.near import skeleton
+
+            text = skeleton(text)
+            digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
+            first = self.skeletons.setdefault(digest, loc)
+            if first != loc:
+                self._join(loc, first)
+                return
         self.pending.append((text, digest, loc))
         if len(self.pending) >= BATCH:
             self.flush()
@@ -234,14 +257,21 @@ class _Near:
         when they are evaluation prompts."""
         if not self.pending:
             return
-        from rlvr_cli.data.near import ESTIMATE_SLACK, confirm
+        from rlvr_cli.data.near import ESTIMATE_SLACK, confirm, same_template
 
         index, k = self.index, self.signer.shingle
         signatures = self.signer.signatures([text for text, _, _ in self.pending])
         found_all = index.matches(signatures, floor=max(index.threshold - ESTIMATE_SLACK, 0.0))
         for (text, digest, loc), found in zip(self.pending, found_all, strict=True):
             for (other_digest, other), _ in found:  # type: ignore[misc]
-                if other >> 40 == loc >> 40 or other_digest == digest:  # exact copies are RLV408 already
+                if other >> 40 == loc >> 40:
+                    continue
+                if self.clusters:  # a candidate already in this prompt's cluster needs no comparing
+                    joined = self._find(loc) == self._find(other)
+                    if not joined and same_template(text, self.texts[other], index.threshold, k) is not None:
+                        self._join(loc, other)
+                    continue
+                if other_digest == digest:  # exact copies are RLV408 already
                     continue
                 similarity = confirm(text, self.texts[other], index.threshold, k)  # the estimate never decides
                 if similarity is not None:
@@ -256,6 +286,37 @@ class _Near:
         at, other = _pair(other_loc, loc)
         message = f"a near duplicate of {report.where(other)} (Jaccard similarity {similarity:.2f}, the same numbers)"
         report.add(DataFinding("RLV411", "error", message, at=at, other=other, similarity=similarity))
+
+    def _find(self, loc: int) -> int:
+        self.parent.setdefault(loc, loc)
+        while self.parent[loc] != loc:
+            self.parent[loc] = self.parent[self.parent[loc]]
+            loc = self.parent[loc]
+        return loc
+
+    def _join(self, a: int, b: int) -> None:
+        ra, rb = self._find(a), self._find(b)
+        self.parent[max(ra, rb)] = min(ra, rb)
+
+    def report_clusters(self) -> None:
+        """One warning per cluster that spans splits, at its first member outside the first split."""
+        members: dict[int, list[int]] = {}
+        for loc in self.parent:
+            members.setdefault(self._find(loc), []).append(loc)
+        report, threshold = self.check.report, self.index.threshold
+        for locs in sorted(sorted(m) for m in members.values()):
+            counts = {name: sum(SPLITS[loc >> 40] == name for loc in locs) for name in SPLITS}
+            if sum(n > 0 for n in counts.values()) < 2:
+                continue  # within one split, as the contract says
+            spans = ", ".join(f"{name} ({n})" for name, n in counts.items() if n)
+            other = _place(locs[0])
+            at = _place(next(loc for loc in locs if loc >> 40 != locs[0] >> 40))
+            message = (
+                f"one semantic cluster of {len(locs)} prompts (with their numbers masked, Jaccard similarity ≥ "
+                f"{threshold:.2f}) spans {spans}, e.g. this prompt and {report.where(other)}; the contract says "
+                "`dedup.semantic_clusters: true`"
+            )
+            report.add(DataFinding("RLV415", "warning", message, at=at, other=other))
 
 
 def _kind(value: Any) -> str:

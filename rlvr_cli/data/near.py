@@ -12,6 +12,10 @@ similarity (the share of equal signature values) comes within ESTIMATE_SLACK of 
 is then confirmed (`confirm`): it is a near duplicate only when the two prompts hold the same
 numbers — distinct problems from one template differ in them, a reworded copy does not — and
 the exact Jaccard similarity of their shingle sets reaches the threshold.
+
+Semantic clusters (`dedup.semantic_clusters: true`) are found the same way over skeletons — each
+prompt with its numbers masked (`skeleton`) — and confirmed by the exact similarity alone: the
+distinct problems of one template form one cluster, which the contract says lies in one split.
 """
 
 from __future__ import annotations
@@ -127,6 +131,18 @@ def confirm(a: str, b: str, threshold: float, k: int) -> float | None:
     numbers, and a similarity reaching the threshold); None when they are not."""
     if numbers(a) != numbers(b):
         return None
+    similarity = jaccard(shingles(a, k), shingles(b, k))
+    return similarity if similarity >= threshold else None
+
+
+def skeleton(text: str) -> str:
+    """A prompt with its numbers masked: what the distinct problems of one template share."""
+    return _NUMBERS.sub("#", text)
+
+
+def same_template(a: str, b: str, threshold: float, k: int) -> float | None:
+    """The exact Jaccard similarity of two skeletons when it reaches the threshold: two prompts
+    of one semantic cluster (a template's siblings, or copies); None when they are not."""
     similarity = jaccard(shingles(a, k), shingles(b, k))
     return similarity if similarity >= threshold else None
 

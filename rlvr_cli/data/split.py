@@ -3,9 +3,11 @@ straddles two splits; seeded, reproducible, with a manifest of how it was done.
 
 Exact duplicates (after the contract's normalisation) are dropped, the first copy kept. With
 `dedup.method: minhash`, near duplicates are not dropped but joined into one group, so they
-land in the same split. Groups the holdout design withholds (a held-out composition, entity
-group or length bucket of the `--by` field) go to holdout; every other group is placed by a
-seeded hash of its key: the same data, key, fractions and seed give byte-identical splits.
+land in the same split; with `dedup.semantic_clusters: true` so are the prompts of one semantic
+cluster (one template's problems: `rlvr_cli.data.near.skeleton`). Groups the holdout design
+withholds (a held-out composition, entity group or length bucket of the `--by` field) go to
+holdout; every other group is placed by a seeded hash of its key: the same data, key, fractions
+and seed give byte-identical splits.
 """
 
 from __future__ import annotations
@@ -87,6 +89,7 @@ def plan_split(
             groups.join(names[0], other)
         keys.append(groups.find(names[0]))
     merged = _join_near(settings["near_duplicates"], [text for _, _, text in kept], keys, groups)
+    clustered = _join_near(settings["semantic_clusters"], [text for _, _, text in kept], keys, groups, True)
     forced = {groups.find(key) for key in _forced(c, by) if key in groups.parent}
     assignment = _assign({groups.find(k) for k in keys}, [groups.find(k) for k in keys], forced, fractions, seed)
     splits: dict[str, list[dict[str, Any]]] = {name: [] for name in SPLITS}
@@ -104,6 +107,7 @@ def plan_split(
         "near_duplicates": settings["near_duplicates"],
         "dropped_duplicates": dropped,
         "near_duplicate_joins": merged,
+        "semantic_cluster_joins": clustered,
         "groups": len({groups.find(k) for k in keys}),
         "largest_group": max(Counter(groups.find(k) for k in keys).values(), default=0),
         "shares": {name: round(len(found) / max(len(kept), 1), 4) for name, found in splits.items()},
@@ -113,12 +117,18 @@ def plan_split(
     return splits, manifest
 
 
-def _join_near(settings: dict[str, Any] | None, texts: list[str], keys: list[str], groups: _Groups) -> int:
+def _join_near(
+    settings: dict[str, Any] | None, texts: list[str], keys: list[str], groups: _Groups, clusters: bool = False
+) -> int:
+    """Join the groups of near duplicates (or, `clusters`, of one semantic cluster's prompts)."""
     if not settings or len(texts) < 2:
         return 0
     import numpy as np
 
-    from rlvr_cli.data.near import ESTIMATE_SLACK, Index, Signer, confirm
+    from rlvr_cli.data.near import ESTIMATE_SLACK, Index, Signer, confirm, same_template, skeleton
+
+    if clusters:
+        texts, confirm = [skeleton(t) for t in texts], same_template  # numbers masked; the similarity decides
 
     signer = Signer(settings["permutations"], settings["shingle"])
     index = Index(settings["threshold"], settings["permutations"])
@@ -208,9 +218,14 @@ def write_split(
             f"{manifest['groups']} group(s) for {sum(len(f) for f in splits.values())} tasks, the largest of "
             f"{manifest['largest_group']}"
         )
-        joined = manifest["near_duplicate_joins"]
+        joined, clustered = manifest["near_duplicate_joins"], manifest["semantic_cluster_joins"]
         if joined:
             why += f", after {joined} near-duplicate join(s) merged groups whose prompts are near copies"
+        if clustered:
+            why += (
+                f", after {clustered} semantic-cluster join(s) (`semantic_clusters: true` keeps each template's "
+                "problems in one split)"
+            )
         raise RlvrError(f"no task lands in {', '.join(empty)} ({why}): give it a larger share, or split by a finer key")
     out = {"version": 1, "source": {"path": _rel(source, folder), "sha256": sha256_file(source), "rows": len(rows)}}
     out.update(manifest)
