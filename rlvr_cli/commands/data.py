@@ -11,7 +11,7 @@ from rlvr_cli.commands.formats import emit, reporter
 from rlvr_cli.contract.diagnostics import Finding
 from rlvr_cli.contract.models import Contract
 from rlvr_cli.contract.waivers import active
-from rlvr_cli.data.findings import LISTED_PER_CODE, DataReport
+from rlvr_cli.data.findings import LISTED_PER_CODE, DataFinding, DataReport
 from rlvr_cli.errors import UsageProblem
 from rlvr_cli.files import atomic_write_text
 
@@ -37,7 +37,7 @@ def _github(report: DataReport) -> str:
 def data_report(contract: Contract, contract_path: Path, *, waive: bool = True) -> DataReport:
     from rlvr_cli.data.check import check
 
-    waivers = active(contract) if waive else {}
+    waivers = active(contract) if waive else []
     return check(contract, contract_path.resolve().parent, contract_path.name, waivers)
 
 
@@ -78,12 +78,19 @@ def deep_findings(contract: Contract, folder: Path, contract_path: Path) -> list
         if f.code == "RLV407":
             where = ("data", "holdout_design")
         message = f"{report.where(f.at)}: {f.message}" if f.at is not None else f.message
-        found.append(Finding(f.code, "error" if f.severity == "error" else "warning", where, message))
-    for code, total in report.counts.items():
-        if total > VALIDATE_PER_CODE:
-            listing = "`rlvr data check --max-per-code 0` lists every one"
-            more = f"... and {total - VALIDATE_PER_CODE} more {code} findings ({listing})"
-            found.append(Finding(code, "error", ("data",), more))
+        severity = "error" if f.severity == "error" else "warning"
+        found.append(Finding(f.code, severity, where, message, tasks=f.tasks))
+    scopes, seen = active(contract), Counter[str]()
+    rest: dict[str, list[DataFinding]] = {}
+    for f in report.findings:  # past the listed ones: those no waiver covers
+        seen[f.code] += 1
+        text = f"{report.where(f.at, f.split)}: {f.message}"
+        if seen[f.code] > VALIDATE_PER_CODE and not any(w.covers(f.code, text, f.tasks) for w in scopes):
+            rest.setdefault(f.code, []).append(f)
+    for code, left in rest.items():
+        listing = "`rlvr data check --max-per-code 0` lists every one"
+        more = f"... and {len(left)} more {code} findings that no waiver covers ({listing})"
+        found.append(Finding(code, "error" if any(f.severity == "error" for f in left) else "warning", ("data",), more))
     return found
 
 

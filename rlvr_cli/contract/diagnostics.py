@@ -23,11 +23,16 @@ class Diagnostic:
     message: str
     suggestion: str | None = None
     waiver: dict[str, Any] | None = field(default=None)
+    tasks: tuple[str, ...] = ()  # the task ids a data finding is about (a waiver's `tasks` scope)
 
     def as_json(self) -> dict[str, Any]:
         data = asdict(self)
         if data["waiver"] is None:
             del data["waiver"]
+        if not data["tasks"]:
+            del data["tasks"]
+        else:
+            data["tasks"] = list(data["tasks"])
         return data
 
 
@@ -40,6 +45,7 @@ class Finding:
     path: tuple[str | int, ...]
     message: str
     suggestion: str | None = None
+    tasks: tuple[str, ...] = ()
 
 
 def error(code: str, path: tuple, message: str, **kw: object) -> Finding:

@@ -77,6 +77,7 @@ class CheckResult:
                 column=pos.column,
                 message=finding.message,
                 suggestion=finding.suggestion,
+                tasks=finding.tasks,
             )
         )
 

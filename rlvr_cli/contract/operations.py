@@ -1,9 +1,10 @@
 """Contract sections about operating the run: monitoring rules, checkpoints, records,
 acceptance gates and waivers."""
 
+import re
 from typing import Literal
 
-from pydantic import Field, PrivateAttr, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from rlvr_cli.contract.condition import PATTERN as WHEN
 from rlvr_cli.contract.condition import Condition
@@ -100,3 +101,25 @@ class Waiver(Section):
     rule: str = Field(pattern=r"^RLV\d{3}$", description="The RLV code waived (RLV001–RLV003 cannot be).")
     reason: str = Field(min_length=1, description="Why the finding is accepted.")
     expires: str | None = Field(None, pattern=DATE, description="YYYY-MM-DD; expired waivers stop waiving.")
+    tasks: list[str | int] | None = Field(
+        None,
+        min_length=1,
+        description="Only findings about these task ids (every task a finding names: both of a pair); without "
+        "it, every finding of the code.",
+    )
+    match: str | None = Field(
+        None,
+        min_length=1,
+        description="Only findings whose text — place and message, as `rlvr validate` and `rlvr data check` print "
+        "them — this regular expression finds (Python `re.search`).",
+    )
+
+    @field_validator("match")
+    @classmethod
+    def _compiles(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"not a regular expression: {exc}") from None
+        return value

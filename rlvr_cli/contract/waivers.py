@@ -4,6 +4,8 @@ expired (RLV004) or waives nothing or a structural code (RLV005) is itself repor
 from __future__ import annotations
 
 import datetime as dt
+import re
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rlvr_cli.contract.diagnostics import UNWAIVABLE, Finding, error, warning
@@ -39,25 +41,58 @@ def _apply_one(result: CheckResult, i: int, waiver: Any, day: dt.date) -> Findin
                 (*where, "expires"),
                 f"waiver for {waiver.rule} expired on {waiver.expires}; it no longer waives",
             )
-    matched = [d for d in result.diagnostics if d.code == waiver.rule and d.severity != "waived"]
+    scope = Scope.of(waiver)
+    matched = [
+        d
+        for d in result.diagnostics
+        if d.severity != "waived" and scope.covers(d.code, f"{d.path}: {d.message}", d.tasks)
+    ]
     for diag in matched:
         diag.waiver = {"reason": waiver.reason, "expires": waiver.expires, "severity": diag.severity}
         diag.severity = "waived"
     if not matched:
-        return warning("RLV005", (*where, "rule"), f"waiver for {waiver.rule} matches no diagnostic")
+        return warning("RLV005", (*where, "rule"), f"waiver for {scope.name()} matches no diagnostic")
     return None
 
 
-def active(contract: Any, today: dt.date | None = None) -> dict[str, str]:
-    """Rule code → reason, for every waiver of the contract that has not expired (a later
-    stage's findings, such as the data check's, are waived with these)."""
+@dataclass(frozen=True)
+class Scope:
+    """What one waiver waives: every finding of its code, or only those about its `tasks` and
+    those whose text its `match` finds."""
+
+    rule: str
+    reason: str
+    tasks: frozenset[str] | None = None
+    match: re.Pattern[str] | None = None
+
+    @classmethod
+    def of(cls, waiver: Any) -> Scope:
+        tasks = frozenset(map(str, waiver.tasks)) if waiver.tasks else None
+        return cls(waiver.rule, waiver.reason, tasks, re.compile(waiver.match) if waiver.match else None)
+
+    def covers(self, code: str, text: str, tasks: tuple[str, ...] = ()) -> bool:
+        if code != self.rule:
+            return False
+        if self.tasks is not None and not (tasks and set(tasks) <= self.tasks):
+            return False
+        return self.match is None or self.match.search(text) is not None
+
+    def name(self) -> str:
+        scoped = [f"tasks {sorted(self.tasks)}"] if self.tasks else []
+        scoped += [f"match {self.match.pattern!r}"] if self.match else []
+        return f"{self.rule} ({', '.join(scoped)})" if scoped else self.rule
+
+
+def active(contract: Any, today: dt.date | None = None) -> list[Scope]:
+    """Every waiver of the contract that has not expired (a later stage's findings, such as
+    the data check's, are waived with these)."""
     day = today or dt.date.today()
-    found = {}
+    found = []
     for waiver in contract.waivers or []:
         try:
             expired = waiver.expires is not None and dt.date.fromisoformat(waiver.expires) < day
         except ValueError:
             expired = True
         if not expired and waiver.rule not in UNWAIVABLE:
-            found[waiver.rule] = waiver.reason
+            found.append(Scope.of(waiver))
     return found

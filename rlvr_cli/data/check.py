@@ -21,6 +21,7 @@ from typing import Any
 
 from rlvr_cli.contract.models import Contract
 from rlvr_cli.contract.tasks import MAX_ROW_BYTES, parse_task, split_file_problem, task_lines
+from rlvr_cli.contract.waivers import Scope
 from rlvr_cli.data.findings import SPLITS, DataFinding, DataReport, Place
 from rlvr_cli.data.holdout import HoldoutTally
 from rlvr_cli.data.leak import AnswerIndex, answers
@@ -57,7 +58,7 @@ def settings_of(c: Contract) -> dict[str, Any]:
     }
 
 
-def check(c: Contract, folder: Path, contract_path: str, waivers: dict[str, str] | None = None) -> DataReport:
+def check(c: Contract, folder: Path, contract_path: str, waivers: list[Scope] | None = None) -> DataReport:
     """Check every split the contract names; a missing file is a finding, not an exception."""
     files = {}
     for name in SPLITS:
@@ -67,7 +68,7 @@ def check(c: Contract, folder: Path, contract_path: str, waivers: dict[str, str]
             "sha256": sha256_file(path) if path.is_file() else None,
             "rows": 0,
         }
-    report = DataReport(contract_path, files, settings_of(c), waivers=dict(waivers or {}))
+    report = DataReport(contract_path, files, settings_of(c), waivers=list(waivers or []))
     with Scanner(c.data.pii_patterns) as scanner:
         _Check(c, folder, report, scanner).run()
     return report
@@ -112,6 +113,16 @@ class _Check:
             self.clusters.report_clusters()
         for code, where, message in self.holdout.problems():
             self.report.add(DataFinding(code, "error", message, split=where))
+        self._task_ids()
+        self.report.settle()
+
+    def _task_ids(self) -> None:
+        """Each finding's task ids, from the ids kept of every row (one pass over them)."""
+        places = [(f, [p for p in (f.at, f.other) if p is not None]) for f in self.report.findings]
+        wanted = {_loc(p.split, p.line) for _, found in places for p in found}
+        by_loc = {loc: task for task, loc in self.ids.items() if loc in wanted}
+        for f, found in places:
+            f.tasks = tuple(by_loc[loc] for loc in (_loc(p.split, p.line) for p in found) if loc in by_loc)
 
     def _split(self, name: str) -> None:
         path = self.folder / self.report.files[name]["path"]

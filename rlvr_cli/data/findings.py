@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlvr_cli.contract.formatters import gh_escape
+from rlvr_cli.contract.waivers import Scope
 
 SPLITS = ("train", "holdout", "sealed_eval")
 LISTED_PER_CODE = 200  # findings the text and github forms list per code (--max-per-code); JSON has every one
@@ -30,6 +31,7 @@ class DataFinding:
     similarity: float | None = None  # near duplicates: the estimated Jaccard similarity
     split: str | None = None  # the split a place-less finding is about
     waiver: str | None = None
+    tasks: tuple[str, ...] = ()  # the ids of the tasks at its places (a waiver's `tasks` scope)
 
 
 @dataclass
@@ -39,19 +41,29 @@ class DataReport:
     contract: str
     files: dict[str, dict[str, Any]]  # split → {path, sha256, rows}
     settings: dict[str, Any]
-    waivers: dict[str, str] = field(default_factory=dict)  # code → the reason it is accepted
+    waivers: list[Scope] = field(default_factory=list)  # the contract's waivers that have not expired
     findings: list[DataFinding] = field(default_factory=list)
     counts: Counter[str] = field(default_factory=Counter)
     severities: Counter[str] = field(default_factory=Counter)
     listed_per_code: int = LISTED_PER_CODE  # the text and github forms; 0: every one
 
     def add(self, finding: DataFinding) -> None:
-        """Keep and count a finding (a code the contract waives stays listed, as waived)."""
-        if finding.code in self.waivers and finding.severity != "waived":
-            finding.severity, finding.waiver = "waived", self.waivers[finding.code]
+        """Keep and count a finding (the waivers are applied by `settle`, once its tasks are known)."""
         self.counts[finding.code] += 1
         self.severities[finding.severity] += 1
         self.findings.append(finding)
+
+    def settle(self) -> None:
+        """Apply the waivers: a waived finding stays listed, as waived, with the reason."""
+        for f in self.findings:
+            if f.severity == "waived":
+                continue
+            text = f"{self.where(f.at, f.split)}: {f.message}"
+            scope = next((w for w in self.waivers if w.covers(f.code, text, f.tasks)), None)
+            if scope is not None:
+                self.severities[f.severity] -= 1
+                self.severities["waived"] += 1
+                f.severity, f.waiver = "waived", scope.reason
 
     def listed(self) -> tuple[list[DataFinding], dict[str, int]]:
         """The findings the text and github forms show (`listed_per_code` of each code), and how
@@ -99,6 +111,8 @@ class DataReport:
             out["at"] = {"split": f.split, "path": self.files.get(f.split, {}).get("path")}
         if f.similarity is not None:
             out["similarity"] = round(f.similarity, 4)
+        if f.tasks:
+            out["tasks"] = list(f.tasks)
         if f.waiver:
             out["waiver"] = f.waiver
         return out

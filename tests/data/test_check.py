@@ -191,6 +191,34 @@ def test_formats_the_report_file_and_waivers(words: Path, tmp_path: Path) -> Non
     assert rlvr("data", "check", tmp_path / "missing.rlvr.yaml").code == 2
 
 
+def test_a_waiver_scoped_to_tasks_or_a_pattern_accepts_that_finding_and_no_other(words: Path) -> None:
+    train = read(words / "data" / "train.jsonl")
+    first = plant(words, "holdout", {**train[0], "id": "copy-a"})
+    second = plant(words, "holdout", {**train[1], "id": "copy-b"})
+    code, report = check(words)
+    copies = found(report, "RLV408")
+    pairs = [["copy-a", str(train[0]["id"])], ["copy-b", str(train[1]["id"])]]
+    assert code == 1 and [f["tasks"] for f in copies] == pairs  # the JSON names each finding's tasks
+    with (words / CONTRACT).open("a") as fh:
+        fh.write(f"\nwaivers:\n  - {{rule: RLV408, reason: kept on purpose, tasks: [copy-a, {train[0]['id']}]}}\n")
+    code, report = check(words)
+    assert code == 1 and [f["severity"] for f in found(report, "RLV408")] == ["waived", "error"]
+    deep = rlvr("validate", "--deep", words / CONTRACT)
+    assert deep.code == 1 and deep.stdout.count("waived[RLV408]") == 1 and deep.stdout.count("error[RLV408]") == 1
+    assert f"data/holdout.jsonl:{first}: the prompt of" in deep.stdout.split("waived[RLV408]", 1)[1].splitlines()[0]
+    with (words / CONTRACT).open("a") as fh:  # the other, by its place
+        fh.write(f"  - {{rule: RLV408, reason: kept too, match: 'holdout\\.jsonl:{second}\\b'}}\n")
+    assert check(words)[0] == 0 and rlvr("validate", "--deep", words / CONTRACT).code == 0
+    with (words / CONTRACT).open("a") as fh:  # a scope that covers nothing is stale, and named
+        fh.write("  - {rule: RLV408, reason: stale, tasks: [nobody]}\n  - {rule: RLV411, reason: x, match: '(['}\n")
+    deep = rlvr("validate", "--deep", words / CONTRACT)
+    assert deep.code == 1 and "not a regular expression" in deep.stdout and "waivers[3].match" in deep.stdout
+    edit(words, "  - {rule: RLV411, reason: x, match: '(['}\n", "")
+    deep = rlvr("validate", "--deep", words / CONTRACT)
+    assert "warning[RLV005]" in deep.stdout
+    assert "waiver for RLV408 (tasks ['nobody']) matches no diagnostic" in deep.stdout
+
+
 @pytest.mark.slow  # trains or runs rlvr train: make test runs it, make test-fast does not
 def test_validate_deep_and_train_run_the_same_check(words: Path) -> None:
     train = read(words / "data" / "train.jsonl")
