@@ -143,7 +143,7 @@ def check_file(
     for extra in more:
         for finding in extra(result.contract, result.folder, Path(path)):
             result.add(finding)
-    waivers.apply_waivers(result, today=today)
+    waivers.apply_waivers(result, today=today, data_checked=deep)
     return result
 
 

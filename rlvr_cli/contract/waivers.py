@@ -14,14 +14,22 @@ if TYPE_CHECKING:
     from rlvr_cli.contract.load import CheckResult
 
 
-def apply_waivers(result: CheckResult, *, today: str | None = None) -> None:
-    """Turn waived diagnostics into visible 'waived' lines; report stale waivers."""
+#: codes only the data check reports (`rlvr data check`, `rlvr validate --deep`, training's own
+#: check): without it, a waiver of one of them cannot be judged stale
+DATA_CHECK = frozenset(f"RLV{n}" for n in (405, 407, 408, 409, 410, 411, 412, 413, 414, 415))
+
+
+def apply_waivers(result: CheckResult, *, today: str | None = None, data_checked: bool = True) -> None:
+    """Turn waived diagnostics into visible 'waived' lines; report stale waivers (a data-check
+    code's only when the data was checked)."""
     contract = result.contract
     if contract is None or not contract.waivers:
         return
     day = dt.date.fromisoformat(today) if today else dt.date.today()
     for i, waiver in enumerate(contract.waivers):
         finding = _apply_one(result, i, waiver, day)
+        if finding is not None and finding.code == "RLV005" and waiver.rule in DATA_CHECK and not data_checked:
+            continue
         if finding is not None:
             result.add(finding)
 

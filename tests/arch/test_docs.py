@@ -50,3 +50,19 @@ def test_help_lists_commands_in_the_order_of_an_experiment_and_version_is_printe
     from rlvr_cli import __version__
 
     assert rlvr("--version").stdout.strip() == f"rlvr {__version__}"
+
+
+def test_the_codes_only_the_data_check_reports_are_known_to_the_waivers() -> None:
+    """A waiver of a data-check code is judged stale only when the data was checked."""
+    from rlvr_cli.contract.waivers import DATA_CHECK
+
+    def emitted(folder: str) -> set[str]:
+        return {
+            code
+            for path in (ROOT / "rlvr_cli" / folder).rglob("*.py")
+            if path.name != "data.py"  # `rlvr data check` itself: it places the data check's findings
+            for code in re.findall(r'"(RLV\d{3})"', path.read_text())
+        }
+
+    others = set().union(*(emitted(f) for f in ("contract", "commands", "train", "env", "audit", "rollout")))
+    assert emitted("data") - others - {"RLV901"} == DATA_CHECK
