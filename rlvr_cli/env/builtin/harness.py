@@ -9,7 +9,8 @@ file size, open files). The runner is not dumpable (no ptrace, no /proc of it) a
 subreaper of every process the code starts, so it can see and kill what a case leaves behind.
 
 Protocol: the payload (JSON) on stdin; JSON lines on the channel fd (argv[1]): `ready`, then
-one line per case (`done` with stdout/stderr or the call's JSON value, `exit`, `timeout`,
+one line per case (`done` with stdout/stderr or the call's JSON value and types — or each step's,
+for a sequence of calls in one process — and the arguments after the call, `exit`, `timeout`,
 `output_limit`, `strays`, `budget`), then `end`. A case the code kills the runner in never
 reports; the judge outside counts every unreported case as failed.
 """
@@ -72,12 +73,13 @@ def _child(payload: dict, case: dict, stdin_path: str, out: int, err: int, res: 
         namespace = {"__name__": "solution" if call else "__main__", "__builtins__": builtins}
         exec(compile(payload["code"], "solution.py", "exec"), namespace)
         if call:
-            function = namespace[payload["function"]]
-            try:
-                answer = {"value": function(*case.get("args", []), **case.get("kwargs", {}))}
-            except Exception as exc:  # a case may expect it: reported, compared outside
-                kinds = [k.__name__ for k in type(exc).__mro__]
-                answer = {"raised": type(exc).__name__, "kinds": kinds, "message": str(exc)[:1000]}
+            if "steps" in case:  # one process, one state: each step sees what the earlier ones left
+                objects: dict = {}
+                answer = {"steps": [_step(namespace, objects, step) for step in case["steps"]]}
+            else:
+                args, kwargs = case.get("args", []), case.get("kwargs", {})
+                answer = _call(lambda: namespace[payload["function"]], args, kwargs)[1]
+                answer["args_after"] = _reported([args, kwargs])["value"]  # what the call did to them
             data = json.dumps(answer, allow_nan=False).encode()
             sys.stdout.flush()
             while data:
@@ -92,6 +94,51 @@ def _child(payload: dict, case: dict, stdin_path: str, out: int, err: int, res: 
             with contextlib.suppress(BaseException):
                 stream.flush()
         os._exit(code)
+
+
+def _types(value: object) -> object:
+    """The Python types of a JSON value, containers with their members': a tuple is not a list."""
+    if isinstance(value, (list, tuple)):
+        return [type(value).__name__, [_types(v) for v in value]]
+    if isinstance(value, dict):
+        return [type(value).__name__, {str(k): _types(v) for k, v in value.items()}]
+    return type(value).__name__
+
+
+def _reported(value: object) -> dict:
+    """A return value as the judge outside reads it: its JSON and its types, or what it is."""
+    try:
+        json.dumps(value, allow_nan=False)
+        return {"value": value, "types": _types(value)}
+    except (TypeError, ValueError, RecursionError):
+        return {"value": None, "unjsonable": type(value).__name__}
+
+
+def _call(resolve: object, args: list, kwargs: dict) -> tuple[object, dict]:
+    """(the value, what is reported): the call's value, or the exception a case may expect."""
+    try:
+        value = resolve()(*args, **kwargs)  # type: ignore[operator]
+    except Exception as exc:  # compared outside
+        kinds = [k.__name__ for k in type(exc).__mro__]
+        return None, {"raised": type(exc).__name__, "kinds": kinds, "message": str(exc)[:1000]}
+    return value, _reported(value)
+
+
+def _step(namespace: dict, objects: dict, step: dict) -> dict:
+    """One step of a sequence: `call` names a function of the code, or `obj.method` of a value an
+    earlier step kept `as` obj."""
+    head, _, attr = step["call"].partition(".")
+
+    def resolve() -> object:
+        target = objects[head] if head in objects else namespace[head]
+        return getattr(target, attr) if attr else target
+
+    args, kwargs = step.get("args", []), step.get("kwargs", {})
+    value, answer = _call(resolve, args, kwargs)
+    if step.get("as") and "raised" not in answer:
+        objects[step["as"]] = value
+    answer["args_after"] = _reported([args, kwargs])["value"]
+    return answer
 
 
 def _collect(fds: dict[int, str], cap: int, deadline: float) -> tuple[dict[str, bytes], str | None]:

@@ -11,7 +11,14 @@ Tests, in the task's `tests_field`:
   integers and strings exactly (`1e20` is not `10**20 + 1`), floats within `tolerance` relative
   (the tests' own key; 1e-6 when absent, 0 for exact) and 1e-9 absolute, `true` is not `1`. A
   case `{args: ["x"], raises: ValueError, match: "invalid"}` expects the call to raise that
-  exception (or a subclass), its message matching the optional regular expression.
+  exception (or a subclass), its message matching the optional regular expression. With the
+  tests' `strict_types: true` the types must match too (a tuple is not a list, `3.0` is not `3`);
+  a case's `args_after` (and `kwargs_after`) are what the arguments must hold after the call (an
+  in-place sort), and the tests' `unchanged_args: true` asks every call to leave them as given;
+- a call case `{steps: [{call: Stack, as: s}, {call: s.push, args: [1]}, {call: s.pop, expected: 1}]}`
+  runs a sequence of calls in one process: `call` names a function of the code, or a method of a
+  value an earlier step kept `as` a name; each step expects a value, an exception, or (neither)
+  only not to raise.
 
 Verdicts: `ok` with `tests` (all-or-nothing or the fraction passed, as declared) and `format` 1;
 `format_error` when there is no code where the contract says; `sandbox_error` when the sandbox
@@ -25,6 +32,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from rlvr_cli.env.sandbox import Limits, problem, run
@@ -63,48 +71,100 @@ def parse_tests(tests: Any) -> tuple[dict[str, Any], list[Any]]:
         inputs = [{"stdin": c.get("stdin", "")} for c in cases]
         return {"mode": "stdio", "cases": inputs}, [c["stdout"] for c in cases]
     function = tests.get("function")
-    if not isinstance(function, str) or not function.isidentifier():
+    if not all("steps" in c for c in cases) and not (isinstance(function, str) and function.isidentifier()):
         raise BadTests("tests.function must name a function")
     tolerance = tests.get("tolerance", DEFAULT_TOLERANCE)
     if not isinstance(tolerance, (int, float)) or isinstance(tolerance, bool) or not 0 <= tolerance < 1:
         raise BadTests("tests.tolerance must be a number in [0, 1) (relative, for floats)")
+    flags = {k: tests.get(k, False) for k in ("strict_types", "unchanged_args")}
+    if not all(isinstance(v, bool) for v in flags.values()):
+        raise BadTests("tests.strict_types and tests.unchanged_args must be true or false")
+    rules = Rules(float(tolerance), **flags)
+    inputs, expected = [], []
     for i, case in enumerate(cases):
-        if not isinstance(case.get("args", []), list) or not isinstance(case.get("kwargs", {}), dict):
-            raise BadTests(f"tests.cases[{i}]: args must be a list, kwargs an object")
-        if ("expected" in case) == ("raises" in case):
-            raise BadTests(f"tests.cases[{i}] needs an expected value or the exception it raises (one of them)")
-        if "raises" in case and not (isinstance(case["raises"], str) and case["raises"].isidentifier()):
-            raise BadTests(f"tests.cases[{i}].raises must name an exception class")
-        if "match" in case:
-            try:
-                re.compile(str(case["match"]))
-            except re.error as exc:
-                raise BadTests(f"tests.cases[{i}].match is not a regular expression: {exc}") from None
-    inputs = [{"args": c.get("args", []), "kwargs": c.get("kwargs", {})} for c in cases]
-    return {"mode": "call", "function": function, "cases": inputs}, [Expect.of(c, float(tolerance)) for c in cases]
+        if "steps" in case:
+            steps = case["steps"]
+            if not isinstance(steps, list) or not steps or not all(isinstance(st, dict) for st in steps):
+                raise BadTests(f"tests.cases[{i}].steps must be a non-empty list of objects")
+            for j, step in enumerate(steps):
+                _check_call(step, f"tests.cases[{i}].steps[{j}]", needs_expectation=False)
+            keys = ("call", "args", "kwargs", "as")  # the sandbox gets the inputs only
+            inputs.append({"steps": [{k: st[k] for k in keys if k in st} for st in steps]})
+            expected.append([Expect.of(st, rules) for st in steps])
+            continue
+        _check_call(case, f"tests.cases[{i}]", needs_expectation=True)
+        inputs.append({"args": case.get("args", []), "kwargs": case.get("kwargs", {})})
+        expected.append(Expect.of(case, rules))
+    return {"mode": "call", "function": function, "cases": inputs}, expected
+
+
+_CALL = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)?$")
+
+
+def _check_call(case: dict[str, Any], where: str, *, needs_expectation: bool) -> None:
+    """One call's keys: arguments, what it expects (a value, an exception, or for a step
+    nothing but not raising), and a step's `call` and `as`."""
+    if not isinstance(case.get("args", []), list) or not isinstance(case.get("kwargs", {}), dict):
+        raise BadTests(f"{where}: args must be a list, kwargs an object")
+    both, neither = "expected" in case and "raises" in case, "expected" not in case and "raises" not in case
+    if both or (needs_expectation and neither):
+        raise BadTests(f"{where} needs an expected value or the exception it raises (one of them)")
+    if "raises" in case and not (isinstance(case["raises"], str) and case["raises"].isidentifier()):
+        raise BadTests(f"{where}.raises must name an exception class")
+    if not needs_expectation and not (isinstance(case.get("call"), str) and _CALL.match(case["call"])):
+        raise BadTests(f"{where}.call must name a function, or `name.method` of a value kept `as` name")
+    if "as" in case and not (isinstance(case["as"], str) and case["as"].isidentifier()):
+        raise BadTests(f"{where}.as must be a name")
+    if not isinstance(case.get("args_after", []), list) or not isinstance(case.get("kwargs_after", {}), dict):
+        raise BadTests(f"{where}: args_after must be a list, kwargs_after an object (the arguments after the call)")
+    if "match" in case:
+        try:
+            re.compile(str(case["match"]))
+        except re.error as exc:
+            raise BadTests(f"{where}.match is not a regular expression: {exc}") from None
 
 
 DEFAULT_TOLERANCE = 1e-6
 
 
-class Expect:
-    """What one call case expects: a value (compared with the tests' tolerance) or an exception."""
+@dataclass(frozen=True)
+class Rules:
+    """How the tests compare: the float tolerance, types as strictly as values (a tuple is not
+    a list, 3.0 is not 3), and arguments the call must leave as they were."""
 
-    def __init__(self, value: Any = None, raises: str | None = None, match: str | None = None, tolerance: float = 0.0):
-        self.value, self.raises, self.match, self.tolerance = value, raises, match, tolerance
+    tolerance: float = 0.0
+    strict_types: bool = False
+    unchanged_args: bool = False
+
+
+class Expect:
+    """What one call expects: a value (compared by the tests' rules), an exception, or — a step
+    of a sequence — only not to raise; and, optionally, its arguments after the call."""
+
+    def __init__(self, value: Any = None, raises: str | None = None, match: str | None = None, **kw: Any) -> None:
+        self.value, self.raises, self.match = value, raises, match
+        self.has_value: bool = kw.get("has_value", True)
+        self.rules: Rules = kw.get("rules", Rules())
+        self.args_after: list | None = kw.get("args_after")
 
     @classmethod
-    def of(cls, case: dict[str, Any], tolerance: float) -> Expect:
+    def of(cls, case: dict[str, Any], rules: Rules) -> Expect:
+        args = [case.get("args", []), case.get("kwargs", {})]
+        after = None
+        if "args_after" in case or "kwargs_after" in case:
+            after = [case.get("args_after", args[0]), case.get("kwargs_after", args[1])]
+        if after is None and rules.unchanged_args and "call" not in case:
+            after = args
         if "raises" in case:
             return cls(raises=case["raises"], match=None if case.get("match") is None else str(case["match"]))
-        return cls(value=case["expected"], tolerance=tolerance)
+        return cls(case.get("expected"), has_value="expected" in case, rules=rules, args_after=after)
 
     def judge(self, answer: dict[str, Any]) -> str | None:
         raised = answer.get("raised")
         if self.raises is None:
             if raised is not None:
                 return f"raised {raised}"
-            return None if same(answer.get("value"), self.value, self.tolerance) else "wrong return value"
+            return self._value(answer) or self._after(answer)
         if raised is None:
             return f"returned instead of raising {self.raises}"
         if self.raises not in (answer.get("kinds") or [raised]):
@@ -112,6 +172,31 @@ class Expect:
         if self.match is not None and not re.search(self.match, str(answer.get("message", ""))):
             return f"raised {raised} with another message"
         return None
+
+    def _value(self, answer: dict[str, Any]) -> str | None:
+        if not self.has_value:
+            return None
+        if "unjsonable" in answer:
+            return f"returned a {answer['unjsonable']}, not a JSON value"
+        if not same(answer.get("value"), self.value, self.rules.tolerance):
+            return "wrong return value"
+        if self.rules.strict_types and answer.get("types") != json_types(self.value):
+            return "a return value of other types"
+        return None
+
+    def _after(self, answer: dict[str, Any]) -> str | None:
+        if self.args_after is None or same(answer.get("args_after"), self.args_after, self.rules.tolerance):
+            return None
+        return "changed its arguments" if self.rules.unchanged_args else "wrong arguments after the call"
+
+
+def json_types(value: Any) -> Any:
+    """The Python types a JSON value reads as (the harness reports a return value's the same way)."""
+    if isinstance(value, list):
+        return ["list", [json_types(v) for v in value]]
+    if isinstance(value, dict):
+        return ["dict", {k: json_types(v) for k, v in value.items()}]
+    return type(value).__name__
 
 
 def _lines(text: str) -> list[str]:
@@ -159,6 +244,12 @@ def judge_case(mode: str, result: dict[str, Any] | None, expected: Any) -> str |
         return "unreadable return value"
     if not isinstance(answer, dict):
         return "unreadable return value"
+    if isinstance(expected, list):  # a sequence of calls: every step as it expects
+        steps = answer.get("steps")
+        if not isinstance(steps, list) or len(steps) != len(expected) or not all(isinstance(a, dict) for a in steps):
+            return "unreadable return value"
+        failed = ((j, e.judge(a)) for j, (a, e) in enumerate(zip(steps, expected, strict=True)))
+        return next((f"step {j}: {why}" for j, why in failed if why is not None), None)
     return expected.judge(answer)
 
 
