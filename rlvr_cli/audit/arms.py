@@ -6,7 +6,8 @@ from a tool name rlvr knows:
 - **empty**: an empty final message;
 - **collateral damage**: a correct solution, then mutating calls taken from other candidates
   (another task's first), kept only where the environment's `snapshot` shows that they
-  really changed the state the correct solution left;
+  really changed the state the correct solution left (`audit/states.py`: beyond what differs
+  between two identical replays — a per-session folder, id or clock);
 - **forbidden tool**: a correct solution plus a call of each declared forbidden tool, with
   arguments from a candidate that used it;
 - **off path** (tasks with a golden `trajectory`): a correct solution without one of its calls,
@@ -25,6 +26,7 @@ import functools
 import random
 from typing import Any
 
+from rlvr_cli.audit import states
 from rlvr_cli.audit.candidates import Candidate, resolve_task
 
 Trajectory = list[list[dict[str, Any]]]
@@ -90,9 +92,10 @@ def _off_path(correct: Candidate, task: dict[str, Any], probe: Any) -> list[Cand
     after = probe(task, steps)
     if after is None:
         return []
+    noise = states.differing(after, probe(task, steps))  # the session's own: a folder, an id, a clock
     for k, step in enumerate(steps):
         shorter = steps[:k] + steps[k + 1 :]
-        if probe(task, shorter) == after:
+        if _same(after, probe(task, shorter), noise):
             name = f"{task.get('id')}/right state without {step[0].get('name')}"
             trajectory = [*shorter, final_of(correct.trajectory or [])]
             return [Candidate(name=name, task=task, kind="off_path", expected="reject", trajectory=trajectory)]
@@ -112,6 +115,7 @@ def _collateral(
     after = probe(task, steps)
     if after is None:
         return [], [f"{tid}: no collateral arm (the environment has no snapshot to prove a change)"]
+    noise = states.differing(after, probe(task, steps))  # what differs between two identical replays
     others = sorted(candidates, key=lambda o: str(resolve_task(o.task, tasks).get("id")) == tid)  # other tasks first
     arms, tried = [], set()
     for other in others:
@@ -120,7 +124,8 @@ def _collateral(
             if key in tried or any(i.get("name") in forbidden for i in extra):
                 continue
             tried.add(key)
-            if probe(task, [*steps, extra]) not in (None, after):
+            damaged = probe(task, [*steps, extra])
+            if damaged is not None and not _same(after, damaged, noise):
                 name = f"{tid}/correct + collateral {extra[0].get('name')} (from {other.name or other.kind})"
                 trajectory = [*steps, extra, final_of(correct.trajectory or [])]
                 arms.append(
@@ -129,6 +134,11 @@ def _collateral(
             if len(arms) >= 2:
                 return arms, []
     return arms, [] if arms else [f"{tid}: no collateral arm (no other candidate's call changes this task's state)"]
+
+
+def _same(a: Any, b: Any, noise: set[str]) -> bool:
+    """Two snapshots show one state: they differ only where two identical replays differ too."""
+    return b is not None and not states.differing(a, b) - noise
 
 
 def _forbidden(

@@ -9,9 +9,11 @@ N sessions are seeded at once, each with a unique marker planted through its tas
 candidates' tool calls are replayed concurrently, one call of every session before the next
 of any. A leak is another session's marker in a session's tool outputs, snapshots or
 verdicts. Then: verify is read-only (snapshots right before and after it are equal), re-seeding
-a task gives the state it gave the first time, unseeded and closed sessions are refused, and
+a task gives the state it gave the first time (`audit/states.py`: what differs between any two
+seeds is the session's own), unseeded and closed sessions are refused, and
 closing frees the session and every resource it registered (`folder()`, `hold()`), and each
-candidate replayed alone afterwards gets the verdict it got among the concurrent sessions; for a
+candidate replayed alone afterwards gets the verdict and the final state it got among the
+concurrent sessions; for a
 server in this process, folders created during the audit that still hold a marker after
 every session closed are reported too. Every seeded session is closed, also when the audit
 stops early. A finding is exit 1 with its evidence; an audit that cannot run is exit 3.
@@ -22,13 +24,13 @@ from __future__ import annotations
 import contextlib
 import json
 import secrets
-import shutil
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlvr_cli.audit import disk, states
 from rlvr_cli.contract.models import Contract
 from rlvr_cli.errors import CannotRun
 
@@ -102,9 +104,9 @@ def run_isolation(contract: Contract, folder: Path, sessions: int, candidates_pa
     ]
     report = IsolationReport(sessions)
     system_temp = Path(tempfile.gettempdir())
-    before = _temp_entries(system_temp)
-    with _private_temp() as scratch, environment(contract.environment.server or "", folder) as endpoint:
-        started = _entries(scratch)  # what the server made before any session: its own, not theirs
+    before = disk.temp_entries(system_temp)
+    with disk.private_temp() as scratch, environment(contract.environment.server or "", folder) as endpoint:
+        started = disk.entries(scratch)  # what the server made before any session: its own, not theirs
         client = EnvClient(endpoint, timeout_s=contract.environment.timeout_s)
         try:
             if not _declaration(client, contract, report):
@@ -121,7 +123,7 @@ def run_isolation(contract: Contract, folder: Path, sessions: int, candidates_pa
             client.close()
         if endpoint.server is not None:
             _check_freed(report, endpoint.server, runs, before, system_temp)
-            left = sorted(_entries(scratch) - started)
+            left = sorted(disk.entries(scratch) - started)
             if left:
                 report.add(
                     "nothing left on disk",
@@ -129,27 +131,6 @@ def run_isolation(contract: Contract, folder: Path, sessions: int, candidates_pa
                     f"session closed: {left[:3]}",
                 )
     return report
-
-
-@contextlib.contextmanager
-def _private_temp() -> Any:
-    """A temporary folder of the audit's own as the process's temp root while an in-process
-    server runs: whatever its sessions create there (whatever it holds) must be gone once they
-    are closed, and nothing another process writes to /tmp can be mistaken for it."""
-    scratch = Path(tempfile.mkdtemp(prefix="rlvr-isolation-"))
-    saved = tempfile.tempdir
-    tempfile.tempdir = str(scratch)
-    try:
-        yield scratch
-    finally:
-        tempfile.tempdir = saved
-        shutil.rmtree(scratch, ignore_errors=True)
-
-
-def _entries(root: Path) -> set[str]:
-    with contextlib.suppress(OSError):
-        return {str(p.relative_to(root)) for p in root.rglob("*")}
-    return set()
 
 
 def _declaration(client: Any, contract: Contract, report: IsolationReport) -> bool:
@@ -238,29 +219,47 @@ def _verify_observed(client: Any, run: _Session) -> str | None:
     run.seen += [json.dumps(before), json.dumps(after), json.dumps(verdict.as_json())]
     run.final, run.verdict = after, verdict.as_json()
     if before != after:
-        return f"the state changed during verify: {_diff(before, after)}"
+        return f"the state changed during verify: {states.evidence(before, after, states.differing(before, after))}"
     return None
 
 
 def _check_alone(report: IsolationReport, client: Any, runs: list[_Session]) -> None:
     """Each candidate replayed alone, after every concurrent session closed, must get the
-    verdict it got among them: sessions that share state without sharing markers (each marker
-    kept beside data they all write) pass the leak check and fail this one."""
+    verdict and the final state it got among them (its own marker aside; what differs between
+    two lone replays is per-session noise): sessions that share state without sharing markers
+    (each marker kept beside data they all write) pass the leak check and fail this one."""
     for run in runs:
-        alone = _Session(task=run.task, calls=run.calls, marker=f"rlvr-alone-{secrets.token_hex(6)}")
-        _seed(client, None, alone, first=False)
-        try:
-            for step in range(len(alone.calls)):
-                _call(client, alone, step)
-            _verify_observed(client, alone)
-        finally:
-            _close_all(client, [alone])
+        alone = _replay(client, run)
         if _outcome(alone.verdict) != _outcome(run.verdict):
             report.add(
                 "the same verdict alone as among concurrent sessions",
                 f"the candidate for task {run.task.get('id')!r} gets {_outcome(alone.verdict)} alone but "
                 f"{_outcome(run.verdict)} among {len(runs)} concurrent session(s): the sessions share state",
             )
+            continue
+        among, lone = states.normalized(run.final, run.marker), states.normalized(alone.final, alone.marker)
+        changed = states.differing(among, lone)
+        if changed:  # what a second lone replay also changes is the session's own (a folder, an id, a clock)
+            again = _replay(client, run)
+            changed -= states.differing(lone, states.normalized(again.final, again.marker))
+        if changed:
+            report.add(
+                "the same final state alone as among concurrent sessions",
+                f"the candidate for task {run.task.get('id')!r} ends in another state among {len(runs)} concurrent "
+                f"session(s) than alone: {states.evidence(lone, among, changed)}",
+            )
+
+
+def _replay(client: Any, run: _Session) -> _Session:
+    alone = _Session(task=run.task, calls=run.calls, marker=f"rlvr-alone-{secrets.token_hex(6)}")
+    _seed(client, None, alone, first=False)
+    try:
+        for step in range(len(alone.calls)):
+            _call(client, alone, step)
+        _verify_observed(client, alone)
+    finally:
+        _close_all(client, [alone])
+    return alone
 
 
 def _outcome(verdict: dict[str, Any] | None) -> str:
@@ -288,13 +287,20 @@ def _check_leaks(report: IsolationReport, runs: list[_Session]) -> None:
 
 
 def _check_reseed(report: IsolationReport, client: Any, run: _Session) -> None:
-    fresh = client.seed({**run.task, "marker": run.marker})
-    try:
-        again = client.snapshot(fresh)
-    finally:
-        client.close_session(fresh)
-    if again != run.seeded:
-        report.add("re-seeding resets state", f"task {run.task.get('id')!r} seeded again: {_diff(run.seeded, again)}")
+    def seeded() -> Any:
+        fresh = client.seed({**run.task, "marker": run.marker})
+        try:
+            return client.snapshot(fresh)
+        finally:
+            client.close_session(fresh)
+
+    again = seeded()
+    changed = states.differing(run.seeded, again)
+    if changed:  # what differs between two more seeds too is the session's own (a folder, an id)
+        changed -= states.differing(again, seeded())
+    if changed:
+        detail = states.evidence(run.seeded, again, changed)
+        report.add("re-seeding resets state", f"task {run.task.get('id')!r} seeded again: {detail}")
 
 
 def _check_unseeded(report: IsolationReport, client: Any) -> None:
@@ -344,7 +350,7 @@ def _check_freed(
     if kept:
         report.add("close frees every registered resource", f"{len(kept)} still alive after close: {kept[:3]}")
     markers = [run.marker for run in runs]
-    left = [p for p in _temp_entries(system_temp) - before if _holds_marker(Path(p), markers)]
+    left = [p for p in disk.temp_entries(system_temp) - before if disk.holds_marker(Path(p), markers)]
     if left:
         report.add("nothing left on disk", f"{len(left)} folder(s) with session markers remain after close: {left[:3]}")
 
@@ -361,32 +367,6 @@ def _alive(resource: Any) -> bool:
     if isinstance(resource, Path):
         return resource.exists()
     return getattr(resource, "closed", None) is False
-
-
-def _temp_entries(root: Path) -> set[str]:
-    with contextlib.suppress(OSError):
-        return {str(p) for p in root.iterdir()}
-    return set()
-
-
-def _holds_marker(path: Path, markers: list[str], budget: int = 200) -> bool:
-    """A folder created during the audit that still holds a session's marker (bounded scan)."""
-    files = [path] if path.is_file() else list(path.rglob("*"))[:budget] if path.is_dir() else []
-    for file in files:
-        with contextlib.suppress(OSError):
-            if file.is_file() and file.stat().st_size < 1 << 20:
-                text = file.read_text(encoding="utf-8", errors="replace")
-                if any(m in text for m in markers):
-                    return True
-    return False
-
-
-def _diff(a: Any, b: Any) -> str:
-    if isinstance(a, dict) and isinstance(b, dict):
-        for key in sorted(set(a) | set(b), key=str):
-            if a.get(key) != b.get(key):
-                return f"{key!r} was {json.dumps(a.get(key))[:120]}, now {json.dumps(b.get(key))[:120]}"
-    return f"{json.dumps(a)[:150]} became {json.dumps(b)[:150]}"
 
 
 def report_text(report: IsolationReport) -> str:

@@ -265,3 +265,37 @@ class InventoryBreaksMidAudit(Inventory):
         if state["note"].startswith("rlvr-marker-"):
             raise RuntimeError("snapshot broke")
         return super().snapshot(state)
+
+
+SHARED_LEDGER: list = []
+
+
+class BankSharedLedger(Bank):
+    """Books every transfer in one ledger all sessions append to (cleared at each seed), beside
+    per-session accounts: no marker leaks, the verdict reads the accounts only and is the same
+    alone, but the state a session ends in depends on what the others did."""
+
+    def seed(self, task):
+        SHARED_LEDGER.clear()
+        return {"accounts": dict(ACCOUNTS), "ledger": SHARED_LEDGER, "memo": str(task.get("marker", ""))}
+
+
+class BankPerSession(Bank):
+    """Correct, with what is the session's own in its snapshot: a statement folder of its own
+    (registered, freed on close), a session number and the time it was opened."""
+
+    opened = 0
+
+    def seed(self, task):
+        import time
+
+        BankPerSession.opened += 1
+        state = super().seed(task)
+        state["statements"] = str(self.folder("bank-statements-"))
+        state["session"] = BankPerSession.opened
+        state["opened_at"] = time.time()
+        return state
+
+    def snapshot(self, state):
+        view = super().snapshot(state)
+        return {**view, "statements": state["statements"], "session": state["session"], "at": state["opened_at"]}

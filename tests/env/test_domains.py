@@ -136,7 +136,7 @@ def _isolation(contract: Path) -> tuple[int, list[dict]]:
     return run.code, json.loads(run.stdout)["findings"]
 
 
-@pytest.mark.parametrize(("domain", "cls"), [("inventory", "Inventory"), ("bank", "Bank")])
+@pytest.mark.parametrize(("domain", "cls"), [("inventory", "Inventory"), ("bank", "Bank"), ("bank", "BankPerSession")])
 def test_correct_environments_pass_both_audits(domains, tmp_path: Path, domain: str, cls: str) -> None:
     contract = _serve(domains[domain], cls, tmp_path)
     code, report = _verifier(contract)
@@ -171,6 +171,7 @@ def test_broken_verifiers_are_caught_by_the_arm_meant_for_them(domains, tmp_path
         ("inventory", "InventoryNoFree", "nothing left on disk"),
         ("bank", "BankShared", "no marker in another session"),
         ("bank", "BankSharedBeside", "the same verdict alone as among concurrent sessions"),
+        ("bank", "BankSharedLedger", "the same final state alone as among concurrent sessions"),
         ("bank", "BankVerifyMutates", "verify changes nothing"),
         ("bank", "BankNoReset", "re-seeding resets state"),
         ("bank", "BankNoFree", "nothing left on disk"),
