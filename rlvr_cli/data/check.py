@@ -25,7 +25,7 @@ from rlvr_cli.contract.waivers import Scope
 from rlvr_cli.data.findings import SPLITS, DataFinding, DataReport, Place
 from rlvr_cli.data.holdout import HoldoutTally
 from rlvr_cli.data.leak import AnswerIndex, answers
-from rlvr_cli.data.normal import normalizer, prompt_text, strings
+from rlvr_cli.data.normal import NUMBERS, normalizer, prompt_text, strings
 from rlvr_cli.data.scan import Scanner
 from rlvr_cli.files import sha256_file
 
@@ -187,8 +187,9 @@ class _Check:
                 DataFinding("RLV401", "error", f"carries the hint field '{self.hint_field}'", at=Place(name, line))
             )
         full = text if not isinstance(hint, str) else text + "\n" + self.normalize(hint)
+        given = frozenset(NUMBERS.findall(text))  # the question's numbers: a leak shows them beside the answer
         for answer in answers(row, self.answer_fields):
-            self.answers.add(self.normalize(answer), Place(name, line))
+            self.answers.add(self.normalize(answer), Place(name, line), given)
         if name == "train":
             self._leaks(full, loc)
         else:

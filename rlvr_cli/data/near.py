@@ -10,8 +10,9 @@ shingles — only without a Python call per shingle.
 The estimate never decides alone. A candidate pair from the index whose estimated Jaccard
 similarity (the share of equal signature values) comes within ESTIMATE_SLACK of the threshold
 is then confirmed (`confirm`): it is a near duplicate only when the two prompts hold the same
-numbers — distinct problems from one template differ in them, a reworded copy does not — and
-the exact Jaccard similarity of their shingle sets reaches the threshold.
+numbers in the same roles (`same_numbers`) — distinct problems from one template differ in
+them, a reworded copy does not — and the exact Jaccard similarity of their shingle sets reaches
+the threshold.
 
 Semantic clusters (`dedup.semantic_clusters: true`) are found the same way over skeletons — each
 prompt with its numbers masked (`skeleton`) — and confirmed by the exact similarity alone: the
@@ -26,6 +27,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from rlvr_cli.data.normal import NUMBERS, numbers
 
 _SEED = 1
 _POLY = np.uint64(0x100000001B3)  # FNV-64 prime: the shingle's characters as a polynomial
@@ -109,12 +112,6 @@ class Signer:
 
 RECALL = 0.99  # the least chance that a pair exactly at the threshold becomes a candidate
 ESTIMATE_SLACK = 0.15  # candidates estimated this far below the threshold are still confirmed exactly
-_NUMBERS = re.compile(r"\d+(?:[.,]\d+)*")
-
-
-def numbers(text: str) -> Counter[str]:
-    """The numbers a prompt states, as a multiset: part of which problem it is."""
-    return Counter(_NUMBERS.findall(text))
 
 
 def shingles(text: str, k: int) -> set[str]:
@@ -126,10 +123,24 @@ def jaccard(a: set[str], b: set[str]) -> float:
     return len(a & b) / len(a | b) if a or b else 1.0
 
 
+_ROLE = re.compile(r"(\d+(?:[.,]\d+)*)\s*([^\W\d]\w*|[^\w\s])?")
+
+
+def same_numbers(a: str, b: str) -> bool:
+    """Two prompts state one problem's numbers: the same numbers, in the same order or each
+    before the same word (`12 apples and 5 pears` is `5 pears and 12 apples`, not `5 apples
+    and 12 pears`: template siblings often swap numbers, rewordings seldom change their roles)."""
+    if numbers(a) != numbers(b):
+        return False
+    if NUMBERS.findall(a) == NUMBERS.findall(b):
+        return True
+    return Counter(m.groups() for m in _ROLE.finditer(a)) == Counter(m.groups() for m in _ROLE.finditer(b))
+
+
 def confirm(a: str, b: str, threshold: float, k: int) -> float | None:
     """The exact Jaccard similarity of two prompts when they are near duplicates (the same
     numbers, and a similarity reaching the threshold); None when they are not."""
-    if numbers(a) != numbers(b):
+    if not same_numbers(a, b):
         return None
     similarity = jaccard(shingles(a, k), shingles(b, k))
     return similarity if similarity >= threshold else None
@@ -137,7 +148,7 @@ def confirm(a: str, b: str, threshold: float, k: int) -> float | None:
 
 def skeleton(text: str) -> str:
     """A prompt with its numbers masked: what the distinct problems of one template share."""
-    return _NUMBERS.sub("#", text)
+    return NUMBERS.sub("#", text)
 
 
 def same_template(a: str, b: str, threshold: float, k: int) -> float | None:

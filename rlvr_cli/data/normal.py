@@ -5,10 +5,19 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 _NUMBER = re.compile(r"(?<![\w.])[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?(?![\w,])|(?<![\w.,])[-+]?\d+\.\d+(?![\w.])")
+
+
+NUMBERS = re.compile(r"\d+(?:[.,]\d+)*")  # the numbers a text states, as they are written
+
+
+def numbers(text: str) -> Counter[str]:
+    """The numbers a prompt states, as a multiset: part of which problem it is."""
+    return Counter(NUMBERS.findall(text))
 
 
 def _number(match: re.Match[str]) -> str:
