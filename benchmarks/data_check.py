@@ -2,6 +2,11 @@
 a plain Python exact-dedup loop over the same files (the exact part only).
 
     .venv/bin/python benchmarks/data_check.py [--rows 1000000] [--folder /tmp/rlvr-data-bench]
+    .venv/bin/python benchmarks/data_check.py --templated 1,10,50
+
+`--templated` times the check on data written from five templates (tests/data/stranger.py's
+date, unit, schedule and recipe families: the slow case, where every sibling resembles every
+other) at 3,000 rows times each scale, and prints CPU seconds per 1,000 rows: flat is linear.
 
 The rows are generated tasks (~150 characters of words and numbers, a few fields), 90 % train and
 5 % each holdout and sealed_eval; the contract declares `dedup.method: minhash`, so every
@@ -93,11 +98,40 @@ print(rows, "rows", dups, "exact duplicates", file=sys.stderr)
 """
 
 
+def templated(folder: Path, scale: int) -> Path:
+    """3,000 × `scale` templated rows (90/5/5), and the contract that checks them with minhash."""
+    sys.path.insert(0, str(ROOT))
+    from tests.data.stranger import clean_tasks
+
+    rng, seen = random.Random(scale), set()
+    contract = make(folder, 0)
+    for split, share in {"train": 0.9, "holdout": 0.05, "sealed_eval": 0.05}.items():
+        rows = clean_tasks(int(3000 * scale * share), rng, split, seen, distinct=False)
+        (folder / "data" / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return contract
+
+
+def cpu_seconds(command: list[str]) -> float:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run(command, capture_output=True, check=False)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--folder", type=Path, default=Path("/tmp/rlvr-data-bench"))
+    parser.add_argument("--templated", default=None, help="scales, e.g. 1,10,50 (× 3,000 templated rows)")
     args = parser.parse_args()
+    if args.templated:
+        print("| rows | CPU s | CPU ms per 1,000 rows |\n|---|---|---|")
+        for scale in map(int, args.templated.split(",")):
+            folder = args.folder / f"templated-{scale}"
+            contract = templated(folder, scale)
+            seconds = cpu_seconds([sys.executable, "-m", "rlvr_cli", "data", "check", str(contract), "-f", "json"])
+            print(f"| {3000 * scale:,} | {seconds:.1f} | {seconds / (3 * scale) * 1000:.0f} |", flush=True)
+        return
     contract = make(args.folder, args.rows)
     print(f"{args.rows:,} rows in {args.folder}/data; 2 cores")
     # the baseline runs first, so each child's peak RSS is its own (ru_maxrss of children is a max)

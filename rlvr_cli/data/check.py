@@ -269,11 +269,12 @@ class _Near:
         when they are evaluation prompts."""
         if not self.pending:
             return
-        from rlvr_cli.data.near import ESTIMATE_SLACK, confirm, same_template
+        from rlvr_cli.data.near import ESTIMATE_SLACK, confirm, numbers_salt, same_template
 
         index, k = self.index, self.signer.shingle
         signatures = self.signer.signatures([text for text, _, _ in self.pending])
-        found_all = index.matches(signatures, floor=max(index.threshold - ESTIMATE_SLACK, 0.0))
+        salts = None if self.clusters else [numbers_salt(text) for text, _, _ in self.pending]  # same numbers only
+        found_all = index.matches(signatures, floor=max(index.threshold - ESTIMATE_SLACK, 0.0), salts=salts)
         for (text, digest, loc), found in zip(self.pending, found_all, strict=True):
             for (other_digest, other), _ in found:  # type: ignore[misc]
                 if other >> 40 == loc >> 40:
@@ -289,7 +290,7 @@ class _Near:
                 if similarity is not None:
                     self._report(loc, other, similarity)
         if SPLITS[self.pending[0][2] >> 40] != "train":
-            index.add([(digest, loc) for _, digest, loc in self.pending], signatures)
+            index.add([(digest, loc) for _, digest, loc in self.pending], signatures, salts)
             self.texts.update((loc, text) for text, _, loc in self.pending)
         self.pending.clear()
 

@@ -146,6 +146,13 @@ def confirm(a: str, b: str, threshold: float, k: int) -> float | None:
     return similarity if similarity >= threshold else None
 
 
+def numbers_salt(text: str) -> bytes:
+    """The block a prompt's near duplicates lie in: the digest of the numbers it states."""
+    import hashlib
+
+    return hashlib.blake2b(repr(sorted(numbers(text).elements())).encode(), digest_size=8).digest()
+
+
 def skeleton(text: str) -> str:
     """A prompt with its numbers masked: what the distinct problems of one template share."""
     return NUMBERS.sub("#", text)
@@ -192,28 +199,32 @@ class Index:
         self.keys: list[object] = []
         self.rows = np.empty((1024, permutations), dtype=np.uint32)  # grown by doubling
 
-    def _band_keys(self, signatures: np.ndarray) -> list[list[bytes]]:
+    def _band_keys(self, signatures: np.ndarray, salts: list[bytes] | None = None) -> list[list[bytes]]:
+        """Each band's key per signature; with `salts`, each prefixed by its row's salt, so that
+        only rows of one salt can be candidates (blocking: a near duplicate states the same
+        numbers, so templated data stops making every sibling a candidate of every other)."""
         r = self.band_rows
         out = []
         for band in range(self.bands):
             part = np.ascontiguousarray(signatures[:, band * r : (band + 1) * r])
-            out.append(part.view(f"V{4 * r}").ravel().tolist())
+            keys = part.view(f"V{4 * r}").ravel().tolist()
+            out.append(keys if salts is None else [salt + key for salt, key in zip(salts, keys, strict=True)])
         return out
 
-    def add(self, keys: list[object], signatures: np.ndarray) -> None:
+    def add(self, keys: list[object], signatures: np.ndarray, salts: list[bytes] | None = None) -> None:
         first = len(self.keys)
         while first + len(keys) > len(self.rows):
             self.rows = np.concatenate([self.rows, np.empty_like(self.rows)])
         self.rows[first : first + len(keys)] = signatures
         self.keys.extend(keys)
-        for table, band_keys in zip(self.tables, self._band_keys(signatures), strict=True):
+        for table, band_keys in zip(self.tables, self._band_keys(signatures, salts), strict=True):
             for offset, key in enumerate(band_keys):
                 table.setdefault(key, []).append(first + offset)
 
-    def candidates(self, signatures: np.ndarray) -> list[set[int]]:
-        """For each signature, the slots sharing at least one band with it."""
+    def candidates(self, signatures: np.ndarray, salts: list[bytes] | None = None) -> list[set[int]]:
+        """For each signature, the slots sharing at least one band (and its salt) with it."""
         found: list[set[int]] = [set() for _ in range(len(signatures))]
-        for table, band_keys in zip(self.tables, self._band_keys(signatures), strict=True):
+        for table, band_keys in zip(self.tables, self._band_keys(signatures, salts), strict=True):
             if not table:
                 continue
             for i, key in enumerate(band_keys):
@@ -222,12 +233,14 @@ class Index:
                     found[i].update(slots)
         return found
 
-    def matches(self, signatures: np.ndarray, floor: float | None = None) -> list[list[tuple[object, float]]]:
+    def matches(
+        self, signatures: np.ndarray, floor: float | None = None, salts: list[bytes] | None = None
+    ) -> list[list[tuple[object, float]]]:
         """For each signature, the indexed keys whose estimated Jaccard similarity with it
         reaches `floor` (default: the threshold)."""
         floor = self.threshold if floor is None else floor
         out: list[list[tuple[object, float]]] = []
-        for signature, slots in zip(signatures, self.candidates(signatures), strict=True):
+        for signature, slots in zip(signatures, self.candidates(signatures, salts), strict=True):
             if not slots:
                 out.append([])
                 continue

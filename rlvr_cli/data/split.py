@@ -125,7 +125,7 @@ def _join_near(
         return 0
     import numpy as np
 
-    from rlvr_cli.data.near import ESTIMATE_SLACK, Index, Signer, confirm, same_template, skeleton
+    from rlvr_cli.data.near import ESTIMATE_SLACK, Index, Signer, confirm, numbers_salt, same_template, skeleton
 
     if clusters:
         texts, confirm = [skeleton(t) for t in texts], same_template  # numbers masked; the similarity decides
@@ -135,13 +135,14 @@ def _join_near(
     floor, k = max(index.threshold - ESTIMATE_SLACK, 0.0), signer.shingle
     joins = 0
     signatures = signer.signatures(texts)
+    salts = None if clusters else [numbers_salt(t) for t in texts]  # near duplicates state the same numbers
 
     def join(a: int, b: int) -> int:  # the estimate never decides: the same numbers and the exact similarity do
         return groups.join(keys[a], keys[b]) if confirm(texts[a], texts[b], index.threshold, k) is not None else 0
 
     for start in range(0, len(texts), 1024):
-        batch = signatures[start : start + 1024]
-        for offset, found in enumerate(index.matches(batch, floor=floor)):
+        batch, block = signatures[start : start + 1024], None if salts is None else salts[start : start + 1024]
+        for offset, found in enumerate(index.matches(batch, floor=floor, salts=block)):
             for other, _ in found:
                 joins += join(start + offset, other)  # type: ignore[arg-type]
         for offset in range(len(batch)):  # pairs within a batch: each row against the rows before it
@@ -149,7 +150,7 @@ def _join_near(
             similar = np.nonzero((batch[:offset] == row).mean(axis=1) >= floor)[0]
             for other in similar:
                 joins += join(start + offset, start + int(other))
-        index.add(list(range(start, start + len(batch))), batch)
+        index.add(list(range(start, start + len(batch))), batch, block)
     return joins
 
 

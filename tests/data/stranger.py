@@ -55,12 +55,14 @@ def _task(rng: random.Random) -> tuple[str, str]:
 FAMILIES = ("What date", "Convert", "A bus", "A ", "How many days")  # the first that fits
 
 
-def _clean(n: int, rng: random.Random, prefix: str, seen: set[str]) -> list[dict[str, Any]]:
+def clean_tasks(n: int, rng: random.Random, prefix: str, seen: set[str], *, distinct: bool = True) -> list[dict]:
+    """`n` problems; `distinct`: no two of one family with the same numbers (else only no two
+    prompts alike: what a larger set drawn from the same templates holds)."""
     rows: list[dict[str, Any]] = []
     while len(rows) < n:
         prompt, answer = _task(rng)
         family = next(i for i, start in enumerate(FAMILIES) if prompt.startswith(start))
-        key = f"{family} {re.findall(r'[0-9]+', prompt)}"  # one problem per family and numbers
+        key = f"{family} {re.findall(r'[0-9]+', prompt)}" if distinct else prompt  # one problem per family and numbers
         if key in seen:
             continue
         seen.add(key)
@@ -98,8 +100,8 @@ def build(folder: Path, seed: int = 3) -> list[tuple[str, str, str]]:
     """Write the three splits under `folder` (~3,000 rows); return every planted problem as
     (split, task id, code)."""
     rng, seen = random.Random(seed), set()
-    splits = {"train": _clean(2400, rng, "tr", seen), "holdout": _clean(300, rng, "ho", seen)}
-    splits["sealed_eval"] = _clean(300, rng, "se", seen)
+    splits = {"train": clean_tasks(2400, rng, "tr", seen), "holdout": clean_tasks(300, rng, "ho", seen)}
+    splits["sealed_eval"] = clean_tasks(300, rng, "se", seen)
     train, holdout = splits["train"], splits["holdout"]
     plants: list[tuple[str, str, str]] = []  # (split, id, code): lines are known once written
 
