@@ -248,6 +248,8 @@ def test_the_sandbox_root_is_read_only_and_only_the_capped_working_folder_is_wri
     assert check(ADD, fenced(flood)).components["tests"] == 0.0
     capped = "open('/tmp/probe', 'wb').write(b'x' * (200 << 20))\n" + REFERENCE  # the working folder is capped
     assert check(ADD, fenced(capped)).components["tests"] == 0.0
+    beside = "open('/run/rlvr/probe', 'w').write('x')\n" + REFERENCE  # nor beside the runner
+    assert check(ADD, fenced(beside)).components["tests"] == 0.0
     # the paired case: the same arm against a sandbox whose root is left writable is accepted
     from rlvr_cli.env import sandbox
 
