@@ -23,6 +23,7 @@ from rlvr_cli.contract.models import Contract
 from rlvr_cli.contract.tasks import MAX_ROW_BYTES, parse_task, split_file_problem, task_lines
 from rlvr_cli.contract.waivers import Scope
 from rlvr_cli.data.findings import SPLITS, DataFinding, DataReport, Place
+from rlvr_cli.data.groups import Groups
 from rlvr_cli.data.holdout import HoldoutTally
 from rlvr_cli.data.leak import AnswerIndex, answers
 from rlvr_cli.data.normal import NUMBERS, normalizer, prompt_text, strings
@@ -247,7 +248,7 @@ class _Near:
         self.check, self.clusters = check, clusters
         self.pending: list[tuple[str, bytes, int]] = []
         self.texts: dict[int, str] = {}  # loc → the text of every indexed (evaluation) prompt, to confirm pairs
-        self.parent: dict[int, int] = {}  # clusters: union-find over the places of joined prompts
+        self.groups = Groups()  # clusters: the places of joined prompts
         self.skeletons: dict[bytes, int] = {}  # clusters: a skeleton's digest → the first place it was seen
 
     def add(self, text: str, digest: bytes, loc: int) -> None:
@@ -258,7 +259,7 @@ class _Near:
             digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
             first = self.skeletons.setdefault(digest, loc)
             if first != loc:
-                self._join(loc, first)
+                self.groups.join(loc, first)
                 return
         self.pending.append((text, digest, loc))
         if len(self.pending) >= BATCH:
@@ -280,9 +281,9 @@ class _Near:
                 if other >> 40 == loc >> 40:
                     continue
                 if self.clusters:  # a candidate already in this prompt's cluster needs no comparing
-                    joined = self._find(loc) == self._find(other)
+                    joined = self.groups.find(loc) == self.groups.find(other)
                     if not joined and same_template(text, self.texts[other], index.threshold, k) is not None:
-                        self._join(loc, other)
+                        self.groups.join(loc, other)
                     continue
                 if other_digest == digest:  # exact copies are RLV408 already
                     continue
@@ -300,22 +301,11 @@ class _Near:
         message = f"a near duplicate of {report.where(other)} (Jaccard similarity {similarity:.2f}, the same numbers)"
         report.add(DataFinding("RLV411", "error", message, at=at, other=other, similarity=similarity))
 
-    def _find(self, loc: int) -> int:
-        self.parent.setdefault(loc, loc)
-        while self.parent[loc] != loc:
-            self.parent[loc] = self.parent[self.parent[loc]]
-            loc = self.parent[loc]
-        return loc
-
-    def _join(self, a: int, b: int) -> None:
-        ra, rb = self._find(a), self._find(b)
-        self.parent[max(ra, rb)] = min(ra, rb)
-
     def report_clusters(self) -> None:
         """One warning per cluster that spans splits, at its first member outside the first split."""
         members: dict[int, list[int]] = {}
-        for loc in self.parent:
-            members.setdefault(self._find(loc), []).append(loc)
+        for loc in self.groups.parent:
+            members.setdefault(self.groups.find(loc), []).append(loc)
         report, threshold = self.check.report, self.index.threshold
         for locs in sorted(sorted(m) for m in members.values()):
             counts = {name: sum(SPLITS[loc >> 40] == name for loc in locs) for name in SPLITS}

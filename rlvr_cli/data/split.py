@@ -23,6 +23,7 @@ from rlvr_cli.contract.models import Contract
 from rlvr_cli.contract.tasks import read_split
 from rlvr_cli.data.check import settings_of
 from rlvr_cli.data.findings import SPLITS
+from rlvr_cli.data.groups import Groups
 from rlvr_cli.data.normal import normalizer, prompt_text
 from rlvr_cli.errors import RlvrError
 from rlvr_cli.files import atomic_write_text, sha256_file
@@ -40,27 +41,6 @@ def group_keys(row: dict[str, Any], by: str | None, line: int) -> list[str]:
     value = row[by]
     values = value if isinstance(value, list) and value else [value]
     return [v if isinstance(v, str) else json.dumps(v, sort_keys=True) for v in values]
-
-
-class _Groups:
-    """Union-find over group keys: near duplicates join their groups."""
-
-    def __init__(self) -> None:
-        self.parent: dict[str, str] = {}
-
-    def find(self, key: str) -> str:
-        self.parent.setdefault(key, key)
-        while self.parent[key] != key:
-            self.parent[key] = self.parent[self.parent[key]]
-            key = self.parent[key]
-        return key
-
-    def join(self, a: str, b: str) -> bool:
-        ra, rb = self.find(a), self.find(b)
-        if ra == rb:
-            return False
-        self.parent[max(ra, rb)] = min(ra, rb)
-        return True
 
 
 def _rank(seed: int, key: str) -> int:
@@ -81,7 +61,7 @@ def plan_split(
             continue
         first[text] = row["id"]
         kept.append((line, row, text))
-    groups = _Groups()
+    groups = Groups()
     keys = []
     for line, row, _ in kept:
         names = group_keys(row, by, line)
@@ -118,7 +98,7 @@ def plan_split(
 
 
 def _join_near(
-    settings: dict[str, Any] | None, texts: list[str], keys: list[str], groups: _Groups, clusters: bool = False
+    settings: dict[str, Any] | None, texts: list[str], keys: list[str], groups: Groups, clusters: bool = False
 ) -> int:
     """Join the groups of near duplicates (or, `clusters`, of one semantic cluster's prompts)."""
     if not settings or len(texts) < 2:
