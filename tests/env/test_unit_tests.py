@@ -312,7 +312,9 @@ def test_integers_compare_exactly_and_floats_by_the_tests_tolerance(check: UnitT
     assert check({"id": "big", "tests": big}, fenced("def f():\n    return 10**20 + 1\n")).reward == 1.0
     near = {"kind": "call", "function": "f", "cases": [{"args": [], "expected": 0.1 + 0.2}]}
     close = fenced("def f():\n    return 0.3\n")
-    assert check({"id": "near", "tests": near}, close).reward == 1.0  # floats: within 1e-6 by default
+    unsaid = check({"id": "near", "tests": near}, close)  # a float expectation: the task says how close
+    assert unsaid.status == "verifier_error" and "give tests.tolerance" in (unsaid.detail or ""), unsaid
+    assert check({"id": "near", "tests": {**near, "tolerance": 1e-9}}, close).reward == 1.0
     assert check({"id": "near", "tests": {**near, "tolerance": 0}}, close).reward == 0.0  # the task asks exact
     bad = check({"id": "near", "tests": {**near, "tolerance": "loose"}}, close)
     assert bad.status == "verifier_error" and "tolerance" in (bad.detail or "")

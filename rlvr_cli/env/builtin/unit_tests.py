@@ -9,7 +9,8 @@ Tests, in the task's `tests_field`:
 - `{kind: call, function: add, cases: [{args: [1, 2], kwargs: {}, expected: 3}]}`: the code is
   loaded as a module, the function called; its return value, as JSON, must equal `expected`:
   integers and strings exactly (`1e20` is not `10**20 + 1`), floats within `tolerance` relative
-  (the tests' own key; 1e-6 when absent, 0 for exact) and 1e-9 absolute, `true` is not `1`. A
+  and 1e-9 absolute — the tests' own key, which tests with a float expectation must give (0 for
+  exact) — and `true` is not `1`. A
   case `{args: ["x"], raises: ValueError, match: "invalid"}` expects the call to raise that
   exception (or a subclass), its message matching the optional regular expression. With the
   tests' `strict_types: true` the types must match too (a tuple is not a list, `3.0` is not `3`);
@@ -73,9 +74,11 @@ def parse_tests(tests: Any) -> tuple[dict[str, Any], list[Any]]:
     function = tests.get("function")
     if not all("steps" in c for c in cases) and not (isinstance(function, str) and function.isidentifier()):
         raise BadTests("tests.function must name a function")
-    tolerance = tests.get("tolerance", DEFAULT_TOLERANCE)
+    tolerance = tests.get("tolerance", 0.0)
     if not isinstance(tolerance, (int, float)) or isinstance(tolerance, bool) or not 0 <= tolerance < 1:
         raise BadTests("tests.tolerance must be a number in [0, 1) (relative, for floats)")
+    if "tolerance" not in tests and _has_float(cases):  # the task says how close a float must be
+        raise BadTests("an expected value is a float: give tests.tolerance (0 for exact, or a relative tolerance)")
     flags = {k: tests.get(k, False) for k in ("strict_types", "unchanged_args")}
     if not all(isinstance(v, bool) for v in flags.values()):
         raise BadTests("tests.strict_types and tests.unchanged_args must be true or false")
@@ -124,7 +127,19 @@ def _check_call(case: dict[str, Any], where: str, *, needs_expectation: bool) ->
             raise BadTests(f"{where}.match is not a regular expression: {exc}") from None
 
 
-DEFAULT_TOLERANCE = 1e-6
+def _has_float(cases: list[dict[str, Any]]) -> bool:
+    """A float among what the cases expect: values, arguments after the call, steps' values."""
+    calls = [c for case in cases for c in [case, *(case.get("steps") or [])] if isinstance(c, dict)]
+    wanted = [c.get(k) for c in calls for k in ("expected", "args_after", "kwargs_after")]
+    return any(_float_in(v) for v in wanted)
+
+
+def _float_in(value: Any) -> bool:
+    if isinstance(value, float):
+        return True
+    if isinstance(value, (list, dict)):
+        return any(_float_in(v) for v in (value.values() if isinstance(value, dict) else value))
+    return False
 
 
 @dataclass(frozen=True)
@@ -206,7 +221,7 @@ def _lines(text: str) -> list[str]:
     return lines
 
 
-def same(got: Any, expected: Any, tolerance: float = DEFAULT_TOLERANCE) -> bool:
+def same(got: Any, expected: Any, tolerance: float = 0.0) -> bool:
     """JSON values equal: integers and strings exactly, floats within `tolerance` relative (and
     1e-9 absolute; 0: exactly); a bool is not a number."""
     if isinstance(expected, bool) or isinstance(got, bool):
