@@ -11,7 +11,7 @@ from rlvr_cli.commands.formats import emit, reporter
 from rlvr_cli.contract.diagnostics import Finding
 from rlvr_cli.contract.models import Contract
 from rlvr_cli.contract.waivers import active
-from rlvr_cli.data.findings import LISTED_PER_CODE, DataFinding, DataReport
+from rlvr_cli.data.findings import LISTED_PER_CODE, DataReport
 from rlvr_cli.errors import UsageProblem
 from rlvr_cli.files import atomic_write_text
 
@@ -68,29 +68,24 @@ def deep_findings(contract: Contract, folder: Path, contract_path: Path) -> list
         message = f"the data check needs {', '.join(missing)}: pip install 'rlvr-cli[data]'"
         return [Finding("RLV901", "error", ("data", "splits"), message)]
     report = data_report(contract, contract_path, waive=False)
-    found, shown = [], Counter[str]()
+    scopes, shown = active(contract), Counter[str]()
+    found, rest = [], Counter[tuple[str, str]]()  # past the listed ones: how many no waiver covers
     for f in report.findings:
         shown[f.code] += 1
+        severity = "error" if f.severity == "error" else "warning"
         if shown[f.code] > VALIDATE_PER_CODE:
+            if not any(w.covers(f.code, report.said(f), f.tasks) for w in scopes):
+                rest[(f.code, severity)] += 1
             continue
         split = f.at.split if f.at is not None else f.split
         where: tuple[str, ...] = ("data", "splits", split, "path") if split else ("data",)
         if f.code == "RLV407":
             where = ("data", "holdout_design")
         message = f"{report.where(f.at)}: {f.message}" if f.at is not None else f.message
-        severity = "error" if f.severity == "error" else "warning"
         found.append(Finding(f.code, severity, where, message, tasks=f.tasks))
-    scopes, seen = active(contract), Counter[str]()
-    rest: dict[str, list[DataFinding]] = {}
-    for f in report.findings:  # past the listed ones: those no waiver covers
-        seen[f.code] += 1
-        text = f"{report.where(f.at, f.split)}: {f.message}"
-        if seen[f.code] > VALIDATE_PER_CODE and not any(w.covers(f.code, text, f.tasks) for w in scopes):
-            rest.setdefault(f.code, []).append(f)
-    for code, left in rest.items():
-        listing = "`rlvr data check --max-per-code 0` lists every one"
-        more = f"... and {len(left)} more {code} findings that no waiver covers ({listing})"
-        found.append(Finding(code, "error" if any(f.severity == "error" for f in left) else "warning", ("data",), more))
+    for (code, severity), n in rest.items():
+        more = f"... and {n} more {code} findings no waiver covers (`rlvr data check --max-per-code 0` lists every one)"
+        found.append(Finding(code, severity, ("data",), more))
     return found
 
 

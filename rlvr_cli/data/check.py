@@ -298,7 +298,10 @@ class _Near:
     def _report(self, loc: int, other_loc: int, similarity: float) -> None:
         report = self.check.report
         at, other = _pair(other_loc, loc)
-        message = f"a near duplicate of {report.where(other)} (Jaccard similarity {similarity:.2f}, the same numbers)"
+        message = (
+            f"a near duplicate of {report.where(other)} (Jaccard similarity {similarity:.2f}, the same numbers in "
+            "the same roles)"
+        )
         report.add(DataFinding("RLV411", "error", message, at=at, other=other, similarity=similarity))
 
     def report_clusters(self) -> None:

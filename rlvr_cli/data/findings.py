@@ -58,8 +58,7 @@ class DataReport:
         for f in self.findings:
             if f.severity == "waived":
                 continue
-            text = f"{self.where(f.at, f.split)}: {f.message}"
-            scope = next((w for w in self.waivers if w.covers(f.code, text, f.tasks)), None)
+            scope = next((w for w in self.waivers if w.covers(f.code, self.said(f), f.tasks)), None)
             if scope is not None:
                 self.severities[f.severity] -= 1
                 self.severities["waived"] += 1
@@ -83,6 +82,10 @@ class DataReport:
 
     def path(self, place: Place) -> str:
         return str(self.files[place.split]["path"])
+
+    def said(self, f: DataFinding) -> str:
+        """A finding's place and message: what a waiver's `match` searches."""
+        return f"{self.where(f.at, f.split)}: {f.message}"
 
     def where(self, place: Place | None, split: str | None = None) -> str:
         if place is None:

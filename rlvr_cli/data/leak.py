@@ -25,16 +25,16 @@ class AnswerIndex:
         self.min_chars = min_chars
         self.key = min(min_chars, 8)
         self.by_key: dict[str, list[tuple[str, Place]]] = {}
-        self.seen: set[tuple[str, str]] = set()
+        self.seen: set[tuple[str, str, frozenset[str]]] = set()
 
     def __len__(self) -> int:
         return len(self.seen)
 
     def add(self, answer: str, place: Place, given: frozenset[str] = frozenset()) -> None:
         """An answer, with the numbers its own prompt gives (`given`)."""
-        if len(answer) < self.min_chars or (answer, place.split) in self.seen:
-            return
-        self.seen.add((answer, place.split))
+        if len(answer) < self.min_chars or (answer, place.split, given) in self.seen:
+            return  # one answer twice in a split is indexed once per question's numbers
+        self.seen.add((answer, place.split, given))
         self.by_key.setdefault(answer[: self.key], []).append((answer, place, given))
 
     def find(self, text: str, split: str) -> Iterator[tuple[str, Place]]:

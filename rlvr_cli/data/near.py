@@ -21,6 +21,7 @@ distinct problems of one template form one cluster, which the contract says lies
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections import Counter
 from collections.abc import Sequence
@@ -139,7 +140,7 @@ def same_numbers(a: str, b: str) -> bool:
 
 def confirm(a: str, b: str, threshold: float, k: int) -> float | None:
     """The exact Jaccard similarity of two prompts when they are near duplicates (the same
-    numbers, and a similarity reaching the threshold); None when they are not."""
+    numbers in the same roles, and a similarity reaching the threshold); None when they are not."""
     if not same_numbers(a, b):
         return None
     similarity = jaccard(shingles(a, k), shingles(b, k))
@@ -148,8 +149,6 @@ def confirm(a: str, b: str, threshold: float, k: int) -> float | None:
 
 def numbers_salt(text: str) -> bytes:
     """The block a prompt's near duplicates lie in: the digest of the numbers it states."""
-    import hashlib
-
     return hashlib.blake2b(repr(sorted(numbers(text).elements())).encode(), digest_size=8).digest()
 
 

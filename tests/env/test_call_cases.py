@@ -118,3 +118,15 @@ def test_malformed_steps_are_the_tasks_fault(check: UnitTests) -> None:
     ]:
         verdict = check(task(**bad), GOOD_STACK)
         assert verdict.status == "verifier_error" and said in (verdict.detail or ""), (bad, verdict)
+
+
+def test_a_name_the_code_does_not_define_is_never_an_expected_exception(check: UnitTests) -> None:
+    """A case that expects KeyError (or AttributeError) is not passed by code that defines nothing."""
+    lookup = task(function="lookup", cases=[{"args": [{}, "k"], "raises": "KeyError"}])
+    assert check(lookup, "def lookup(d, k):\n    return d[k]\n").reward == 1.0
+    nothing = check(lookup, "x = 1\n")
+    assert nothing.reward == 0.0 and "no lookup to call" in (nothing.detail or ""), nothing
+    steps = task(cases=[{"steps": [{"call": "Box", "as": "b"}, {"call": "b.open", "raises": "AttributeError"}]}])
+    assert check(steps, "class Box:\n    def open(self):\n        raise AttributeError('stuck')\n").reward == 1.0
+    lidless = check(steps, "class Box:\n    pass\n")
+    assert lidless.reward == 0.0 and "step 1: no b.open to call" in (lidless.detail or ""), lidless

@@ -77,8 +77,8 @@ def _child(payload: dict, case: dict, stdin_path: str, out: int, err: int, res: 
                 objects: dict = {}
                 answer = {"steps": [_step(namespace, objects, step) for step in case["steps"]]}
             else:
-                args, kwargs = case.get("args", []), case.get("kwargs", {})
-                answer = _call(lambda: namespace[payload["function"]], args, kwargs)[1]
+                name, args, kwargs = payload["function"], case.get("args", []), case.get("kwargs", {})
+                answer = _call(namespace.get(name), name, args, kwargs)[1]
                 answer["args_after"] = _reported([args, kwargs])["value"]  # what the call did to them
             data = json.dumps(answer, allow_nan=False).encode()
             sys.stdout.flush()
@@ -114,10 +114,13 @@ def _reported(value: object) -> dict:
         return {"value": None, "unjsonable": type(value).__name__}
 
 
-def _call(resolve: object, args: list, kwargs: dict) -> tuple[object, dict]:
-    """(the value, what is reported): the call's value, or the exception a case may expect."""
+def _call(function: object, name: str, args: list, kwargs: dict) -> tuple[object, dict]:
+    """(the value, what is reported): the call's value, or the exception a case may expect; a
+    name the code does not define is `missing`, never an exception a case could expect."""
+    if not callable(function):
+        return None, {"missing": name}
     try:
-        value = resolve()(*args, **kwargs)  # type: ignore[operator]
+        value = function(*args, **kwargs)
     except Exception as exc:  # compared outside
         kinds = [k.__name__ for k in type(exc).__mro__]
         return None, {"raised": type(exc).__name__, "kinds": kinds, "message": str(exc)[:1000]}
@@ -128,14 +131,14 @@ def _step(namespace: dict, objects: dict, step: dict) -> dict:
     """One step of a sequence: `call` names a function of the code, or `obj.method` of a value an
     earlier step kept `as` obj."""
     head, _, attr = step["call"].partition(".")
-
-    def resolve() -> object:
-        target = objects[head] if head in objects else namespace[head]
-        return getattr(target, attr) if attr else target
-
+    target = objects[head] if head in objects else namespace.get(head)
+    try:
+        function = getattr(target, attr, None) if attr and target is not None else target
+    except Exception:  # a value's own __getattr__ failing: nothing to call
+        function = None
     args, kwargs = step.get("args", []), step.get("kwargs", {})
-    value, answer = _call(resolve, args, kwargs)
-    if step.get("as") and "raised" not in answer:
+    value, answer = _call(function, step["call"], args, kwargs)
+    if step.get("as") and "raised" not in answer and "missing" not in answer:
         objects[step["as"]] = value
     answer["args_after"] = _reported([args, kwargs])["value"]
     return answer

@@ -175,6 +175,8 @@ class Expect:
         return cls(case.get("expected"), has_value="expected" in case, rules=rules, args_after=after)
 
     def judge(self, answer: dict[str, Any]) -> str | None:
+        if "missing" in answer:
+            return f"no {answer['missing']} to call"
         raised = answer.get("raised")
         if self.raises is None:
             if raised is not None:
