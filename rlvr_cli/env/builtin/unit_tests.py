@@ -10,9 +10,9 @@ Tests, in the task's `tests_field`:
   loaded as a module, the function called; its return value, as JSON, must equal `expected`:
   integers and strings exactly (`1e20` is not `10**20 + 1`), floats within `tolerance` relative
   and 1e-9 absolute — the tests' own key, which tests with a float expectation must give (0 for
-  exact) — and `true` is not `1`. A
-  case `{args: ["x"], raises: ValueError, match: "invalid"}` expects the call to raise that
-  exception (or a subclass), its message matching the optional regular expression. With the
+  exact) — and `true` is not `1`. A case `{args: ["x"], raises: ValueError, match: "invalid"}`
+  expects the call to raise that exception (or a subclass), its message matching the optional
+  regular expression. With the
   tests' `strict_types: true` the types must match too (a tuple is not a list, `3.0` is not `3`);
   a case's `args_after` (and `kwargs_after`) are what the arguments must hold after the call (an
   in-place sort), and the tests' `unchanged_args: true` asks every call to leave them as given;
@@ -156,11 +156,18 @@ class Expect:
     """What one call expects: a value (compared by the tests' rules), an exception, or — a step
     of a sequence — only not to raise; and, optionally, its arguments after the call."""
 
-    def __init__(self, value: Any = None, raises: str | None = None, match: str | None = None, **kw: Any) -> None:
+    def __init__(
+        self,
+        value: Any = None,
+        raises: str | None = None,
+        match: str | None = None,
+        *,
+        has_value: bool = True,
+        rules: Rules = Rules(),
+        args_after: list | None = None,
+    ) -> None:
         self.value, self.raises, self.match = value, raises, match
-        self.has_value: bool = kw.get("has_value", True)
-        self.rules: Rules = kw.get("rules", Rules())
-        self.args_after: list | None = kw.get("args_after")
+        self.has_value, self.rules, self.args_after = has_value, rules, args_after
 
     @classmethod
     def of(cls, case: dict[str, Any], rules: Rules) -> Expect:
