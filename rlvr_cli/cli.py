@@ -233,6 +233,14 @@ def report(
         Path | None,
         typer.Option("--out", help="HTML file (default RUN_DIR/report.html; comparing: ./rlvr-compare.html)."),
     ] = None,
+    by: Annotated[
+        str | None,
+        typer.Option(
+            "--by",
+            help="Comparing: the budget runs are compared at — rollouts, tokens, verifier_seconds (discarded "
+            "generations included) or step (the default).",
+        ),
+    ] = None,
 ) -> int:
     """Write a run's HTML report, or one page comparing several runs.
 
@@ -240,7 +248,7 @@ def report(
     samples), or several runs compared (contract differences key by key, curves overlaid)."""
     from rlvr_cli.commands.report import run_report
 
-    return run_report(run_dirs, out)
+    return run_report(run_dirs, out, by)
 
 
 @app.command()

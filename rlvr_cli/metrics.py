@@ -65,6 +65,12 @@ class StepMetrics:
     total_rollouts: float | None = _m("rollouts generated so far")
     total_verifier_calls: float | None = _m("verifier calls so far")
     total_tokens: float | None = _m("tokens generated so far")
+    total_verifier_seconds: float | None = _m("seconds spent verifying so far, discarded samples included")
+    tokens_discarded: float | None = _m(
+        "generated tokens of the step that no update trains on (dropped groups, truncated or invalid samples)"
+    )
+    verifier_seconds: float | None = _m("verifier seconds of the step's samples (sum over samples)")
+    verifier_seconds_discarded: float | None = _m("verifier seconds of the step's samples that no update trains on")
     # ── hints (data.hints.used) ──
     hint_share: float | None = _m(
         "share of the step's samples shown a hint (falls to 0 by hints.until_step)", needs="hints"

@@ -23,4 +23,9 @@ def run_gate(contract_path: Path, candidate: Path, baseline: Path | None) -> int
     write_verdict(result, out)
     print(gate_table(result))
     print(f"verdict written to {out / 'verdict.json'}", file=sys.stderr)
+    if candidate.is_dir():  # a run folder: its trackers get the verdict too
+        from rlvr_cli.trackers.fanout import publish
+
+        for line in publish(candidate, [out / "verdict.json"]):
+            print(line, file=sys.stderr)
     return ExitCode.OK if result.release == "pass" else ExitCode.FAILED

@@ -31,6 +31,8 @@ def run_status(run_dir: Path) -> int:
     if status.rule:
         print(f"fired rule: {status.rule.name} — {status.rule.describe()}")
     print(f"checkpoint: {checkpoints[-1][1].name if checkpoints else 'none'}")
+    if status.trackers:
+        print("trackers:   " + "; ".join(f"{kind} {state}" for kind, state in status.trackers.items()))
     if metrics:
         last = metrics[-1]
         shown = ", ".join(f"{k} {last[k]:.4g}" for k in STATUS_LINE if isinstance(last.get(k), (int, float)))

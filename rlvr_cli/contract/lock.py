@@ -8,6 +8,7 @@ from pathlib import Path
 
 from rlvr_cli.contract import hub
 from rlvr_cli.contract.models import Contract
+from rlvr_cli.errors import RlvrError
 from rlvr_cli.files import atomic_write_text, sha256_file
 
 LOCK_VERSION = 1
@@ -102,3 +103,23 @@ def write(contract: Contract, contract_path: Path) -> Path:
     document = compute(contract, contract_path.resolve().parent)
     atomic_write_text(target, json.dumps(document, indent=2) + "\n")
     return target
+
+
+def check_unchanged(contract: Contract, contract_path: Path) -> None:
+    """With a lock file, every file it pins must still match: a run never trains on a changed
+    verifier, data split or model without saying so (`rlvr lock` pins the new files)."""
+    path = lock_path(contract, contract_path)
+    if not path.is_file():
+        return
+    try:
+        locked = json.loads(path.read_text(encoding="utf-8"))["files"]
+        current = compute(contract, contract_path.resolve().parent)["files"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise RlvrError(f"lock file {path.name} cannot be checked: {exc}") from None
+    changed = [name for name in sorted(set(locked) | set(current)) if locked.get(name) != current.get(name)]
+    if changed:
+        shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
+        raise RlvrError(
+            f"{shown} changed since {path.name} was written; train refuses files the lock does not pin "
+            f"(restore them, or run `rlvr lock` to pin the new ones)"
+        )

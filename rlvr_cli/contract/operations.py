@@ -2,12 +2,13 @@
 acceptance gates and waivers."""
 
 import re
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, PrivateAttr, field_validator, model_validator
+from pydantic import Discriminator, Field, PrivateAttr, Tag, field_validator, model_validator
 
 from rlvr_cli.contract.condition import PATTERN as WHEN
 from rlvr_cli.contract.condition import Condition
+from rlvr_cli.contract.scale import FORMS
 from rlvr_cli.contract.sections import CHECKPOINT_PARTS, DATE, Int, PositiveInt, Section
 
 
@@ -33,13 +34,80 @@ class Rule(Section):
         return self._condition
 
 
+TrackerKind = Literal["tensorboard", "mlflow", "wandb", "trackio"]
+#: the keys each tracker reads besides `kind` and `dir` (a key a tracker ignores is refused)
+TRACKER_KEYS = {"tensorboard": (), "mlflow": ("project", "uri"), "wandb": ("project", "mode"), "trackio": ("project",)}
+
+
+class Tracker(Section):
+    """A tracker the run also writes to, besides its own files; local and offline unless said."""
+
+    kind: TrackerKind = Field(description="tensorboard, mlflow, wandb or trackio (each the extra of its name).")
+    dir: str | None = Field(
+        None,
+        min_length=1,
+        description="Where the tracker's local files go (relative to the run folder); default trackers/<kind>.",
+    )
+    project: str | None = Field(
+        None,
+        min_length=1,
+        description="mlflow: the experiment; wandb, trackio: the project. Default: the contract's name.",
+    )
+    uri: str | None = Field(
+        None,
+        min_length=1,
+        description="mlflow only: a tracking URI (http://…, sqlite:///…); default a file store under `dir`.",
+    )
+    mode: Literal["offline", "online"] | None = Field(
+        None, description="wandb only: offline (the default: files to sync later) or online (needs the network)."
+    )
+
+    @model_validator(mode="after")
+    def _keys_it_reads(self) -> "Tracker":
+        ignored = [k for k in ("project", "uri", "mode") if getattr(self, k) is not None]
+        ignored = [k for k in ignored if k not in TRACKER_KEYS[self.kind]]
+        if ignored:
+            raise ValueError(f"{self.kind} does not read {' or '.join(ignored)}")
+        if self.uri is not None and self.dir is not None:
+            raise ValueError("mlflow writes to uri or to dir, not both")
+        return self
+
+
+def _tracker_form(value: Any) -> str:
+    return FORMS[1] if isinstance(value, dict | Tracker) else FORMS[0]
+
+
+TrackerValue = Annotated[
+    Annotated[TrackerKind, Tag(FORMS[0])] | Annotated[Tracker, Tag(FORMS[1])], Discriminator(_tracker_form)
+]
+
+
 class Monitoring(Section):
     rules: list[Rule] = Field(description="Pause/abort rules on the metrics.")
+    trackers: list[TrackerValue] = Field(
+        default_factory=list,
+        description="Trackers that receive every metric row, the contract, its plan and lock file, and the gate "
+        "verdict and report when written: tensorboard, mlflow, wandb, trackio (a name, or {kind: …} with "
+        "options). One that fails is reported once and the run goes on.",
+    )
     holdout_every: PositiveInt | None = Field(
         None,
         description="Steps between holdout evaluations (greedy, hint-free); a run that starts at step 0 also "
         "evaluates the holdout before its first update.",
     )
+
+    @field_validator("trackers")
+    @classmethod
+    def _once_each(cls, value: list[TrackerValue]) -> list[TrackerValue]:
+        kinds = [t if isinstance(t, str) else t.kind for t in value]
+        twice = sorted({k for k in kinds if kinds.count(k) > 1})
+        if twice:
+            raise ValueError(f"{', '.join(twice)} listed more than once")
+        return value
+
+    def tracker_specs(self) -> list[Tracker]:
+        """Each tracker as an object: a bare name is its defaults."""
+        return [Tracker(kind=t) if isinstance(t, str) else t for t in self.trackers]
 
 
 class Checkpoint(Section):

@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from rlvr_cli.errors import RlvrError
+from rlvr_cli.report import budget
 from rlvr_cli.report.charts import Chart, render
-from rlvr_cli.report.html import _esc, _page, _table, points
+from rlvr_cli.report.html import _esc, _page, _table
 from rlvr_cli.store.run import RunFolder
 
 OVERLAID = [
@@ -53,7 +54,8 @@ def differences(runs: list[RunFolder]) -> list[tuple[str, list[str]]]:
     return [(k, [d.get(k, "—") for d in keyed]) for k in keys if len({d.get(k, "—") for d in keyed}) > 1]
 
 
-def build_compare(run_dirs: list[Path]) -> str:
+def build_compare(run_dirs: list[Path], by: str = "step") -> str:
+    """The page; `by` is the x axis of its curves and the budget its verdict is read at."""
     runs = [RunFolder.existing(d) for d in run_dirs]
     names = []
     for run in runs:
@@ -62,6 +64,8 @@ def build_compare(run_dirs: list[Path]) -> str:
         name = run.read_plan().get("name") or run.root.name
         names.append(name if name not in names else f"{name} ({run.root})")
     metrics = [r.read_metrics() for r in runs]
+    starts = [r.read_holdout_start() for r in runs]
+    budget.check_axis(names, metrics, by)
     rows = []
     for run, name, m in zip(runs, names, metrics, strict=True):
         status, plan = run.read_status(), run.read_plan()
@@ -91,11 +95,20 @@ def build_compare(run_dirs: list[Path]) -> str:
         *((f"Holdout {c.split('/', 1)[1]}", c, (0.0, 1.0)) for c in components),
         *OVERLAID[2:],
     ]:
-        series = {name: points(m, key) for name, m in zip(names, metrics, strict=True) if points(m, key)}
-        charts.append(render(Chart(title, series, y_range)))
+        series = {n: budget.curve(m, key, by, st) for n, m, st in zip(names, metrics, starts, strict=True)}
+        note = f"x: {budget.LABELS[by]}"
+        charts.append(render(Chart(title, {n: p for n, p in series.items() if p}, y_range, note=note)))
+    key, common, standing = budget.standings(names, metrics, starts, by)
+    standing_rows = [
+        [_esc(r.name), f"{r.spent:,.6g}", "—" if r.value is None else f"{r.value:.3f}", f"{r.at or 0:,.6g}"]
+        for r in standing
+    ]
     body = (
         f"<h1>Comparing {len(runs)} runs</h1>"
         + _table(["run", "contract", "sha256", "state", "last holdout reward"], rows)
+        + f"<h2>At the same budget ({_esc(budget.LABELS[by])})</h2>"
+        + f"<p class='verdict'>{_esc(budget.verdict(key, common, standing, by))}</p>"
+        + _table(["run", "spent in all", key, "measured at"], standing_rows)
         + f"<h2>What differs ({len(diff)} contract key{'s' if len(diff) != 1 else ''})</h2>{diff_table}"
         + "<h2>Curves</h2><div class='grid'>"
         + "".join(charts)

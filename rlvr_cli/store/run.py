@@ -18,7 +18,7 @@ import json
 import os
 import re
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -60,6 +60,7 @@ class Status:
     next: str | None = None
     final: str | None = None
     max_steps: int | None = None
+    trackers: dict[str, str] | None = None  # each tracker's state: writing, or failed: why
     updated: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
 
     def as_json(self) -> dict[str, Any]:
@@ -80,8 +81,12 @@ class Status:
             next=data.get("next"),
             final=data.get("final"),
             max_steps=data.get("max_steps"),
+            trackers=data.get("trackers") if isinstance(data.get("trackers"), dict) else None,
             updated=data.get("updated", ""),
         )
+
+    def with_trackers(self, trackers: dict[str, str]) -> Status:
+        return replace(self, trackers=trackers)
 
 
 class RunFolder:

@@ -39,8 +39,19 @@ def rollout_metrics(contract: Contract, result: StepResult) -> dict[str, float]:
         "groups_accepted": float(len(result.accepted)),
         "dynamic_sampling_rounds": float(result.rounds),
         "samples_kept": float(sum(s.kept for g in result.accepted for s in g)),
+        **spent(result),
         **acceptance_by(contract, result),
         **hints.metrics(contract, gen),
+    }
+
+
+def spent(result: StepResult) -> dict[str, float]:
+    """What the step spent on samples no update trains on, beside what it spent in all."""
+    lost = [s for s in result.generated if not s.kept]
+    return {
+        "tokens_discarded": float(sum(len(s.response_ids) for s in lost)),
+        "verifier_seconds": sum(s.verify_seconds for s in result.generated),
+        "verifier_seconds_discarded": sum(s.verify_seconds for s in lost),
     }
 
 

@@ -10,13 +10,13 @@ counters a checkpoint holds are `TrainState`.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from rlvr_cli.contract import lock
 from rlvr_cli.contract.models import Contract
 from rlvr_cli.engine.types import NonFiniteLogits
 from rlvr_cli.env.agent import EnvUnreachable
@@ -29,8 +29,9 @@ from rlvr_cli.rollout.base import Draw, Rollout
 from rlvr_cli.rollout.rollouts import open_rollout
 from rlvr_cli.store.records import RecordStore
 from rlvr_cli.store.run import RunFolder, Status
+from rlvr_cli.trackers.fanout import Trackers
 from rlvr_cli.train import distributed as dist
-from rlvr_cli.train import overlap, update
+from rlvr_cli.train import overlap, tracking, update
 from rlvr_cli.train.checkpoint import load_latest
 from rlvr_cli.train.collect import StepResult, collect
 from rlvr_cli.train.faults import Fault
@@ -75,6 +76,7 @@ class Run:
     contract_path: Path
     steps: int  # this invocation's last step (`--max-steps`, or the contract's)
     ahead: Ahead | None = None  # sampling the next step during this one's update (train/overlap.py)
+    trackers: Trackers | None = None  # monitoring.trackers, on the main process (train/tracking.py)
 
     @property
     def contract(self) -> Contract:
@@ -82,7 +84,8 @@ class Run:
 
     def status(self, state: str, durable: bool = True, **details: Any) -> None:
         if self.setup.main:
-            status = Status(state, step=self.state.step, **details)  # type: ignore[arg-type]
+            trackers = self.trackers.states() if self.trackers else None
+            status = Status(state, step=self.state.step, trackers=trackers, **details)  # type: ignore[arg-type]
             self.folder.write_status(status, durable=durable)
 
 
@@ -127,6 +130,7 @@ def _count(state: TrainState, metrics: StepMetrics, result: StepResult) -> None:
     totals.rollouts += len(result.generated)
     totals.verifier_calls += sum(s.verdict is not None for s in result.generated)
     totals.tokens += sum(len(s.response_ids) for s in result.generated)
+    totals.verifier_seconds += sum(s.verify_seconds for s in result.generated)
     metrics.update(result.times.metrics())
     metrics.update({f"total_{k}": float(v) for k, v in totals.as_json().items()})
 
@@ -159,6 +163,7 @@ def run_steps(run: Run, rollout: Rollout, progress: Progress) -> int:
             if setup.main:
                 run.folder.append_metrics(row)
             state.step += 1
+            tracking.send(run, state.step, row, progress)
             eta = (time.perf_counter() - started) / (state.step - first) * (run.steps - state.step)
             progress.step(state.step, row, eta)
             said = no_signal.observe(state.step, row)
@@ -207,6 +212,7 @@ def holdout_start(run: Run, rollout: Rollout, progress: Progress) -> None:
     if run.setup.main:
         run.folder.write_holdout_start(row)
         progress.before_training(row)
+        tracking.send(run, 0, row, progress)
 
 
 def _holdout_rows(run: Run, rollout: Rollout) -> list[Sample]:
@@ -238,7 +244,7 @@ def _holdout_metrics(run: Run, rows: list[Sample], metrics: StepMetrics) -> None
 def start(contract: Contract, contract_path: Path, run_dir: Path, steps: int, resume: bool, force: bool) -> Run:
     """Build the run: set-up, then a fresh state or the newest checkpoint's."""
     folder = RunFolder(run_dir)
-    check_locked_files(contract, contract_path)
+    lock.check_unchanged(contract, contract_path)
     report = check_data(contract, contract_path)
     setup = build(contract, contract_path.resolve().parent, Fault.from_env())
     setup.data_check = sha256_bytes(report.dumps().encode()) if setup.main else None
@@ -259,28 +265,6 @@ def start(contract: Contract, contract_path: Path, run_dir: Path, steps: int, re
         ahead = Ahead(setup)
         ahead.restore(state.ahead)
     return Run(setup, state, folder, records, monitor, contract_path, steps, ahead)
-
-
-def check_locked_files(contract: Contract, contract_path: Path) -> None:
-    """With a lock file, every file it pins must still match: a run never trains on a changed
-    verifier, data split or model without saying so (`rlvr lock` pins the new files)."""
-    from rlvr_cli.contract import lock
-
-    path = lock.lock_path(contract, contract_path)
-    if not path.is_file():
-        return
-    try:
-        locked = json.loads(path.read_text(encoding="utf-8"))["files"]
-        current = lock.compute(contract, contract_path.resolve().parent)["files"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise RlvrError(f"lock file {path.name} cannot be checked: {exc}") from None
-    changed = [name for name in sorted(set(locked) | set(current)) if locked.get(name) != current.get(name)]
-    if changed:
-        shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
-        raise RlvrError(
-            f"{shown} changed since {path.name} was written; train refuses files the lock does not pin "
-            f"(restore them, or run `rlvr lock` to pin the new ones)"
-        )
 
 
 def _resume(
@@ -321,11 +305,12 @@ def train(
     if setup.main:
         _eprint(plan_text(plan) + (f"\nprocesses: {setup.world} (torch.distributed)" if setup.world > 1 else ""))
         run.folder.write_plan(plan)
+        tracking.open_trackers(run, lock.lock_path(contract, contract_path))
         run.status("running", max_steps=steps)
     try:
         # the records of every finished step are on disk when the run ends, however it ends
         rollout = open_rollout(contract, setup.folder, setup.renderer, setup.engine, log_dir=run.folder.path)
-        with rollout as opened, _closing(run.ahead), run.records or contextlib.nullcontext():
+        with tracking.closing(run), rollout as opened, _closing(run.ahead), run.records or contextlib.nullcontext():
             return run_steps(run, opened, progress)
     except (InvalidVerdictStop, NonFiniteLogits) as exc:
         run.status("aborted", reason=str(exc), next=_kept(run))

@@ -181,6 +181,7 @@ def build_plan(
             "checkpoints": str(run_dir / "checkpoints"),
             "final": str(run_dir / "final"),
             "status": str(run_dir / "status.json"),
+            "trackers": {t.kind: tracker_place(t, run_dir) for t in c.monitoring.tracker_specs()},
         },
         **(trainer or {}),
     }
@@ -215,4 +216,14 @@ def plan_text(plan: dict[str, Any]) -> str:
         f"writes: metrics {p['metrics']}, records {p['records']}, checkpoints {p['checkpoints']}, "
         f"final policy {p['final']}"
     )
+    if p.get("trackers"):
+        lines.append("trackers: " + ", ".join(f"{kind} {where}" for kind, where in p["trackers"].items()))
     return "\n".join(lines)
+
+
+def tracker_place(tracker: Any, run_dir: Path) -> str:
+    """Where a tracker writes: its server, or its local folder (and for W&B whether it uploads)."""
+    where = tracker.uri or str(run_dir / (tracker.dir or f"trackers/{tracker.kind}"))
+    if tracker.kind == "wandb":
+        where += f" ({tracker.mode or 'offline'})"
+    return where + (f", project {tracker.project}" if tracker.project else "")

@@ -17,13 +17,16 @@ class Totals:
     rollouts: int = 0
     verifier_calls: int = 0
     tokens: int = 0
+    verifier_seconds: float = 0.0  # not a budget limit: the x axis of `rlvr report --by verifier_seconds`
 
-    def as_json(self) -> dict[str, int]:
+    def as_json(self) -> dict[str, float]:
         return asdict(self)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Totals:
-        return cls(**{k: int(v) for k, v in data.items() if k in cls.__dataclass_fields__})
+        """A checkpoint's totals; one written before a total existed starts it at 0."""
+        kinds = {k: type(getattr(cls(), k)) for k in cls.__dataclass_fields__}
+        return cls(**{k: kinds[k](v) for k, v in data.items() if k in kinds})
 
 
 @dataclass

@@ -18,6 +18,7 @@ LAYERS = {
     "base": 0,  # errors, files, metrics, codes, store/
     "contract": 1,
     "data": 2,
+    "trackers": 2.5,  # monitoring.trackers: copies of the run's rows and files, written for train and the commands
     "chat": 3,
     "toy": 3.5,  # toy models and their warm-up (examples, tests): above chat, below engine
     "engine": 4,

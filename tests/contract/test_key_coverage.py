@@ -46,9 +46,10 @@ def schema_leaves(node: dict, defs: dict, prefix: str = "") -> set[str]:
     out = set()
     for key, prop in node.get("properties", {}).items():
         options = prop.get("anyOf") or [prop]
+        items = [o.get("items", {}) for o in options if o.get("type") == "array"]
         refs = [o["$ref"] for o in options if "$ref" in o] + [
-            o["items"]["$ref"] for o in options if o.get("type") == "array" and "$ref" in o.get("items", {})
-        ]
+            form["$ref"] for item in items for form in [item, *item.get("oneOf", [])] if "$ref" in form
+        ]  # a list of mappings, or of names or mappings (monitoring.trackers)
         is_list = any(o.get("type") == "array" for o in options)
         name = f"{prefix}{key}" + ("[]" if is_list and refs else "")
         if refs:
