@@ -103,3 +103,19 @@ def _amount(value: float, by: str) -> str:
     if by == "verifier_seconds":
         return f"{value:,.1f} verifier seconds"
     return f"{value:,.0f} {LABELS[by].split(' (')[0]}"
+
+
+def section(names: list[str], metrics: list[list[dict[str, Any]]], starts: list[dict[str, Any] | None], by: str) -> str:
+    """The comparison page's verdict at equal budget, with each run's standing."""
+    from rlvr_cli.report.html import _esc, _table
+
+    key, common, standing = standings(names, metrics, starts, by)
+    rows = [
+        [_esc(r.name), f"{r.spent:,.6g}", "—" if r.value is None else f"{r.value:.3f}", f"{r.at or 0:,.6g}"]
+        for r in standing
+    ]
+    return (
+        f"<h2>At the same budget ({_esc(LABELS[by])})</h2>"
+        f"<p class='verdict'>{_esc(verdict(key, common, standing, by))}</p>"
+        + _table(["run", "spent in all", key, "measured at"], rows)
+    )

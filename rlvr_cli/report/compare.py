@@ -88,6 +88,21 @@ def build_compare(run_dirs: list[Path], by: str = "step") -> str:
         if diff
         else "<p>The contracts are identical.</p>"
     )
+    charts = _curves(names, metrics, starts, by)
+    body = (
+        f"<h1>Comparing {len(runs)} runs</h1>"
+        + _table(["run", "contract", "sha256", "state", "last holdout reward"], rows)
+        + budget.section(names, metrics, starts, by)
+        + f"<h2>What differs ({len(diff)} contract key{'s' if len(diff) != 1 else ''})</h2>{diff_table}"
+        + "<h2>Curves</h2><div class='grid'>"
+        + "".join(charts)
+        + "</div>"
+    )
+    return _page("rlvr comparison: " + " vs ".join(names), body)
+
+
+def _curves(names: list[str], metrics: list[list[dict]], starts: list[dict | None], by: str) -> list[str]:
+    """The overlaid charts, x the budget `by`; holdout curves start before training."""
     charts = []
     components = sorted({k for m in metrics for r in m for k in r if k.startswith("holdout/")})
     for title, key, y_range in [
@@ -98,20 +113,4 @@ def build_compare(run_dirs: list[Path], by: str = "step") -> str:
         series = {n: budget.curve(m, key, by, st) for n, m, st in zip(names, metrics, starts, strict=True)}
         note = f"x: {budget.LABELS[by]}"
         charts.append(render(Chart(title, {n: p for n, p in series.items() if p}, y_range, note=note)))
-    key, common, standing = budget.standings(names, metrics, starts, by)
-    standing_rows = [
-        [_esc(r.name), f"{r.spent:,.6g}", "—" if r.value is None else f"{r.value:.3f}", f"{r.at or 0:,.6g}"]
-        for r in standing
-    ]
-    body = (
-        f"<h1>Comparing {len(runs)} runs</h1>"
-        + _table(["run", "contract", "sha256", "state", "last holdout reward"], rows)
-        + f"<h2>At the same budget ({_esc(budget.LABELS[by])})</h2>"
-        + f"<p class='verdict'>{_esc(budget.verdict(key, common, standing, by))}</p>"
-        + _table(["run", "spent in all", key, "measured at"], standing_rows)
-        + f"<h2>What differs ({len(diff)} contract key{'s' if len(diff) != 1 else ''})</h2>{diff_table}"
-        + "<h2>Curves</h2><div class='grid'>"
-        + "".join(charts)
-        + "</div>"
-    )
-    return _page("rlvr comparison: " + " vs ".join(names), body)
+    return charts

@@ -22,37 +22,15 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from rlvr_cli.contract.operations import Tracker
 from rlvr_cli.files import atomic_write_json
+from rlvr_cli.trackers.sink import Opening, Sink
 
 BACKLOG = 10_000  # events a tracker may fall behind before it is dropped
 CLOSE_SECONDS = 30.0  # how long the end of a run waits for a tracker to finish writing
 EXTRA = {"tensorboard": "tensorboard", "mlflow": "mlflow", "wandb": "wandb", "trackio": "trackio"}
-
-
-@dataclass
-class Opening:
-    """What a tracker is told when its run opens."""
-
-    run_id: str  # the same across resumes
-    name: str  # the contract's name
-    project: str
-    folder: Path  # its local files
-    config: dict[str, Any]  # the contract, flattened to dotted keys
-    first_step: int  # the first step this invocation sends (steps from it on are redone on resume)
-    kept: dict[str, Any]  # what the tracker kept from its previous opening (e.g. MLflow's run id)
-    spec: Tracker
-
-
-class Sink(Protocol):
-    purges: bool  # steps sent again replace the old ones, so nothing is skipped on resume
-
-    def open(self, opening: Opening) -> dict[str, Any]: ...  # what to keep for the next opening
-    def log(self, step: int, values: dict[str, float]) -> None: ...
-    def file(self, path: Path, text: str) -> None: ...
-    def close(self, outcome: str) -> None: ...
 
 
 def make_sink(kind: str) -> Sink:

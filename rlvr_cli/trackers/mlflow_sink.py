@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rlvr_cli.trackers.fanout import Opening
+from rlvr_cli.trackers.sink import Opening
 
 END = {"finished": "FINISHED", "paused": "KILLED", "aborted": "FAILED", "failed": "FAILED"}
 PARAM_CHARS = 6000  # MLflow's longest param value

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rlvr_cli.trackers.fanout import Opening
+from rlvr_cli.trackers.sink import Opening
 
 
 class TensorBoardSink:

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from rlvr_cli.trackers.fanout import Opening
+from rlvr_cli.trackers.sink import Opening
 
 EXIT = {"finished": 0, "paused": 0, "aborted": 1, "failed": 1}
 

@@ -1,0 +1,32 @@
+"""What a tracker adapter is told when its run opens, and what it must do (`Sink`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from rlvr_cli.contract.operations import Tracker
+
+
+@dataclass
+class Opening:
+    """What a tracker is told when its run opens."""
+
+    run_id: str  # the same across resumes
+    name: str  # the contract's name
+    project: str
+    folder: Path  # its local files
+    config: dict[str, Any]  # the contract, flattened to dotted keys
+    first_step: int  # the first step this invocation sends (steps from it on are redone on resume)
+    kept: dict[str, Any]  # what the tracker kept from its previous opening (e.g. MLflow's run id)
+    spec: Tracker
+
+
+class Sink(Protocol):
+    purges: bool  # steps sent again replace the old ones, so nothing is skipped on resume
+
+    def open(self, opening: Opening) -> dict[str, Any]: ...  # what to keep for the next opening
+    def log(self, step: int, values: dict[str, float]) -> None: ...
+    def file(self, path: Path, text: str) -> None: ...
+    def close(self, outcome: str) -> None: ...
