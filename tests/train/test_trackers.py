@@ -20,7 +20,13 @@ from tests.train import trackers_read as read
 pytestmark = pytest.mark.slow  # every test here trains: make test runs them, make test-fast does not
 
 CONTRACT = "experiment.rlvr.yaml"
-TIMINGS = ("time_", "step_seconds", "tokens_per_s")  # measured again when a step is redone
+TIMINGS = (
+    "time_",
+    "step_seconds",
+    "tokens_per_s",
+    "verifier_seconds",
+    "total_verifier_seconds",
+)  # re-measured on a redo
 ALL = "[tensorboard, mlflow, wandb, trackio]"
 
 
