@@ -36,9 +36,9 @@ ELSEWHERE = {
         "tests/train/test_lookup_learns.py",
         'rlvr("gate", contract, "--candidate", run_dir',
     ),
-    "rlvr report contracts/runs/grpo-cpu contracts/runs/dapo-cpu": (
-        "tests/audit/test_after_run.py",
-        'rlvr("report", run_dir, other, ',
+    "rlvr report contracts/runs/grpo-cpu contracts/runs/dapo-cpu --by rollouts": (
+        "tests/audit/test_budget_compare.py",
+        'rlvr("report", *three_runs.values(), "--by", by',
     ),
     "rlvr train contracts/grpo-cpu.rlvr.yaml --nproc 2 --run-dir runs/two": (
         "tests/train/test_distributed.py",
