@@ -16,6 +16,11 @@ def _m(description: str, needs: str | None = None) -> Any:
     return field(default=None, metadata={"description": description, "needs": needs})
 
 
+#: the metrics named by a prefix and a value, each kept in a dict of StepMetrics
+PREFIXES = ("accept_rate/", "holdout/", "holdout_by/")
+GROUPS = ("accept_rates", "holdout_components", "holdout_segments")
+
+
 @dataclass
 class StepMetrics:
     """One row of metrics.jsonl. A field left None was not produced this step and is absent from
@@ -55,10 +60,25 @@ class StepMetrics:
     time_generate_s: float | None = _m("seconds spent sampling")
     time_score_s: float | None = _m("seconds spent verifying")
     time_update_s: float | None = _m("seconds spent in the update")
+    time_wait_rollouts_s: float | None = _m(
+        "seconds the step waited for the samples drawn during the previous update (0: they were ready)",
+        needs="sample_ahead",
+    )
+    rollout_age_s: float | None = _m(
+        "age of the samples drawn ahead when the step used them: seconds since their sampling began",
+        needs="sample_ahead",
+    )
     time_records_s: float | None = _m(
         "seconds the step spent on its rollout records (building the rows; Parquet is written in the background)"
     )
     tokens_per_s: float | None = _m("generated tokens per second of the step")
+    step_tflop: float | None = _m(
+        "model TFLOPs the step needed: sampling every group, forward and backward of the trained ones per "
+        "optimizer pass, the reference's forward (per token 2·N + 4·L·d·position; train/flops.py)"
+    )
+    mfu: float | None = _m(
+        "model FLOPs utilisation: step_tflop / (step_seconds × the device's measured peak × processes)"
+    )
     step_seconds: float | None = _m(
         "wall time of the step: sampling, scoring, the update, its records and any holdout evaluation"
     )
@@ -93,6 +113,8 @@ class StepMetrics:
     accept_rates: dict[str, float] = field(default_factory=dict)
     #: on holdout steps, the mean of each reward component over valid verdicts, `holdout/<component>`
     holdout_components: dict[str, float] = field(default_factory=dict)
+    #: on holdout steps, the holdout reward per segment, `holdout_by/<field>=<value>` (domain, difficulty)
+    holdout_segments: dict[str, float] = field(default_factory=dict)
 
     def update(self, values: dict[str, float]) -> None:
         for key, value in values.items():
@@ -100,14 +122,16 @@ class StepMetrics:
                 self.accept_rates[key] = value
             elif key.startswith("holdout/"):
                 self.holdout_components[key] = value
+            elif key.startswith("holdout_by/"):
+                self.holdout_segments[key] = value
             elif key in NAMES:
                 setattr(self, key, value)
             else:
                 raise KeyError(f"{key!r} is not a metric (rlvr_cli.metrics)")
 
     def get(self, name: str) -> float | None:
-        if name.startswith(("accept_rate/", "holdout/")):
-            value = {**self.accept_rates, **self.holdout_components}.get(name)
+        if name.startswith(PREFIXES):
+            value = {**self.accept_rates, **self.holdout_components, **self.holdout_segments}.get(name)
         else:
             value = getattr(self, name, None)
         return None if value is None or (isinstance(value, float) and not math.isfinite(value)) else value
@@ -116,7 +140,7 @@ class StepMetrics:
         """The metrics.jsonl object: every measured metric, NaN as null, accept rates last."""
         out: dict[str, Any] = {"step": self.step}
         for f in fields(self):
-            if f.name in ("step", "accept_rates", "holdout_components"):
+            if f.name in ("step", *GROUPS):
                 continue
             value = getattr(self, f.name)
             if value is None:
@@ -124,6 +148,7 @@ class StepMetrics:
             out[f.name] = None if isinstance(value, float) and not math.isfinite(value) else value
         out.update(self.accept_rates)
         out.update(self.holdout_components)
+        out.update(self.holdout_segments)
         return out
 
 
@@ -131,13 +156,13 @@ class StepMetrics:
 class Metric:
     name: str
     description: str
-    needs: str | None  # "reference" | "holdout" | "hints" | "fp16" | None
+    needs: str | None  # "reference" | "holdout" | "hints" | "fp16" | "sample_ahead" | None
 
 
 METRICS: tuple[Metric, ...] = tuple(
     Metric(f.name, f.metadata["description"], f.metadata["needs"])
     for f in fields(StepMetrics)
-    if f.name not in ("step", "accept_rates", "holdout_components")
+    if f.name not in ("step", *GROUPS)
 )
 NAMES: frozenset[str] = frozenset(m.name for m in METRICS)
 #: metrics whose drift every run must watch (RLV603, docs/rules.md)
@@ -157,7 +182,7 @@ STATUS_LINE = (
 
 
 def is_metric(name: str) -> bool:
-    return name in NAMES or name.startswith(("accept_rate/", "holdout/"))
+    return name in NAMES or name.startswith(PREFIXES)
 
 
 def holdout_part(row: dict[str, Any], step: int) -> str | None:

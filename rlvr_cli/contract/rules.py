@@ -293,7 +293,11 @@ def unavailable_metric(c: Contract, metric: str) -> str | None:
         return "is not a metric rlvr produces"
     if metric.startswith("holdout/") and metric[8:] not in [p.name for p in c.objective.reward.components]:
         return f"names '{metric[8:]}', which is not a reward component"
-    needs = "holdout" if metric.startswith("holdout/") else next((m.needs for m in METRICS if m.name == metric), None)
+    needs = (
+        "holdout"
+        if metric.startswith(("holdout/", "holdout_by/"))
+        else next((m.needs for m in METRICS if m.name == metric), None)
+    )
     if needs == "reference" and not _has_reference(c):
         return "needs a reference (artifacts.reference): KL is measured against it, with or without a penalty"
     if needs == "holdout" and c.monitoring.holdout_every is None:
@@ -302,6 +306,8 @@ def unavailable_metric(c: Contract, metric: str) -> str | None:
         return "needs hint-assisted rollouts (data.hints.used)"
     if needs == "fp16" and c.hyperparameters.dtypes.compute != "fp16":
         return "needs fp16 compute (its loss scaler)"
+    if needs == "sample_ahead" and not c.hyperparameters.sample_ahead:
+        return "needs sampling ahead (hyperparameters.sample_ahead)"
     return None
 
 

@@ -25,9 +25,14 @@ class StepTimes(Times):
     """The phases of a step, in seconds (`time_generate_s`, `time_score_s`, `time_update_s`)."""
 
     update: float = 0.0
+    wait_rollouts: float | None = None  # sample_ahead: waiting for the samples drawn during the last update
+    rollout_age: float | None = None  # sample_ahead: seconds from the start of their sampling to their use
 
     def metrics(self) -> dict[str, float]:
-        return {"time_generate_s": self.generate, "time_score_s": self.score, "time_update_s": self.update}
+        out = {"time_generate_s": self.generate, "time_score_s": self.score, "time_update_s": self.update}
+        if self.wait_rollouts is not None:
+            out |= {"time_wait_rollouts_s": self.wait_rollouts, "rollout_age_s": self.rollout_age or 0.0}
+        return out
 
 
 @dataclass
@@ -74,7 +79,9 @@ def collect(setup: Setup, state: TrainState, rollout: Rollout, ahead: Any = None
         early = ahead.take(state.step) if ahead is not None and round_ == 0 else None
         if early is not None:  # sampled during the previous step's update (train/overlap.py)
             samples, tasks = early
-            result.times.generate += time.perf_counter() - start  # the wait, if any
+            result.times.wait_rollouts = time.perf_counter() - start
+            result.times.rollout_age = ahead.age
+            result.times.generate += result.times.wait_rollouts  # the wait, if any
         else:
             first = len(result.generated) // hp.group_size
             indices = state.sampler.take(missing)

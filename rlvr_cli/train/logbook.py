@@ -55,6 +55,25 @@ def spent(result: StepResult) -> dict[str, float]:
     }
 
 
+SEGMENTS = ("domain", "difficulty")  # the task fields the holdout reward is split by
+
+
+def holdout_segments(rows: list[Sample]) -> dict[str, float]:
+    """The holdout reward per value of each segment field the tasks carry,
+    `holdout_by/difficulty=hard` (invalid verdicts excluded, as in `holdout_reward`)."""
+    out: dict[str, float] = {}
+    for name in SEGMENTS:
+        seen: dict[str, list[float]] = {}
+        for s in rows:
+            if s.task.get(name) is not None:
+                seen.setdefault(str(s.task[name]), [])
+                if s.valid:
+                    seen[str(s.task[name])].append(s.reward)
+        for value, rewards in sorted(seen.items()):
+            out[f"holdout_by/{name}={value}"] = sum(rewards) / len(rewards) if rewards else math.nan
+    return out
+
+
 def acceptance_by(contract: Contract, result: StepResult) -> dict[str, float]:
     """Dynamic sampling: the share of generated groups accepted, per `log_by` field value
     (e.g. `accept_rate/difficulty=easy`); discarded groups are in the records with a reason."""

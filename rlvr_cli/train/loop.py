@@ -31,11 +31,11 @@ from rlvr_cli.store.records import RecordStore
 from rlvr_cli.store.run import RunFolder, Status
 from rlvr_cli.trackers.fanout import Trackers
 from rlvr_cli.train import distributed as dist
-from rlvr_cli.train import overlap, tracking, update
+from rlvr_cli.train import flops, overlap, tracking, update
 from rlvr_cli.train.checkpoint import load_latest
 from rlvr_cli.train.collect import StepResult, collect
 from rlvr_cli.train.faults import Fault
-from rlvr_cli.train.logbook import NoSignal, rollout_metrics, write_records
+from rlvr_cli.train.logbook import NoSignal, holdout_segments, rollout_metrics, write_records
 from rlvr_cli.train.monitor import Monitor
 from rlvr_cli.train.overlap import Ahead
 from rlvr_cli.train.run_plan import build_plan, plan_text
@@ -77,6 +77,8 @@ class Run:
     steps: int  # this invocation's last step (`--max-steps`, or the contract's)
     ahead: Ahead | None = None  # sampling the next step during this one's update (train/overlap.py)
     trackers: Trackers | None = None  # monitoring.trackers, on the main process (train/tracking.py)
+    shape: flops.Shape | None = None  # the policy's FLOPs per token (train/flops.py)
+    peak: float = 0.0  # the training device's measured FLOP/s in the compute dtype
 
     @property
     def contract(self) -> Contract:
@@ -158,7 +160,7 @@ def run_steps(run: Run, rollout: Rollout, progress: Progress) -> int:
             if run.records is not None and state.step > run.records.last_step:  # a redone step is not written twice
                 metrics.time_records_s = write_records(run.records, setup, state.step, generated)
             holdout(run, rollout, metrics)
-            _step_time(metrics, generated, time.perf_counter() - step_started)
+            _step_time(run, metrics, generated, time.perf_counter() - step_started)
             row = metrics.row()
             if setup.main:
                 run.folder.append_metrics(row)
@@ -186,10 +188,15 @@ def run_steps(run: Run, rollout: Rollout, progress: Progress) -> int:
     return finish(run, f"reached step {state.step}")
 
 
-def _step_time(metrics: StepMetrics, generated: list[Sample], wall: float) -> None:
-    """The step's wall time, its records and any holdout evaluation included."""
+def _step_time(run: Run, metrics: StepMetrics, generated: list[Sample], wall: float) -> None:
+    """The step's wall time (its records and any holdout evaluation included) and what it did in it."""
     metrics.step_seconds = wall
     metrics.tokens_per_s = sum(len(s.response_ids) for s in generated) / max(wall, 1e-9)
+    if run.peak:
+        trained, hp = [s for s in generated if s.kept], run.contract.hyperparameters
+        done = flops.step_flops(run.shape, generated, trained, hp.updates_per_batch, run.setup.reference is not None)
+        metrics.step_tflop = done / 1e12
+        metrics.mfu = done / (max(wall, 1e-9) * run.peak * run.setup.world)
 
 
 def holdout(run: Run, rollout: Rollout, metrics: StepMetrics) -> None:
@@ -208,7 +215,7 @@ def holdout_start(run: Run, rollout: Rollout, progress: Progress) -> None:
     if not run.contract.monitoring.holdout_every:
         return
     _holdout_values(run, _holdout_rows(run, rollout), metrics := StepMetrics(0))
-    row = {k: v for k, v in metrics.row().items() if k == "holdout_reward" or k.startswith("holdout/")}
+    row = {k: v for k, v in metrics.row().items() if k == "holdout_reward" or k.startswith(("holdout/", "holdout_by/"))}
     if run.setup.main:
         run.folder.write_holdout_start(row)
         progress.before_training(row)
@@ -229,6 +236,7 @@ def _holdout_values(run: Run, rows: list[Sample], metrics: StepMetrics) -> None:
     for part in run.contract.objective.reward.components:  # correctness apart from any bonus
         values = [c[part.name] for c in scored if part.name in c]
         metrics.holdout_components[f"holdout/{part.name}"] = sum(values) / len(values) if values else float("nan")
+    metrics.update(holdout_segments(rows))
 
 
 def _holdout_metrics(run: Run, rows: list[Sample], metrics: StepMetrics) -> None:
@@ -295,7 +303,9 @@ def train(
     Whatever stops the run — a rule, a signal, a full disk, a bug — `status.json` says so."""
     run = start(contract, contract_path, run_dir, steps, resume, force)
     setup = run.setup
+    run.shape, run.peak = flops.Shape.of(setup.policy), flops.measured_peak(setup.device, setup.compute or setup.dtype)
     resolved = {
+        "peak_tflops": round(run.peak / 1e12, 4),  # per device, measured: the denominator of `mfu`
         "processes": setup.world,
         "rollout_engine": setup.engine_version,
         "update_forward": update.forward_description(setup),

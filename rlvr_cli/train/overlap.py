@@ -24,8 +24,9 @@ first round of groups is sampled by a copy of the weights step t started from.
 from __future__ import annotations
 
 import copy
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -48,6 +49,7 @@ class Launched:
     step: int
     indices: list[int]
     result: Future[tuple[list[Sample], list[dict[str, Any]]]] | tuple[list[Sample], list[dict[str, Any]]]
+    started: float = field(default_factory=time.monotonic)  # when its sampling began (a restored one: resume)
 
     def samples(self) -> tuple[list[Sample], list[dict[str, Any]]]:
         if isinstance(self.result, Future):
@@ -81,6 +83,7 @@ class Ahead:
             max_workers=1, thread_name_prefix="rlvr-sample-ahead", initializer=torch.set_num_threads, initargs=(1,)
         )
         self.launched: Launched | None = None
+        self.age = 0.0
 
     def launch(self, state: Any, rollout: Rollout) -> None:
         """During step `state.step`, before its update: take the next step's tasks and sample
@@ -98,7 +101,9 @@ class Ahead:
         launched, self.launched = self.launched, None
         if launched is None or launched.step != step:
             return None
-        return launched.samples()
+        samples = launched.samples()
+        self.age = time.monotonic() - launched.started  # `rollout_age_s`: how old the samples are when used
+        return samples
 
     def wait(self) -> None:
         """Until the sampling in flight is done (it shares the reward source with the caller)."""

@@ -36,6 +36,9 @@ def test_sampling_ahead_is_one_step_off_policy_measured_and_resumes_exactly(expe
     rows = metrics(full)
     assert [r["policy_lag"] for r in rows] == [0, 1, 1, 1, 1, 1]  # step 0 has nothing sampled ahead
     assert any(r["ratio_max"] > 1.0 for r in rows[1:])  # the ratio is against the sampling log-probs
+    assert "rollout_age_s" not in rows[0]  # step 0 samples its own
+    for r in rows[1:]:  # the queue: how long the step waited for samples drawn ahead, how old they were
+        assert 0 <= r["time_wait_rollouts_s"] <= r["time_generate_s"] and 0 < r["rollout_age_s"] < 300
     shard = sorted((full / "records").glob("*.parquet"))
     lags = {r["step"]: r["policy_lag"] for s in shard for r in pq.read_table(s).to_pylist() if r["kept"]}
     assert lags[0] == 0 and all(lags[step] == 1 for step in range(1, 6))

@@ -20,13 +20,8 @@ from tests.train import trackers_read as read
 pytestmark = pytest.mark.slow  # every test here trains: make test runs them, make test-fast does not
 
 CONTRACT = "experiment.rlvr.yaml"
-TIMINGS = (
-    "time_",
-    "step_seconds",
-    "tokens_per_s",
-    "verifier_seconds",
-    "total_verifier_seconds",
-)  # re-measured on a redo
+#: measured again when a step is redone after a resume
+TIMINGS = ("time_", "step_seconds", "tokens_per_s", "mfu", "verifier_seconds", "total_verifier_seconds")
 ALL = "[tensorboard, mlflow, wandb, trackio]"
 
 
@@ -82,6 +77,9 @@ def test_every_tracker_holds_the_run_and_a_resume_logs_no_step_twice(experiment:
     assert status["trackers"] == {k: "closed (through step 8)" for k in ("tensorboard", "mlflow", "wandb", "trackio")}
     want = read.expected(run)
     assert set(want["holdout_reward"]) == {0, 2, 4, 6, 8} and set(want["loss"]) == set(range(1, 9))
+    assert all(0 < v < 1 for v in want["mfu"].values()) and all(v > 0 for v in want["step_tflop"].values())
+    by_difficulty = {k for k in want if k.startswith("holdout_by/difficulty=")}  # the holdout per segment
+    assert by_difficulty and all(set(want[k]) == {0, 2, 4, 6, 8} for k in by_difficulty)
 
     # TensorBoard (float32 scalars): the redone steps replace the interrupted ones (purge)
     tb, texts = read.tensorboard(run / "trackers" / "tensorboard")

@@ -1,0 +1,100 @@
+"""Model FLOPs of a step and the machine's measured peak: `mfu` and `step_tflop` in metrics.jsonl.
+
+Model FLOPs are what the objective needs, not what an implementation happens to compute
+(recomputation, padding and repeated prompts are not counted):
+
+- a forward over a token at position p (0-based): 2·N + 4·L·d·p, where N is the parameters that
+  multiply (every weight but the input embedding table; a tied output head counts once), L the
+  decoder layers and d the attention width (heads × head size): 2·N for the matrix products,
+  4·L·d·p for the scores and the weighted values over the p earlier positions;
+- a group: its prompt once (the responses share its keys and values), then each response's
+  tokens at their positions after the prompt;
+- a step: sampling (one forward of every group generated, dynamic-sampling rounds included),
+  the update (forward and backward of the groups trained, 3 forwards, per optimizer pass; with
+  an adapter the frozen weights need no weight gradient: 2 forwards plus the adapter's share),
+  and the reference's forward over the trained groups when the run measures KL.
+
+MFU = step model FLOPs / (step_seconds × peak), the peak measured once when the run starts: the
+best of a few square matrix products in the compute dtype on the training device.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+@dataclass(frozen=True)
+class Shape:
+    multiplying: int  # N
+    layers: int  # L
+    attention_width: int  # d
+    adapter: int = 0  # parameters trained when the base is frozen (LoRA)
+
+    @classmethod
+    def of(cls, model: Any) -> Shape:
+        config = model.config
+        layers = int(getattr(config, "num_hidden_layers", 0) or getattr(config, "n_layer", 0))
+        heads = int(getattr(config, "num_attention_heads", 0) or getattr(config, "n_head", 0))
+        hidden = int(getattr(config, "hidden_size", 0) or getattr(config, "n_embd", 0))
+        head_dim = int(getattr(config, "head_dim", 0) or (hidden // heads if heads else 0))
+        total = sum(p.numel() for p in model.parameters())
+        embedding = model.get_input_embeddings().weight
+        tied = any(p is embedding for p in [getattr(model.get_output_embeddings(), "weight", None)])
+        multiplying = total - (0 if tied else embedding.numel())
+        frozen = any(not p.requires_grad for p in model.parameters())
+        adapter = sum(p.numel() for p in model.parameters() if p.requires_grad) if frozen else 0
+        return cls(multiplying, layers, heads * head_dim, adapter)
+
+    def forward(self, start: int, count: int) -> float:
+        """One forward over `count` tokens at positions start … start + count − 1."""
+        if count <= 0:
+            return 0.0
+        positions = count * start + count * (count - 1) / 2  # Σ p
+        return 2.0 * self.multiplying * count + 4.0 * self.layers * self.attention_width * positions
+
+    def group(self, prompt: int, responses: list[int]) -> float:
+        return self.forward(0, prompt) + sum(self.forward(prompt, r) for r in responses)
+
+    def training(self, prompt: int, responses: list[int]) -> float:
+        """Forward and backward: 3 forwards; a frozen base: 2 forwards and the adapter's weight gradients."""
+        fwd = self.group(prompt, responses)
+        if not self.adapter:
+            return 3.0 * fwd
+        return 2.0 * fwd + 2.0 * self.adapter * (prompt + sum(responses))
+
+
+def groups(samples: list[Any]) -> list[tuple[int, list[int]]]:
+    """(prompt length, response lengths) of each group, in order."""
+    out: dict[tuple[int, int], tuple[int, list[int]]] = {}
+    for s in samples:
+        key = (s.round, s.group)
+        out.setdefault(key, (len(s.prompt_ids), []))[1].append(len(s.response_ids))
+    return list(out.values())
+
+
+def step_flops(shape: Shape, generated: list[Any], trained: list[Any], passes: int, reference: bool) -> float:
+    sampling = sum(shape.group(p, r) for p, r in groups(generated))
+    update = sum(shape.training(p, r) for p, r in groups(trained)) * passes
+    ref = sum(shape.group(p, r) for p, r in groups(trained)) if reference else 0.0
+    return sampling + update + ref
+
+
+def measured_peak(device: torch.device, dtype: torch.dtype) -> float:
+    """FLOP/s of the best of a few n×n matrix products (n = 1024 on CPU, 8192 on a GPU)."""
+    n = 8192 if device.type == "cuda" else 1024
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    best = float("inf")
+    for _ in range(4):  # the first is the warm-up
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        torch.mm(a, b)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        best = min(best, time.perf_counter() - start)
+    return 2.0 * n**3 / best

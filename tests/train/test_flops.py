@@ -1,0 +1,64 @@
+"""Model FLOPs (train/flops.py) by hand on a tiny model, and MFU in a run's metrics."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from rlvr_cli.train.flops import Shape, groups, measured_peak, step_flops
+
+
+@pytest.fixture(scope="module")
+def tiny() -> torch.nn.Module:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
+        num_key_value_heads=2, tie_word_embeddings=False,
+    )  # fmt: skip
+    return LlamaForCausalLM(config)
+
+
+def test_the_parameters_that_multiply_leave_out_the_embedding_table_alone(tiny: torch.nn.Module) -> None:
+    shape = Shape.of(tiny)
+    total = sum(p.numel() for p in tiny.parameters())
+    assert shape.multiplying == total - 50 * 32  # the lm head multiplies; the lookup table does not
+    assert (shape.layers, shape.attention_width, shape.adapter) == (3, 32, 0)
+
+
+def test_a_tied_head_counts_once(tiny: torch.nn.Module) -> None:
+    from transformers import LlamaForCausalLM
+
+    tied = LlamaForCausalLM(tiny.config.__class__(**{**tiny.config.to_dict(), "tie_word_embeddings": True}))
+    assert Shape.of(tied).multiplying == sum(p.numel() for p in tied.parameters())  # the table is the head
+
+
+def test_forward_flops_by_hand() -> None:
+    shape = Shape(multiplying=1000, layers=2, attention_width=8)
+    # 3 tokens at positions 5, 6, 7: 2·N each, and 4·L·d·p for attending to the p earlier positions
+    assert shape.forward(5, 3) == 3 * 2000 + 4 * 2 * 8 * (5 + 6 + 7)
+    # a group: the prompt once, each response after it
+    assert shape.group(4, [2, 3]) == shape.forward(0, 4) + shape.forward(4, 2) + shape.forward(4, 3)
+    assert shape.training(4, [2, 3]) == 3 * shape.group(4, [2, 3])
+    lora = Shape(multiplying=1000, layers=2, attention_width=8, adapter=10)
+    assert lora.training(4, [2, 3]) == 2 * lora.group(4, [2, 3]) + 2 * 10 * 9  # no weight gradient for the base
+
+
+def test_a_step_counts_sampling_every_group_and_training_the_kept_ones() -> None:
+    def sample(group: int, prompt: int, response: int, kept: bool) -> SimpleNamespace:
+        return SimpleNamespace(round=0, group=group, prompt_ids=[0] * prompt, response_ids=[0] * response, kept=kept)
+
+    generated = [sample(0, 4, 2, True), sample(0, 4, 3, True), sample(1, 6, 1, False), sample(1, 6, 1, False)]
+    assert groups(generated) == [(4, [2, 3]), (6, [1, 1])]
+    shape = Shape(multiplying=1000, layers=2, attention_width=8)
+    trained = [s for s in generated if s.kept]
+    want = shape.group(4, [2, 3]) + shape.group(6, [1, 1]) + 2 * shape.training(4, [2, 3]) + shape.group(4, [2, 3])
+    assert step_flops(shape, generated, trained, passes=2, reference=True) == want
+    assert step_flops(shape, generated, [], passes=2, reference=True) == shape.group(4, [2, 3]) + shape.group(6, [1, 1])
+
+
+def test_the_measured_peak_is_a_plausible_rate() -> None:
+    peak = measured_peak(torch.device("cpu"), torch.float32)
+    assert 1e8 < peak < 1e14  # between 0.1 GFLOP/s and 100 TFLOP/s on any CPU
