@@ -17,8 +17,8 @@ def _m(description: str, needs: str | None = None) -> Any:
 
 
 #: the metrics named by a prefix and a value, each kept in a dict of StepMetrics
-PREFIXES = ("accept_rate/", "holdout/", "holdout_by/")
-GROUPS = ("accept_rates", "holdout_components", "holdout_segments")
+PREFIXES = ("accept_rate/", "holdout/", "holdout_by/", "layer_activation_rms/", "layer_grad_norm/")
+GROUPS = ("accept_rates", "holdout_components", "holdout_segments", "layer_stats")
 
 
 @dataclass
@@ -72,6 +72,14 @@ class StepMetrics:
         "seconds the step spent on its rollout records (building the rows; Parquet is written in the background)"
     )
     tokens_per_s: float | None = _m("generated tokens per second of the step")
+    time_collectives_s: float | None = _m(
+        "under torchrun: seconds the main process spent in rlvr's collectives during the update and the "
+        "step's gathers (FSDP2's own gathers run inside time_update_s)"
+    )
+    rank_lag_s: float | None = _m(
+        "under torchrun: how long the fastest process waited for the slowest to finish sampling and scoring"
+    )
+    slowest_rank: float | None = _m("under torchrun: the process the others waited for this step")
     step_tflop: float | None = _m(
         "model TFLOPs the step needed: sampling every group, forward and backward of the trained ones per "
         "optimizer pass, the reference's forward (per token 2·N + 4·L·d·position; train/flops.py)"
@@ -115,6 +123,9 @@ class StepMetrics:
     holdout_components: dict[str, float] = field(default_factory=dict)
     #: on holdout steps, the holdout reward per segment, `holdout_by/<field>=<value>` (domain, difficulty)
     holdout_segments: dict[str, float] = field(default_factory=dict)
+    #: every `monitoring.layer_stats_every` steps, per decoder layer i: `layer_activation_rms/<i>` (the RMS of the
+    #: residual stream entering it, first optimizer pass) and `layer_grad_norm/<i>` (its gradient's norm, unclipped)
+    layer_stats: dict[str, float] = field(default_factory=dict)
 
     def update(self, values: dict[str, float]) -> None:
         for key, value in values.items():
@@ -124,6 +135,8 @@ class StepMetrics:
                 self.holdout_components[key] = value
             elif key.startswith("holdout_by/"):
                 self.holdout_segments[key] = value
+            elif key.startswith(("layer_activation_rms/", "layer_grad_norm/")):
+                self.layer_stats[key] = value
             elif key in NAMES:
                 setattr(self, key, value)
             else:
@@ -131,7 +144,9 @@ class StepMetrics:
 
     def get(self, name: str) -> float | None:
         if name.startswith(PREFIXES):
-            value = {**self.accept_rates, **self.holdout_components, **self.holdout_segments}.get(name)
+            value = {**self.accept_rates, **self.holdout_components, **self.holdout_segments, **self.layer_stats}.get(
+                name
+            )
         else:
             value = getattr(self, name, None)
         return None if value is None or (isinstance(value, float) and not math.isfinite(value)) else value
@@ -149,6 +164,7 @@ class StepMetrics:
         out.update(self.accept_rates)
         out.update(self.holdout_components)
         out.update(self.holdout_segments)
+        out.update(self.layer_stats)
         return out
 
 
@@ -178,6 +194,9 @@ STATUS_LINE = (
     "verifier_error_rate",
     "nonfinite_count",
     "tokens_per_s",
+    "mfu",
+    "rank_lag_s",
+    "rollout_age_s",
 )
 
 

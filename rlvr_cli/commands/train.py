@@ -191,7 +191,23 @@ def progress_line(
     )
     if holdout:
         line += f"  holdout {holdout}"
-    return line + f"  {shown:.0f} tok/s  ETA {eta:.0f}s"
+    line += f"  {shown:.0f} tok/s" + (f"  mfu {row['mfu']:.1%}" if isinstance(row.get("mfu"), float) else "")
+    return line + "".join(f"  {w}" for w in warnings(row)) + f"  ETA {eta:.0f}s"
+
+
+STRAGGLER = 0.2  # a rank that keeps the others waiting for this share of the step is named
+STALE = 2.0  # samples drawn ahead older than this many steps' time are named
+
+
+def warnings(row: dict[str, Any]) -> list[str]:
+    """What the step line says only when it matters: a straggling process, a stale queue."""
+    out, step = [], row.get("step_seconds") or 0.0
+    lag, age = row.get("rank_lag_s"), row.get("rollout_age_s")
+    if isinstance(lag, float) and step and lag > STRAGGLER * step:
+        out.append(f"rank {int(row.get('slowest_rank') or 0)} lags {lag:.1f}s")
+    if isinstance(age, float) and step and age > STALE * step:
+        out.append(f"samples {age:.1f}s old")
+    return out
 
 
 class Progress:

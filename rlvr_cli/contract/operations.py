@@ -96,6 +96,12 @@ class Monitoring(Section):
         "evaluates the holdout before its first update.",
     )
 
+    layer_stats_every: PositiveInt | None = Field(
+        None,
+        description="Steps between per-layer signals: each decoder layer's output RMS and gradient norm "
+        "(layer_activation_rms/<i>, layer_grad_norm/<i>); without it they are not measured.",
+    )
+
     @field_validator("trackers")
     @classmethod
     def _once_each(cls, value: list[TrackerValue]) -> list[TrackerValue]:

@@ -306,6 +306,8 @@ def unavailable_metric(c: Contract, metric: str) -> str | None:
         return "needs hint-assisted rollouts (data.hints.used)"
     if needs == "fp16" and c.hyperparameters.dtypes.compute != "fp16":
         return "needs fp16 compute (its loss scaler)"
+    if metric.startswith(("layer_activation_rms/", "layer_grad_norm/")) and not c.monitoring.layer_stats_every:
+        return "needs per-layer signals (monitoring.layer_stats_every)"
     if needs == "sample_ahead" and not c.hyperparameters.sample_ahead:
         return "needs sampling ahead (hyperparameters.sample_ahead)"
     return None

@@ -27,6 +27,7 @@ class StepTimes(Times):
     update: float = 0.0
     wait_rollouts: float | None = None  # sample_ahead: waiting for the samples drawn during the last update
     rollout_age: float | None = None  # sample_ahead: seconds from the start of their sampling to their use
+    waited: float = 0.0  # under torchrun: waiting at the step's first collective for the slowest rank
 
     def metrics(self) -> dict[str, float]:
         out = {"time_generate_s": self.generate, "time_score_s": self.score, "time_update_s": self.update}

@@ -12,7 +12,10 @@ divides by global counts — the same gradient a single process computes over th
 
 from __future__ import annotations
 
+import functools
 import os
+import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -46,6 +49,33 @@ def rank_world() -> tuple[int, int]:
     return (dist.get_rank(), dist.get_world_size()) if active() else (0, 1)
 
 
+#: seconds this process spent inside rlvr's own collectives since `spent()` last read it
+_SPENT = [0.0]
+
+
+def timed(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Count the call's wall time as time in collectives (`time_collectives_s`)."""
+
+    @functools.wraps(fn)
+    def inner(*args: Any, **kwargs: Any) -> Any:
+        if not active():
+            return fn(*args, **kwargs)
+        start = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _SPENT[0] += time.perf_counter() - start
+
+    return inner
+
+
+def spent() -> float:
+    """Seconds in collectives since the last call (and start counting again)."""
+    out, _SPENT[0] = _SPENT[0], 0.0
+    return out
+
+
+@timed
 def gather(obj: Any) -> list[Any]:
     """Every rank's `obj`, in rank order (just [obj] in one process)."""
     import torch.distributed as dist
@@ -57,6 +87,7 @@ def gather(obj: Any) -> list[Any]:
     return out
 
 
+@timed
 def total(value: float) -> float:
     """The sum of `value` over ranks."""
     import torch.distributed as dist
@@ -68,6 +99,7 @@ def total(value: float) -> float:
     return float(t.item())
 
 
+@timed
 def maximum(value: float) -> float:
     import torch.distributed as dist
 
@@ -78,6 +110,7 @@ def maximum(value: float) -> float:
     return float(t.item())
 
 
+@timed
 def sum_gradients(model: Any, reduce: str = "fp32") -> None:
     """All-reduce (sum) every gradient: the loss already divides by global counts. `reduce`
     (the contract's precision.reduce) is the dtype the sum is taken in."""
@@ -114,6 +147,7 @@ def peer_lost(exc: BaseException) -> bool:
     )
 
 
+@timed
 def barrier() -> None:
     import torch.distributed as dist
 

@@ -38,7 +38,7 @@ from rlvr_cli.train.faults import Fault
 from rlvr_cli.train.logbook import NoSignal, holdout_segments, rollout_metrics, write_records
 from rlvr_cli.train.monitor import Monitor
 from rlvr_cli.train.overlap import Ahead
-from rlvr_cli.train.run_plan import build_plan, plan_text
+from rlvr_cli.train.run_plan import build_plan, plan_text, trains_description
 from rlvr_cli.train.setup import Setup, build, check_data
 from rlvr_cli.train.state import TrainState
 from rlvr_cli.train.stops import (
@@ -105,7 +105,10 @@ def train_step(
     trained = [s for s in flat if s.kept]
     learned: dict[str, float] = {}
     start = time.perf_counter()
-    if dist.total(float(len(trained))):
+    dist.spent()  # collectives of this step from here (the sampling's gathers are in time_generate_s)
+    anything = dist.total(float(len(trained)))  # the first collective: here a rank waits for the slowest
+    result.times.waited = time.perf_counter() - start
+    if anything:
         fwd = update.Forward.of(setup, trained)
         ref = update.reference_logprobs(setup, fwd)
         rewards, old = update.rewards_with_kl(setup, flat, fwd, ref)  # KL in the reward
@@ -119,10 +122,22 @@ def train_step(
         result.generated = sorted(everyone, key=lambda s: (s.round, s.group, s.index))
         result.accepted = [g for part in dist.gather(result.accepted) for g in part]
     metrics = StepMetrics(state.step)  # log
+    if dist.active():
+        metrics.update(ranks(result))
     metrics.update(rollout_metrics(setup.contract, result))
     metrics.update(learned)
     _count(state, metrics, result)
     return metrics, result.generated
+
+
+def ranks(result: StepResult) -> dict[str, float]:
+    """Under torchrun: seconds in rlvr's collectives, and how far the fastest rank waited for the slowest."""
+    waits = dist.gather(result.times.waited)
+    return {
+        "time_collectives_s": dist.spent(),
+        "rank_lag_s": max(waits) - min(waits),
+        "slowest_rank": float(waits.index(min(waits))),
+    }
 
 
 def _count(state: TrainState, metrics: StepMetrics, result: StepResult) -> None:
@@ -343,20 +358,6 @@ def train(
             raise RlvrError(f"{reason}; {_kept(run)}") from None
         _failed(run, f"{type(exc).__name__}: {exc}")
         raise
-
-
-def trains_description(setup: Any) -> str:
-    """What the optimizer updates, and what the KL term's reference is."""
-    trained = sum(p.numel() for p in setup.policy.parameters() if p.requires_grad)
-    total = sum(p.numel() for p in setup.policy.parameters())
-    spec = setup.contract.hyperparameters.adapter
-    what = f"{spec.describe()} adapter over the frozen policy" if spec else "every weight of the policy"
-    words = f"{what}: {trained:,} of {total:,} parameters"
-    if setup.reference_is_base:
-        words += "; reference: the policy with its adapter switched off (no second copy)"
-    elif setup.reference is not None:
-        words += "; reference: a frozen copy of its own"
-    return words
 
 
 @contextlib.contextmanager

@@ -171,6 +171,7 @@ def build_plan(
         "seed": hp.seed,
         "artifacts": artifacts(c),
         **sections(c),
+        "layer_stats": f"every {c.monitoring.layer_stats_every} steps" if c.monitoring.layer_stats_every else "none",
         "holdout": f"greedy decoding of every holdout task every {c.monitoring.holdout_every} steps"
         if c.monitoring.holdout_every
         else "none",
@@ -227,3 +228,17 @@ def tracker_place(tracker: Any, run_dir: Path) -> str:
     if tracker.kind == "wandb":
         where += f" ({tracker.mode or 'offline'})"
     return where + (f", project {tracker.project}" if tracker.project else "")
+
+
+def trains_description(setup: Any) -> str:
+    """What the optimizer updates, and what the KL term's reference is."""
+    trained = sum(p.numel() for p in setup.policy.parameters() if p.requires_grad)
+    total = sum(p.numel() for p in setup.policy.parameters())
+    spec = setup.contract.hyperparameters.adapter
+    what = f"{spec.describe()} adapter over the frozen policy" if spec else "every weight of the policy"
+    words = f"{what}: {trained:,} of {total:,} parameters"
+    if setup.reference_is_base:
+        words += "; reference: the policy with its adapter switched off (no second copy)"
+    elif setup.reference is not None:
+        words += "; reference: a frozen copy of its own"
+    return words

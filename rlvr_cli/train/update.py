@@ -5,6 +5,7 @@ one step's kept samples with the contract's objective."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 
@@ -21,6 +22,7 @@ from rlvr_cli.rollout import hints
 from rlvr_cli.train import distributed as dist
 from rlvr_cli.train import lora
 from rlvr_cli.train import objective as obj
+from rlvr_cli.train.layer_stats import LayerWatch
 from rlvr_cli.train.setup import Setup
 from rlvr_cli.train.sharding import Lockstep, is_sharded
 from rlvr_cli.train.state import TrainState
@@ -235,13 +237,17 @@ def optimizer_passes(
     totals = normalisers(setup.contract, dist.total(float(fwd.batch.response_mask.sum())), dist.total(len(samples)))
     olds: list[torch.Tensor | None] = [None if old is None else old[part] for part in fwd.parts]
     nonfinite, lag, overflows = 0.0, 0, 0.0
-    for _ in range(hp.updates_per_batch):
+    every = setup.contract.monitoring.layer_stats_every
+    watch, layers = LayerWatch(setup.policy) if every and state.step % every == 0 else None, {}
+    for i in range(hp.updates_per_batch):
         lag = max([lag, *(state.optimizer_steps - s.revision for s in samples)])  # measured, not assumed
         setup.optimizer.zero_grad(set_to_none=True)
-        with lora.dropout_on(setup.peft_model):
+        with lora.dropout_on(setup.peft_model), watch if watch and i == 0 else contextlib.nullcontext():
             stats, loss_sum, bad = _backward(setup, state, fwd, olds, ref, adv, totals)
         if not is_sharded(setup.policy):  # FSDP2 sums them itself, each process keeping its shard
             dist.sum_gradients(setup.policy, hp.dtypes.reduce)  # every rank now holds the whole batch's gradient
+        if watch and i == 0:
+            layers = watch.metrics()  # the first pass's gradients, before clipping
         nonfinite += dist.total(bad)
         if setup.scaler is not None:
             setup.scaler.unscale_(setup.optimizer)
@@ -259,6 +265,7 @@ def optimizer_passes(
         sample.lag = lag
     metrics = _update_metrics(setup, _global(stats), dist.total(loss_sum), grad_norm, nonfinite)
     metrics["policy_lag"] = dist.maximum(float(lag))
+    metrics.update(layers)
     if setup.scaler is not None:
         metrics.update(overflow_count=overflows, loss_scale=float(setup.scaler.get_scale()))
     return metrics

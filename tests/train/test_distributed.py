@@ -84,6 +84,7 @@ def test_two_processes_equal_one(scaffold: Path, tmp_path: Path, aggregation: st
     shutil.copytree(scaffold, folder)
     contract = folder / CONTRACT
     text = contract.read_text().replace("aggregation: seq_mean_token_mean", f"aggregation: {aggregation}")
+    text = text.replace("  holdout_every: 10\n", "  holdout_every: 10\n  layer_stats_every: 1\n")
     contract.write_text(text.replace("  precision: fp32\n", parallel or "  precision: fp32\n"))
     one, two = tmp_path / "one", tmp_path / "two"
     first = torchrun(1, contract, one, "--max-steps", "3")
@@ -99,6 +100,13 @@ def test_two_processes_equal_one(scaffold: Path, tmp_path: Path, aggregation: st
         assert x["reward_mean"] == y["reward_mean"]
         assert x["loss"] == pytest.approx(y["loss"], abs=1e-6)
         assert x["grad_norm"] == pytest.approx(y["grad_norm"], rel=1e-5)
+        layers = {k for k in x if k.startswith(("layer_grad_norm/", "layer_activation_rms/"))}
+        assert len(layers) == 4 and layers == {k for k in y if k.startswith("layer_")}  # 2 layers, both signals
+        for key in layers:  # a layer's gradient norm is over every shard, its RMS over every process's tokens
+            assert x[key] == pytest.approx(y[key], rel=1e-4), key
+    for row in metrics(two):  # where the time went across processes
+        assert row["time_collectives_s"] > 0 and row["rank_lag_s"] >= 0 and row["slowest_rank"] in (0.0, 1.0)
+        assert 0 < row["mfu"] < 1
     plan = json.loads((two / "plan.json").read_text())
     assert plan["processes"] == 2
     assert plan["parallel"]["strategy"] == ("fsdp2" if sharded else "ddp")
