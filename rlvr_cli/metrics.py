@@ -114,6 +114,11 @@ class StepMetrics:
     )
     # ── holdout ──
     holdout_reward: float | None = _m("mean greedy reward on the holdout split", needs="holdout")
+    holdout_nll: float | None = _m(
+        "on holdout steps: mean negative log-likelihood per token of the holdout's reference responses "
+        "(monitoring.reference_answers; temperature 1)",
+        needs="reference_answers",
+    )
     reward_holdout_divergence: float | None = _m(
         "train reward gain minus holdout reward gain since the last evaluation", needs="holdout"
     )
@@ -172,7 +177,7 @@ class StepMetrics:
 class Metric:
     name: str
     description: str
-    needs: str | None  # "reference" | "holdout" | "hints" | "fp16" | "sample_ahead" | None
+    needs: str | None  # "reference" | "holdout" | "hints" | "fp16" | "sample_ahead" | "reference_answers" | None
 
 
 METRICS: tuple[Metric, ...] = tuple(

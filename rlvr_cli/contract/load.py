@@ -15,7 +15,15 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from rlvr_cli.contract import deep as deep_checks
-from rlvr_cli.contract import rules, rules_adapter, rules_data, rules_scale, waivers, yaml12  # noqa: F401 - they register rules
+from rlvr_cli.contract import (  # noqa: F401 - they register rules
+    rules,
+    rules_adapter,
+    rules_data,
+    rules_monitoring,
+    rules_scale,
+    waivers,
+    yaml12,
+)
 from rlvr_cli.contract.diagnostics import ContractError, Diagnostic, Finding, dotted
 from rlvr_cli.contract.models import Contract
 from rlvr_cli.contract.scale import FORMS

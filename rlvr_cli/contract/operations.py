@@ -102,6 +102,13 @@ class Monitoring(Section):
         "(layer_activation_rms/<i>, layer_grad_norm/<i>); without it they are not measured.",
     )
 
+    reference_answers: str | None = Field(
+        None,
+        min_length=1,
+        description="A holdout task field holding a reference response: every holdout evaluation also measures "
+        "holdout_nll, the policy's mean negative log-likelihood per token of these responses (single-turn).",
+    )
+
     @field_validator("trackers")
     @classmethod
     def _once_each(cls, value: list[TrackerValue]) -> list[TrackerValue]:

@@ -308,6 +308,8 @@ def unavailable_metric(c: Contract, metric: str) -> str | None:
         return "needs fp16 compute (its loss scaler)"
     if metric.startswith(("layer_activation_rms/", "layer_grad_norm/")) and not c.monitoring.layer_stats_every:
         return "needs per-layer signals (monitoring.layer_stats_every)"
+    if needs == "reference_answers" and not (c.monitoring.reference_answers and c.monitoring.holdout_every):
+        return "needs reference responses on holdout steps (monitoring.reference_answers and holdout_every)"
     if needs == "sample_ahead" and not c.hyperparameters.sample_ahead:
         return "needs sampling ahead (hyperparameters.sample_ahead)"
     return None

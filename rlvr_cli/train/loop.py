@@ -31,7 +31,7 @@ from rlvr_cli.store.records import RecordStore
 from rlvr_cli.store.run import RunFolder, Status
 from rlvr_cli.trackers.fanout import Trackers
 from rlvr_cli.train import distributed as dist
-from rlvr_cli.train import flops, overlap, tracking, update
+from rlvr_cli.train import flops, overlap, reference_nll, tracking, update
 from rlvr_cli.train.checkpoint import load_latest
 from rlvr_cli.train.collect import StepResult, collect
 from rlvr_cli.train.faults import Fault
@@ -79,6 +79,7 @@ class Run:
     trackers: Trackers | None = None  # monitoring.trackers, on the main process (train/tracking.py)
     shape: flops.Shape | None = None  # the policy's FLOPs per token (train/flops.py)
     peak: float = 0.0  # the training device's measured FLOP/s in the compute dtype
+    references: list[tuple[list[int], list[int]]] | None = None  # monitoring.reference_answers: holdout_nll
 
     @property
     def contract(self) -> Contract:
@@ -230,7 +231,7 @@ def holdout_start(run: Run, rollout: Rollout, progress: Progress) -> None:
     if not run.contract.monitoring.holdout_every:
         return
     _holdout_values(run, _holdout_rows(run, rollout), metrics := StepMetrics(0))
-    row = {k: v for k, v in metrics.row().items() if k == "holdout_reward" or k.startswith(("holdout/", "holdout_by/"))}
+    row = {k: v for k, v in metrics.row().items() if k.startswith("holdout")}  # every holdout metric
     if run.setup.main:
         run.folder.write_holdout_start(row)
         progress.before_training(row)
@@ -252,6 +253,8 @@ def _holdout_values(run: Run, rows: list[Sample], metrics: StepMetrics) -> None:
         values = [c[part.name] for c in scored if part.name in c]
         metrics.holdout_components[f"holdout/{part.name}"] = sum(values) / len(values) if values else float("nan")
     metrics.update(holdout_segments(rows))
+    if run.references:
+        metrics.holdout_nll = reference_nll.holdout_nll(run.setup, run.references)
 
 
 def _holdout_metrics(run: Run, rows: list[Sample], metrics: StepMetrics) -> None:
@@ -287,7 +290,8 @@ def start(contract: Contract, contract_path: Path, run_dir: Path, steps: int, re
     if overlap.allowed(setup):
         ahead = Ahead(setup)
         ahead.restore(state.ahead)
-    return Run(setup, state, folder, records, monitor, contract_path, steps, ahead)
+    references = reference_nll.references(setup)  # a field no holdout task has stops the run here
+    return Run(setup, state, folder, records, monitor, contract_path, steps, ahead, references=references)
 
 
 def _resume(

@@ -172,9 +172,7 @@ def build_plan(
         "artifacts": artifacts(c),
         **sections(c),
         "layer_stats": f"every {c.monitoring.layer_stats_every} steps" if c.monitoring.layer_stats_every else "none",
-        "holdout": f"greedy decoding of every holdout task every {c.monitoring.holdout_every} steps"
-        if c.monitoring.holdout_every
-        else "none",
+        "holdout": holdout_words(c),
         "paths": {
             "run_dir": str(run_dir),
             "metrics": str(run_dir / "metrics.jsonl"),
@@ -241,4 +239,14 @@ def trains_description(setup: Any) -> str:
         words += "; reference: the policy with its adapter switched off (no second copy)"
     elif setup.reference is not None:
         words += "; reference: a frozen copy of its own"
+    return words
+
+
+def holdout_words(c: Contract) -> str:
+    m = c.monitoring
+    if not m.holdout_every:
+        return "none"
+    words = f"greedy decoding of every holdout task every {m.holdout_every} steps"
+    if m.reference_answers:
+        words += f", and the reference responses in '{m.reference_answers}' scored (holdout_nll)"
     return words

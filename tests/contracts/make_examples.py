@@ -176,6 +176,10 @@ EXAMPLES: dict[str, tuple[list[tuple[str, str]], list[tuple[str, str, str]]]] = 
         ],
         [("RLV604", "error", "metric: holdout_reward")],
     ),
+    "RLV605-reference-answers-without-holdout": (
+        [("  holdout_every: 5\n", "  reference_answers: solution\n")],
+        [("RLV605", "error", "reference_answers: solution")],
+    ),
     "RLV701-checkpoint-without-rng": (
         [("scheduler, rng, sampler", "scheduler, sampler")],
         [("RLV701", "error", "include: [model")],
