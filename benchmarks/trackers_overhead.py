@@ -3,9 +3,10 @@
 The single-turn template (`rlvr init`: the tiny arithmetic policy, 8 prompts × 8 samples,
 ≤ 8 new tokens a step, holdout every 10 steps), `rlvr train` as a user runs it, in alternating
 order (off, tensorboard, mlflow, wandb, trackio, all four, off, …) so drift in the machine's
-speed falls on every arm alike. Measured: the sum of the run's own `step_seconds` (every step,
-the first included: a tracker's import and opening run on its thread while the first steps
-train), and the whole process for reference. Usage:
+speed falls on every arm alike. Measured: the sum of the run's own `step_seconds` over every
+step (a tracker's import and opening run on its thread while the first steps train: on 2 cores
+they compete with them) and over the steps after the first 20 (steady state: a row per step),
+and the whole process for reference. Usage:
 
     .venv/bin/python benchmarks/trackers_overhead.py [--steps 60] [--repeat 3]
 """
@@ -31,7 +32,10 @@ ARMS = {
 }
 
 
-def train(folder: Path, trackers: str | None, steps: int, run: Path) -> tuple[float, float]:
+STEADY = 20  # steps after which every tracker has imported and opened (the start-up is over)
+
+
+def train(folder: Path, trackers: str | None, steps: int, run: Path) -> tuple[float, float, float]:
     contract = folder / "experiment.rlvr.yaml"
     text = (folder / "base.rlvr.yaml").read_text()
     if trackers:
@@ -44,7 +48,7 @@ def train(folder: Path, trackers: str | None, steps: int, run: Path) -> tuple[fl
     assert done.returncode == 0, done.stderr[-2000:]
     assert "stopped:" not in done.stderr, done.stderr[-2000:]
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    return sum(r["step_seconds"] for r in rows), wall
+    return sum(r["step_seconds"] for r in rows), sum(r["step_seconds"] for r in rows[STEADY:]), wall
 
 
 def main() -> None:
@@ -56,21 +60,26 @@ def main() -> None:
         folder = Path(tmp) / "arith"
         subprocess.run([sys.executable, "-m", "rlvr_cli", "init", str(folder)], check=True, capture_output=True)
         (folder / "experiment.rlvr.yaml").rename(folder / "base.rlvr.yaml")
-        steps_s: dict[str, list[float]] = {arm: [] for arm in ARMS}
+        every: dict[str, list[float]] = {arm: [] for arm in ARMS}
+        steady: dict[str, list[float]] = {arm: [] for arm in ARMS}
         walls: dict[str, list[float]] = {arm: [] for arm in ARMS}
         for r in range(args.repeat):
             for arm, trackers in ARMS.items():
-                s, w = train(folder, trackers, args.steps, Path(tmp) / f"run-{r}-{arm.replace(' ', '-')}")
-                steps_s[arm].append(s)
+                s, t, w = train(folder, trackers, args.steps, Path(tmp) / f"run-{r}-{arm.replace(' ', '-')}")
+                every[arm].append(s)
+                steady[arm].append(t)
                 walls[arm].append(w)
-                print(f"  {arm:12s} pass {r + 1}: steps {s:6.2f} s, process {w:6.2f} s", file=sys.stderr)
-    base = statistics.median(steps_s["off"])
+                print(f"  {arm:12s} pass {r + 1}: steps {s:6.2f} s, after {STEADY}: {t:6.2f} s", file=sys.stderr)
+    base, base_steady = statistics.median(every["off"]), statistics.median(steady["off"])
     print(f"{args.steps} steps, median of {args.repeat} alternating passes")
-    print("| trackers | steps/s | Σ step_seconds | vs off | whole process |")
-    print("|---|---|---|---|---|")
+    print(f"| trackers | steps/s | Σ step_seconds | vs off | steps {STEADY + 1}+ | vs off | whole process |")
+    print("|---|---|---|---|---|---|---|")
     for arm in ARMS:
-        s, w = statistics.median(steps_s[arm]), statistics.median(walls[arm])
-        print(f"| {arm} | {args.steps / s:.2f} | {s:.2f} s | {100 * (s / base - 1):+.1f} % | {w:.1f} s |")
+        s, t, w = (statistics.median(x[arm]) for x in (every, steady, walls))
+        print(
+            f"| {arm} | {args.steps / s:.2f} | {s:.2f} s | {100 * (s / base - 1):+.1f} % | {t:.2f} s | "
+            f"{100 * (t / base_steady - 1):+.1f} % | {w:.1f} s |"
+        )
 
 
 if __name__ == "__main__":
