@@ -55,16 +55,18 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--arms", default=",".join(ARMS), help="which arms, comma-separated (off is always run)")
     args = parser.parse_args()
+    arms = {a: ARMS[a] for a in ARMS if a == "off" or a in args.arms.split(",")}
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "arith"
         subprocess.run([sys.executable, "-m", "rlvr_cli", "init", str(folder)], check=True, capture_output=True)
         (folder / "experiment.rlvr.yaml").rename(folder / "base.rlvr.yaml")
-        every: dict[str, list[float]] = {arm: [] for arm in ARMS}
-        steady: dict[str, list[float]] = {arm: [] for arm in ARMS}
-        walls: dict[str, list[float]] = {arm: [] for arm in ARMS}
+        every: dict[str, list[float]] = {arm: [] for arm in arms}
+        steady: dict[str, list[float]] = {arm: [] for arm in arms}
+        walls: dict[str, list[float]] = {arm: [] for arm in arms}
         for r in range(args.repeat):
-            for arm, trackers in ARMS.items():
+            for arm, trackers in arms.items():
                 s, t, w = train(folder, trackers, args.steps, Path(tmp) / f"run-{r}-{arm.replace(' ', '-')}")
                 every[arm].append(s)
                 steady[arm].append(t)
@@ -74,7 +76,7 @@ def main() -> None:
     print(f"{args.steps} steps, median of {args.repeat} alternating passes")
     print(f"| trackers | steps/s | Σ step_seconds | vs off | steps {STEADY + 1}+ | vs off | whole process |")
     print("|---|---|---|---|---|---|---|")
-    for arm in ARMS:
+    for arm in arms:
         s, t, w = (statistics.median(x[arm]) for x in (every, steady, walls))
         print(
             f"| {arm} | {args.steps / s:.2f} | {s:.2f} s | {100 * (s / base - 1):+.1f} % | {t:.2f} s | "

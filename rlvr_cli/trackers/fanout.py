@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import queue
 import threading
 import time
@@ -29,6 +30,7 @@ from rlvr_cli.files import atomic_write_json
 from rlvr_cli.trackers.sink import Opening, Sink
 
 BACKLOG = 10_000  # events a tracker may fall behind before it is dropped
+NICE = 10  # a tracker's thread yields the cores to training (and to its sampling and data threads)
 CLOSE_SECONDS = 30.0  # how long the end of a run waits for a tracker to finish writing
 EXTRA = {"tensorboard": "tensorboard", "mlflow": "mlflow", "wandb": "wandb", "trackio": "trackio"}
 
@@ -74,6 +76,8 @@ class Worker:
         return f"{verb} (through step {self.logged_through})" if self.logged_through >= 0 else verb
 
     def run(self, opening: Opening) -> None:
+        with contextlib.suppress(OSError, AttributeError):  # Linux: a thread's own niceness; training comes first
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICE)
         try:
             self.kept = self.sink.open(opening) or {}
             self._save(opening.run_id)
