@@ -25,6 +25,13 @@ class TrackioSink:
         opening.folder.mkdir(parents=True, exist_ok=True)
         os.environ["TRACKIO_DIR"] = str(opening.folder.resolve())  # read when trackio is imported
         import trackio
+        import trackio.utils
+
+        if Path(trackio.utils.TRACKIO_DIR).resolve() != opening.folder.resolve():  # read once, at its import
+            raise RuntimeError(
+                f"trackio was loaded in this process for {trackio.utils.TRACKIO_DIR}; one process writes one "
+                "trackio folder"
+            )
 
         self.log_file = opening.folder / "trackio.log"
         for name, module in list(sys.modules.items()):  # its notices go to its log file, not the terminal

@@ -77,24 +77,23 @@ def test_a_tracker_that_falls_behind_is_dropped_and_said_once(tmp_path: Path, mo
 
 
 def test_files_written_after_training_reach_the_same_tracker_run(tmp_path: Path) -> None:
-    folder = RunFolder(tmp_path)
-    folder.write_status(Status("finished", step=2))
-    trackers = Trackers.start(
-        [Tracker(kind="tensorboard"), Tracker(kind="trackio")], tmp_path, "demo", {"a": 1}, 1, False
-    )
+    RunFolder(tmp_path).write_status(Status("finished", step=2))
+    both = [Tracker(kind="tensorboard"), Tracker(kind="mlflow")]  # trackio reads its folder once per process
+    trackers = Trackers.start(both, tmp_path, "demo", {"a": 1}, 1, resume=False)
     trackers.log(1, {"reward_mean": 0.5})
     trackers.log(2, {"reward_mean": 0.75})
     assert trackers.close() == []
-    run_id = json.loads((tmp_path / "trackers" / "trackio.json").read_text())["run_id"]
     report = tmp_path / "report.html"
     report.write_text("<html>the report</html>")
     assert publish(tmp_path, [report]) == []
     _, texts = read.tensorboard(tmp_path / "trackers" / "tensorboard")
     assert "the report" in texts["files/report.html"]
-    series, config = read.trackio(tmp_path / "trackers" / "trackio", "demo", run_id)
-    assert series == {"reward_mean": {1: 0.5, 2: 0.75}} and config["a"] == 1  # the same run, its config kept
-    state = json.loads((tmp_path / "trackers" / "tensorboard.json").read_text())
-    assert state["run_id"] == run_id and state["logged_through"] == 2
+    state = json.loads((tmp_path / "trackers" / "mlflow.json").read_text())
+    series, params, (run, artifacts) = read.mlflow(state)
+    assert series == {"reward_mean": {1: 0.5, 2: 0.75}} and params["a"] == "1"  # the same run, its params kept
+    assert "report.html" in artifacts and run.info.status == "FINISHED"
+    kept = json.loads((tmp_path / "trackers" / "tensorboard.json").read_text())
+    assert kept["run_id"] == state["run_id"] and kept["logged_through"] == 2
 
 
 def test_a_run_without_trackers_publishes_nothing(tmp_path: Path) -> None:
