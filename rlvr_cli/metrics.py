@@ -56,6 +56,17 @@ class StepMetrics:
         "optimizer passes the fp16 loss scaler skipped this step because gradients overflowed", needs="fp16"
     )
     policy_lag: float | None = _m("optimizer steps between the weights that sampled and the weights updated")
+    # ── the engine against the trainer (samples drawn this step, the same weights on both sides) ──
+    engine_logprob_diff_mean: float | None = _m(
+        "mean |engine − trainer| log-prob of the sampled tokens under the weights that sampled them"
+    )
+    engine_logprob_diff_max: float | None = _m("largest |engine − trainer| log-prob of a sampled token")
+    engine_kl: float | None = _m(
+        "sequence-level KL estimate of the engine from the trainer: mean over samples of Σ (engine − trainer) log-prob"
+    )
+    engine_mismatch_share: float | None = _m(
+        "share of sampled tokens whose engine and trainer log-probs differ by more than 0.1 nats"
+    )
     # ── throughput and budget ──
     time_generate_s: float | None = _m("seconds spent sampling")
     time_score_s: float | None = _m("seconds spent verifying")
@@ -202,6 +213,7 @@ STATUS_LINE = (
     "mfu",
     "rank_lag_s",
     "rollout_age_s",
+    "engine_logprob_diff_max",
 )
 
 

@@ -197,16 +197,21 @@ def progress_line(
 
 STRAGGLER = 0.2  # a rank that keeps the others waiting for this share of the step is named
 STALE = 2.0  # samples drawn ahead older than this many steps' time are named
+DRIFT = 0.1  # an engine whose log-probs differ from the trainer's by more (nats) on some token is named
 
 
 def warnings(row: dict[str, Any]) -> list[str]:
-    """What the step line says only when it matters: a straggling process, a stale queue."""
+    """What the step line says only when it matters: a straggling process, a stale queue, a
+    drifting engine."""
     out, step = [], row.get("step_seconds") or 0.0
     lag, age = row.get("rank_lag_s"), row.get("rollout_age_s")
     if isinstance(lag, float) and step and lag > STRAGGLER * step:
         out.append(f"rank {int(row.get('slowest_rank') or 0)} lags {lag:.1f}s")
     if isinstance(age, float) and step and age > STALE * step:
         out.append(f"samples {age:.1f}s old")
+    drift = row.get("engine_logprob_diff_max")
+    if isinstance(drift, float) and drift > DRIFT:
+        out.append(f"engine drifts: |Δ log p| up to {drift:.2f} on {row.get('engine_mismatch_share', 0):.0%} > 0.1")
     return out
 
 

@@ -44,6 +44,7 @@ class StepResult:
     generated: list[Sample] = field(default_factory=list)
     rounds: int = 0
     times: StepTimes = field(default_factory=StepTimes)
+    revision: int = 0  # the policy's optimizer steps when the step began: samples drawn now carry it
 
 
 def step_seed(setup: Setup, step: int, round_: int) -> int:
@@ -71,7 +72,7 @@ def collect(setup: Setup, state: TrainState, rollout: Rollout, ahead: Any = None
     hp = setup.contract.hyperparameters
     ds = setup.contract.length.dynamic_sampling
     drop = bool(ds and ds.drop_uniform_groups)
-    result = StepResult()
+    result = StepResult(revision=state.optimizer_steps)
     for round_ in range(ds.max_rounds if drop else 1):  # type: ignore[union-attr]
         missing = hp.prompts_per_step - len(result.accepted)
         if missing <= 0:

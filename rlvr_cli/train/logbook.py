@@ -40,6 +40,7 @@ def rollout_metrics(contract: Contract, result: StepResult) -> dict[str, float]:
         "dynamic_sampling_rounds": float(result.rounds),
         "samples_kept": float(sum(s.kept for g in result.accepted for s in g)),
         **spent(result),
+        **engine_mismatch(result),
         **acceptance_by(contract, result),
         **hints.metrics(contract, gen),
     }
@@ -52,6 +53,32 @@ def spent(result: StepResult) -> dict[str, float]:
         "tokens_discarded": float(sum(len(s.response_ids) for s in lost)),
         "verifier_seconds": sum(s.verify_seconds for s in result.generated),
         "verifier_seconds_discarded": sum(s.verify_seconds for s in lost),
+    }
+
+
+MISMATCH = 0.1  # nats: a token whose engine and trainer log-probs differ more is counted (engine_mismatch_share)
+
+
+def engine_mismatch(result: StepResult) -> dict[str, float]:
+    """The engine's log-probs of the tokens it sampled against the trainer's of the same tokens
+    under the same weights: samples drawn this step (sampled ahead: weights since moved, not
+    comparable), and not trained on samples drawn ahead's denominator (theirs is the engine's)."""
+    lagged = any(s.revision < result.revision for g in result.accepted for s in g if s.kept)
+    diffs, per_sequence = [], []
+    for s in result.generated:
+        if s.revision != result.revision or (s.kept and lagged) or not s.sampling_logp or not s.old_logp:
+            continue
+        n = min(len(s.sampling_logp), len(s.old_logp), sum(s.mask) if s.mask else len(s.response_ids))
+        d = [e - t for e, t in zip(s.sampling_logp[:n], s.old_logp[:n], strict=True)]
+        diffs += d
+        per_sequence.append(sum(d))
+    if not diffs:
+        return {}
+    return {
+        "engine_logprob_diff_mean": sum(abs(x) for x in diffs) / len(diffs),
+        "engine_logprob_diff_max": max(abs(x) for x in diffs),
+        "engine_kl": sum(per_sequence) / len(per_sequence),
+        "engine_mismatch_share": sum(abs(x) > MISMATCH for x in diffs) / len(diffs),
     }
 
 

@@ -7,6 +7,7 @@ to float precision at every step. The paired run whose engine never receives the
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -48,9 +49,13 @@ def test_an_engine_with_its_own_weights_samples_from_the_revision_recorded(
     sampling = "sampling: {temperature: 1.0, top_p: 1.0, top_k: 0}"
     edits = [*QUICK_STEPS, (sampling, sampling[:-1] + f", engine: {engine}}}")]
     experiment = copy_experiment(single_turn, tmp_path / "exp", edits)
-    gaps = _gaps(_train(experiment, "copy", "engine_copy"))
+    run = _train(experiment, "copy", "engine_copy")
+    gaps = _gaps(run)
     assert sorted(gaps) == [0, 1, 2, 3]
     assert max(gaps.values()) < 1e-4, gaps
+    rows = _metrics(run)  # the same comparison, every step, in the metrics
+    assert all(r["engine_logprob_diff_max"] < 1e-4 and r["engine_mismatch_share"] == 0 for r in rows), rows
+    assert [round(r["engine_logprob_diff_max"], 9) for r in rows] == [round(gaps[s], 9) for s in range(4)]
 
 
 @pytest.mark.slow
@@ -59,3 +64,24 @@ def test_an_engine_left_with_the_initial_weights_is_caught_by_the_records(single
     gaps = _gaps(_train(experiment, "stale", "stale_engine"))
     assert gaps[0] < 1e-4  # step 0 samples from the initial weights, which are the trained ones
     assert all(gaps[step] > 1e-2 for step in (1, 2, 3)), gaps
+
+
+def _metrics(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.slow
+def test_a_rule_on_the_engine_mismatch_pauses_a_run_whose_engine_drifts(single_turn: Path, tmp_path: Path) -> None:
+    rule = "    - {name: engine-drift, metric: engine_logprob_diff_max, when: '> 0.01', window: 1, action: pause, "
+    rule += "owner: a}\n"
+    experiment = copy_experiment(single_turn, tmp_path / "exp", [*QUICK_STEPS, ("  rules:\n", "  rules:\n" + rule)])
+    env = {**os.environ, "RLVR_FAULT": "stale_engine@0"}
+    run = experiment / "stale"
+    done = rlvr("train", experiment / CONTRACT, "--run-dir", run, "--max-steps", "4", env=env, timeout=300)
+    assert done.code == 4, done.stderr[-2000:]  # paused by the rule
+    status = json.loads((run / "status.json").read_text())
+    assert status["rule"]["name"] == "engine-drift" and status["rule"]["step"] == 1  # step 0 shares the weights
+    rows = _metrics(run)
+    assert rows[0]["engine_logprob_diff_max"] < 1e-4 and rows[1]["engine_mismatch_share"] > 0.1
+    calm = rlvr("train", experiment / CONTRACT, "--run-dir", experiment / "calm", "--max-steps", "3", timeout=300)
+    assert calm.code == 0, calm.stderr[-2000:]  # the same rule on an engine given every update never fires

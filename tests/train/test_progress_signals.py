@@ -21,3 +21,10 @@ def test_a_rank_that_keeps_the_others_waiting_is_named() -> None:
 def test_samples_drawn_long_ago_are_named() -> None:
     assert "samples 5.0s old" in progress_line(5, 10, {**BASE, "rollout_age_s": 5.0}, 10.0)
     assert "old" not in progress_line(5, 10, {**BASE, "rollout_age_s": 1.5}, 10.0)  # drawn during the last step
+
+
+def test_an_engine_that_drifts_from_the_trainer_is_named() -> None:
+    drifting = {**BASE, "engine_logprob_diff_max": 0.74, "engine_mismatch_share": 0.62}
+    assert "engine drifts: |Δ log p| up to 0.74 on 62% > 0.1" in progress_line(5, 10, drifting, 10.0)
+    calm = {**BASE, "engine_logprob_diff_max": 4.8e-07, "engine_mismatch_share": 0.0}  # float noise
+    assert "engine" not in progress_line(5, 10, calm, 10.0)
