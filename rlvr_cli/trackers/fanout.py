@@ -35,6 +35,32 @@ CLOSE_SECONDS = 30.0  # how long the end of a run waits for a tracker to finish 
 EXTRA = {"tensorboard": "tensorboard", "mlflow": "mlflow", "wandb": "wandb", "trackio": "trackio"}
 
 
+#: what each tracker's opening imports: loaded ahead while the run sets up (`preload`)
+MODULES = {
+    "tensorboard": ("tensorboard.summary.writer.event_file_writer", "tensorboard.plugins.text.summary_v2"),
+    "mlflow": ("mlflow.tracking", "mlflow.entities"),
+    "wandb": ("wandb",),
+    "trackio": (),  # trackio reads its folder when imported: it is imported where the folder is known
+}
+
+
+def preload(kinds: list[str]) -> None:
+    """Import the trackers' packages on a background thread while the run loads its model and
+    data, so their import does not contend with the first steps; a failure is left to `open`."""
+    import importlib
+
+    def load() -> None:
+        with contextlib.suppress(OSError, AttributeError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICE)
+        for kind in kinds:
+            for name in MODULES.get(kind, ()):
+                with contextlib.suppress(Exception):
+                    importlib.import_module(name)
+
+    if kinds:
+        threading.Thread(target=load, name="tracker-preload", daemon=True).start()
+
+
 def make_sink(kind: str) -> Sink:
     """The tracker's adapter; importing its package happens in `open`, on the tracker's thread."""
     from rlvr_cli.trackers import mlflow_sink, tb_sink, trackio_sink, wandb_sink

@@ -45,7 +45,14 @@ def references(setup: Any) -> list[tuple[list[int], list[int]]]:
 
 @torch.no_grad()
 def holdout_nll(setup: Any, rows: list[tuple[list[int], list[int]]]) -> float:
-    """Mean negative log-likelihood per reference token under the policy as it is now."""
+    """Mean negative log-likelihood per reference token under the policy as it is now; the run's
+    random state is as it was (a dropout drawing here must not change the training that follows)."""
+    devices = [setup.device] if setup.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        return _nll(setup, rows)
+
+
+def _nll(setup: Any, rows: list[tuple[list[int], list[int]]]) -> float:
     size = setup.contract.hyperparameters.micro_batch_sequences or len(rows)
     total, count = 0.0, 0
     for start in range(0, len(rows), size):
