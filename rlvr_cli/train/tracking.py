@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlvr_cli import __version__
+from rlvr_cli.errors import Interrupted
 from rlvr_cli.trackers.fanout import Trackers, flatten
 
 if TYPE_CHECKING:
@@ -49,14 +50,21 @@ def send(run: Run, step: int, row: dict[str, Any], progress: Progress | None = N
 
 @contextlib.contextmanager
 def closing(run: Run) -> Iterator[None]:
-    """However the run ends, its trackers finish with its outcome, and status.json says how they did."""
+    """However the run ends, its trackers finish with its outcome (a signal: paused; an error:
+    failed; else what status.json says), and status.json says how they did."""
+    outcome = None
     try:
         yield
+    except (KeyboardInterrupt, Interrupted):
+        outcome = "paused"
+        raise
+    except BaseException:
+        outcome = "failed"
+        raise
     finally:
         trackers = run.trackers
         if trackers is not None:
             with contextlib.suppress(Exception):
-                outcome = run.folder.read_status().state
-                for line in trackers.close(outcome):
+                for line in trackers.close(outcome or run.folder.read_status().state):
                     print(line, file=sys.stderr)
                 run.folder.write_status(run.folder.read_status().with_trackers(trackers.states()))
