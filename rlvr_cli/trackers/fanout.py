@@ -32,7 +32,9 @@ from rlvr_cli.trackers.sink import Opening, Sink
 BACKLOG = 10_000  # events a tracker may fall behind before it is dropped
 NICE = 10  # a tracker's thread yields the cores to training (and to its sampling and data threads)
 CLOSE_SECONDS = 30.0  # how long the end of a run waits for a tracker to finish writing
+PRELOAD_SECONDS = 120.0  # how long a tracker waits for the packages loading ahead
 EXTRA = {"tensorboard": "tensorboard", "mlflow": "mlflow", "wandb": "wandb", "trackio": "trackio"}
+PACKAGE = {"tensorboard": "tensorboard", "mlflow": "mlflow", "wandb": "wandb", "trackio": "trackio"}  # imported as
 
 
 #: what each tracker's opening imports: loaded ahead while the run sets up (`preload`)
@@ -58,7 +60,12 @@ def preload(kinds: list[str]) -> None:
                     importlib.import_module(name)
 
     if kinds:
-        threading.Thread(target=load, name="tracker-preload", daemon=True).start()
+        thread = threading.Thread(target=load, name="tracker-preload", daemon=True)
+        _PRELOADING.append(thread)
+        thread.start()
+
+
+_PRELOADING: list[threading.Thread] = []  # a tracker opens after these: one thread imports a package at a time
 
 
 def make_sink(kind: str) -> Sink:
@@ -104,6 +111,8 @@ class Worker:
     def run(self, opening: Opening) -> None:
         with contextlib.suppress(OSError, AttributeError):  # Linux: a thread's own niceness; training comes first
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICE)
+        for thread in list(_PRELOADING):  # two threads importing one package can see it half-initialised
+            thread.join(PRELOAD_SECONDS)
         try:
             self.kept = self.sink.open(opening) or {}
             self._save(opening.run_id)
@@ -250,7 +259,8 @@ def _number(value: Any) -> bool:
 
 
 def _reason(kind: str, exc: BaseException) -> str:
-    if isinstance(exc, ImportError):
+    missing = getattr(exc, "name", None) or ""
+    if isinstance(exc, ModuleNotFoundError) and missing.split(".")[0] == PACKAGE[kind]:
         return f"{kind} is not installed (pip install 'rlvr-cli[{EXTRA[kind]}]')"
     text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -127,7 +127,7 @@ def test_a_failing_tracker_is_said_once_and_the_run_completes(experiment: Path, 
     with_trackers(experiment, f'[tensorboard, wandb, {{kind: mlflow, uri: "http://127.0.0.1:{port}"}}]')
     shadow = tmp_path / "shadow" / "wandb"  # wandb "not installed": importing it fails
     shadow.mkdir(parents=True)
-    (shadow / "__init__.py").write_text("raise ImportError(\"No module named 'wandb'\")\n")
+    (shadow / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'wandb'\", name='wandb')\n")
     env = {**os.environ, "PYTHONPATH": f"{shadow.parent}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     run = tmp_path / "run"
     done = rlvr("train", experiment / CONTRACT, "--run-dir", run, "--max-steps", "4", env=env, timeout=300)
