@@ -91,6 +91,7 @@ class Worker:
     told: bool = False
     logged_through: int = -1
     kept: dict[str, Any] = field(default_factory=dict)
+    project: str = ""  # the tracker's project (MLflow: experiment), kept for later commands
     outcome: str = "finished"  # how the run ended: finished | paused | aborted | failed
     thread: threading.Thread | None = None
 
@@ -114,6 +115,7 @@ class Worker:
         for thread in list(_PRELOADING):  # two threads importing one package can see it half-initialised
             thread.join(PRELOAD_SECONDS)
         try:
+            self.project = opening.project
             self.kept = self.sink.open(opening) or {}
             self._save(opening.run_id)
             while (event := self.events.get()) is not None:
@@ -139,7 +141,13 @@ class Worker:
             self.sink.file(*payload)
 
     def _save(self, run_id: str) -> None:
-        data = {"run_id": run_id, "logged_through": self.logged_through, "spec": self.spec.model_dump(), **self.kept}
+        data = {
+            "run_id": run_id,
+            "project": self.project,
+            "logged_through": self.logged_through,
+            "spec": self.spec.model_dump(),
+            **self.kept,
+        }
         atomic_write_json(self.state_file, data, durable=False)
 
 
@@ -165,9 +173,8 @@ class Trackers:
             worker = Worker(spec, make_sink(spec.kind), root / f"{spec.kind}.json")
             worker.logged_through = int(kept.get("logged_through", -1)) if resume else -1
             folder = (run_dir / spec.dir) if spec.dir else root / spec.kind
-            opening = Opening(
-                run_id, name, spec.project or name, folder, config, first_step, kept if resume else {}, spec
-            )
+            project = spec.project or kept.get("project") or name  # a later command keeps training's project
+            opening = Opening(run_id, name, project, folder, config, first_step, kept if resume else {}, spec)
             worker.thread = threading.Thread(
                 target=worker.run, args=(opening,), name=f"tracker-{spec.kind}", daemon=True
             )
@@ -176,9 +183,9 @@ class Trackers:
         return cls(workers)
 
     @classmethod
-    def reopen(cls, run_dir: Path, config: dict[str, Any]) -> Trackers | None:
-        """The trackers a run folder's training wrote to, for a later command (report, gate);
-        an empty `config` leaves the tracker run's config as training wrote it."""
+    def reopen(cls, run_dir: Path) -> Trackers | None:
+        """The trackers a run folder's training wrote to, for a later command (report, gate): the
+        same tracker runs in the same projects, their config as training wrote it."""
         root = run_dir / "trackers"
         specs = []
         for path in sorted(root.glob("*.json")) if root.is_dir() else []:
@@ -186,9 +193,8 @@ class Trackers:
                 specs.append(Tracker.model_validate(_read_state(path)["spec"]))
         if not specs:
             return None
-        name = str(config.get("name") or run_dir.name)
         latest = max(int(_read_state(root / f"{s.kind}.json").get("logged_through", 0)) for s in specs)
-        return cls.start(specs, run_dir, name, config, latest + 1, resume=True)
+        return cls.start(specs, run_dir, run_dir.name, {}, latest + 1, resume=True)
 
     def log(self, step: int, row: dict[str, Any]) -> None:
         """One row at the tracker step `step`: its finite numbers, under their metric names."""
@@ -286,7 +292,7 @@ def publish(run_dir: Path, paths: list[Path]) -> list[str]:
     folder = RunFolder(run_dir)
     if folder.writer_alive():
         return []
-    trackers = Trackers.reopen(run_dir, {})
+    trackers = Trackers.reopen(run_dir)
     if trackers is None:
         return []
     for path in paths:

@@ -116,6 +116,8 @@ def test_every_tracker_holds_the_run_and_a_resume_logs_no_step_twice(experiment:
     assert {"report.html", "verdict.json"} <= artifacts
     _, texts = read.tensorboard(run / "trackers" / "tensorboard")
     assert {"files/report.html", "files/verdict.json"} <= set(texts)
+    assert sorted(p.name for p in (run / "trackers" / "trackio").glob("*.db")) == ["arith.db"]  # one project
+    assert all(p.name.endswith("-" + state["run_id"]) for p in wandb_runs)  # W&B's run id is rlvr's
 
 
 def test_a_failing_tracker_is_said_once_and_the_run_completes(experiment: Path, tmp_path: Path) -> None:
