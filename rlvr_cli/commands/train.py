@@ -132,10 +132,6 @@ def run_train(
     distributed.init()
     refuse_unfit(contract, contract_path, distributed.rank_world()[1], device_memory)
     main = distributed.rank_world()[0] == 0
-    if main:  # the trackers' imports overlap the model's loading, not the first steps
-        from rlvr_cli.trackers.fanout import preload
-
-        preload([t.kind for t in contract.monitoring.tracker_specs()])
     try:
         with exclusive(run_dir) if main else contextlib.nullcontext(), signals_unwind():
             # every rank reaches the same answer: `--auto` resumes exactly when a checkpoint exists

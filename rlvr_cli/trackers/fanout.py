@@ -1,9 +1,11 @@
 """Every tracker the contract names, fed from the step loop without ever holding it up.
 
-Each tracker has a thread and a bounded queue: the loop puts a row and goes on. Importing the
-tracker, opening its run, writing: all happen on that thread. A tracker that raises, or falls
-`BACKLOG` events behind, is dropped with its reason, which `news()` hands the loop once and
-`states()` keeps for `status.json`.
+Each tracker runs in a process of its own (`trackers/child.py`), fed JSON lines through a
+non-blocking pipe: the loop puts a row and goes on. Importing the tracker, opening its run, writing: all
+happen in that process, which shares no interpreter lock with training and runs at a lower
+priority. A tracker that fails, dies, or falls `BACKLOG` events behind is dropped with its reason,
+which `news()` hands the loop once and `states()` keeps for `status.json`; what its package
+prints goes to `trackers/<kind>.log`.
 
 The tracker's step is the steps done: metrics.jsonl's `step` + 1, as in the report; 0 is the
 holdout before training. Resume continues the same tracker run: `trackers/<kind>.json` keeps its
@@ -17,8 +19,9 @@ import contextlib
 import json
 import math
 import os
-import queue
-import threading
+import select
+import subprocess
+import sys
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -26,50 +29,14 @@ from pathlib import Path
 from typing import Any
 
 from rlvr_cli.contract.operations import Tracker
-from rlvr_cli.files import atomic_write_json
 from rlvr_cli.trackers.sink import Opening, Sink
 
 BACKLOG = 10_000  # events a tracker may fall behind before it is dropped
-NICE = 10  # a tracker's thread yields the cores to training (and to its sampling and data threads)
 CLOSE_SECONDS = 30.0  # how long the end of a run waits for a tracker to finish writing
-PRELOAD_SECONDS = 120.0  # how long a tracker waits for the packages loading ahead
-EXTRA = {"tensorboard": "tensorboard", "mlflow": "mlflow", "wandb": "wandb", "trackio": "trackio"}
-PACKAGE = {"tensorboard": "tensorboard", "mlflow": "mlflow", "wandb": "wandb", "trackio": "trackio"}  # imported as
-
-
-#: what each tracker's opening imports: loaded ahead while the run sets up (`preload`)
-MODULES = {
-    "tensorboard": ("tensorboard.summary.writer.event_file_writer", "tensorboard.plugins.text.summary_v2"),
-    "mlflow": ("mlflow.tracking", "mlflow.entities"),
-    "wandb": ("wandb",),
-    "trackio": (),  # trackio reads its folder when imported: it is imported where the folder is known
-}
-
-
-def preload(kinds: list[str]) -> None:
-    """Import the trackers' packages on a background thread while the run loads its model and
-    data, so their import does not contend with the first steps; a failure is left to `open`."""
-    import importlib
-
-    def load() -> None:
-        with contextlib.suppress(OSError, AttributeError):
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICE)
-        for kind in kinds:
-            for name in MODULES.get(kind, ()):
-                with contextlib.suppress(Exception):
-                    importlib.import_module(name)
-
-    if kinds:
-        thread = threading.Thread(target=load, name="tracker-preload", daemon=True)
-        _PRELOADING.append(thread)
-        thread.start()
-
-
-_PRELOADING: list[threading.Thread] = []  # a tracker opens after these: one thread imports a package at a time
 
 
 def make_sink(kind: str) -> Sink:
-    """The tracker's adapter; importing its package happens in `open`, on the tracker's thread."""
+    """The tracker's adapter; importing its package happens in `open`, in the tracker's process."""
     from rlvr_cli.trackers import mlflow_sink, tb_sink, trackio_sink, wandb_sink
 
     sinks = {
@@ -81,74 +48,139 @@ def make_sink(kind: str) -> Sink:
     return sinks[kind]()  # type: ignore[no-any-return]
 
 
+def line(event: dict[str, Any]) -> bytes:
+    """One event as the tracker's process reads it."""
+    return (json.dumps(event, default=str) + "\n").encode("utf-8")
+
+
 @dataclass
 class Worker:
+    """The run's side of one tracker's process: non-blocking pipes both ways, served from the
+    loop's own calls (no thread of the run waits on a tracker). Bytes the pipe cannot take yet
+    wait in `pending`; the process's answers are read when the loop next puts or asks."""
+
     spec: Tracker
-    sink: Sink
     state_file: Path
-    events: queue.Queue[tuple[str, Any] | None] = field(default_factory=lambda: queue.Queue(BACKLOG))
     failure: str | None = None
     told: bool = False
     logged_through: int = -1
-    kept: dict[str, Any] = field(default_factory=dict)
-    project: str = ""  # the tracker's project (MLflow: experiment), kept for later commands
-    outcome: str = "finished"  # how the run ended: finished | paused | aborted | failed
-    thread: threading.Thread | None = None
+    sent: int = 0  # events put, the opening included
+    done: int = 0  # events the process has handled
+    ended: str | None = None  # the outcome the process closed its tracker run with
+    proc: subprocess.Popen[bytes] | None = None
+    pending: bytearray = field(default_factory=bytearray)  # written by the run, not yet taken by the pipe
+    answers: bytearray = field(default_factory=bytearray)  # read from the process, not yet a whole line
+    eof: bool = False  # the process's answers have ended
 
-    def put(self, event: tuple[str, Any] | None) -> None:
-        if self.failure is not None:
+    def put(self, data: bytes) -> None:
+        if self.failure is not None or self.proc is None:
             return
-        try:
-            self.events.put_nowait(event)
-        except queue.Full:
+        self.poll()
+        if self.sent - self.done >= BACKLOG:
             self.failure = f"fell {BACKLOG} events behind the run; dropped"
+            return
+        self.sent += 1
+        self.pending += data
+        self.flush()
 
     def describe(self) -> str:
         if self.failure is not None:
             return f"failed: {self.failure}"
-        verb = "closed" if self.thread is not None and not self.thread.is_alive() else "writing"
+        verb = "closed" if self.ended is not None else "writing"
         return f"{verb} (through step {self.logged_through})" if self.logged_through >= 0 else verb
 
-    def run(self, opening: Opening) -> None:
-        with contextlib.suppress(OSError, AttributeError):  # Linux: a thread's own niceness; training comes first
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICE)
-        for thread in list(_PRELOADING):  # two threads importing one package can see it half-initialised
-            thread.join(PRELOAD_SECONDS)
+    def start(self, opening: Opening, log: Path) -> None:
         try:
-            self.project = opening.project
-            self.kept = self.sink.open(opening) or {}
-            self._save(opening.run_id)
-            while (event := self.events.get()) is not None:
-                if self.failure is not None:
-                    return
-                self._handle(event, opening.run_id)
-        except Exception as exc:  # a tracker's failure is reported, never raised into the run
-            self.failure = self.failure or _reason(self.spec.kind, exc)  # the first reason stands
-        finally:
-            with contextlib.suppress(Exception):
-                self.sink.close(self.outcome)
+            with log.open("ab") as err:
+                self.proc = subprocess.Popen(
+                    [sys.executable, "-m", "rlvr_cli.trackers.child"],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=err,
+                    bufsize=0,
+                    start_new_session=True,  # a Ctrl-C reaches the run, which closes its trackers in turn
+                )
+        except OSError as exc:
+            self.failure = f"could not start its process: {exc}"
+            return
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        os.set_blocking(self.proc.stdin.fileno(), False)
+        os.set_blocking(self.proc.stdout.fileno(), False)
+        through = self.logged_through
+        self.put(line({"open": {**opening.to_json(), "state_file": str(self.state_file), "logged_through": through}}))
 
-    def _handle(self, event: tuple[str, Any], run_id: str) -> None:
-        kind, payload = event
-        if kind == "log":
-            step, values = payload
-            if step <= self.logged_through and not self.sink.purges:
-                return  # this tracker run has the step already (an exact resume redoes it)
-            self.sink.log(step, values)
-            self.logged_through = max(self.logged_through, step)
-            self._save(run_id)
-        elif kind == "file":
-            self.sink.file(*payload)
+    def flush(self) -> None:
+        """Hand the pipe what it takes now."""
+        if not self.pending or self.proc is None or self.proc.stdin is None or self.proc.stdin.closed:
+            return
+        try:
+            while self.pending:
+                written = os.write(self.proc.stdin.fileno(), self.pending[: 1 << 16])
+                del self.pending[:written]
+        except BlockingIOError:
+            pass
+        except OSError:  # the process is gone: its answers' end says why
+            self.pending.clear()
 
-    def _save(self, run_id: str) -> None:
-        data = {
-            "run_id": run_id,
-            "project": self.project,
-            "logged_through": self.logged_through,
-            "spec": self.spec.model_dump(),
-            **self.kept,
-        }
-        atomic_write_json(self.state_file, data, durable=False)
+    def poll(self) -> None:
+        """Read what the process has answered so far."""
+        if self.proc is None or self.proc.stdout is None or self.eof:
+            return
+        try:
+            while chunk := os.read(self.proc.stdout.fileno(), 1 << 16):
+                self.answers += chunk
+            self.eof = True
+        except BlockingIOError:
+            pass
+        except OSError:
+            self.eof = True
+        *whole, rest = self.answers.split(b"\n")
+        self.answers = bytearray(rest)
+        for text in whole:
+            self._answer(text)
+        if self.eof:
+            self._ended()
+
+    def _answer(self, text: bytes) -> None:
+        with contextlib.suppress(ValueError, TypeError, KeyError):
+            answer = json.loads(text)
+            if "done" in answer:
+                self.done, self.logged_through = int(answer["done"]), int(answer["through"])
+            elif "failed" in answer:
+                self.failure = self.failure or str(answer["failed"])  # the first reason stands
+            elif "closed" in answer:
+                self.ended = str(answer["closed"])
+
+    def _ended(self) -> None:
+        assert self.proc is not None
+        code = self.proc.wait()
+        if self.ended is None and self.failure is None:
+            self.failure = f"its process ended (exit code {code}); see {self.state_file.with_suffix('.log')}"
+
+    def finish(self, outcome: str) -> None:
+        """Send the run's outcome: the process closes its tracker run and ends."""
+        if self.proc is None or self.eof:
+            return
+        self.pending += line({"close": outcome})
+        self.flush()
+
+    def settle(self, deadline: float, timeout: float) -> None:
+        """Wait until the process has taken everything and ended, or the deadline; then kill it."""
+        if self.proc is None:
+            return
+        while not self.eof and time.monotonic() < deadline:
+            self.flush()
+            stdin = self.proc.stdin
+            if not self.pending and stdin is not None and not stdin.closed:
+                with contextlib.suppress(OSError):
+                    stdin.close()  # everything is written: the process's stdin ends after the close
+            wait = [stdin] if self.pending and stdin is not None else []
+            select.select([self.proc.stdout], wait, [], max(0.0, min(0.5, deadline - time.monotonic())))
+            self.poll()
+        if not self.eof:
+            self.failure = self.failure or f"still writing after {timeout:.0f} s; its last rows may be missing"
+            self.proc.kill()
+            self.proc.wait()
 
 
 class Trackers:
@@ -161,7 +193,7 @@ class Trackers:
     def start(
         cls, specs: list[Tracker], run_dir: Path, name: str, config: dict[str, Any], first_step: int, resume: bool
     ) -> Trackers:
-        """Open every tracker (on its thread); `resume` continues the run id the folder has."""
+        """Open every tracker (in its process); `resume` continues the run id the folder has."""
         root = run_dir / "trackers"
         root.mkdir(parents=True, exist_ok=True)
         previous = {s.kind: _read_state(root / f"{s.kind}.json") for s in specs} if resume else {}
@@ -170,15 +202,12 @@ class Trackers:
         workers = []
         for spec in specs:
             kept = previous.get(spec.kind, {})
-            worker = Worker(spec, make_sink(spec.kind), root / f"{spec.kind}.json")
+            worker = Worker(spec, root / f"{spec.kind}.json")
             worker.logged_through = int(kept.get("logged_through", -1)) if resume else -1
             folder = (run_dir / spec.dir) if spec.dir else root / spec.kind
             project = spec.project or kept.get("project") or name  # a later command keeps training's project
             opening = Opening(run_id, name, project, folder, config, first_step, kept if resume else {}, spec)
-            worker.thread = threading.Thread(
-                target=worker.run, args=(opening,), name=f"tracker-{spec.kind}", daemon=True
-            )
-            worker.thread.start()
+            worker.start(opening, root / f"{spec.kind}.log")
             workers.append(worker)
         return cls(workers)
 
@@ -200,8 +229,9 @@ class Trackers:
         """One row at the tracker step `step`: its finite numbers, under their metric names."""
         values = {k: float(v) for k, v in row.items() if k != "step" and _number(v)}
         if values:
+            data = line({"log": [step, values]})  # encoded once for every tracker
             for worker in self.workers:
-                worker.put(("log", (step, values)))
+                worker.put(data)
 
     def file(self, path: Path, text: str | None = None) -> None:
         """A file of the run (the contract, its lock, the plan, a report, a verdict)."""
@@ -210,13 +240,16 @@ class Trackers:
                 text = path.read_text(encoding="utf-8", errors="replace")
             except OSError:
                 return
+        data = line({"file": [str(path), text]})
         for worker in self.workers:
-            worker.put(("file", (path, text)))
+            worker.put(data)
 
     def news(self) -> list[str]:
         """Trackers that failed since the last call, each said once."""
         out = []
         for worker in self.workers:
+            worker.poll()
+            worker.flush()
             if worker.failure is not None and not worker.told:
                 worker.told = True
                 out.append(
@@ -232,16 +265,9 @@ class Trackers:
         """Let every tracker finish what it has, up to `timeout` seconds in all; what did not."""
         deadline = time.monotonic() + timeout
         for worker in self.workers:
-            worker.outcome = outcome
-            with contextlib.suppress(queue.Full):
-                worker.events.put(None, timeout=1.0)
+            worker.finish(outcome)
         for worker in self.workers:
-            if worker.thread is not None:
-                worker.thread.join(max(0.0, deadline - time.monotonic()))
-                if worker.thread.is_alive():
-                    worker.failure = (
-                        worker.failure or f"still writing after {timeout:.0f} s; its last rows may be missing"
-                    )
+            worker.settle(deadline, timeout)
         return self.news()
 
 
@@ -262,14 +288,6 @@ def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
 
 def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _reason(kind: str, exc: BaseException) -> str:
-    missing = getattr(exc, "name", None) or ""
-    if isinstance(exc, ModuleNotFoundError) and missing.split(".")[0] == PACKAGE[kind]:
-        return f"{kind} is not installed (pip install 'rlvr-cli[{EXTRA[kind]}]')"
-    text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _read_state(path: Path) -> dict[str, Any]:

@@ -22,6 +22,15 @@ class Opening:
     kept: dict[str, Any]  # what the tracker kept from its previous opening (e.g. MLflow's run id)
     spec: Tracker
 
+    def to_json(self) -> dict[str, Any]:
+        return {**self.__dict__, "folder": str(self.folder), "spec": self.spec.model_dump(mode="json")}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Opening:
+        names = cls.__dataclass_fields__
+        fields = {k: v for k, v in data.items() if k in names}
+        return cls(**{**fields, "folder": Path(data["folder"]), "spec": Tracker.model_validate(data["spec"])})
+
 
 class Sink(Protocol):
     purges: bool  # steps sent again replace the old ones, so nothing is skipped on resume

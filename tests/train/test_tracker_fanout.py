@@ -4,6 +4,8 @@ tracker that falls behind, files sent after training, and resume bookkeeping."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 from pathlib import Path
 
@@ -100,3 +102,31 @@ def test_a_run_without_trackers_publishes_nothing(tmp_path: Path) -> None:
     RunFolder(tmp_path).write_status(Status("finished", step=2))
     assert publish(tmp_path, [tmp_path / "status.json"]) == []
     assert not (tmp_path / "trackers").exists()
+
+
+def test_each_tracker_opening_has_a_process_of_its_own(tmp_path: Path) -> None:
+    """trackio reads its folder once per process: two runs' trackio stores from one interpreter
+    (a library user training twice) each get their own, in their own tracker process."""
+    for name in ("first", "second"):
+        run = tmp_path / name
+        trackers = Trackers.start([Tracker(kind="trackio")], run, name, {"a": 1}, 1, resume=False)
+        trackers.log(1, {"reward_mean": 0.5})
+        assert trackers.workers[0].proc is not None and trackers.workers[0].proc.pid != os.getpid()
+        assert trackers.close() == []
+        assert trackers.states() == {"trackio": "closed (through step 1)"}
+        assert sorted(p.name for p in (run / "trackers" / "trackio").glob("*.db")) == [f"{name}.db"]
+
+
+def test_a_tracker_whose_process_dies_is_dropped_and_said_once(tmp_path: Path) -> None:
+    trackers = Trackers.start([Tracker(kind="tensorboard")], tmp_path, "demo", {}, 1, resume=False)
+    trackers.log(1, {"reward_mean": 0.5})
+    proc = trackers.workers[0].proc
+    assert proc is not None
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(30)
+    trackers.log(2, {"reward_mean": 0.75})  # the loop goes on, and reads that its answers ended
+    [said] = trackers.news()
+    assert said.startswith("tracker tensorboard stopped: its process ended (exit code -9); see ")
+    assert said.endswith("tensorboard.log; the run goes on, its own files complete")
+    assert trackers.close() == [] and trackers.news() == []
+    assert trackers.states()["tensorboard"].startswith("failed: its process ended")

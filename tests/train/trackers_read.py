@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import struct
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ def tensorboard(folder: Path) -> tuple[Series, dict[str, str]]:
 
 def mlflow(state: dict[str, Any]) -> tuple[Series, dict[str, str], Any]:
     """MLflow's client on the store the run wrote to: metric histories, params, artifact names."""
+    os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")  # the local store rlvr writes
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=state["tracking_uri"])
