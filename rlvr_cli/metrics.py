@@ -56,6 +56,16 @@ class StepMetrics:
         "optimizer passes the fp16 loss scaler skipped this step because gradients overflowed", needs="fp16"
     )
     policy_lag: float | None = _m("optimizer steps between the weights that sampled and the weights updated")
+    is_weight_mean: float | None = _m(
+        "mean importance weight on the trained tokens (objective.correction): w = π_old / π_engine, exp(Σ over the "
+        "answer's tokens of log π_old − log π_engine) at sequence level, after truncation (tis) or masking (mis)",
+        needs="correction",
+    )
+    is_cut_share: float | None = _m(
+        "share of trained tokens whose importance weight the correction cut: truncated to the cap (tis) or masked "
+        "out, weight 0 (mis)",
+        needs="correction",
+    )
     # ── the engine against the trainer (samples drawn this step, the same weights on both sides) ──
     engine_logprob_diff_mean: float | None = _m(
         "mean |engine − trainer| log-prob of the sampled tokens under the weights that sampled them"

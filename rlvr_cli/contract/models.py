@@ -12,6 +12,7 @@ from pydantic import BeforeValidator, ConfigDict, Field, model_validator
 
 from rlvr_cli.contract.adapter import Adapter
 from rlvr_cli.contract.data_section import Data
+from rlvr_cli.contract.off_policy import Correction, Ratio
 from rlvr_cli.contract.operations import (
     Acceptance,
     Budget,
@@ -232,6 +233,14 @@ class Objective(Section):
     aggregation: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "constant_norm"] = Field(
         description="How token losses are averaged: token_mean (DAPO), seq_mean_token_mean (GRPO), "
         "seq_mean_token_sum, constant_norm (Dr. GRPO)."
+    )
+    ratio: Ratio | None = Field(
+        None,
+        description="The ratio's level (token, or sequence: GSPO) and denominator. Absent: per token, over the "
+        "trainer's own log-probs (samples drawn ahead: the engine's); required with sample_ahead or vllm.",
+    )
+    correction: Correction | None = Field(
+        None, description="Importance weights for the engine/trainer mismatch: none, tis or mis. Absent: none."
     )
 
 

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rlvr_cli.contract import off_policy
 from rlvr_cli.contract.diagnostics import Finding, error, warning
 from rlvr_cli.contract.models import CHECKPOINT_PARTS, Contract, ModelRef, ReferenceRef
 from rlvr_cli.contract.verifier_kinds import verifier_kind_findings
@@ -69,6 +70,8 @@ def conditional_keys(c: Contract, _: Path) -> Iterator[Finding]:
         for key in ("estimator", "placement"):
             if getattr(kl, key) is None:
                 yield _required(("objective", "kl"), key, "kl.coef > 0")
+    for path, message in off_policy.findings(c.objective, c.hyperparameters):
+        yield error("RLV003", path, message)
     hints = c.data.hints
     if hints is not None and hints.used:
         for key in ("source", "field", "placement", "share", "until_step", "advantage"):
@@ -312,6 +315,9 @@ def unavailable_metric(c: Contract, metric: str) -> str | None:
         return "needs reference responses on holdout steps (monitoring.reference_answers and holdout_every)"
     if needs == "sample_ahead" and not c.hyperparameters.sample_ahead:
         return "needs sampling ahead (hyperparameters.sample_ahead)"
+    correction = c.objective.correction
+    if needs == "correction" and (correction is None or correction.kind == "none"):
+        return "needs an importance correction (objective.correction: tis or mis)"
     return None
 
 

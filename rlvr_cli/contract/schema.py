@@ -35,6 +35,10 @@ CONDITIONS: dict[str, list[dict[str, Any]]] = {
         _when("kind", {"const": "tool_use"}, "server", "max_steps"),
     ],
     "Advantage": [_when("scale", {"enum": ["group_std", "batch_std"]}, "std", "epsilon")],
+    "Correction": [
+        _when("kind", {"const": "tis"}, "level", "cap"),
+        _when("kind", {"const": "mis"}, "level", "low", "high"),
+    ],
     "KL": [_when("coef", {"type": "number", "exclusiveMinimum": 0}, "estimator", "placement")],
     "Hints": [_when("used", {"const": True}, "source", "field", "placement", "share", "until_step", "advantage")],
     "Length": [_when("on_truncated", {"const": "penalize"}, "truncation_penalty")],

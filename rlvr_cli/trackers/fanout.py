@@ -1,6 +1,6 @@
 """Every tracker the contract names, fed from the step loop without ever holding it up.
 
-Each tracker runs in a process of its own (`trackers/child.py`), fed JSON lines through a
+Each tracker runs in a process of its own (`trackers/writer.py`), fed JSON lines through a
 non-blocking pipe: the loop puts a row and goes on. Importing the tracker, opening its run, writing: all
 happen in that process, which shares no interpreter lock with training and runs at a lower
 priority. A tracker that fails, dies, or falls `BACKLOG` events behind is dropped with its reason,
@@ -93,7 +93,7 @@ class Worker:
         try:
             with log.open("ab") as err:
                 self.proc = subprocess.Popen(
-                    [sys.executable, "-m", "rlvr_cli.trackers.child"],
+                    [sys.executable, "-m", "rlvr_cli.trackers.writer"],
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
                     stderr=err,

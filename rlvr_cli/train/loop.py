@@ -31,7 +31,7 @@ from rlvr_cli.store.records import RecordStore
 from rlvr_cli.store.run import RunFolder, Status
 from rlvr_cli.trackers.fanout import Trackers
 from rlvr_cli.train import distributed as dist
-from rlvr_cli.train import flops, overlap, reference_nll, tracking, update
+from rlvr_cli.train import flops, importance, overlap, reference_nll, tracking, update
 from rlvr_cli.train.checkpoint import load_latest
 from rlvr_cli.train.collect import StepResult, collect
 from rlvr_cli.train.faults import Fault
@@ -114,7 +114,7 @@ def train_step(
         ref = update.reference_logprobs(setup, fwd)
         rewards, old = update.rewards_with_kl(setup, flat, fwd, ref)  # KL in the reward
         adv = update.step_advantages(setup, flat, rewards)  # advantages
-        old = update.ratio_denominator(setup, state, trained, fwd, old)
+        old = importance.ratio_denominator(setup, state, trained, fwd, old)
         learned = update.optimizer_passes(setup, state, trained, adv, fwd, old, ref)  # update
     setup.engine.sync(setup.policy, state.optimizer_steps)  # nothing samples from older weights
     result.times.update = time.perf_counter() - start

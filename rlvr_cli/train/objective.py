@@ -7,6 +7,7 @@ T response tokens; `mask` is the loss mask (1 on trained tokens).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -14,6 +15,7 @@ import torch
 
 if TYPE_CHECKING:
     from rlvr_cli.contract.models import Objective
+    from rlvr_cli.contract.off_policy import Correction
 
 
 # ── advantages ────────────────────────────────────────────────────────────────────────
@@ -96,6 +98,49 @@ def uniform_groups(groups: torch.Tensor) -> torch.Tensor:
 def ratio(logp: torch.Tensor, old_logp: torch.Tensor) -> torch.Tensor:
     """π_θ / π_old per token, from log-probs `(B, T)`."""
     return torch.exp(logp - old_logp)
+
+
+def importance_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor, level: str) -> torch.Tensor:
+    """The ratio `(B, T)` the clip acts on. `token`: π_θ / π_old per token. `sequence` (GSPO,
+    Zheng et al. 2025, https://arxiv.org/abs/2507.18071): one ratio per answer, s = exp(mean over
+    its trained tokens of log π_θ − log π_old), in GSPO's token form exp(log π_θ − sg[log π_θ] +
+    sg[log s]): every token carries the value s, the gradient s·∇log π_θ(token) — summed over
+    the answer's tokens, s's own gradient times its length, as every aggregation weighs an
+    answer's tokens alike (TRL's broadcast form and verl's `gspo` give the same loss and gradient)."""
+    if level == "token":
+        return ratio(logp, old_logp)
+    if level != "sequence":
+        raise ValueError(f"unknown ratio level {level!r}")
+    m = mask.to(logp.dtype)
+    log_s = ((logp - old_logp) * m).sum(dim=1) / m.sum(dim=1).clamp(min=1.0)  # (B,)
+    return torch.exp(logp - logp.detach() + log_s.detach()[:, None])  # (B, T)
+
+
+LOG_WEIGHT_BOUND = 20.0  # |log w| is bounded at 20 before exp (as verl does), so no weight overflows
+
+
+def correction_weights(
+    old_logp: torch.Tensor, engine_logp: torch.Tensor, mask: torch.Tensor, correction: Correction | None
+) -> torch.Tensor | None:
+    """Importance weights `(B, T)` on each token's loss for samples the engine drew: w = π_old /
+    π_engine per token, or one per answer, the product over its trained tokens (sequence level);
+    `tis` truncates at `cap` (Yao et al. 2025, "Your efficient RL framework secretly brings you
+    off-policy RL training"), `mis` keeps w inside [low, high] and masks the rest to 0
+    (IcePop/slime). No gradient flows through w; None without a correction."""
+    if correction is None or correction.kind == "none":
+        return None
+    m = mask.to(old_logp.dtype)
+    log_w = (old_logp - engine_logp).detach() * m  # (B, T)
+    if correction.level == "sequence":
+        log_w = log_w.sum(dim=1, keepdim=True).expand_as(log_w)
+    w = torch.exp(log_w.clamp(-LOG_WEIGHT_BOUND, LOG_WEIGHT_BOUND))
+    if correction.kind == "tis":
+        w = w.clamp(max=correction.cap)
+    elif correction.kind == "mis":
+        w = torch.where((w >= correction.low) & (w <= correction.high), w, torch.zeros_like(w))
+    else:
+        raise ValueError(f"unknown correction {correction.kind!r}")
+    return w * m
 
 
 def clipped_surrogate(
@@ -213,6 +258,8 @@ class LossStats:
     kl_sum: float
     entropy_sum: float
     pg_loss: float
+    weight_sum: float = 0.0  # the importance weights on the trained tokens (objective.correction)
+    weight_cut: float = 0.0  # trained tokens whose weight the correction truncated or masked
 
     @classmethod
     def empty(cls) -> LossStats:
@@ -227,6 +274,8 @@ class LossStats:
             self.kl_sum + other.kl_sum,
             self.entropy_sum + other.entropy_sum,
             self.pg_loss + other.pg_loss,
+            self.weight_sum + other.weight_sum,
+            self.weight_cut + other.weight_cut,
         )
 
 
@@ -242,11 +291,15 @@ def policy_loss(
     total_tokens: float | None = None,
     total_sequences: float | None = None,
     entropy: torch.Tensor | None = None,
+    engine_logp: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, LossStats]:
     """The contract's loss for one (micro-)batch: `logp`, `old_logp`, `ref_logp`, `mask`,
-    `entropy` are `(B, T)`, `advantages` `(B,)`. KL enters the loss only with
-    `kl.placement: loss` (with `reward` it was subtracted from the rewards before advantages:
-    train/update.py `rewards_with_kl`)."""
+    `entropy`, `engine_logp` (what the sampling engine reported) are `(B, T)`, `advantages`
+    `(B,)`. The ratio is per token or per answer (`objective.ratio.level`); the correction's
+    weights multiply the clipped surrogate of each token (not the KL or entropy terms: TRL and
+    verl place them the same way). KL enters the loss only with `kl.placement: loss` (with
+    `reward` it was subtracted from the rewards before advantages: train/update.py
+    `rewards_with_kl`)."""
     clip, kl = objective.clip, objective.kl
 
     def agg(per_token: torch.Tensor) -> torch.Tensor:  # every term is aggregated the same way
@@ -259,10 +312,11 @@ def policy_loss(
             total_sequences=total_sequences,
         )
 
-    r = ratio(logp, old_logp)  # (B, T)
+    level = objective.ratio.level if objective.ratio is not None else "token"
+    r = importance_ratio(logp, old_logp, mask, level)  # (B, T)
     per_token, was_clipped = clipped_surrogate(r, advantages, clip.low, clip.high, clip.dual)
-    pg_loss = agg(per_token)
-    loss = pg_loss
+    weights = None if engine_logp is None else correction_weights(old_logp, engine_logp, mask, objective.correction)
+    loss = pg_loss = agg(per_token if weights is None else per_token * weights)
     m = mask.to(logp.dtype)
     kl_sum = entropy_sum = 0.0
     if ref_logp is not None:  # measured whenever a reference is given; in the loss only with a penalty
@@ -282,8 +336,30 @@ def policy_loss(
         kl_sum=kl_sum,
         entropy_sum=entropy_sum,
         pg_loss=float(pg_loss.detach()),
+        **_weight_stats(weights, old_logp, engine_logp, mask, objective.correction),
     )
     return loss, stats
+
+
+def _weight_stats(
+    weights: torch.Tensor | None,
+    old_logp: torch.Tensor,
+    engine_logp: torch.Tensor | None,
+    mask: torch.Tensor,
+    correction: Correction | None,
+) -> dict[str, float]:
+    """The weights' sum over the trained tokens (1 each without a correction), and how many the
+    correction cut: truncated (tis) or masked (mis)."""
+    trained = mask.bool()
+    if weights is None or engine_logp is None or correction is None:
+        return {"weight_sum": float(trained.sum()), "weight_cut": 0.0}
+    if correction.kind == "mis":
+        cut = trained & (weights == 0)
+    else:
+        raw = correction_weights(old_logp, engine_logp, mask, correction.model_copy(update={"cap": math.inf}))
+        assert raw is not None
+        cut = trained & (raw > weights)
+    return {"weight_sum": float((weights * mask.to(weights.dtype)).sum()), "weight_cut": float(cut.sum())}
 
 
 def sequence_kl(logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor, estimator: str) -> torch.Tensor:

@@ -58,11 +58,34 @@ def objective_words(c: Contract) -> list[str]:
         f"invalid verdicts (verifier_error, timeout, sandbox_error): {'excluded and recorded' if o.reward.on_invalid == 'exclude' else 'stop the run'}",
         f"advantage = reward - group mean, {_SCALE[adv.scale]}{std}; all-equal groups get 0",
         clip,
+        *off_policy_words(o),
         kl,
         f"entropy bonus {o.entropy_coef}" if o.entropy_coef else "no entropy bonus",
         f"aggregation {_AGGREGATION[o.aggregation]}",
         f"responses that hit {length.max_response_tokens} tokens are {truncated}",
     ]
+
+
+def off_policy_words(o: Any) -> list[str]:
+    """The ratio's level and denominator, and the importance correction, in words."""
+    ratio, correction = o.ratio, o.correction
+    if ratio is None:
+        words = "ratio per token over the trainer's own log-probs (samples drawn ahead: the engine's)"
+    else:
+        level = "per token" if ratio.level == "token" else "per answer, exp(mean over its tokens of log π/π_old) (GSPO)"
+        over = {
+            "trainer_recomputed": "the trainer's log-probs under the weights the update starts from",
+            "engine": "the log-probs the sampling engine reported",
+        }[ratio.denominator]
+        words = f"ratio {level}, over {over}"
+    if correction is None or correction.kind == "none":
+        return [words, "no importance correction for the engine's log-probs"]
+    w = "w = π_old/π_engine per token" if correction.level == "token" else "w = Π over each answer of π_old/π_engine"
+    if correction.kind == "tis":
+        how = f"truncated importance sampling: each token's loss × min(w, {correction.cap}), {w}"
+    else:
+        how = f"masked importance sampling: each token's loss × w, 0 outside [{correction.low}, {correction.high}], {w}"
+    return [words, how]
 
 
 def artifacts(c: Contract) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from rlvr_cli.rollout import hints
 from rlvr_cli.train import distributed as dist
 from rlvr_cli.train import lora
 from rlvr_cli.train import objective as obj
+from rlvr_cli.train.importance import correction_metrics, engine_logprobs
 from rlvr_cli.train.layer_stats import LayerWatch
 from rlvr_cli.train.setup import Setup
 from rlvr_cli.train.sharding import Lockstep, is_sharded
@@ -190,25 +191,6 @@ def step_advantages(setup: Setup, flat: list[Sample], rewards: torch.Tensor) -> 
     return adv[kept].to(setup.device)
 
 
-def ratio_denominator(
-    setup: Setup, state: TrainState, trained: list[Sample], fwd: Forward, old: torch.Tensor | None
-) -> torch.Tensor | None:
-    """The old log-probs of the ratio: those each sample was drawn with when the weights moved
-    since (sampled ahead, train/overlap.py); else `old` (or None: the first pass's own)."""
-    if any(s.revision < state.optimizer_steps for s in trained):
-        return _sampled_logprobs(trained, fwd.batch.response_mask).to(setup.device)
-    return old
-
-
-def _sampled_logprobs(samples: list[Sample], mask: torch.Tensor) -> torch.Tensor:
-    """`(B, T)` the log-probs each sample was drawn with (the ratio's denominator when the
-    weights have moved since: train/overlap.py)."""
-    old = torch.zeros(mask.shape, dtype=torch.float32)
-    for row, sample in enumerate(samples):
-        old[row, : len(sample.sampling_logp)] = torch.tensor(sample.sampling_logp, dtype=torch.float32)
-    return old
-
-
 def normalisers(contract: Contract, tokens: float, sequences: float) -> dict[str, float]:
     """What the aggregation divides by: this optimizer batch's trained tokens and sequences,
     except that Dr. GRPO's `constant_norm` divides by a constant of the run (prompts_per_step ×
@@ -236,6 +218,8 @@ def optimizer_passes(
     hp = setup.contract.hyperparameters
     totals = normalisers(setup.contract, dist.total(float(fwd.batch.response_mask.sum())), dist.total(len(samples)))
     olds: list[torch.Tensor | None] = [None if old is None else old[part] for part in fwd.parts]
+    engine = engine_logprobs(setup, samples, fwd)
+    engines = [None if engine is None else engine[part] for part in fwd.parts]
     nonfinite, lag, overflows = 0.0, 0, 0.0
     every = setup.contract.monitoring.layer_stats_every
     watch, layers = LayerWatch(setup.policy) if every and state.step % every == 0 else None, {}
@@ -243,7 +227,7 @@ def optimizer_passes(
         lag = max([lag, *(state.optimizer_steps - s.revision for s in samples)])  # measured, not assumed
         setup.optimizer.zero_grad(set_to_none=True)
         with lora.dropout_on(setup.peft_model), watch if watch and i == 0 else contextlib.nullcontext():
-            stats, loss_sum, bad = _backward(setup, state, fwd, olds, ref, adv, totals)
+            stats, loss_sum, bad = _backward(setup, state, fwd, (olds, engines), ref, adv, totals)
         if not is_sharded(setup.policy):  # FSDP2 sums them itself, each process keeping its shard
             dist.sum_gradients(setup.policy, hp.dtypes.reduce)  # every rank now holds the whole batch's gradient
         if watch and i == 0:
@@ -289,13 +273,15 @@ def _backward(
     setup: Setup,
     state: TrainState,
     fwd: Forward,
-    olds: list[torch.Tensor | None],
+    denominators: tuple[list[torch.Tensor | None], list[torch.Tensor | None]],
     ref: torch.Tensor | None,
     adv: torch.Tensor,
     totals: dict[str, float],
 ) -> tuple[obj.LossStats, float, float]:
-    """One pass of forward + backward over every micro-batch; gradients accumulate."""
+    """One pass of forward + backward over every micro-batch; gradients accumulate. The old
+    log-probs of each micro-batch (filled by the first pass where None) and the engine's."""
     c = setup.contract
+    olds, engines = denominators
     stats, loss_sum, bad = obj.LossStats.empty(), 0.0, 0.0
     for i, part in enumerate(fwd.parts):
         logp, entropy, response_mask = fwd.forward(
@@ -312,6 +298,7 @@ def _backward(
             c.objective,
             max_response_tokens=c.length.max_response_tokens,
             entropy=entropy,
+            engine_logp=engines[i],
             **totals,
         )
         loss = setup.fault.poison(loss, state.step)
@@ -354,6 +341,8 @@ def _global(stats: obj.LossStats) -> obj.LossStats:
         dist.total(stats.kl_sum),
         dist.total(stats.entropy_sum),
         dist.total(stats.pg_loss),
+        dist.total(stats.weight_sum),
+        dist.total(stats.weight_cut),
     )
 
 
@@ -371,4 +360,5 @@ def _update_metrics(
         "ratio_max": stats.ratio_max,
         "grad_norm": grad_norm,
         "lr": setup.scheduler.get_last_lr()[0],
+        **correction_metrics(setup.contract, stats.weight_sum, stats.weight_cut, tokens),
     }

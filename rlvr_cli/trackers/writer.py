@@ -1,4 +1,4 @@
-"""One tracker in a process of its own: `python -m rlvr_cli.trackers.child`.
+"""One tracker in a process of its own: `python -m rlvr_cli.trackers.writer`.
 
 The run writes JSON lines to its stdin (`open`, then `log`/`file` events, then `close` with the
 run's outcome); it answers on its stdout, one JSON line per event handled (`{"done": n,
