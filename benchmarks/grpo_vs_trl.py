@@ -83,6 +83,10 @@ def build(folder: Path) -> tuple[Path, Path]:
         .replace("holdout_every: 10", "holdout_every: 100000")
         .replace('when: "> 2", window: 1', f'when: "> {MAX_TOKENS}", window: 1')
         .replace("max_policy_lag: 0", f"max_policy_lag: {LAG}" + ("\n  sample_ahead: true" if LAG else ""))
+        .replace(
+            "  aggregation: ",
+            "  ratio: {level: token, denominator: engine}\n  aggregation: " if LAG else "  aggregation: ",
+        )
     )
     if LORA:
         adapter = (

@@ -85,3 +85,30 @@ def test_a_rule_on_the_engine_mismatch_pauses_a_run_whose_engine_drifts(single_t
     assert rows[0]["engine_logprob_diff_max"] < 1e-4 and rows[1]["engine_mismatch_share"] > 0.1
     calm = rlvr("train", experiment / CONTRACT, "--run-dir", experiment / "calm", "--max-steps", "3", timeout=300)
     assert calm.code == 0, calm.stderr[-2000:]  # the same rule on an engine given every update never fires
+
+
+TRAINER = "  ratio: {level: token, denominator: trainer_recomputed}\n"
+MIS = "  correction: {kind: mis, level: token, low: 0.67, high: 1.5}\n"
+
+
+@pytest.mark.slow
+def test_the_ratio_denominator_and_a_masked_correction_act_on_a_drifting_engine(
+    single_turn: Path, tmp_path: Path
+) -> None:
+    """Over the trainer's own log-probs the first pass's ratio is exactly 1 whatever the engine
+    did, and the masked correction cuts the tokens a stale engine drew too far from the policy;
+    over the engine's log-probs the same drift shows in the ratio instead. A faithful engine has
+    nothing cut."""
+    corrected = [*QUICK_STEPS, ("  aggregation: ", TRAINER + MIS + "  aggregation: ")]
+    experiment = copy_experiment(single_turn, tmp_path / "exp", corrected)
+    stale = _metrics(_train(experiment, "stale", "stale_engine"))
+    assert all(r["ratio_max"] == 1.0 for r in stale)  # updates_per_batch 1: π_old is the pass's own
+    assert stale[0]["is_cut_share"] == 0 and abs(stale[0]["is_weight_mean"] - 1) < 1e-3  # the same weights
+    assert max(r["is_cut_share"] for r in stale[1:]) > 0.05, stale
+    faithful = _metrics(_train(experiment, "copy", "engine_copy"))
+    assert all(r["is_cut_share"] == 0 and abs(r["is_weight_mean"] - 1) < 1e-3 for r in faithful), faithful
+    over_engine = [*QUICK_STEPS, ("  aggregation: ", "  ratio: {level: token, denominator: engine}\n  aggregation: ")]
+    experiment = copy_experiment(single_turn, tmp_path / "engine", over_engine)
+    drifted = _metrics(_train(experiment, "stale", "stale_engine"))
+    assert "is_cut_share" not in drifted[0]  # no correction asked for
+    assert drifted[0]["ratio_max"] < 1.001 and max(r["ratio_max"] for r in drifted[1:]) > 1.1, drifted

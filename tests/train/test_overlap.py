@@ -16,11 +16,12 @@ from tests.conftest import QUICK_STEPS, copy_experiment, edit, rlvr
 
 CONTRACT = "experiment.rlvr.yaml"
 AHEAD = ("max_policy_lag: 0", "max_policy_lag: 1\n  sample_ahead: true")
+RATIO = ("  aggregation: ", "  ratio: {level: token, denominator: engine}\n  aggregation: ")  # required when ahead
 
 
 @pytest.fixture
 def experiment(single_turn: Path, tmp_path: Path) -> Path:
-    return copy_experiment(single_turn, tmp_path / "exp", [*QUICK_STEPS, AHEAD])
+    return copy_experiment(single_turn, tmp_path / "exp", [*QUICK_STEPS, AHEAD, RATIO])
 
 
 def metrics(run: Path) -> list[dict]:
@@ -57,3 +58,10 @@ def test_sampling_ahead_needs_lag_budget(experiment: Path) -> None:
     edit(experiment, "max_policy_lag: 1", "max_policy_lag: 0")
     refused = rlvr("validate", experiment / CONTRACT)
     assert refused.code == 1 and "RLV303" in refused.stdout and "sample_ahead" in refused.stdout
+
+
+def test_sampling_ahead_needs_the_ratio_said(experiment: Path) -> None:
+    assert rlvr("validate", experiment / CONTRACT).code == 0
+    edit(experiment, RATIO[1], RATIO[0])
+    refused = rlvr("validate", experiment / CONTRACT)
+    assert refused.code == 1 and "error[RLV003] objective: missing required key 'ratio'" in refused.stdout

@@ -27,6 +27,7 @@ HINTS = (
     "share: 0.5, until_step: 10, advantage: subgroup}",
 )
 AHEAD = ("max_policy_lag: 0", "max_policy_lag: 1\n  sample_ahead: true")
+RATIO = ("  aggregation: ", "  ratio: {level: token, denominator: engine}\n  aggregation: ")  # required when ahead
 
 
 def _records(run: Path) -> list[dict]:
@@ -49,7 +50,7 @@ def experiment(lookup: Path, tmp_path: Path) -> Path:  # noqa: F811
     exp = copy_experiment(
         lookup,
         tmp_path / "exp",
-        [AHEAD, HINTS, ("prompts_per_step: 8", "prompts_per_step: 4"), ("every_steps: 20", "every_steps: 1")],
+        [AHEAD, RATIO, HINTS, ("prompts_per_step: 8", "prompts_per_step: 4"), ("every_steps: 20", "every_steps: 1")],
     )
     train = exp / "data" / "train.jsonl"
     rows = [json.loads(line) for line in train.read_text().splitlines()]
