@@ -10,7 +10,7 @@ DEMO := build/demo
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[train,env,dev,lora,trackers]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[train,env,dev,lora,trackers,peers]'
 	touch $(STAMP)
 
 install: $(STAMP)

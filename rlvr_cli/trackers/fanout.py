@@ -29,23 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from rlvr_cli.contract.operations import Tracker
-from rlvr_cli.trackers.sink import Opening, Sink
+from rlvr_cli.trackers.sink import Opening, Spec
 
 BACKLOG = 10_000  # events a tracker may fall behind before it is dropped
 CLOSE_SECONDS = 30.0  # how long the end of a run waits for a tracker to finish writing
-
-
-def make_sink(kind: str) -> Sink:
-    """The tracker's adapter; importing its package happens in `open`, in the tracker's process."""
-    from rlvr_cli.trackers import mlflow_sink, tb_sink, trackio_sink, wandb_sink
-
-    sinks = {
-        "tensorboard": tb_sink.TensorBoardSink,
-        "mlflow": mlflow_sink.MlflowSink,
-        "wandb": wandb_sink.WandbSink,
-        "trackio": trackio_sink.TrackioSink,
-    }
-    return sinks[kind]()  # type: ignore[no-any-return]
 
 
 def line(event: dict[str, Any]) -> bytes:
@@ -206,7 +193,8 @@ class Trackers:
             worker.logged_through = int(kept.get("logged_through", -1)) if resume else -1
             folder = (run_dir / spec.dir) if spec.dir else root / spec.kind
             project = spec.project or kept.get("project") or name  # a later command keeps training's project
-            opening = Opening(run_id, name, project, folder, config, first_step, kept if resume else {}, spec)
+            plain = Spec(**spec.model_dump())
+            opening = Opening(run_id, name, project, folder, config, first_step, kept if resume else {}, plain)
             worker.start(opening, root / f"{spec.kind}.log")
             workers.append(worker)
         return cls(workers)

@@ -6,7 +6,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from rlvr_cli.contract.operations import Tracker
+
+@dataclass(frozen=True)
+class Spec:
+    """A contract's tracker (`monitoring.trackers[]`), as its process reads it: plain values, so
+    a tracker's process starts without loading the contract's models."""
+
+    kind: str
+    dir: str | None = None
+    project: str | None = None
+    uri: str | None = None
+    mode: str | None = None
 
 
 @dataclass
@@ -20,16 +30,16 @@ class Opening:
     config: dict[str, Any]  # the contract, flattened to dotted keys
     first_step: int  # the first step this invocation sends (steps from it on are redone on resume)
     kept: dict[str, Any]  # what the tracker kept from its previous opening (e.g. MLflow's run id)
-    spec: Tracker
+    spec: Spec
 
     def to_json(self) -> dict[str, Any]:
-        return {**self.__dict__, "folder": str(self.folder), "spec": self.spec.model_dump(mode="json")}
+        return {**self.__dict__, "folder": str(self.folder), "spec": self.spec.__dict__}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Opening:
         names = cls.__dataclass_fields__
         fields = {k: v for k, v in data.items() if k in names}
-        return cls(**{**fields, "folder": Path(data["folder"]), "spec": Tracker.model_validate(data["spec"])})
+        return cls(**{**fields, "folder": Path(data["folder"]), "spec": Spec(**data["spec"])})
 
 
 class Sink(Protocol):

@@ -43,7 +43,6 @@ def background() -> None:
 
 
 def serve(events: IO[str], reply: IO[str]) -> None:
-    from rlvr_cli.trackers.fanout import make_sink
     from rlvr_cli.trackers.sink import Opening
 
     sink: Any = None
@@ -86,6 +85,19 @@ def serve(events: IO[str], reply: IO[str]) -> None:
                 sink.close(outcome)
         with contextlib.suppress(OSError, ValueError):
             reply.write(json.dumps({"closed": outcome}) + "\n")
+
+
+def make_sink(kind: str) -> Any:
+    """The tracker's adapter; importing its package happens in `open`, in the tracker's process."""
+    from rlvr_cli.trackers import mlflow_sink, tb_sink, trackio_sink, wandb_sink
+
+    sinks = {
+        "tensorboard": tb_sink.TensorBoardSink,
+        "mlflow": mlflow_sink.MlflowSink,
+        "wandb": wandb_sink.WandbSink,
+        "trackio": trackio_sink.TrackioSink,
+    }
+    return sinks[kind]()
 
 
 def save(path: Path, state: dict[str, Any], through: int) -> None:

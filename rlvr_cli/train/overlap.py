@@ -13,9 +13,11 @@ first round of groups is sampled by a copy of the weights step t started from.
   `sample_groups`): single-turn samples are scored on the verifier worker, tool-use episodes run against
   the resources server, on this thread. Holdout evaluation waits for it.
 - The objective: these samples were drawn by weights one optimizer step older than those they
-  train, so their importance ratio is taken against the log-probs the engine returned when
-  sampling (`Sample.sampling_logp`), as the contract's ratio is defined; each sample's
-  measured lag is in the records (`policy_lag`).
+  train, so the contract must say which log-probs divide their ratio (`objective.ratio`,
+  RLV003 without it): the engine's as it sampled (`Sample.sampling_logp`), or the trainer's
+  recomputed under the current weights, then best with an importance correction
+  (`objective.correction`: train/importance.py); each sample's measured lag is in the records
+  (`policy_lag`).
 - Exact resume: a checkpoint waits for the sampling in flight and stores its samples whole
   (`Sample.as_json`: ids, log-probs, verdicts, transcripts, with their tasks' indices); a
   resumed run takes those samples instead of drawing new ones, so it continues exactly.

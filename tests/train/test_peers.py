@@ -1,0 +1,145 @@
+"""The objective against a peer's own code on shared tensors, in float64: TRL 1.16's
+`GRPOTrainer._compute_loss` (the `peers` extra) is run on the log-probs, old log-probs,
+advantages and mask rlvr's `policy_loss` gets — the trainer's state it reads given as plain
+attributes, its model forward replaced by the shared log-probs — and the two losses and their
+gradients with respect to the log-probs must be the same numbers. Covered: TRL's loss types that
+are a contract's aggregation, the token- and sequence-level ratio (GSPO), and TRL's vLLM
+importance-sampling weights multiplying the clipped loss. (TRL computes those weights inline in
+its generation step, not in a function one can call: their values are checked by hand in
+test_off_policy.py; here, where they enter the loss.)"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+
+from rlvr_cli.contract.models import Objective
+from rlvr_cli.contract.off_policy import Correction
+from rlvr_cli.train.objective import correction_weights, policy_loss
+
+trl = pytest.importorskip("trl", reason="TRL is the peers extra (make install installs it)")
+
+B, P, T = 6, 3, 5
+#: TRL's loss_type → the contract's aggregation that is the same number
+LOSS_TYPES = {"grpo": "seq_mean_token_mean", "bnpo": "token_mean", "dapo": "token_mean", "dr_grpo": "constant_norm"}
+
+
+def shared(seed: int = 0) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    logp = -torch.rand(B, T, generator=g, dtype=torch.float64) * 2
+    lengths = torch.tensor([5, 3, 4, 1, 5, 2])
+    return {
+        "logp": logp,
+        "old": logp + (torch.rand(B, T, generator=g, dtype=torch.float64) - 0.5) * 0.8,  # ratios well past the clip
+        "engine": logp + (torch.rand(B, T, generator=g, dtype=torch.float64) - 0.5) * 1.2,
+        "adv": torch.randn(B, generator=g, dtype=torch.float64),
+        "mask": (torch.arange(T)[None, :] < lengths[:, None]).double(),
+    }
+
+
+def trl_loss(t: dict[str, torch.Tensor], loss_type: str, level: str, weights: torch.Tensor | None) -> tuple:
+    """TRL's `_compute_loss` on the shared tensors: its loss and d loss / d logp."""
+    from accelerate import Accelerator
+
+    from trl.trainer.grpo_trainer import GRPOTrainer
+
+    logp = t["logp"].clone().requires_grad_(True)
+    trainer: Any = SimpleNamespace(
+        _get_per_token_logps_and_entropies=lambda *a, **k: (logp, torch.zeros_like(logp), None),
+        top_entropy_quantile=1.0,
+        off_policy_mask_threshold=None,
+        importance_sampling_level=level,
+        beta=0.0,
+        loss_type=loss_type,
+        epsilon_low=0.2,
+        epsilon_high=0.28,
+        args=SimpleNamespace(delta=None, use_bias_correction_kl=False, steps_per_generation=1),
+        use_vllm=weights is not None,
+        vllm_importance_sampling_correction=weights is not None,
+        model=SimpleNamespace(training=True),
+        current_gradient_accumulation_steps=1,
+        max_completion_length=T,
+        accelerator=Accelerator(cpu=True),
+        _metrics={"train": defaultdict(list), "eval": defaultdict(list)},
+        _entropy_bonus_enabled=False,
+        aux_loss_enabled=False,
+    )
+    inputs = {
+        "prompt_ids": torch.ones(B, P, dtype=torch.long),
+        "prompt_mask": torch.ones(B, P, dtype=torch.long),
+        "completion_ids": torch.ones(B, T, dtype=torch.long),
+        "completion_mask": t["mask"],
+        "advantages": t["adv"],
+        "old_per_token_logps": t["old"],
+        "num_items_in_batch": t["mask"].sum(),
+    }
+    if weights is not None:
+        inputs["importance_sampling_ratio"] = weights
+    loss = GRPOTrainer._compute_loss(trainer, None, inputs)
+    loss.backward()
+    return float(loss.detach()), logp.grad
+
+
+def rlvr_loss(t: dict[str, torch.Tensor], aggregation: str, level: str, correction: Correction | None) -> tuple:
+    objective = Objective.model_validate(
+        {
+            "reward": {"unit": "response", "components": [{"name": "c", "weight": 1.0}], "on_invalid": "exclude"},
+            "advantage": {"baseline": "group_mean", "scale": "none"},
+            "clip": {"low": 0.2, "high": 0.28},
+            "kl": {"coef": 0.0},
+            "aggregation": aggregation,
+            "ratio": {"level": level, "denominator": "trainer_recomputed"},
+            "correction": correction.model_dump() if correction else None,
+        }
+    )
+    logp = t["logp"].clone().requires_grad_(True)
+    engine = t["engine"] if correction is not None else None
+    loss, _ = policy_loss(logp, t["old"], None, t["adv"], t["mask"], objective, max_response_tokens=T, engine_logp=engine)
+    loss.backward()
+    return float(loss.detach()), logp.grad
+
+
+def same(ours: tuple, theirs: tuple) -> None:
+    assert ours[0] == pytest.approx(theirs[0], abs=1e-12, rel=1e-12)
+    assert torch.allclose(ours[1], theirs[1], atol=1e-12, rtol=1e-10), (ours[1], theirs[1])
+
+
+@pytest.mark.parametrize("loss_type", sorted(LOSS_TYPES))
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_the_loss_and_its_gradient_equal_trls(loss_type: str, level: str) -> None:
+    for seed in range(3):
+        t = shared(seed)
+        same(rlvr_loss(t, LOSS_TYPES[loss_type], level, None), trl_loss(t, loss_type, level, None))
+
+
+@pytest.mark.parametrize(
+    "correction",
+    [
+        Correction(kind="tis", level="token", cap=1.3),
+        Correction(kind="tis", level="sequence", cap=2.0),
+        Correction(kind="mis", level="token", low=0.7, high=1.4),
+        Correction(kind="mis", level="sequence", low=0.5, high=2.0),
+    ],
+    ids=lambda c: f"{c.kind}-{c.level}",
+)
+def test_importance_weights_enter_the_loss_as_trls_do(correction: Correction) -> None:
+    for seed in range(3):
+        t = shared(seed)
+        weights = correction_weights(t["old"], t["engine"], t["mask"], correction)
+        assert weights is not None and bool((weights[t["mask"].bool()] != 1).any())
+        theirs = trl_loss(t, "dapo", "token", weights)
+        same(rlvr_loss(t, "token_mean", "token", correction), theirs)
+        unweighted = trl_loss(t, "dapo", "token", None)
+        assert abs(theirs[0] - unweighted[0]) > 1e-6  # the weights change the number
+
+
+def test_the_comparison_can_fail() -> None:
+    """Other old log-probs on TRL's side (other ratios): another number."""
+    t = shared(0)
+    ours = rlvr_loss(t, "token_mean", "token", None)
+    t_wide = {**t, "old": t["old"] - 0.3}  # other old log-probs: other ratios
+    assert ours[0] != pytest.approx(trl_loss(t_wide, "dapo", "token", None)[0], abs=1e-9)
