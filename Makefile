@@ -4,6 +4,8 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+VERL_VENV := .venv-verl
+VERL := $(VERL_VENV)/.installed-stamp
 DEMO := build/demo
 
 .PHONY: install demo test test-fast soak lint clean browser sandbox
@@ -13,7 +15,17 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[train,env,dev,lora,trackers,peers]'
 	touch $(STAMP)
 
-install: $(STAMP)
+install: $(STAMP) $(VERL)
+
+# verl's own code, which tests/train/test_peers.py runs on the tensors rlvr's objective gets: verl
+# needs ray and a transformers older than rlvr's, so it has an environment of its own.
+$(VERL):
+	$(PYTHON) -m venv $(VERL_VENV)
+	$(VERL_VENV)/bin/python -m pip install --quiet --disable-pip-version-check torch==2.13.0 numpy packaging
+	$(VERL_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps verl==0.9.1 tensordict==0.10.0
+	$(VERL_VENV)/bin/python -m pip install --quiet --disable-pip-version-check ray==2.60.0 omegaconf==2.3.1 \
+		hydra-core==1.3.8 codetiming==1.4.0 cloudpickle orjson 'pyvers>=0.1' importlib_metadata transformers==5.10.0
+	touch $(VERL)
 
 demo: $(STAMP) sandbox
 	rm -rf $(DEMO)
@@ -76,7 +88,7 @@ browser:
 sandbox:
 	@command -v bwrap >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null; }
 
-test: $(STAMP) browser sandbox
+test: $(STAMP) $(VERL) browser sandbox
 	$(BIN)/python -m pytest -n 2 --durations=15
 
 # The inner loop: everything but the end-to-end runs marked slow (CI runs `make test`, the whole suite).
@@ -93,4 +105,4 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check rlvr_cli tests benchmarks
 
 clean:
-	rm -rf $(VENV) build .pytest_cache .hypothesis
+	rm -rf $(VENV) $(VERL_VENV) build .pytest_cache .hypothesis

@@ -284,9 +284,10 @@ class Hyperparameters(Section):
     max_policy_lag: Int = Field(ge=0, description="How many optimizer steps old a rollout may be.")
     sample_ahead: bool = Field(
         False,
-        description="Sample the next step's first round during this step's update, with a copy of the weights "
-        "(one more step of lag: needs max_policy_lag ≥ updates_per_batch, RLV303). Pays off where sampling and "
-        "the update do not share the same few CPU cores.",
+        description="Sample the next steps' first rounds during this step's update, each with a copy of the "
+        "weights, as many steps ahead as the lag budget leaves: max_policy_lag − (updates_per_batch − 1) "
+        "(needs max_policy_lag ≥ updates_per_batch, RLV303). Pays off where sampling and the update do not "
+        "share the same few CPU cores.",
     )
     sampling: Sampling = Field(description="How responses are sampled.")
     optimizer: Optimizer = Field(description="The optimizer and its settings.")
@@ -301,6 +302,11 @@ class Hyperparameters(Section):
     adapter: Adapter | None = Field(
         None, description="Train a LoRA adapter over the frozen policy (peft); absent: every weight trains."
     )
+
+    @property
+    def ahead_steps(self) -> int:
+        """How many steps are sampled ahead (train/overlap.py): the lag the update's passes leave."""
+        return max(self.max_policy_lag - (self.updates_per_batch - 1), 0) if self.sample_ahead else 0
 
     @property
     def dtypes(self) -> Precision:

@@ -137,6 +137,9 @@ def estimate(contract: Contract, shape: ModelShape, devices: int = 1) -> dict[st
     if sharded:
         terms["rollout weights"] = params * bc  # the engine's whole copy (sampling cannot run in lockstep)
         terms["gathered layers"] = 2 * shape.layer_parameters * bc  # the layer computing and the next one
+    if hp.ahead_steps:  # train/overlap.py: a copy of the policy per step in flight; one samples at a time
+        terms["weights sampled ahead"] = params * bp * hp.ahead_steps
+        terms["rollout KV cache"] *= 2
     return terms
 
 

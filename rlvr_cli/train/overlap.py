@@ -1,5 +1,7 @@
-"""Sampling ahead, within `max_policy_lag`: while step t updates the policy, the next step's
-first round of groups is sampled by a copy of the weights step t started from.
+"""Sampling ahead, within `max_policy_lag`: while step t updates the policy, the first round of
+groups of the steps up to t + depth is sampled by copies of the weights as they are at step t,
+`depth` = max_policy_lag − (updates_per_batch − 1) (1 when the lag budget has room for one step
+more than the update's own passes; 2 with max_policy_lag 2 and one pass: lag 2).
 
 - When: the contract asks (`hyperparameters.sample_ahead: true`), its lag budget has room
   (`max_policy_lag ≥ updates_per_batch`: the update's own passes use `updates_per_batch − 1`
@@ -7,9 +9,11 @@ first round of groups is sampled by a copy of the weights step t started from.
   every rank samples on-policy). Otherwise nothing here runs: strictly on-policy.
 - Where it pays: sampling on its own device or cores. On two shared CPU cores it does not
   (benchmarks/README.md: the update slows by more than the sampling it hides).
-- How: one worker thread and its own engine on its own copy of the policy, given the trainer's
-  weights (`PolicyEngine.sync`) before each launch — the weights of the last optimizer step,
-  never older. The worker runs the contract's rollout as training does (`train/collect.py`
+- How: one worker thread, and `depth` engines each on its own copy of the policy (the memory of
+  `depth` more models), one per step in flight, given the trainer's weights
+  (`PolicyEngine.sync`) at its launch — the weights of the last optimizer step, never older.
+  The steps in flight are a bounded queue in step order: at most `depth`, each sampled by the
+  thread in turn. The worker runs the contract's rollout as training does (`train/collect.py`
   `sample_groups`): single-turn samples are scored on the verifier worker, tool-use episodes run against
   the resources server, on this thread. Holdout evaluation waits for it.
 - The objective: these samples were drawn by weights one optimizer step older than those they
@@ -18,7 +22,7 @@ first round of groups is sampled by a copy of the weights step t started from.
   recomputed under the current weights, then best with an importance correction
   (`objective.correction`: train/importance.py); each sample's measured lag is in the records
   (`policy_lag`).
-- Exact resume: a checkpoint waits for the sampling in flight and stores its samples whole
+- Exact resume: a checkpoint waits for the sampling in flight and stores every step's samples whole
   (`Sample.as_json`: ids, log-probs, verdicts, transcripts, with their tasks' indices); a
   resumed run takes those samples instead of drawing new ones, so it continues exactly.
 """
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import copy
 import time
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,7 +48,7 @@ from rlvr_cli.train.collect import sample_groups
 
 def allowed(setup: Any) -> bool:
     hp = setup.contract.hyperparameters
-    return hp.sample_ahead and hp.max_policy_lag >= hp.updates_per_batch and not dist.active()
+    return hp.ahead_steps >= 1 and not dist.active()
 
 
 @dataclass
@@ -70,64 +75,71 @@ class Launched:
 
 
 class Ahead:
-    """The next step's first round, sampling in the background."""
+    """The next steps' first rounds, sampling in the background, `depth` steps at most."""
 
     def __init__(self, setup: Any) -> None:
         self.setup = setup
-        model = copy.deepcopy(setup.policy).eval()
-        for parameter in model.parameters():
-            parameter.requires_grad_(False)
-        self.engine = PolicyEngine.of(
-            setup.contract.hyperparameters.sampling.engine, model, setup.engine.revision, setup.compute
-        )
+        self.depth = setup.contract.hyperparameters.ahead_steps
+        self.engines = [self._engine() for _ in range(self.depth)]  # step s samples with engines[s % depth]
         # one intra-op thread for the sampler (a per-thread setting): the trainer keeps its own
         self.worker = ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="rlvr-sample-ahead", initializer=torch.set_num_threads, initargs=(1,)
         )
-        self.launched: Launched | None = None
+        self.launched: deque[Launched] = deque()  # in step order
         self.age = 0.0
 
+    def _engine(self) -> PolicyEngine:
+        model = copy.deepcopy(self.setup.policy).eval()
+        for parameter in model.parameters():
+            parameter.requires_grad_(False)
+        sampling = self.setup.contract.hyperparameters.sampling
+        return PolicyEngine.of(sampling.engine, model, self.setup.engine.revision, self.setup.compute)
+
     def launch(self, state: Any, rollout: Rollout) -> None:
-        """During step `state.step`, before its update: take the next step's tasks and sample
-        them from the weights as they are now."""
+        """During step `state.step`, before its update: take the tasks of each step up to
+        `state.step + depth` not launched yet (the contract's last step at most) and sample them
+        from the weights as they are now."""
         setup, hp = self.setup, self.setup.contract.hyperparameters
-        indices = state.sampler.take(hp.prompts_per_step)
-        self.engine.sync(setup.policy, state.optimizer_steps)
-        step, revision = state.step + 1, state.optimizer_steps
-        mine = rollout.using(self.engine)
-        future = self.worker.submit(sample_groups, setup, mine, indices, step, 0, revision, 0, Times())
-        self.launched = Launched(step, indices, future)
+        step = self.launched[-1].step + 1 if self.launched else state.step + 1
+        while step <= state.step + self.depth and step < hp.max_steps:
+            engine = self.engines[step % self.depth]  # the step it sampled last was taken by now
+            indices = state.sampler.take(hp.prompts_per_step)
+            engine.sync(setup.policy, state.optimizer_steps)
+            mine, revision = rollout.using(engine), state.optimizer_steps
+            future = self.worker.submit(sample_groups, setup, mine, indices, step, 0, revision, 0, Times())
+            self.launched.append(Launched(step, indices, future))
+            step += 1
 
     def take(self, step: int) -> tuple[list[Sample], list[dict[str, Any]]] | None:
         """What was sampled ahead for `step` (waiting for it), or None."""
-        launched, self.launched = self.launched, None
-        if launched is None or launched.step != step:
+        if not self.launched or self.launched[0].step != step:
             return None
+        launched = self.launched.popleft()
         samples = launched.samples()
         self.age = time.monotonic() - launched.started  # `rollout_age_s`: how old the samples are when used
         return samples
 
     def wait(self) -> None:
         """Until the sampling in flight is done (it shares the reward source with the caller)."""
-        if self.launched is not None:
-            self.launched.samples()
+        for launched in self.launched:
+            launched.samples()
 
     def settle(self, state: Any) -> None:
         """Before a checkpoint: wait for the sampling in flight and put it in the state."""
-        state.ahead = self.launched.as_json() if self.launched is not None else None
+        state.ahead = [launched.as_json() for launched in self.launched] or None
 
-    def restore(self, data: dict[str, Any] | None) -> None:
-        """A resumed run: the samples the checkpoint holds are the ones in flight."""
-        if not data:
-            return
-        if "samples" not in data:
-            raise RlvrError(
-                "the checkpoint holds samples drawn ahead in an older layout (token ids without verdicts); "
-                "resume it with the rlvr release that wrote it, or start the run again"
-            )
-        tasks, indices = self.setup.train_tasks, list(data["indices"])
-        samples = [Sample.from_json(row, tasks) for row in data["samples"]]
-        self.launched = Launched(int(data["step"]), indices, (samples, [tasks[i] for i in indices]))
+    def restore(self, data: list[dict[str, Any]] | dict[str, Any] | None) -> None:
+        """A resumed run: the samples the checkpoint holds are the ones in flight (one step's, as
+        releases before sampling several steps ahead wrote it, or a list)."""
+        for one in [data] if isinstance(data, dict) else data or []:
+            if "samples" not in one:
+                raise RlvrError(
+                    "the checkpoint holds samples drawn ahead in an older layout (token ids without verdicts); "
+                    "resume it with the rlvr release that wrote it, or start the run again"
+                )
+            tasks, indices = self.setup.train_tasks, list(one["indices"])
+            samples = [Sample.from_json(row, tasks) for row in one["samples"]]
+            self.launched.append(Launched(int(one["step"]), indices, (samples, [tasks[i] for i in indices])))
 
     def close(self) -> None:
         self.worker.shutdown(wait=True, cancel_futures=True)

@@ -130,6 +130,7 @@ def sections(c: Contract) -> dict[str, Any]:
         "schedule": hp.schedule.model_dump() if hp.schedule else {"name": "constant", "warmup_steps": 0},
         "max_policy_lag": hp.max_policy_lag,
         "sample_ahead": hp.sample_ahead,
+        "sample_ahead_steps": hp.ahead_steps,  # steps in flight (train/overlap.py)
         "length": c.length.model_dump(include={"prompt_truncation", "stop_tokens", "padding_side", "packing"}),
         "environment": env.model_dump(exclude_none=True),
         "verifier": c.artifacts.verifier.model_dump(exclude_none=True),

@@ -37,7 +37,7 @@ class TrainState:
     totals: Totals = field(default_factory=Totals)
     holdout_history: list[tuple[int, float, float]] = field(default_factory=list)  # (step, train, holdout)
     monitor: list[list[Any]] = field(default_factory=list)  # each rule's current streak
-    ahead: dict[str, Any] | None = None  # the next step's samples, drawn ahead (train/overlap.py)
+    ahead: list[dict[str, Any]] | dict[str, Any] | None = None  # the next steps' samples, drawn ahead (overlap.py)
     skipped_in_a_row: int = 0  # steps in a row whose update was skipped for non-finite values
 
     @classmethod

@@ -29,21 +29,26 @@ def metrics(run: Path) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_sampling_ahead_is_one_step_off_policy_measured_and_resumes_exactly(experiment: Path) -> None:
+@pytest.mark.parametrize("lag", [1, 2])
+def test_sampling_ahead_is_off_policy_by_its_lag_measured_and_resumes_exactly(experiment: Path, lag: int) -> None:
+    """With max_policy_lag 2 two steps are in flight: step 2 trains on samples drawn by the
+    weights step 0 started from."""
     import pyarrow.parquet as pq
 
+    edit(experiment, "max_policy_lag: 1", f"max_policy_lag: {lag}")
     full, part = experiment / "full", experiment / "part"
     assert rlvr("train", experiment / CONTRACT, "--run-dir", full, "--max-steps", "6", timeout=300).code == 0
     rows = metrics(full)
-    assert [r["policy_lag"] for r in rows] == [0, 1, 1, 1, 1, 1]  # step 0 has nothing sampled ahead
+    assert [r["policy_lag"] for r in rows] == [min(step, lag) for step in range(6)]  # step 0 samples its own
     assert any(r["ratio_max"] > 1.0 for r in rows[1:])  # the ratio is against the sampling log-probs
     assert "rollout_age_s" not in rows[0]  # step 0 samples its own
     for r in rows[1:]:  # the queue: how long the step waited for samples drawn ahead, how old they were
         assert 0 <= r["time_wait_rollouts_s"] <= r["time_generate_s"] and 0 < r["rollout_age_s"] < 300
     shard = sorted((full / "records").glob("*.parquet"))
     lags = {r["step"]: r["policy_lag"] for s in shard for r in pq.read_table(s).to_pylist() if r["kept"]}
-    assert lags[0] == 0 and all(lags[step] == 1 for step in range(1, 6))
-    assert json.loads((full / "plan.json").read_text())["sample_ahead"] is True
+    assert all(lags[step] == min(step, lag) for step in range(6)), lags
+    plan = json.loads((full / "plan.json").read_text())
+    assert plan["sample_ahead"] is True and plan["sample_ahead_steps"] == lag
     assert rlvr("train", experiment / CONTRACT, "--run-dir", part, "--max-steps", "3", timeout=300).code == 0
     resumed = rlvr("train", experiment / CONTRACT, "--run-dir", part, "--max-steps", "6", "--resume", timeout=300)
     assert resumed.code == 0, resumed.stderr[-2000:]

@@ -10,7 +10,10 @@ test_off_policy.py; here, where they enter the loss.)"""
 
 from __future__ import annotations
 
+import json
+import subprocess
 from collections import defaultdict
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -21,7 +24,20 @@ from rlvr_cli.contract.models import Objective
 from rlvr_cli.contract.off_policy import Correction
 from rlvr_cli.train.objective import correction_weights, policy_loss
 
-trl = pytest.importorskip("trl", reason="TRL is the peers extra (make install installs it)")
+ROOT = Path(__file__).resolve().parents[2]
+VERL = ROOT / ".venv-verl" / "bin" / "python"  # verl needs ray and an older transformers: its own environment
+#: the contract's aggregation → verl's loss_agg_mode of the same number
+VERL_AGG = {
+    "token_mean": "token-mean",
+    "seq_mean_token_mean": "seq-mean-token-mean",
+    "seq_mean_token_sum": "seq-mean-token-sum",
+}
+CORRECTIONS = [
+    Correction(kind="tis", level="token", cap=1.3),
+    Correction(kind="tis", level="sequence", cap=2.0),
+    Correction(kind="mis", level="token", low=0.7, high=1.4),
+    Correction(kind="mis", level="sequence", low=0.5, high=2.0),
+]
 
 B, P, T = 6, 3, 5
 #: TRL's loss_type → the contract's aggregation that is the same number
@@ -43,8 +59,8 @@ def shared(seed: int = 0) -> dict[str, torch.Tensor]:
 
 def trl_loss(t: dict[str, torch.Tensor], loss_type: str, level: str, weights: torch.Tensor | None) -> tuple:
     """TRL's `_compute_loss` on the shared tensors: its loss and d loss / d logp."""
+    pytest.importorskip("trl", reason="TRL is the peers extra (make install installs it)")
     from accelerate import Accelerator
-
     from trl.trainer.grpo_trainer import GRPOTrainer
 
     logp = t["logp"].clone().requires_grad_(True)
@@ -84,12 +100,14 @@ def trl_loss(t: dict[str, torch.Tensor], loss_type: str, level: str, weights: to
     return float(loss.detach()), logp.grad
 
 
-def rlvr_loss(t: dict[str, torch.Tensor], aggregation: str, level: str, correction: Correction | None) -> tuple:
+def rlvr_loss(
+    t: dict[str, torch.Tensor], aggregation: str, level: str, correction: Correction | None, dual: float | None = None
+) -> tuple:
     objective = Objective.model_validate(
         {
             "reward": {"unit": "response", "components": [{"name": "c", "weight": 1.0}], "on_invalid": "exclude"},
             "advantage": {"baseline": "group_mean", "scale": "none"},
-            "clip": {"low": 0.2, "high": 0.28},
+            "clip": {"low": 0.2, "high": 0.28, "dual": dual},
             "kl": {"coef": 0.0},
             "aggregation": aggregation,
             "ratio": {"level": level, "denominator": "trainer_recomputed"},
@@ -98,7 +116,9 @@ def rlvr_loss(t: dict[str, torch.Tensor], aggregation: str, level: str, correcti
     )
     logp = t["logp"].clone().requires_grad_(True)
     engine = t["engine"] if correction is not None else None
-    loss, _ = policy_loss(logp, t["old"], None, t["adv"], t["mask"], objective, max_response_tokens=T, engine_logp=engine)
+    loss, _ = policy_loss(
+        logp, t["old"], None, t["adv"], t["mask"], objective, max_response_tokens=T, engine_logp=engine
+    )
     loss.backward()
     return float(loss.detach()), logp.grad
 
@@ -116,16 +136,7 @@ def test_the_loss_and_its_gradient_equal_trls(loss_type: str, level: str) -> Non
         same(rlvr_loss(t, LOSS_TYPES[loss_type], level, None), trl_loss(t, loss_type, level, None))
 
 
-@pytest.mark.parametrize(
-    "correction",
-    [
-        Correction(kind="tis", level="token", cap=1.3),
-        Correction(kind="tis", level="sequence", cap=2.0),
-        Correction(kind="mis", level="token", low=0.7, high=1.4),
-        Correction(kind="mis", level="sequence", low=0.5, high=2.0),
-    ],
-    ids=lambda c: f"{c.kind}-{c.level}",
-)
+@pytest.mark.parametrize("correction", CORRECTIONS, ids=lambda c: f"{c.kind}-{c.level}")
 def test_importance_weights_enter_the_loss_as_trls_do(correction: Correction) -> None:
     for seed in range(3):
         t = shared(seed)
@@ -143,3 +154,56 @@ def test_the_comparison_can_fail() -> None:
     ours = rlvr_loss(t, "token_mean", "token", None)
     t_wide = {**t, "old": t["old"] - 0.3}  # other old log-probs: other ratios
     assert ours[0] != pytest.approx(trl_loss(t_wide, "dapo", "token", None)[0], abs=1e-9)
+
+
+def verl(cases: list[dict], tmp_path: Path) -> list[dict]:
+    """verl's own numbers for each case (tests/train/verl_peer.py, in verl's environment)."""
+    path = tmp_path / "cases.json"
+    path.write_text(json.dumps(cases))
+    done = subprocess.run(
+        [str(VERL), str(Path(__file__).with_name("verl_peer.py")), str(path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def case(t: dict[str, torch.Tensor], aggregation: str, level: str, dual: float, correction: Correction | None) -> dict:
+    return {
+        **{k: t[k].tolist() for k in ("logp", "old", "engine", "adv", "mask")},
+        "agg": VERL_AGG[aggregation],
+        "level": level,
+        "dual": dual,
+        "correction": correction.model_dump() if correction else None,
+    }
+
+
+@pytest.mark.skipif(not VERL.exists(), reason="verl's environment .venv-verl is built by make install")
+def test_the_objective_and_the_corrections_equal_verls(tmp_path: Path) -> None:
+    """verl's vanilla loss always dual-clips (clip_ratio_c, here 3), its GSPO never does; the
+    weights from verl's own rollout-correction function, applied by its own loss."""
+    cases, ours = [], []
+    for seed in range(2):
+        t = shared(seed)
+        for aggregation in VERL_AGG:
+            cases.append(case(t, aggregation, "token", 3.0, None))
+            ours.append(rlvr_loss(t, aggregation, "token", None, dual=3.0))
+            cases.append(case(t, aggregation, "sequence", 3.0, None))
+            ours.append(rlvr_loss(t, aggregation, "sequence", None))
+        for correction in CORRECTIONS:
+            cases.append(case(t, "token_mean", "token", 3.0, correction))
+            ours.append(rlvr_loss(t, "token_mean", "token", correction, dual=3.0))
+    theirs = verl(cases, tmp_path)
+    for c, mine, their in zip(cases, ours, theirs, strict=True):
+        where = f"{c['agg']} {c['level']} {c['correction']}"
+        assert mine[0] == pytest.approx(their["loss"], rel=1e-7, abs=1e-12), where  # verl's seq mean adds 1e-8
+        assert torch.allclose(mine[1], torch.tensor(their["grad"], dtype=torch.float64), rtol=1e-7, atol=1e-12), where
+        if c["correction"]:
+            correction = Correction.model_validate(c["correction"])
+            t = {k: torch.tensor(c[k], dtype=torch.float64) for k in ("old", "engine", "mask")}
+            weights = correction_weights(t["old"], t["engine"], t["mask"], correction)
+            assert weights is not None
+            assert torch.allclose(weights, torch.tensor(their["weights"], dtype=torch.float64), atol=1e-12), where
+    assert len({round(their["loss"], 9) for their in theirs}) > len(theirs) // 2  # the cases differ
