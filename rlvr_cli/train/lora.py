@@ -49,8 +49,9 @@ def lora_config(spec: Adapter, base: str) -> Any:
 
 def attach(policy: Any, contract: Contract, folder: Path) -> Any:
     """Wrap `policy` (modified in place) with the contract's adapter; the base's weights are frozen,
-    the adapter's (and the biases `bias` names) train. A starting adapter is loaded from
-    safetensors only. Returns peft's model."""
+    the adapter's (and the biases `bias` names) train, in `precision.params` (fp32 unless the
+    contract writes out pure bf16). A starting adapter is loaded from safetensors only. Returns
+    peft's model."""
     spec = contract.hyperparameters.adapter
     assert spec is not None
     peft = _peft()
@@ -61,6 +62,10 @@ def attach(policy: Any, contract: Contract, folder: Path) -> Any:
     except ValueError as exc:  # a target peft cannot find or adapt
         raise RlvrError(f"hyperparameters.adapter does not fit the policy: {exc}") from None
     model.eval()  # peft's new layers start in training mode: their dropout acts only inside `dropout_on`
+    if contract.hyperparameters.dtypes.params == "bf16":  # pure bf16, as written (peft makes adapters fp32)
+        for parameter in model.parameters():
+            if parameter.requires_grad:
+                parameter.data = parameter.data.to(torch.bfloat16)
     if spec.path is not None:
         problem = starting_adapter_problem(contract, folder)
         if problem:

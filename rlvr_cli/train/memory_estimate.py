@@ -123,7 +123,7 @@ def estimate(contract: Contract, shape: ModelShape, devices: int = 1) -> dict[st
         activations = seq * micro * shape.hidden * (shape.layers * bc + per_token_layer)
     else:
         activations = seq * micro * shape.hidden * shape.layers * per_token_layer
-    if hp.adapter is not None:  # a frozen base in the compute dtype; the adapter (fp32) trains
+    if hp.adapter is not None:  # a frozen base in the compute dtype; the adapter (params) trains
         return _adapter_terms(contract, shape, bc, rollouts * seq, activations, micro)
     terms = {
         "policy parameters": params * bp / shard * on_device,
@@ -148,7 +148,7 @@ def _adapter_terms(
 ) -> dict[str, float]:
     hp, a = contract.hyperparameters, contract.hyperparameters.adapter
     assert a is not None
-    trained = shape.adapter_parameters(a.rank, a.target_modules) * 4  # peft keeps adapters in fp32
+    trained = shape.adapter_parameters(a.rank, a.target_modules) * BYTES[hp.dtypes.params]  # the adapter's dtype
     separate = contract.objective.kl.coef > 0 and not reference_is_base(contract)
     return {
         "policy parameters": shape.parameters * bc,

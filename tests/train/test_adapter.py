@@ -269,3 +269,27 @@ def test_the_first_step_computes_the_objective_of_full_training(single_turn: Pat
     a, b = rows
     for key in ("reward_mean", "loss", "kl", "entropy", "response_length_mean"):
         assert a[key] == pytest.approx(b[key], rel=1e-6, abs=1e-9), key
+
+
+@pytest.mark.parametrize(
+    ("precision", "dtype"),
+    [("bf16", torch.float32), ("{params: bf16, compute: bf16}", torch.bfloat16), ("fp32", torch.float32)],
+)
+def test_the_adapter_trains_in_the_params_dtype_the_contract_writes(
+    single_turn: Path, tmp_path: Path, precision: str, dtype: torch.dtype
+) -> None:
+    """`precision.params` acts with an adapter too: the bf16 preset keeps an fp32 adapter (peft's
+    own choice), pure bf16 trains a bf16 one — where RLV304's warning is then true."""
+    from transformers import AutoModelForCausalLM
+
+    from rlvr_cli.commands.common import load_valid_contract
+    from rlvr_cli.train import lora
+
+    exp = copy_experiment(single_turn, tmp_path / "exp", [("  precision: fp32\n", f"  precision: {precision}\n")])
+    edit(exp, f"  precision: {precision}\n", f"  precision: {precision}\n  adapter: {LORA}\n")
+    contract = load_valid_contract(exp / CONTRACT, artifacts=True)
+    model = lora.attach(AutoModelForCausalLM.from_pretrained(exp / "model"), contract, exp)
+    trained = [p for p in model.parameters() if p.requires_grad]
+    assert trained and {p.dtype for p in trained} == {dtype}
+    warned = "RLV304" in rlvr("validate", exp / CONTRACT).stdout
+    assert warned == (dtype == torch.bfloat16)
