@@ -68,3 +68,17 @@ def rlv003_strategy_keys(c: Contract, _: Path) -> Iterator[Finding]:
                 ("hyperparameters", "parallel", key),
                 f"{key} applies to strategy fsdp2 only; with ddp it would change nothing",
             )
+
+
+@rule
+def rlv306_stale_samples_uncorrected(c: Contract, _: Path) -> Iterator[Finding]:
+    ratio, correction, hp = c.objective.ratio, c.objective.correction, c.hyperparameters
+    uncorrected = correction is None or correction.kind == "none"
+    if hp.ahead_steps and ratio is not None and ratio.denominator == "trainer_recomputed" and uncorrected:
+        yield warning(
+            "RLV306",
+            ("objective", "ratio", "denominator"),
+            f"samples drawn up to {hp.ahead_steps} step(s) ahead by older weights are divided by the current "
+            "weights' log-probs with no importance correction: they count as the current policy's (a biased "
+            "gradient); add objective.correction (tis or mis) or use denominator: engine",
+        )

@@ -102,6 +102,16 @@ EXAMPLES: dict[str, tuple[list[tuple[str, str]], list[tuple[str, str, str]]]] = 
         [("updates_per_batch: 1", "updates_per_batch: 3")],
         [("RLV303", "error", "updates_per_batch: 3")],
     ),
+    "RLV306-stale-samples-uncorrected": (
+        [
+            ("max_policy_lag: 0", "max_policy_lag: 1\n  sample_ahead: true"),
+            (
+                "  aggregation: token_mean\n",
+                "  aggregation: token_mean\n  ratio: {level: token, denominator: trainer_recomputed}\n",
+            ),
+        ],
+        [("RLV306", "warning", "ratio: {level: token")],
+    ),
     "RLV401-hints-without-leak-check": (
         [
             (

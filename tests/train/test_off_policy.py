@@ -101,7 +101,9 @@ def test_the_weights_multiply_each_tokens_clipped_loss_and_are_counted() -> None
     assert untouched.weight_sum == 5 and untouched.weight_cut == 0
 
 
-def errors(tmp_path: Path, ratio: object = None, correction: object = None, ahead: bool = False) -> list[tuple]:
+def errors(
+    tmp_path: Path, ratio: object = None, correction: object = None, ahead: bool = False, severity: str = "error"
+) -> list[tuple]:
     data = yaml.safe_load((EXAMPLES / "coverage" / "every-key.rlvr.yaml").read_text())
     data["objective"].pop("ratio", None)
     data["objective"].pop("correction", None)
@@ -117,7 +119,7 @@ def errors(tmp_path: Path, ratio: object = None, correction: object = None, ahea
         )
     path = tmp_path / "c.rlvr.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return [(d.code, d.path, d.message) for d in check_file(path).diagnostics if d.severity == "error"]
+    return [(d.code, d.path, d.message) for d in check_file(path).diagnostics if d.severity == severity]
 
 
 TRAINER = {"level": "token", "denominator": "trainer_recomputed"}
@@ -162,3 +164,12 @@ def test_samples_drawn_ahead_need_the_ratio_said(tmp_path: Path) -> None:
     assert [(c, p) for c, p, _ in found] == [("RLV003", "objective")]
     assert "missing required key 'ratio' (required when hyperparameters.sample_ahead is true" in found[0][2]
     assert errors(tmp_path, TRAINER, ahead=True) == []
+
+
+def test_stale_samples_over_the_trainers_log_probs_without_a_correction_are_warned(tmp_path: Path) -> None:
+    [(code, path, message)] = errors(tmp_path, TRAINER, ahead=True, severity="warning")
+    assert (code, path) == ("RLV306", "objective.ratio.denominator") and "biased gradient" in message
+    tis = {"kind": "tis", "level": "token", "cap": 2.0}
+    assert errors(tmp_path, TRAINER, tis, ahead=True, severity="warning") == []  # corrected
+    assert errors(tmp_path, {"level": "token", "denominator": "engine"}, ahead=True, severity="warning") == []
+    assert errors(tmp_path, TRAINER, severity="warning") == []  # nothing drawn ahead: nothing stale
