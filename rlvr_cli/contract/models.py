@@ -243,6 +243,11 @@ class Objective(Section):
         None, description="Importance weights for the engine/trainer mismatch: none, tis or mis. Absent: none."
     )
 
+    @property
+    def corrects(self) -> bool:
+        """An importance correction weighs each token's loss (tis or mis)."""
+        return self.correction is not None and self.correction.kind != "none"
+
 
 # ── hyperparameters ───────────────────────────────────────────────────────────────────
 

@@ -315,8 +315,7 @@ def unavailable_metric(c: Contract, metric: str) -> str | None:
         return "needs reference responses on holdout steps (monitoring.reference_answers and holdout_every)"
     if needs == "sample_ahead" and not c.hyperparameters.sample_ahead:
         return "needs sampling ahead (hyperparameters.sample_ahead)"
-    correction = c.objective.correction
-    if needs == "correction" and (correction is None or correction.kind == "none"):
+    if needs == "correction" and not c.objective.corrects:
         return "needs an importance correction (objective.correction: tis or mis)"
     return None
 

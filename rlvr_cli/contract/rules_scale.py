@@ -72,9 +72,8 @@ def rlv003_strategy_keys(c: Contract, _: Path) -> Iterator[Finding]:
 
 @rule
 def rlv306_stale_samples_uncorrected(c: Contract, _: Path) -> Iterator[Finding]:
-    ratio, correction, hp = c.objective.ratio, c.objective.correction, c.hyperparameters
-    uncorrected = correction is None or correction.kind == "none"
-    if hp.ahead_steps and ratio is not None and ratio.denominator == "trainer_recomputed" and uncorrected:
+    ratio, hp = c.objective.ratio, c.hyperparameters
+    if hp.ahead_steps and ratio is not None and ratio.denominator == "trainer_recomputed" and not c.objective.corrects:
         yield warning(
             "RLV306",
             ("objective", "ratio", "denominator"),

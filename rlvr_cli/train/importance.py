@@ -34,8 +34,7 @@ def ratio_denominator(
 def engine_logprobs(setup: Setup, trained: list[Sample], fwd: Forward) -> torch.Tensor | None:
     """`(B, T)` the sampling engine's log-probs, which the importance correction weighs the
     trainer's against (None without a correction)."""
-    correction = setup.contract.objective.correction
-    if correction is None or correction.kind == "none":
+    if not setup.contract.objective.corrects:
         return None
     return sampled_logprobs(trained, fwd.batch.response_mask).to(setup.device)
 
@@ -51,7 +50,6 @@ def sampled_logprobs(samples: list[Sample], mask: torch.Tensor) -> torch.Tensor:
 
 def correction_metrics(contract: Contract, weight_sum: float, weight_cut: float, tokens: float) -> dict[str, float]:
     """`is_weight_mean` and `is_cut_share` of a step (nothing without a correction)."""
-    correction = contract.objective.correction
-    if correction is None or correction.kind == "none":
+    if not contract.objective.corrects:
         return {}
     return {"is_weight_mean": weight_sum / tokens, "is_cut_share": weight_cut / tokens}
