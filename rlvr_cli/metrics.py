@@ -92,6 +92,10 @@ class StepMetrics:
     time_records_s: float | None = _m(
         "seconds the step spent on its rollout records (building the rows; Parquet is written in the background)"
     )
+    time_engine_weights_s: float | None = _m(
+        "seconds the step spent handing the served engine its weights: writing them and waiting for it to load them",
+        needs="served",
+    )
     tokens_per_s: float | None = _m("generated tokens per second of the step")
     time_collectives_s: float | None = _m(
         "under torchrun: seconds the main process spent in rlvr's collectives during the update and the "

@@ -64,7 +64,8 @@ def evaluate(
     model = load_policy(contract, folder, policy)
     dtypes = contract.hyperparameters.dtypes  # evaluated as trained: mixed precision computes in its dtype
     compute = DTYPES[dtypes.compute] if dtypes.mixed else None
-    engine = PolicyEngine.of(contract.hyperparameters.sampling.engine, model, compute=compute)
+    sampling = contract.hyperparameters.sampling
+    engine = PolicyEngine.of(sampling.engine, model, compute=compute, server=sampling.server)
     with open_rollout(contract, folder, renderer, engine) as rollout:  # the rollout training runs, unhinted
         rows = rollout.sample(tasks, Draw(group_size=samples, seed=seed, greedy=greedy))
     return _by_item(rows)

@@ -34,6 +34,7 @@ from rlvr_cli.contract.sections import (
     not_boolean,
     one_of_required,
 )
+from rlvr_cli.contract.serving import Server
 from rlvr_cli.contract.verifier_kinds import AnswerCheck, Judge, UnitTests
 
 __all__ = [
@@ -258,11 +259,16 @@ class Sampling(Section):
     )
     top_p: float = Field(gt=0, le=1, description="Nucleus sampling mass (1: off).")
     top_k: Int = Field(ge=0, description="0 disables top-k.")
-    engine: Literal["lean", "transformers", "vllm"] = Field(
+    engine: Literal["lean", "transformers", "vllm", "sglang"] = Field(
         "lean",
         description="What samples the rollouts: `lean` (rlvr's own decode loop over the model and its KV cache, "
-        "with a fused forward for Llama/Mistral/Qwen2/Qwen3), `transformers` (`generate`), or `vllm` (the `vllm` "
-        "extra, on a GPU). The same distribution either way; the engine and its version are in the plan and records.",
+        "with a fused forward for Llama/Mistral/Qwen2/Qwen3), `transformers` (`generate`), `vllm` (colocated: the "
+        "`vllm` extra, on a GPU; with `server`: a running `vllm serve`), or `sglang` (a running SGLang server, "
+        "`server` required). The same distribution either way; the engine and its version are in the plan and "
+        "records.",
+    )
+    server: Server | None = Field(
+        None, description="A running serving engine to sample from over HTTP (engine vllm or sglang)."
     )
 
 

@@ -78,11 +78,11 @@ def findings(objective: Any, hyperparameters: Any) -> Iterator[tuple[tuple[str, 
                     "by older weights need the contract to say which log-probs divide the ratio)"
                 ),
             )
-        elif hyperparameters.sampling.engine == "vllm":
+        elif hyperparameters.sampling.engine in ("vllm", "sglang"):
             yield (
                 ("objective",),
                 (
-                    "missing required key 'ratio' (required when sampling.engine is vllm: the engine's log-probs are "
-                    "not the trainer's; say which divide the ratio)"
+                    f"missing required key 'ratio' (required when sampling.engine is {hyperparameters.sampling.engine}:"
+                    " the engine's log-probs are not the trainer's; say which divide the ratio)"
                 ),
             )

@@ -12,11 +12,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rlvr_cli.contract import off_policy
+from rlvr_cli.contract import off_policy, serving
 from rlvr_cli.contract.diagnostics import Finding, error, warning
+from rlvr_cli.contract.metric_needs import unavailable_metric
 from rlvr_cli.contract.models import CHECKPOINT_PARTS, Contract, ModelRef, ReferenceRef
 from rlvr_cli.contract.verifier_kinds import verifier_kind_findings
-from rlvr_cli.metrics import METRICS, WATCHED, is_metric
+from rlvr_cli.metrics import METRICS, WATCHED
 
 if TYPE_CHECKING:
     pass
@@ -72,6 +73,8 @@ def conditional_keys(c: Contract, _: Path) -> Iterator[Finding]:
                 yield _required(("objective", "kl"), key, "kl.coef > 0")
     for path, message in off_policy.findings(c.objective, c.hyperparameters):
         yield error("RLV003", path, message)
+    for code, path, message in serving.findings(c.hyperparameters):
+        yield error(code, path, message)
     hints = c.data.hints
     if hints is not None and hints.used:
         for key in ("source", "field", "placement", "share", "until_step", "advantage"):
@@ -288,36 +291,6 @@ def rlv603_unwatched(c: Contract, _: Path) -> Iterator[Finding]:
     for metric in wanted:
         if metric not in watched:
             yield warning("RLV603", ("monitoring", "rules"), f"no rule watches '{metric}'")
-
-
-def unavailable_metric(c: Contract, metric: str) -> str | None:
-    """Why this run cannot produce `metric`, or None when it can."""
-    if not is_metric(metric):
-        return "is not a metric rlvr produces"
-    if metric.startswith("holdout/") and metric[8:] not in [p.name for p in c.objective.reward.components]:
-        return f"names '{metric[8:]}', which is not a reward component"
-    needs = (
-        "holdout"
-        if metric.startswith(("holdout/", "holdout_by/"))
-        else next((m.needs for m in METRICS if m.name == metric), None)
-    )
-    if needs == "reference" and not _has_reference(c):
-        return "needs a reference (artifacts.reference): KL is measured against it, with or without a penalty"
-    if needs == "holdout" and c.monitoring.holdout_every is None:
-        return "needs holdout evaluations (monitoring.holdout_every)"
-    if needs == "hints" and not (c.data.hints is not None and c.data.hints.used):
-        return "needs hint-assisted rollouts (data.hints.used)"
-    if needs == "fp16" and c.hyperparameters.dtypes.compute != "fp16":
-        return "needs fp16 compute (its loss scaler)"
-    if metric.startswith(("layer_activation_rms/", "layer_grad_norm/")) and not c.monitoring.layer_stats_every:
-        return "needs per-layer signals (monitoring.layer_stats_every)"
-    if needs == "reference_answers" and not (c.monitoring.reference_answers and c.monitoring.holdout_every):
-        return "needs reference responses on holdout steps (monitoring.reference_answers and holdout_every)"
-    if needs == "sample_ahead" and not c.hyperparameters.sample_ahead:
-        return "needs sampling ahead (hyperparameters.sample_ahead)"
-    if needs == "correction" and not c.objective.corrects:
-        return "needs an importance correction (objective.correction: tis or mis)"
-    return None
 
 
 @rule

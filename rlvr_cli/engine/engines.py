@@ -16,6 +16,8 @@ the one that drew it, whatever the engine.
 - `lean`: rlvr's decode loop (`engine/sampler.py`), the default on CPU and small GPUs.
 - `transformers`: transformers' `generate`.
 - `vllm`: vLLM colocated with the trainer (the `vllm` extra; needs a GPU).
+- `vllm` or `sglang` with `sampling.server`: a serving engine already running, over HTTP
+  (`engine/served.py`), handed the weights of every optimizer step by files.
 """
 
 from __future__ import annotations
@@ -123,15 +125,22 @@ class PolicyEngine:
         self.compute, self.device = compute, device  # autocast dtype (None: the weights' own) and device type
 
     @classmethod
-    def of(cls, name: str, model: Any, revision: int = 0, compute: Any = None) -> PolicyEngine:
+    def of(
+        cls, name: str, model: Any, revision: int = 0, compute: Any = None, server: Any = None, weights: Any = None
+    ) -> PolicyEngine:
         """`compute`: the dtype matrix products run in when it differs from the weights' (mixed
-        precision); a vLLM engine holds its own weights in its own dtype and ignores it."""
+        precision); a vLLM engine holds its own weights in its own dtype and ignores it.
+        `server`: the contract's `sampling.server` (a served engine), `weights` the folder it is
+        handed the weights in (None: a temporary one)."""
         from rlvr_cli.engine.precision import device_type
 
-        return cls(engine_for(name, model), revision, compute, device_type(model))
+        return cls(engine_for(name, model, server, weights), revision, compute, device_type(model))
 
     def sync(self, model: Any, revision: int) -> None:
-        """The trainer's weights after the optimizer step that made `revision`."""
+        """The trainer's weights after the optimizer step that made `revision`. A served engine
+        already given this revision is not given it again (writing the weights costs seconds)."""
+        if getattr(self.engine, "remote", False) and self.engine.held is not None and revision == self.revision:
+            return
         self.engine.load_weights(model)
         self.revision = revision
 
@@ -146,9 +155,18 @@ class PolicyEngine:
     def describe(self) -> str:
         return self.engine.describe()
 
+    def handover(self) -> dict[str, float]:
+        """A served engine's `time_engine_weights_s` since the last call; nothing for the others."""
+        take = getattr(self.engine, "take_push_seconds", None)
+        return {"time_engine_weights_s": take()} if take is not None else {}
 
-def engine_for(name: str, model: Any) -> RolloutEngine:
-    """The engine the contract names, sampling from `model`."""
+
+def engine_for(name: str, model: Any, server: Any = None, weights: Any = None) -> RolloutEngine:
+    """The engine the contract names, sampling from `model` (or from a server holding its weights)."""
+    if server is not None:
+        from rlvr_cli.engine.served import ServedEngine
+
+        return ServedEngine(name, server, model, weights)
     if name == "lean":
         return LeanEngine(model)
     if name == "transformers":

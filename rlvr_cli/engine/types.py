@@ -59,3 +59,10 @@ class SamplingParams:
     def up_to(self, max_new_tokens: int) -> SamplingParams:
         """The same sampling with another token limit (a tool-use turn: what is left of the budget)."""
         return replace(self, max_new_tokens=max_new_tokens)
+
+
+class EngineFailed(RlvrError):
+    """The serving engine the contract names refused, hung or answered wrongly: no rollout can
+    be trusted, so the run stops (exit 1, `status.json` failed, every finished step kept)."""
+
+    exit_code = ExitCode.FAILED

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from rlvr_cli.contract import lock
 from rlvr_cli.contract.models import Contract
-from rlvr_cli.engine.types import NonFiniteLogits
+from rlvr_cli.engine.types import EngineFailed, NonFiniteLogits
 from rlvr_cli.env.agent import EnvUnreachable
 from rlvr_cli.env.sample import Sample
 from rlvr_cli.env.scoring import InvalidVerdictStop
@@ -126,7 +126,7 @@ def train_step(
     if dist.active():
         metrics.update(ranks(result))
     metrics.update(rollout_metrics(setup.contract, result))
-    metrics.update(learned)
+    metrics.update(learned | setup.engine.handover())  # (a served engine: the seconds its weights took)
     _count(state, metrics, result)
     return metrics, result.generated
 
@@ -170,7 +170,7 @@ def run_steps(run: Run, rollout: Rollout, progress: Progress) -> int:
             mark = step_mark(run)
             try:
                 metrics, generated = train_step(setup, state, rollout, run.ahead, more)
-            except EnvUnreachable:
+            except (EnvUnreachable, EngineFailed):
                 checkpoint_step_start(run, mark)  # `--auto` goes on from this step, not the last checkpoint
                 raise
             if run.records is not None and state.step > run.records.last_step:  # a redone step is not written twice
@@ -272,7 +272,7 @@ def start(contract: Contract, contract_path: Path, run_dir: Path, steps: int, re
     folder = RunFolder(run_dir)
     lock.check_unchanged(contract, contract_path)
     report = check_data(contract, contract_path)
-    setup = build(contract, contract_path.resolve().parent, Fault.from_env())
+    setup = build(contract, contract_path.resolve().parent, Fault.from_env(), run_dir)
     setup.data_check = sha256_bytes(report.dumps().encode()) if setup.main else None
     if setup.main:
         folder.write_data_check(report.dumps())
@@ -360,7 +360,7 @@ def train(
             )
             _failed(run, reason)
             raise RlvrError(f"{reason}; {_kept(run)}") from None
-        _failed(run, f"{type(exc).__name__}: {exc}")
+        _failed(run, str(exc) if isinstance(exc, RlvrError) else f"{type(exc).__name__}: {exc}")
         raise
 
 

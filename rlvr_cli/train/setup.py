@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -73,7 +74,7 @@ class Setup:
         return dist.active()
 
 
-def build(contract: Contract, folder: Path, fault: Fault) -> Setup:
+def build(contract: Contract, folder: Path, fault: Fault, run_dir: Path | None = None) -> Setup:
     from transformers.utils import logging
 
     logging.set_verbosity_error()
@@ -87,8 +88,7 @@ def build(contract: Contract, folder: Path, fault: Fault) -> Setup:
     torch.manual_seed(hp.seed)
     policy_ref = contract.artifacts.policy
     sharded = hp.strategy.strategy == "fsdp2" and dist.active()
-    # sharded: loaded in CPU memory (safetensors are memory-mapped), and fully_shard moves each
-    # process's shard to its device, so the whole model is never on one GPU
+    # sharded: loaded in CPU memory (memory-mapped); fully_shard moves each shard to its device
     load_on = torch.device("cpu") if sharded else device
     # an adapter trains over a frozen base, which never needs more precision than it computes in
     base_dtype = compute if hp.adapter is not None and compute is not None else dtype
@@ -98,7 +98,9 @@ def build(contract: Contract, folder: Path, fault: Fault) -> Setup:
         from rlvr_cli.train import lora
 
         peft_model = lora.attach(policy, contract, folder)  # policy is modified in place
-    engine = make_engine(hp.sampling.engine, policy, fault, compute, copy=sharded, device=device)
+    engine = served_engine(contract, folder, run_dir, policy) or make_engine(
+        hp.sampling.engine, policy, fault, compute, copy=sharded, device=device
+    )
     reference = load_reference(contract, folder, base_dtype, load_on, policy if peft_model is not None else None)
     if hp.strategy.activation_checkpointing:
         recompute_layers(policy)
@@ -138,6 +140,21 @@ def compute_dtype(contract: Contract) -> torch.dtype | None:
     """The autocast dtype: the contract's compute dtype where it is narrower than the weights'."""
     p = contract.hyperparameters.dtypes
     return DTYPES[p.compute] if p.mixed else None
+
+
+def served_engine(contract: Contract, folder: Path, run_dir: Path | None, policy: Any) -> PolicyEngine | None:
+    """A served engine (`sampling.server`), which holds its own weights, handed over by files in
+    `server.weights_dir` (relative to the contract), else RUN/engine_weights — the run's own, so
+    what an earlier process left there (a run stopped mid-write) is removed. None: no server."""
+    sampling = contract.hyperparameters.sampling
+    if sampling.server is None:
+        return None
+    if sampling.server.weights_dir is not None:
+        weights = (folder / sampling.server.weights_dir).resolve()
+    else:
+        weights = Path(run_dir or folder).resolve() / "engine_weights"
+        shutil.rmtree(weights, ignore_errors=True)
+    return PolicyEngine.of(sampling.engine, policy, server=sampling.server, weights=weights)
 
 
 def make_engine(
@@ -224,6 +241,8 @@ def _check_shardable(contract: Contract, world: int) -> None:
         raise RlvrError(f"prompts_per_step ({hp.prompts_per_step}) must be divisible by the {world} processes")
     if ds and ds.drop_uniform_groups:
         raise RlvrError("dynamic sampling runs in one process for now; drop --nproc or drop_uniform_groups")
+    if hp.sampling.server is not None:
+        raise RlvrError("a served engine (sampling.server) samples for one process for now; drop --nproc")
 
 
 def artifact_path(ref: Any, folder: Path, what: str) -> str:
