@@ -56,10 +56,15 @@ class StandIn:
         self.loads: list[str] = []  # folders loaded, in order
         self.lock = threading.Lock()  # the model: sampling and loading never overlap
         self.stopping = threading.Event()
+        self.counting = threading.Lock()
         self.queue: queue.Queue[tuple[list[int], dict[str, Any], Future]] = queue.Queue()
         threading.Thread(target=self._batcher, daemon=True).start()
 
     # ── faults ──
+    def answered(self) -> None:
+        with self.counting:
+            self.sampled += 1
+
     def active(self, fault: str) -> bool:
         return self.fault == fault and self.sampled >= self.fault_after
 
@@ -104,7 +109,6 @@ class StandIn:
         future: Future = Future()
         self.queue.put((prompt, {**params, "seed": seed - seed % 1_000_003}, future))  # one seed per batch
         ids, logps, _ = future.result()
-        self.sampled += 1
         return ids, logps
 
     # ── weights ──
@@ -184,6 +188,7 @@ def app(standin: StandIn) -> Any:
             }
             ids, logps = standin.sample(body["prompt"], params, body["seed"])
             ids, logps = bend(ids, logps, body["max_tokens"], body["stop_token_ids"])
+            standin.answered()  # (after the fault checks: a fault after n requests spares n)
             finish = "stop" if ids and ids[-1] in body["stop_token_ids"] else "length"
             model = "another-model" if standin.active("wrong_model") else standin.served
             choice = {
@@ -240,6 +245,7 @@ def app(standin: StandIn) -> Any:
             }
             ids, logps = standin.sample(body["input_ids"], params, sp["sampling_seed"])
             ids, logps = bend(ids, logps, sp["max_new_tokens"], sp["stop_token_ids"])
+            standin.answered()
             finish = {"type": "stop", "matched": ids[-1]} if ids[-1] in sp["stop_token_ids"] else {"type": "length"}
             meta = {
                 "output_token_logprobs": [[lp, i, None] for lp, i in zip(logps, ids, strict=False)],

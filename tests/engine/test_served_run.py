@@ -1,0 +1,74 @@
+"""`rlvr train` with a served engine, end to end as a user runs it: the stand-in (vLLM's HTTP API
+over the experiment's own tiny model) samples every rollout, receives the weights of every
+optimizer step (its log-probs equal the trainer's at every step, and it ends holding the final
+policy's weights), and when it starts answering wrongly mid-run the run stops with exit 1 and a
+truthful `status.json`, keeping every finished step, then goes on with `--auto` once it is fixed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import QUICK_STEPS, copy_experiment, rlvr
+from tests.engine.standin import Running, StandIn
+
+CONTRACT = "experiment.rlvr.yaml"
+SAMPLING = "sampling: {temperature: 1.0, top_p: 1.0, top_k: 0}"
+RATIO = "  ratio: {level: token, denominator: trainer_recomputed}\n"
+
+
+def _metrics(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.slow
+def test_a_run_samples_from_a_served_engine_and_stops_truthfully_when_it_lies(
+    single_turn: Path, tmp_path: Path
+) -> None:
+    import torch
+    from safetensors.torch import load_file
+
+    experiment = copy_experiment(single_turn, tmp_path / "exp", QUICK_STEPS)
+    running = Running(StandIn(experiment / "model", "tiny-policy", "vllm"))
+    try:
+        server = f"server: {{url: '{running.url}', model: tiny-policy, timeout_s: 60, retries: 0}}"
+        edits = [
+            (SAMPLING, SAMPLING[:-1] + f", engine: vllm, {server}}}"),
+            ("  aggregation:", RATIO + "  aggregation:"),
+        ]
+        copy_experiment(experiment, tmp_path / "served", edits)
+        experiment = tmp_path / "served"
+        run = experiment / "run"
+        done = rlvr("train", experiment / CONTRACT, "--run-dir", run, "--max-steps", "3", timeout=300)
+        assert done.code == 0, done.stderr[-2000:]
+        plan = json.loads((run / "plan.json").read_text())
+        assert plan["rollout_engine"].startswith(f"vllm standin server at {running.url} (model tiny-policy")
+        rows = _metrics(run)
+        assert [r["step"] for r in rows] == [0, 1, 2]
+        assert all(r["engine_logprob_diff_max"] < 1e-4 for r in rows), rows  # it sampled from the current weights
+        assert all(r["time_engine_weights_s"] > 0 for r in rows)
+        standin = running.standin
+        assert len(standin.loads) == 4  # the starting weights, then after each optimizer step
+        final = load_file(run / "final" / "model.safetensors")
+        held = standin.model.state_dict()
+        assert all(torch.equal(held[name], tensor) for name, tensor in final.items())
+
+        requests = standin.sampled
+        running.standin.fault, running.standin.fault_after = "short_logprobs", requests + 32  # one step from now
+        failed = rlvr("train", experiment / CONTRACT, "--run-dir", run, "--max-steps", "6", "--auto", timeout=300)
+        assert failed.code == 1, failed.stderr[-2000:]
+        assert "Traceback" not in failed.stderr and "returned 2 tokens with 1 log-probs" in failed.stderr
+        status = json.loads((run / "status.json").read_text())
+        assert status["state"] == "failed" and f"the vllm server at {running.url}" in status["reason"]
+        assert "kept checkpoint step-4" in status["next"] and "--auto" in status["next"]
+        assert [r["step"] for r in _metrics(run)] == [0, 1, 2, 3]  # every finished step kept
+
+        running.standin.fault = None  # the server is fixed: the run goes on where it stopped
+        again = rlvr("train", experiment / CONTRACT, "--run-dir", run, "--max-steps", "6", "--auto", timeout=300)
+        assert again.code == 0, again.stderr[-2000:]
+        assert [r["step"] for r in _metrics(run)] == [0, 1, 2, 3, 4, 5]
+        assert json.loads((run / "status.json").read_text())["state"] == "finished"
+    finally:
+        running.stop()
