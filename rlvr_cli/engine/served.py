@@ -166,9 +166,13 @@ class ServedEngine:
         return spent
 
     def describe(self) -> str:
+        from rlvr_cli.engine.adapted import weight_bytes
+
+        size = weight_bytes(self.policy) / 2**30  # (an adapter's own tensors are left out: slightly less)
         return (
             f"{self.name} {self.version} server at {self.url} (model {self.served}; weights handed over by files "
-            f"in {self.weights_dir} after every optimizer step: {self.api.routes})"
+            f"after every optimizer step, {size:.3g} GiB written to {self.weights_dir} and loaded by "
+            f"{self.api.routes}: time_engine_weights_s says what it costs)"
         )
 
     def close(self) -> None:
