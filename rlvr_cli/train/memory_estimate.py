@@ -106,7 +106,15 @@ def estimate(contract: Contract, shape: ModelShape, devices: int = 1) -> dict[st
     """Bytes per device for each term, as the trainer runs the contract: the parameter terms are
     divided over the devices only with `parallel.strategy: fsdp2` (ddp keeps a whole copy on
     each), offloaded terms live in CPU memory, a sharded policy samples from a whole copy of the
-    weights in the compute dtype."""
+    weights in the compute dtype; a served engine (`sampling.server`) samples on devices of its
+    own, so its KV cache and weights are not the trainer's."""
+    terms = _terms(contract, shape, devices)
+    if contract.hyperparameters.sampling.server is not None:
+        terms = {name: value for name, value in terms.items() if name not in ("rollout KV cache", "rollout weights")}
+    return terms
+
+
+def _terms(contract: Contract, shape: ModelShape, devices: int) -> dict[str, float]:
     hp, length = contract.hyperparameters, contract.length
     p, par = hp.dtypes, hp.strategy
     bp, bc = BYTES[p.params], BYTES[p.compute]

@@ -111,3 +111,20 @@ def test_train_refuses_a_plan_that_does_not_fit_the_devices_with_the_change_that
     plan = rlvr("plan", single_turn / "experiment.rlvr.yaml", "--gpu-memory", "0.01")
     needs = small.stderr.split("the plan needs ")[1].split(" per device")[0]
     assert plan.code == 1 and f"total {needs}".split()[-2] in plan.stdout  # the same total as `rlvr plan`
+
+
+def test_a_served_engine_samples_on_devices_of_its_own(tmp_path: Path) -> None:
+    """With `sampling.server` the rollout KV cache and the engine's weights are the server's: the
+    trainer's plan leaves them out (the same contract sampling in process counts them)."""
+    served = tmp_path / "served.rlvr.yaml"
+    text = SEVEN_B.read_text()
+    sampling = "  sampling: {temperature: 1.0, top_p: 1.0, top_k: 0}\n"
+    assert sampling in text and "  aggregation:" in text
+    server = "engine: vllm, server: {url: 'http://127.0.0.1:8000', model: policy}"
+    text = text.replace(sampling, sampling.replace("top_k: 0}", f"top_k: 0, {server}}}"))
+    served.write_text(text.replace("  aggregation:", "  ratio: {level: token, denominator: engine}\n  aggregation:", 1))
+    shutil.copytree(SEVEN_B.parent / "llama-7b", tmp_path / "llama-7b")
+    plan = rlvr("plan", served, "--gpus", "8", "--gpu-memory", "80")
+    assert plan.code == 0, plan.stdout + plan.stderr
+    assert "rollout KV cache" not in plan.stdout and "rollout weights" not in plan.stdout
+    assert "policy parameters" in plan.stdout and "activations" in plan.stdout
