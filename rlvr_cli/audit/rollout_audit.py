@@ -193,13 +193,23 @@ def _tool_use(rows: list[dict[str, Any]], forbidden: list[str]) -> dict[str, Any
             by_turns[len(t.get("turns", []))].append(row["reward"])
     return {
         "episodes": len(episodes),
-        "calls_per_episode": _mean([float(t.get("calls", 0)) for _, t in episodes]),
+        "calls_per_episode": _mean([float(t.get("calls", 0)) for _, t in episodes]),  # parsed
+        "executed_calls_per_episode": _mean([float(_executed(t)) for _, t in episodes]),  # sent to the server
         "episodes_with_a_call": _mean([float(t.get("calls", 0) > 0) for _, t in episodes]),
-        "tool_error_rate": _mean([str(c.get("output", "")).startswith("error:") for c in calls]),
+        "tool_error_rate": _mean([str(c.get("output")).startswith("error:") for c in calls if c.get("executed", True)]),
         "forbidden_attempts": sum(c.get("name") in forbidden for c in calls),
         "ended": dict(Counter(t.get("ended", "?") for _, t in episodes)),
         "reward_by_turns": {n: {"reward_mean": _mean(v), "episodes": len(v)} for n, v in sorted(by_turns.items())},
     }
+
+
+def _executed(transcript: dict[str, Any]) -> int:
+    """Calls the server ran (records written before the count was kept: those with a result)."""
+    if "executed_calls" in transcript:
+        return int(transcript["executed_calls"])
+    return sum(
+        1 for turn in transcript.get("turns", []) for c in turn.get("tool_calls", []) if c.get("output") is not None
+    )
 
 
 def _data_check(run_dir: Path, rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -226,7 +236,8 @@ def _tool_use_lines(tu: dict[str, Any] | None) -> list[str]:
         f"{n} turn(s) {_num(v['reward_mean'])} (n={v['episodes']})" for n, v in tu["reward_by_turns"].items()
     )
     return [
-        f"tool use: {tu['episodes']} episodes, {_num(tu['calls_per_episode'])} calls per episode, "
+        f"tool use: {tu['episodes']} episodes, {_num(tu['calls_per_episode'])} calls per episode parsed, "
+        f"{_num(tu['executed_calls_per_episode'])} executed, "
         f"{_num(tu['episodes_with_a_call'])} of them with a call, tool error rate {_num(tu['tool_error_rate'])}, "
         f"forbidden-tool attempts {tu['forbidden_attempts']}; ended {tu['ended']}; "
         f"reward by turns: {turns or 'n/a'}"

@@ -17,6 +17,7 @@
 | RLT013 | error    | the template fails to render the conversation |
 | RLT014 | warning  | the template refuses a prefix of a conversation it renders whole |
 | RLT015 | error    | the template drops a tool call or a tool result |
+| RLT016 | error    | the rendered conversation holds the tokenizer's unknown token (text it cannot encode) |
 """
 
 from __future__ import annotations
@@ -241,6 +242,24 @@ def prompt_length(renderer: ChatRenderer, conv: Conversation, located: Located, 
         yield Check(
             "RLT012", "error", f"left truncation to {limit} tokens would cut the {opening}-token generation prompt"
         )
+
+
+@check
+def unknown_token(renderer: ChatRenderer, conv: Conversation, located: Located, rendered: Rendered) -> Iterator[Check]:
+    tok = renderer.tokenizer
+    unk = tok.unk_token_id
+    if unk is None or unk not in rendered.input_ids:
+        return
+    at = rendered.input_ids.index(unk)
+    turn = next((s.turn for s in rendered.spans if s.start <= at < s.end), None)
+    where = f"in {_turn(conv, turn)}" if turn is not None else "in text the template adds"
+    pad = ", which is also the pad token" if unk == tok.pad_token_id else ""
+    yield Check(
+        "RLT016",
+        "error",
+        f"token {at} ({where}) is the unknown token {tok.unk_token!r}{pad}, {rendered.input_ids.count(unk)} in all: "
+        "the tokenizer cannot encode text the data, a tool schema or the template puts there",
+    )
 
 
 # ── per template (computed once per renderer) ─────────────────────────────────────────

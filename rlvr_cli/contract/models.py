@@ -169,6 +169,11 @@ class Environment(Section):
         description="UTF-8 bytes of one tool result passed to the model (tool_use); a longer result is cut "
         "with a marker saying so. None: 16 bytes per token of length.max_response_tokens, at least 4096.",
     )
+    calls_without_room: Literal["skip", "execute"] | None = Field(
+        None,
+        description="tool_use: a call whose result cannot fit the token budget left is skip (not run: the default) or "
+        "execute (run for its effects, which verify then sees; the model never reads its result).",
+    )
     timeout_s: float = Field(gt=0, description="Wall-clock bound for one verification.")
     memory_mb: PositiveInt | None = Field(
         None,

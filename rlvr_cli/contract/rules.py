@@ -63,8 +63,10 @@ def conditional_keys(c: Contract, _: Path) -> Iterator[Finding]:
         for key in ("server", "max_steps"):
             if getattr(env, key) is None:
                 yield _required(("environment",), key, "kind is tool_use")
-    elif env.max_tool_output_bytes is not None:  # a key that would change nothing is refused
-        yield error("RLV003", ("environment", "max_tool_output_bytes"), "caps tool results: only for kind tool_use")
+    else:  # a key that would change nothing is refused
+        for key in ("max_tool_output_bytes", "calls_without_room"):
+            if getattr(env, key) is not None:
+                yield error("RLV003", ("environment", key), "is about tool results: only for kind tool_use")
     if adv.scale != "none" and adv.epsilon is None:
         yield _required(("objective", "advantage"), "epsilon", f"scale is {adv.scale}")
     if kl.coef > 0:

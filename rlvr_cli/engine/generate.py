@@ -15,7 +15,7 @@ from typing import Any
 from rlvr_cli.engine.engines import engine_for
 from rlvr_cli.engine.types import Generation, SamplingParams
 
-__all__ = ["Generation", "generate", "response_text"]
+__all__ = ["Generation", "generate", "response_text", "sampled_text"]
 
 
 def generate(
@@ -41,3 +41,10 @@ def generate(
 def response_text(tokenizer: Any, ids: list[int], finish: str) -> str:
     """What the verifier reads: the answer without its stop token."""
     return tokenizer.decode(ids[:-1] if finish == "stop" else ids, skip_special_tokens=False)
+
+
+def sampled_text(tokenizer: Any, ids: list[int], finish: str) -> tuple[str, str]:
+    """What tool calls are parsed from: everything sampled, the stop token included (a call
+    token that ends the turn is a call), and the stop token's own text (empty: no stop)."""
+    whole = tokenizer.decode(ids, skip_special_tokens=False)
+    return whole, tokenizer.decode(ids[-1:], skip_special_tokens=False) if finish == "stop" and ids else ""

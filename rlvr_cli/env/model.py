@@ -81,9 +81,12 @@ def _arguments(raw: Any) -> Any:
     return raw
 
 
-def parse_completion(text: str, call_id: CallIds | None = None) -> list[dict[str, Any]]:
+def parse_completion(text: str, call_id: CallIds | None = None, end: str = "") -> list[dict[str, Any]]:
     """Generated text → a message item and function_call items; a malformed call block stays
-    in the message text (the environment never sees it, the transcript does)."""
+    in the message text (the environment never sees it, the transcript does). `text` is all
+    that was sampled, the stop token included, so a call whose closing tag is the stop token
+    (a turn that ends on its call) is a call; `end`, the stop token's text, is not part of the
+    message."""
     calls: list[dict[str, Any]] = []
     call_id = call_id or CallIds()
 
@@ -103,6 +106,8 @@ def parse_completion(text: str, call_id: CallIds | None = None) -> list[dict[str
             return match.group(0)
 
     message = _TOOL_CALL.sub(take, text).strip()
+    if end and message.endswith(end.strip()):
+        message = message[: len(message) - len(end.strip())].rstrip()
     out: list[dict[str, Any]] = (
         [{"type": "message", "role": "assistant", "content": message}] if message or not calls else []
     )
@@ -137,7 +142,7 @@ class TransformersModel:
 
     def respond(self, items: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
         from rlvr_cli.chat.render import pad_id
-        from rlvr_cli.engine.generate import generate, response_text
+        from rlvr_cli.engine.generate import generate, sampled_text
 
         text = self.tokenizer.apply_chat_template(
             to_chat(items), tools=tools or None, tokenize=False, add_generation_prompt=True
@@ -145,7 +150,8 @@ class TransformersModel:
         prompt = self.tokenizer(text, add_special_tokens=False)["input_ids"]
         self.seed += 1
         gen = generate(self.model, [prompt], pad_id=pad_id(self.tokenizer), seed=self.seed, **self.kwargs)[0]
-        return parse_completion(response_text(self.tokenizer, gen.response_ids, gen.finish), self.call_id)
+        whole, end = sampled_text(self.tokenizer, gen.response_ids, gen.finish)
+        return parse_completion(whole, self.call_id, end)
 
 
 class OpenAIModel:

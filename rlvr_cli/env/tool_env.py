@@ -23,6 +23,7 @@ class ToolEnv:
         self.client: EnvClient | None = None
         self.schemas: list[dict[str, Any]] = []
         self.output_cap = output_cap(contract.length.max_response_tokens, contract.environment.max_tool_output_bytes)
+        self.calls_without_room = contract.environment.calls_without_room or "skip"
 
     def __enter__(self) -> ToolEnv:
         env = self.contract.environment

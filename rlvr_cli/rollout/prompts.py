@@ -7,6 +7,7 @@ from typing import Any
 
 from rlvr_cli.contract.models import Contract
 from rlvr_cli.contract.tasks import fit_prompt, messages_of
+from rlvr_cli.errors import RlvrError
 from rlvr_cli.rollout import hints
 
 
@@ -32,7 +33,9 @@ class Prompts:
         contract = self.contract
         messages = self.messages(task, hint)
         what = "the prompt with the tool schemas" if self.schemas else "the prompt"
-        ids = fit_prompt(contract.length, task, self.renderer.prompt_ids(messages, self.schemas or None), what)
+        ids = self.renderer.prompt_ids(messages, self.schemas or None)
+        unknown_tokens(self.renderer.tokenizer, ids, f"task {task.get('id')}: {what}")
+        ids = fit_prompt(contract.length, task, ids, what)
         if hint is not None and hints.prefix(contract):
             ids = ids + self.renderer.tokenizer.encode(hint, add_special_tokens=False)
         return ids
@@ -44,3 +47,20 @@ class Prompts:
         if hint is not None and not hints.prefix(self.contract):
             messages = hints.hinted_messages(self.contract, messages, hint)
         return messages
+
+
+def unknown_tokens(tokenizer: Any, ids: list[int], what: str) -> None:
+    """Refuse a prompt that holds the tokenizer's unknown token (RLT016): text the tokenizer
+    cannot encode — a character of the data, of a tool schema or of the template — that the model
+    would read as one token, never what was written."""
+    unk = tokenizer.unk_token_id
+    if unk is None or unk not in ids:
+        return
+    at = ids.index(unk)
+    pad = ", which is also the pad token" if unk == tokenizer.pad_token_id else ""
+    context = tokenizer.decode(ids[max(at - 8, 0) : at + 8], skip_special_tokens=False)
+    raise RlvrError(
+        f"{what} holds the unknown token {tokenizer.unk_token!r}{pad} {ids.count(unk)} time(s), first at token "
+        f"{at} ({context!r}): the tokenizer cannot encode a character the data, a tool schema or the template "
+        "puts there (RLT016; `rlvr render` shows where)"
+    )

@@ -32,7 +32,7 @@ from typing import Any
 from rlvr_cli.chat.masks import sampled_mask
 from rlvr_cli.contract.models import Contract
 from rlvr_cli.engine.engines import PolicyEngine
-from rlvr_cli.engine.generate import response_text
+from rlvr_cli.engine.generate import response_text, sampled_text
 from rlvr_cli.engine.types import SamplingParams
 from rlvr_cli.env.agent import EnvHTTPError, EnvTimeout, EnvUnreachable
 from rlvr_cli.env.model import CallIds, parse_completion, to_chat
@@ -185,8 +185,10 @@ def _turn(
         start = len(episode.ids)
         first = not episode.turns
         episode.add(kept, 1, list(gen.logprobs[: len(kept)]))
-        text = (episode.prefix if first else "") + response_text(renderer.tokenizer, kept, finish)
-        output = parse_completion(text, episode.call_ids)
+        lead = episode.prefix if first else ""
+        text = lead + response_text(renderer.tokenizer, kept, finish)
+        whole, end = sampled_text(renderer.tokenizer, kept, finish)
+        output = parse_completion(lead + whole, episode.call_ids, end)  # a call that ends the turn counts
         episode.items += output
         calls = [i for i in output if i.get("type") == "function_call"]
         episode.turns.append({"sampled": [start, len(episode.ids)], "text": text, "calls": len(calls)})
@@ -195,13 +197,35 @@ def _turn(
             episode.ended, episode.final = "budget", said
         elif not calls:
             episode.ended, episode.final = "answer", said
-        elif last:
-            episode.ended = "max_steps"
+        elif last:  # its calls are not run: no model turn is left to read their results
+            episode.ended, episode.final = "max_steps", said
+            _not_run(episode, calls, "max_steps")
+        elif not _room_for_results(rollout, episode, calls, budget) and rollout.env.calls_without_room != "execute":
+            episode.ended, episode.final = "budget", said
+            _not_run(episode, calls, "no room in the token budget for its result")
         else:
             pending.append((episode, calls))
     outputs = _call_tools(rollout.env, pending)
     for (episode, calls), outs in zip(pending, outputs, strict=True):
         _continue(renderer, rollout.env, episode, calls, outs, budget)
+
+
+def _room_for_results(rollout: ToolUse, episode: Episode, calls: list[dict[str, Any]], budget: int) -> bool:
+    """Whether even empty results of the calls, and one more token, fit the budget left."""
+    before = episode.messages + to_chat(episode.items)
+    try:
+        glue = rollout.renderer.continuation(
+            before, to_chat([_output(c, "") for c in calls]), rollout.env.schemas or None
+        )
+    except ValueError:  # the template cannot continue: _continue says so
+        return True
+    return len(episode.ids) + len(glue) < budget
+
+
+def _not_run(episode: Episode, calls: list[dict[str, Any]], why: str) -> None:
+    episode.turns[-1]["tool_calls"] = [
+        {"name": c["name"], "arguments": c["arguments"], "output": None, "executed": False, "why": why} for c in calls
+    ]
 
 
 def _call_tools(env: ToolEnv, pending: list[tuple[Episode, list[dict[str, Any]]]]) -> list[list[dict[str, Any]]]:
@@ -247,7 +271,7 @@ def _continue(
     """Append the tool results and the next generation prompt as the template renders them."""
     turn = episode.turns[-1]
     turn["tool_calls"] = [
-        {"name": c["name"], "arguments": c["arguments"], "output": o["output"]}
+        {"name": c["name"], "arguments": c["arguments"], "output": o["output"], "executed": True}
         for c, o in zip(calls, outputs, strict=True)
     ]
     before = episode.messages + to_chat(episode.items)
@@ -259,8 +283,8 @@ def _continue(
         episode.ended, turn["error"] = "template", str(exc)
         return
     if len(episode.ids) + len(glue) >= budget:  # no room for the results and one more token
-        episode.ended = "budget"
-        return
+        episode.ended, turn["results_seen"] = "budget", False  # (run all the same: calls_without_room execute,
+        return  # or results longer than the room left)
     start = len(episode.ids)
     episode.add(glue, 0)
     turn["inserted"] = [start, len(episode.ids)]
@@ -316,6 +340,7 @@ def _sample(episode: Episode, seed: int, round_: int, revision: int) -> Sample:
         "items": episode.items,
         "turns": episode.turns,
         "ended": episode.ended,
-        "calls": sum(t["calls"] for t in episode.turns),
+        "calls": sum(t["calls"] for t in episode.turns),  # parsed from what was sampled
+        "executed_calls": sum(bool(c.get("executed")) for t in episode.turns for c in t.get("tool_calls", [])),
     }
     return sample

@@ -166,3 +166,28 @@ def test_rlt015_dropped_tool_result(family_tokenizer) -> None:
     out = render(family_tokenizer("chatml"), "<|im_end|>", messages, template=dropping)
     assert codes(out) == ["RLT015"] and "tool result of turn 2" in out.checks[0].message
     assert codes(render(family_tokenizer("chatml"), "<|im_end|>", messages)) == []
+
+
+def test_rlt016_a_character_the_tokenizer_cannot_encode(family_tokenizer) -> None:
+    unknown = [{"role": "user", "content": "1+1 ≟"}, QA[1]]  # '≟' is no token of the tiny alphabet
+    out = render(family_tokenizer("chatml"), "<|im_end|>", unknown)
+    assert codes(out) == ["RLT016"] and "in turn 0 (user)" in out.checks[0].message
+    assert "'<unk>'" in out.checks[0].message and "1 in all" in out.checks[0].message
+    assert codes(render(family_tokenizer("chatml"), "<|im_end|>", QA)) == []
+
+
+def test_a_prompt_holding_the_unknown_token_is_refused_before_any_rollout(family_tokenizer) -> None:
+    """What training and evaluations show the model: a tool schema with a character the tokenizer
+    lacks would put the unknown token in every prompt; the prompt is refused, saying where."""
+    from types import SimpleNamespace
+
+    from rlvr_cli.errors import RlvrError
+    from rlvr_cli.rollout.prompts import Prompts
+
+    tokenizer = family_tokenizer("chatml")
+    renderer = ChatRenderer(tokenizer, tokenizer.chat_template, ["<|im_end|>"])
+    length = SimpleNamespace(max_prompt_tokens=4096, prompt_truncation="error")
+    contract = SimpleNamespace(length=length, data=SimpleNamespace(hints=None))
+    assert Prompts(contract, renderer).ids({"id": "t1", "prompt": "1+1?"})
+    with pytest.raises(RlvrError, match=r"task t2: the prompt holds the unknown token '<unk>'.*RLT016"):
+        Prompts(contract, renderer).ids({"id": "t2", "prompt": "1+1 ≟"})

@@ -43,6 +43,10 @@ CONVERSATIONS = [
 def experiment(single_turn: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     edits = [("max_prompt_tokens: 64", "max_prompt_tokens: 512")]
     folder = copy_experiment(single_turn, tmp_path_factory.mktemp("render") / "exp", edits)
+    from rlvr_cli.toy.tiny import build_tiny
+
+    shutil.rmtree(folder / "model")  # a tokenizer for every printable character: the arithmetic one has no
+    build_tiny(folder / "model", "chatml")  # capitals or JSON braces, which its conversations hold (RLT016)
     (folder / "conversations.jsonl").write_text("".join(json.dumps(c) + "\n" for c in CONVERSATIONS))
     return folder
 

@@ -1,0 +1,97 @@
+"""Tool calls as sampled: a call whose closing token is also the turn's stop token is a call; a
+call whose result cannot fit the token budget left is not run (unless the environment says
+`calls_without_room: execute`, and then the record says its result was never seen); the calls
+of an episode's last model turn are parsed but not run, and its text before the call is the
+final message verify receives; the records and `rlvr audit rollouts` count parsed and executed
+calls apart."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rlvr_cli.engine.types import Generation
+from tests.train.test_episodes import FIX, READ, Scripted, _setup, agent, play  # noqa: F401  (agent: a fixture)
+
+
+class EndsOnItsCall(Scripted):
+    """Each turn's last token closes its call and is a stop token (as a model whose call turn
+    ends on `</tool_call>` when that token stops the turn)."""
+
+    def sample(self, prompts: list[list[int]], params: Any, seed: int) -> list[Generation]:
+        turn, self.turn = self.turn, self.turn + 1
+        out = []
+        for r, _ in enumerate(prompts):
+            script = self.scripts[r % len(self.scripts)]
+            ids = self.tok.encode(script[min(turn, len(script) - 1)], add_special_tokens=False)
+            out.append(Generation(ids, [1] * len(ids), "stop", seed, [-0.5] * len(ids)))
+        return out
+
+
+def test_a_call_that_ends_its_turn_on_a_stop_token_is_a_call(agent: Path) -> None:
+    from rlvr_cli.engine.engines import PolicyEngine
+    from rlvr_cli.env.tool_env import ToolEnv
+    from rlvr_cli.rollout.base import Draw
+    from rlvr_cli.rollout.tool_use import ToolUse
+
+    setup = _setup(agent)
+    closing = setup.tokenizer.encode(READ, add_special_tokens=False)[-1]  # the token that closes a call
+    assert closing == setup.tokenizer.encode(FIX, add_special_tokens=False)[-1]
+    setup.renderer.stop_ids = [*setup.renderer.stop_ids, closing]  # it also ends the turn
+    task = next(t for t in setup.train_tasks if t["id"] == "edit-app-config")
+    with ToolEnv(setup.contract, agent) as env:
+        engine = PolicyEngine(EndsOnItsCall(setup, [[READ, FIX, "Set version to 2<|im_end|>"]]))
+        (sample,) = ToolUse.of(setup.contract, setup.renderer, engine, env).sample([task], Draw(group_size=1, seed=1))
+    turns = sample.transcript["turns"]
+    assert [t["calls"] for t in turns[:2]] == [1, 1], turns  # the stop token closed each call: both are calls
+    assert [c["tool"] for c in sample.transcript["server_calls"]] == ["read_file", "replace_in_file"]
+    assert sample.transcript["executed_calls"] == 2 and sample.reward == 1.0
+
+
+def test_a_call_with_no_room_for_its_result_is_not_run_unless_the_environment_says_so(agent: Path) -> None:
+    setup = _setup(agent)
+    call = len(setup.tokenizer.encode(READ, add_special_tokens=False)) + 1  # and its stop token
+    setup = _setup(agent, budget=call + 2)  # room for the call, not for the template's tool-result glue
+    task = next(t for t in setup.train_tasks if t["id"] == "edit-app-config")
+    (skipped,), _ = play(setup, agent, task, [[READ, "Done."]])
+    assert skipped.transcript["ended"] == "budget" and skipped.finish == "length"
+    assert skipped.transcript["calls"] == 1 and skipped.transcript["executed_calls"] == 0
+    [call] = skipped.transcript["turns"][0]["tool_calls"]
+    assert call["executed"] is False and "no room" in call["why"] and call["output"] is None
+    assert skipped.transcript["server_calls"] == []  # the server never ran it
+
+    environment = setup.contract.environment.model_copy(update={"calls_without_room": "execute"})
+    setup.contract = setup.contract.model_copy(update={"environment": environment})
+    (executed,), _ = play(setup, agent, task, [[READ, "Done."]])
+    assert executed.transcript["executed_calls"] == 1 and executed.transcript["ended"] == "budget"
+    assert [c["tool"] for c in executed.transcript["server_calls"]] == ["read_file"]
+    assert executed.transcript["turns"][0]["results_seen"] is False  # run for its effects, never read
+
+
+def test_the_last_turns_calls_are_parsed_not_run_and_its_text_is_the_final_message(agent: Path) -> None:
+    setup = _setup(agent, budget=4096)
+    steps = setup.contract.environment.max_steps
+    task = next(t for t in setup.train_tasks if t["id"] == "edit-app-config")
+    (sample,), _ = play(setup, agent, task, [["Reading. " + READ]])  # reads every turn
+    assert sample.transcript["ended"] == "max_steps"
+    assert sample.transcript["calls"] == steps and sample.transcript["executed_calls"] == steps - 1
+    assert sample.text == "Reading."  # what verify received as the final message
+    last = sample.transcript["turns"][-1]["tool_calls"]
+    assert [c["executed"] for c in last] == [False] and last[0]["why"] == "max_steps"
+
+
+@pytest.mark.parametrize("field", ["max_tool_output_bytes", "calls_without_room"])
+def test_a_tool_result_key_in_a_single_turn_contract_is_refused(tmp_path: Path, field: str) -> None:
+    import yaml
+
+    from rlvr_cli.contract.load import check_file
+    from tests.conftest import EXAMPLES
+
+    data = yaml.safe_load((EXAMPLES / "coverage" / "every-key.rlvr.yaml").read_text())
+    assert data["environment"]["kind"] == "single_turn"
+    data["environment"][field] = 1024 if field == "max_tool_output_bytes" else "execute"
+    (tmp_path / "c.rlvr.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    found = [(d.code, d.path) for d in check_file(tmp_path / "c.rlvr.yaml").diagnostics if d.severity == "error"]
+    assert found == [("RLV003", f"environment.{field}")]
