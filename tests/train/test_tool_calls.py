@@ -13,7 +13,16 @@ from typing import Any
 import pytest
 
 from rlvr_cli.engine.types import Generation
-from tests.train.test_episodes import FIX, READ, Scripted, _setup, agent, play  # noqa: F401  (agent: a fixture)
+from tests.conftest import rlvr
+from tests.train.test_episodes import FIX, READ, Scripted, _setup, play
+
+
+@pytest.fixture(scope="module")
+def agent(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("calls") / "agent"
+    made = rlvr("init", folder, "--template", "tool-use")
+    assert made.code == 0, made.stderr
+    return folder
 
 
 class EndsOnItsCall(Scripted):
