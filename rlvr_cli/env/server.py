@@ -62,10 +62,18 @@ from rlvr_cli.errors import RlvrError
 __all__ = ["MAX_BODY_BYTES", "ResourcesServer", "Session", "ToolError", "create_app", "tool"]
 
 
-def tool(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Mark a method `(self, state, **arguments) -> output` as a tool."""
-    fn.__rlvr_tool__ = True  # type: ignore[attr-defined]
-    return fn
+def tool(fn: Callable[..., Any] | None = None, *, shown: dict[str, Any] | None = None) -> Any:
+    """Mark a method `(self, state, **arguments) -> output` as a tool. `@tool(shown={...})`: the
+    schema the policy is shown, as written (`description`, `parameters`: JSON Schema), in place
+    of the one typed from the annotations (which still validate the arguments)."""
+
+    def mark(method: Callable[..., Any]) -> Callable[..., Any]:
+        method.__rlvr_tool__ = True  # type: ignore[attr-defined]
+        if shown is not None:
+            method.__rlvr_shown__ = signatures.checked_shown(method.__name__, shown)  # type: ignore[attr-defined]
+        return method
+
+    return mark if fn is None else mark(fn)
 
 
 class ToolError(RlvrError):

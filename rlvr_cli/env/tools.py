@@ -43,8 +43,23 @@ def _model(fn: Callable[..., Any]) -> type[BaseModel]:
     return create_model(f"{fn.__name__}_arguments", __base__=_Arguments, **fields)
 
 
+def checked_shown(name: str, shown: Any) -> dict[str, Any]:
+    """A schema written for the policy (`@tool(shown=...)`): a mapping of `description` and
+    `parameters` (a JSON Schema object), or a TypeError at class definition saying what is wrong."""
+    if not isinstance(shown, dict) or set(shown) - {"description", "parameters"}:
+        raise TypeError(f"tool {name}: shown= takes a mapping of 'description' and 'parameters', got {shown!r:.80}")
+    parameters = shown.get("parameters", {"type": "object", "properties": {}})
+    if not isinstance(parameters, dict) or parameters.get("type") != "object":
+        raise TypeError(f"tool {name}: shown['parameters'] must be a JSON Schema with type 'object'")
+    return {"description": str(shown.get("description", "")), "parameters": parameters}
+
+
 def schema(name: str, fn: Callable[..., Any]) -> dict[str, Any]:
-    """The OpenAI-style function schema of one tool."""
+    """The OpenAI-style function schema of one tool: as written with `@tool(shown=...)`, else
+    typed from its annotations."""
+    shown = getattr(fn, "__rlvr_shown__", None)
+    if shown is not None:
+        return {"type": "function", "function": {"name": name, **shown}}
     parameters = _model(fn).model_json_schema()
     parameters.pop("title", None)
     for prop in parameters.get("properties", {}).values():

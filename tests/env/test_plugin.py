@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Literal
 
+import pytest
 from fastapi.testclient import TestClient
 from pydantic import BaseModel
 
@@ -128,3 +129,34 @@ def test_snapshot_is_501_when_the_environment_has_none() -> None:
     sid = http.post("/seed_session", json={"task": {"id": "t"}}).json()["session_id"]
     answer = http.post("/snapshot", json={"session_id": sid})
     assert answer.status_code == 501 and "no snapshot" in answer.json()["detail"]
+
+
+class Shown(ResourcesServer):
+    """A tool whose schema is written for the policy (short, in the words of its prompts)."""
+
+    @tool(shown={"description": "Look a word up.", "parameters": {"type": "object", "properties": {"w": {}}}})
+    def lookup(self, state, w: str) -> str:
+        return w.upper()
+
+    def seed(self, task):
+        return {}
+
+    def verify(self, state, task, calls, final_message):
+        return Verdict("ok", 1.0, {"success": 1.0})
+
+
+def test_a_tool_schema_written_for_the_policy_is_shown_as_written_and_arguments_still_validate() -> None:
+    assert _schema(Shown(), "lookup") == {
+        "name": "lookup",
+        "description": "Look a word up.",
+        "parameters": {"type": "object", "properties": {"w": {}}},
+    }
+    http = TestClient(create_app(Shown()))
+    sid = http.post("/seed_session", json={"task": {"id": "t"}}).json()["session_id"]
+    assert http.post("/tools/lookup", json={"session_id": sid, "arguments": {"w": "ab"}}).json()["output"] == "AB"
+    bad = http.post("/tools/lookup", json={"session_id": sid, "arguments": {"w": 3}}).json()["output"]
+    assert bad.startswith("error: bad arguments for lookup: w:")  # the annotations still type the call
+    with pytest.raises(TypeError, match="shown= takes a mapping of 'description' and 'parameters'"):
+        tool(shown={"name": "x"})(lambda self, state: "")
+    with pytest.raises(TypeError, match="type 'object'"):
+        tool(shown={"parameters": {"type": "string"}})(lambda self, state: "")
