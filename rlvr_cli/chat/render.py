@@ -13,7 +13,7 @@ import functools
 from pathlib import Path
 from typing import Any
 
-from rlvr_cli.chat import checks, masks
+from rlvr_cli.chat import checks, masks, tool_formats
 from rlvr_cli.chat.conversation import (
     Check,
     Conversation,
@@ -53,6 +53,7 @@ class ChatRenderer:
         max_prompt_tokens: int | None = None,
         prompt_truncation: str = "error",
         read_prefixes: bool = True,
+        tool_format: str | None = None,
     ) -> None:
         if not template:
             raise RenderError("the tokenizer has no chat template and the contract names no template file")
@@ -65,6 +66,8 @@ class ChatRenderer:
         self._vocab: list[str] | None = None
         # read_prefixes=False renders every prefix for real (the reference the fast path is tested against)
         self.compiled = CompiledTemplate(template, tokenizer.special_tokens_map, read_prefixes=read_prefixes)
+        # how the policy writes tool calls: the contract's environment.tool_format, else the template's
+        self.tool_format = tool_formats.chosen(template, tool_format)
 
     @functools.cached_property
     def probe(self) -> tuple[str, str] | None:
@@ -125,6 +128,7 @@ class ChatRenderer:
             length.stop_tokens,
             max_prompt_tokens=length.max_prompt_tokens,
             prompt_truncation=length.prompt_truncation,
+            tool_format=contract.environment.tool_format,
         )
 
     def texts(

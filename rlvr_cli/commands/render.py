@@ -30,6 +30,12 @@ def run_render(contract_path: Path, conversations: Path, fmt: str) -> int:
     errors = sum(c.severity == "error" for r in results for c in r.checks)
     warnings = sum(c.severity == "warning" for r in results for c in r.checks)
     print(f"{len(results)} conversation(s) rendered: {errors} error(s), {warnings} warning(s)", file=sys.stderr)
+    fmt, named = renderer.tool_format, contract.environment.tool_format
+    said = "environment.tool_format" if named else "detected from the chat template"
+    print(
+        f"tool calls read as: {fmt.name} ({fmt.families}; {said})" if fmt else "tool calls: none rlvr reads",
+        file=sys.stderr,
+    )
     return 1 if errors else 0
 
 

@@ -35,6 +35,7 @@ from rlvr_cli.contract.sections import (
     one_of_required,
 )
 from rlvr_cli.contract.serving import Server
+from rlvr_cli.contract.tool_keys import CALLS_WITHOUT_ROOM, MAX_TOOL_OUTPUT_BYTES, TOOL_FORMAT, ToolFormatName
 from rlvr_cli.contract.verifier_kinds import AnswerCheck, Judge, UnitTests
 
 __all__ = [
@@ -164,16 +165,9 @@ class Environment(Section):
     forbidden_tools: list[str] | None = Field(
         None, description="Tools whose use fails the episode whatever the final state; must match the server's."
     )
-    max_tool_output_bytes: PositiveInt | None = Field(
-        None,
-        description="UTF-8 bytes of one tool result passed to the model (tool_use); a longer result is cut "
-        "with a marker saying so. None: 16 bytes per token of length.max_response_tokens, at least 4096.",
-    )
-    calls_without_room: Literal["skip", "execute"] | None = Field(
-        None,
-        description="tool_use: a call whose result cannot fit the token budget left is skip (not run: the default) or "
-        "execute (run for its effects, which verify then sees; the model never reads its result).",
-    )
+    max_tool_output_bytes: PositiveInt | None = MAX_TOOL_OUTPUT_BYTES
+    calls_without_room: Literal["skip", "execute"] | None = CALLS_WITHOUT_ROOM
+    tool_format: ToolFormatName | None = TOOL_FORMAT
     timeout_s: float = Field(gt=0, description="Wall-clock bound for one verification.")
     memory_mb: PositiveInt | None = Field(
         None,

@@ -16,6 +16,7 @@ from rlvr_cli.contract import off_policy, serving
 from rlvr_cli.contract.diagnostics import Finding, error, warning
 from rlvr_cli.contract.metric_needs import unavailable_metric
 from rlvr_cli.contract.models import CHECKPOINT_PARTS, Contract, ModelRef, ReferenceRef
+from rlvr_cli.contract.tool_keys import TOOL_KEYS
 from rlvr_cli.contract.verifier_kinds import verifier_kind_findings
 from rlvr_cli.metrics import METRICS, WATCHED
 
@@ -64,7 +65,7 @@ def conditional_keys(c: Contract, _: Path) -> Iterator[Finding]:
             if getattr(env, key) is None:
                 yield _required(("environment",), key, "kind is tool_use")
     else:  # a key that would change nothing is refused
-        for key in ("max_tool_output_bytes", "calls_without_room"):
+        for key in TOOL_KEYS:
             if getattr(env, key) is not None:
                 yield error("RLV003", ("environment", key), "is about tool results: only for kind tool_use")
     if adv.scale != "none" and adv.epsilon is None:

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import itertools
 import json
-import re
 from typing import Any
 
-_TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.S)
+from rlvr_cli.chat.tool_formats import FORMATS, ToolFormat
 
 
 class CallIds:
@@ -47,8 +46,9 @@ class ScriptedModel:
         return step
 
 
-def to_chat(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Responses items → chat messages (assistant tool_calls, tool results)."""
+def to_chat(items: list[dict[str, Any]], arguments: str = "mapping") -> list[dict[str, Any]]:
+    """Responses items → chat messages (assistant tool_calls, tool results); `arguments`: how the
+    template wants a call's arguments, a mapping (transformers' convention) or JSON text."""
     messages: list[dict[str, Any]] = []
     for item in items:
         kind = item.get("type")
@@ -58,7 +58,7 @@ def to_chat(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
             call = {
                 "type": "function",
                 "id": item.get("call_id"),
-                "function": {"name": item["name"], "arguments": _arguments(item.get("arguments", "{}"))},
+                "function": {"name": item["name"], "arguments": _arguments(item.get("arguments", "{}"), arguments)},
             }
             if messages and messages[-1]["role"] == "assistant":  # the calls of the turn that said it
                 messages[-1].setdefault("tool_calls", []).append(call)
@@ -69,9 +69,11 @@ def to_chat(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return messages
 
 
-def _arguments(raw: Any) -> Any:
+def _arguments(raw: Any, form: str = "mapping") -> Any:
     """Chat templates render a call's arguments as a mapping (transformers' convention); a
-    string that is not a JSON object stays a string."""
+    string that is not a JSON object stays a string. `form` "string": JSON text as it is."""
+    if form == "string":
+        return raw if isinstance(raw, str) else json.dumps(raw)
     if isinstance(raw, str):
         try:
             parsed = json.loads(raw)
@@ -81,33 +83,29 @@ def _arguments(raw: Any) -> Any:
     return raw
 
 
-def parse_completion(text: str, call_id: CallIds | None = None, end: str = "") -> list[dict[str, Any]]:
-    """Generated text → a message item and function_call items; a malformed call block stays
-    in the message text (the environment never sees it, the transcript does). `text` is all
-    that was sampled, the stop token included, so a call whose closing tag is the stop token
-    (a turn that ends on its call) is a call; `end`, the stop token's text, is not part of the
-    message."""
-    calls: list[dict[str, Any]] = []
+def parse_completion(
+    text: str, call_id: CallIds | None = None, end: str = "", fmt: ToolFormat | None = None
+) -> list[dict[str, Any]]:
+    """Generated text → a message item and function_call items, in the model family's tool-call
+    format (`chat/tool_formats.py`; Hermes by default); a malformed call block stays in the
+    message text (the environment never sees it, the transcript does). `text` is all that was
+    sampled, the stop token included, so a call whose closing tag is the stop token (a turn that
+    ends on its call) is a call; `end`, the stop token's text, is not part of the message. A
+    call keeps the id the model wrote (Mistral's), else gets one."""
+    fmt = fmt or FORMATS["hermes"]
     call_id = call_id or CallIds()
-
-    def take(match: re.Match[str]) -> str:
-        try:
-            data = json.loads(match.group(1))
-            calls.append(
-                {
-                    "type": "function_call",
-                    "call_id": call_id(),
-                    "name": str(data["name"]),
-                    "arguments": json.dumps(data.get("arguments", {})),
-                }
-            )
-            return ""
-        except (json.JSONDecodeError, KeyError, TypeError):
-            return match.group(0)
-
-    message = _TOOL_CALL.sub(take, text).strip()
+    message, found = fmt.split(text)
     if end and message.endswith(end.strip()):
         message = message[: len(message) - len(end.strip())].rstrip()
+    calls = [
+        {
+            "type": "function_call",
+            "call_id": c["id"] or fmt.new_id(call_id),
+            "name": c["name"],
+            "arguments": c["arguments"],
+        }
+        for c in found
+    ]
     out: list[dict[str, Any]] = (
         [{"type": "message", "role": "assistant", "content": message}] if message or not calls else []
     )

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from rlvr_cli.chat import tool_formats
 from rlvr_cli.chat.masks import sampled_mask
 from rlvr_cli.contract.models import Contract
 from rlvr_cli.engine.engines import PolicyEngine
@@ -41,6 +42,7 @@ from rlvr_cli.env.sample import Sample
 from rlvr_cli.env.scoring import apply_verdict, needs_verdict
 from rlvr_cli.env.tool_env import ToolEnv
 from rlvr_cli.env.verdict import Verdict
+from rlvr_cli.errors import RlvrError
 from rlvr_cli.rollout import hints
 from rlvr_cli.rollout.base import Draw, Times
 from rlvr_cli.rollout.prompts import Prompts
@@ -90,6 +92,12 @@ class ToolUse:
     @classmethod
     def of(cls, contract: Contract, renderer: Any, engine: PolicyEngine, env: ToolEnv) -> ToolUse:
         """`env` must be open (its tool schemas are part of every prompt)."""
+        if renderer.tool_format is None:  # no call would ever be seen: every episode would score as a failure
+            known = ", ".join(tool_formats.NAMES)
+            raise RlvrError(
+                f"the chat template renders no tool-call format rlvr reads ({known}): set environment.tool_format "
+                "to the one the policy writes"
+            )
         return cls(contract, renderer, engine, env, Prompts(contract, renderer, env.schemas))
 
     def using(self, engine: PolicyEngine) -> ToolUse:
@@ -188,7 +196,7 @@ def _turn(
         lead = episode.prefix if first else ""
         text = lead + response_text(renderer.tokenizer, kept, finish)
         whole, end = sampled_text(renderer.tokenizer, kept, finish)
-        output = parse_completion(lead + whole, episode.call_ids, end)  # a call that ends the turn counts
+        output = parse_completion(lead + whole, episode.call_ids, end, renderer.tool_format)  # (a call may end it)
         episode.items += output
         calls = [i for i in output if i.get("type") == "function_call"]
         episode.turns.append({"sampled": [start, len(episode.ids)], "text": text, "calls": len(calls)})
@@ -212,14 +220,18 @@ def _turn(
 
 def _room_for_results(rollout: ToolUse, episode: Episode, calls: list[dict[str, Any]], budget: int) -> bool:
     """Whether even empty results of the calls, and one more token, fit the budget left."""
-    before = episode.messages + to_chat(episode.items)
+    form = _arguments_form(rollout.renderer)
+    before, empty = episode.messages + to_chat(episode.items, form), to_chat([_output(c, "") for c in calls], form)
     try:
-        glue = rollout.renderer.continuation(
-            before, to_chat([_output(c, "") for c in calls]), rollout.env.schemas or None
-        )
+        glue = rollout.renderer.continuation(before, empty, rollout.env.schemas or None)
     except ValueError:  # the template cannot continue: _continue says so
         return True
     return len(episode.ids) + len(glue) < budget
+
+
+def _arguments_form(renderer: Any) -> str:
+    """How the template wants a call's arguments: a mapping, or JSON text (DeepSeek's)."""
+    return renderer.tool_format.arguments if renderer.tool_format is not None else "mapping"
 
 
 def _not_run(episode: Episode, calls: list[dict[str, Any]], why: str) -> None:
@@ -274,9 +286,10 @@ def _continue(
         {"name": c["name"], "arguments": c["arguments"], "output": o["output"], "executed": True}
         for c, o in zip(calls, outputs, strict=True)
     ]
-    before = episode.messages + to_chat(episode.items)
+    form = _arguments_form(renderer)
+    before = episode.messages + to_chat(episode.items, form)
     episode.items += outputs
-    added = to_chat(outputs)
+    added = to_chat(outputs, form)
     try:
         glue = renderer.continuation(before, added, env.schemas or None)
     except ValueError as exc:  # the template rewrites history: this episode cannot go on token-exactly

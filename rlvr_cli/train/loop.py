@@ -38,7 +38,7 @@ from rlvr_cli.train.faults import Fault
 from rlvr_cli.train.logbook import NoSignal, holdout_segments, rollout_metrics, write_records
 from rlvr_cli.train.monitor import Monitor
 from rlvr_cli.train.overlap import Ahead
-from rlvr_cli.train.run_plan import build_plan, plan_text, trains_description
+from rlvr_cli.train.run_plan import build_plan, plan_text, trainer_words
 from rlvr_cli.train.setup import Setup, build, check_data
 from rlvr_cli.train.state import TrainState
 from rlvr_cli.train.stops import (
@@ -328,7 +328,7 @@ def train(
         "processes": setup.world,
         "rollout_engine": setup.engine_version,
         "update_forward": update.forward_description(setup),
-        "trains": trains_description(setup),
+        **trainer_words(setup),  # what trains, and how the policy's tool calls are read
     }
     plan = build_plan(contract, contract_path, run_dir, steps, str(setup.device), resolved)
     if setup.main:

@@ -232,6 +232,8 @@ def plan_text(plan: dict[str, Any]) -> str:
     )
     if "rollout_engine" in plan:  # what samples and what computes the update's log-probs
         lines.append(f"sampling: {plan['rollout_engine']}; update forward: {plan.get('update_forward')}")
+    if "tool_format" in plan:
+        lines.append(f"tool calls read as: {plan['tool_format']}")
     if "trains" in plan:
         lines.append(f"trains: {plan['trains']}")
     p = plan["paths"]
@@ -250,6 +252,19 @@ def tracker_place(tracker: Any, run_dir: Path) -> str:
     if tracker.kind == "wandb":
         where += f" ({tracker.mode or 'offline'})"
     return where + (f", project {tracker.project}" if tracker.project else "")
+
+
+def trainer_words(setup: Any) -> dict[str, str]:
+    """What the trainer resolved for the plan: what trains; for tool use, the tool-call format
+    (the contract's environment.tool_format or the chat template's)."""
+    words = {"trains": trains_description(setup)}
+    fmt = setup.renderer.tool_format
+    if setup.contract.environment.kind == "tool_use" and fmt is not None:
+        said = (
+            "environment.tool_format" if setup.contract.environment.tool_format else "detected from the chat template"
+        )
+        words["tool_format"] = f"{fmt.name} ({fmt.families}; {said})"
+    return words
 
 
 def trains_description(setup: Any) -> str:

@@ -91,7 +91,7 @@ def test_the_last_turns_calls_are_parsed_not_run_and_its_text_is_the_final_messa
     assert [c["executed"] for c in last] == [False] and last[0]["why"] == "max_steps"
 
 
-@pytest.mark.parametrize("field", ["max_tool_output_bytes", "calls_without_room"])
+@pytest.mark.parametrize("field", ["max_tool_output_bytes", "calls_without_room", "tool_format"])
 def test_a_tool_result_key_in_a_single_turn_contract_is_refused(tmp_path: Path, field: str) -> None:
     import yaml
 
@@ -100,7 +100,7 @@ def test_a_tool_result_key_in_a_single_turn_contract_is_refused(tmp_path: Path, 
 
     data = yaml.safe_load((EXAMPLES / "coverage" / "every-key.rlvr.yaml").read_text())
     assert data["environment"]["kind"] == "single_turn"
-    data["environment"][field] = 1024 if field == "max_tool_output_bytes" else "execute"
+    data["environment"][field] = {"max_tool_output_bytes": 1024, "calls_without_room": "execute"}.get(field, "mistral")
     (tmp_path / "c.rlvr.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
     found = [(d.code, d.path) for d in check_file(tmp_path / "c.rlvr.yaml").diagnostics if d.severity == "error"]
     assert found == [("RLV003", f"environment.{field}")]

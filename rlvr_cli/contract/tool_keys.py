@@ -1,0 +1,26 @@
+"""The environment's keys read by tool-use episodes only (`environment.kind: tool_use`; with
+`single_turn` each is refused, RLV003): rollout/tool_use.py runs them."""
+
+from typing import Literal
+
+from pydantic import Field
+
+ToolFormatName = Literal["hermes", "llama3_json", "mistral", "harmony", "deepseek"]
+TOOL_KEYS = ("max_tool_output_bytes", "calls_without_room", "tool_format")
+
+MAX_TOOL_OUTPUT_BYTES = Field(
+    None,
+    description="UTF-8 bytes of one tool result passed to the model (tool_use); a longer result is cut "
+    "with a marker saying so. None: 16 bytes per token of length.max_response_tokens, at least 4096.",
+)
+CALLS_WITHOUT_ROOM = Field(
+    None,
+    description="tool_use: a call whose result cannot fit the token budget left is skip (not run: the default) or "
+    "execute (run for its effects, which verify then sees; the model never reads its result).",
+)
+TOOL_FORMAT = Field(
+    None,
+    description="tool_use: how the policy writes tool calls — hermes (Qwen, Hermes: <tool_call>), llama3_json "
+    "(Llama 3.x), mistral ([TOOL_CALLS]), harmony (gpt-oss), deepseek (DeepSeek-R1/V3). None: the one the chat "
+    "template renders (rlvr render and plan.json say which).",
+)
