@@ -6,7 +6,6 @@ it; text that is not a well-formed call is no call."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -65,8 +64,8 @@ def sampled(tokenizer, template: str, calls: list[dict], fmt_name: str) -> str: 
     whole = renderer.compiled.text([USER, *turn], TOOLS, False)
     if whole.startswith(prompt):
         return whole[len(prompt) :]
-    common = len(os.path.commonprefix([prompt, whole]))  # DeepSeek's generation prompt opens a <think> block
-    while common and whole[common - 1] != ">":  # back to a tag's end, never inside one
+    common = next((i for i, (a, b) in enumerate(zip(prompt, whole, strict=False)) if a != b), len(prompt))
+    while common and whole[common - 1] != ">":  # DeepSeek's generation prompt opens <think>: back to a tag's end
         common -= 1
     assert prompt.endswith("<think>\n") and common >= len(prompt) - len("<think>\n"), (prompt[-80:], whole[-200:])
     return whole[common:]
@@ -160,7 +159,7 @@ def test_a_template_that_renders_no_known_format_is_none_and_a_tool_use_run_is_r
     plain = "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
     assert detect(plain) is None and detect((TEMPLATES / "gemma-2.jinja").read_text()) is None
     renderer = ChatRenderer(tokenizer, plain, [tokenizer.eos_token])
-    with pytest.raises(RlvrError, match="renders no tool-call format rlvr reads .*set environment.tool_format"):
+    with pytest.raises(RlvrError, match=r"renders no tool-call format rlvr reads .*set environment\.tool_format"):
         ToolUse.of(SimpleNamespace(), renderer, None, SimpleNamespace(schemas=[]))  # type: ignore[arg-type]
     named = ChatRenderer(tokenizer, plain, [tokenizer.eos_token], tool_format="llama3_json")
     assert named.tool_format is FORMATS["llama3_json"]  # the contract's word over the template's
