@@ -95,6 +95,8 @@ def parse_completion(
     fmt = fmt or FORMATS["hermes"]
     call_id = call_id or CallIds()
     message, found = fmt.split(text)
+    if not found and end and text.rstrip().endswith(end.strip()):  # a format whose call is the whole turn
+        message, found = fmt.split(text.rstrip()[: -len(end.strip())])
     if end and message.endswith(end.strip()):
         message = message[: len(message) - len(end.strip())].rstrip()
     calls = [

@@ -104,3 +104,51 @@ def test_a_tool_result_key_in_a_single_turn_contract_is_refused(tmp_path: Path, 
     (tmp_path / "c.rlvr.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
     found = [(d.code, d.path) for d in check_file(tmp_path / "c.rlvr.yaml").diagnostics if d.severity == "error"]
     assert found == [("RLV003", f"environment.{field}")]
+
+
+MISTRAL_READ = '[TOOL_CALLS][{"name": "read_file", "arguments": {"path": "config/app.toml"}, "id": "r3adf1le0"}]'
+MISTRAL_FIX = (
+    '[TOOL_CALLS][{"name": "replace_in_file", "arguments": {"path": "config/app.toml", "old": "version = 1", '
+    '"new": "version = 2"}, "id": "f1xvers10"}]'
+)
+LLAMA_READ = '{"name": "read_file", "parameters": {"path": "config/app.toml"}}'
+LLAMA_FIX = (
+    '{"name": "replace_in_file", "parameters": {"path": "config/app.toml", "old": "version = 1", "new": "version = 2"}}'
+)
+
+
+@pytest.mark.parametrize(
+    ("template", "script", "glue"),
+    [
+        ("mistral-nemo.jinja", [MISTRAL_READ, MISTRAL_FIX, "Set version to 2."], "[TOOL_RESULTS]"),
+        ("llama-3.1.jinja", [LLAMA_READ, LLAMA_FIX, "Set version to 2."], "ipython"),
+    ],
+)
+def test_an_episode_in_another_familys_published_template_and_format(
+    agent: Path, tmp_path: Path, template: str, script: list[str], glue: str
+) -> None:
+    """A whole episode through the family's own template: calls read in its format, results
+    inserted by its template with mask 0, the next turn sampled, the task solved."""
+    from rlvr_cli.chat.render import ChatRenderer
+
+    from rlvr_cli.toy.tiny import build_tokenizer
+
+    setup = _setup(agent)
+    text = (Path(__file__).parents[1] / "chat" / "templates" / template).read_text()
+    length = setup.contract.length.model_copy(update={"max_prompt_tokens": 8192})  # Llama's long tool preamble
+    setup.contract = setup.contract.model_copy(update={"length": length})
+    tokenizer, stops = setup.tokenizer, length.stop_tokens  # Mistral's template ends turns with the eos token
+    if template.startswith("llama"):  # Llama's hard-codes its own special tokens: a tokenizer that has them
+        tokenizer, stops = build_tokenizer(tmp_path / "llama3", "llama3"), ["<|eot_id|>"]
+    setup.renderer = ChatRenderer(tokenizer, text, stops, max_prompt_tokens=8192)
+    task = next(t for t in setup.train_tasks if t["id"] == "edit-app-config")
+    (sample,), _ = play(setup, agent, task, [script])
+    assert sample.transcript["ended"] == "answer", [t.get("error") for t in sample.transcript["turns"]]
+    assert sample.transcript["executed_calls"] == 2 and sample.reward == 1.0
+    inserted = setup.tokenizer.decode([t for t, m in zip(sample.response_ids, sample.mask, strict=True) if m == 0])
+    assert glue in inserted and "version = 1" in inserted  # the template's own glue around the tool's result
+    if template.startswith("mistral"):  # the ids the model wrote are the ones its results answer
+        assert [i["call_id"] for i in sample.transcript["items"] if i["type"] == "function_call"] == [
+            "r3adf1le0",
+            "f1xvers10",
+        ]
