@@ -130,7 +130,6 @@ def test_an_episode_in_another_familys_published_template_and_format(
     """A whole episode through the family's own template: calls read in its format, results
     inserted by its template with mask 0, the next turn sampled, the task solved."""
     from rlvr_cli.chat.render import ChatRenderer
-
     from rlvr_cli.toy.tiny import build_tokenizer
 
     setup = _setup(agent)
