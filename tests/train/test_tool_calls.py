@@ -111,6 +111,15 @@ MISTRAL_FIX = (
     '[TOOL_CALLS][{"name": "replace_in_file", "arguments": {"path": "config/app.toml", "old": "version = 1", '
     '"new": "version = 2"}, "id": "f1xvers10"}]'
 )
+# Qwen3 in thinking mode, each turn as its template renders it back (a think block, then the call)
+QWEN3_READ = (
+    '<think>\nRead it first.\n</think>\n\n<tool_call>\n{"name": "read_file", "arguments": {"path": "config/app.toml"}}'
+    "\n</tool_call>"
+)
+QWEN3_FIX = (
+    '<think>\nNow fix it.\n</think>\n\n<tool_call>\n{"name": "replace_in_file", "arguments": {"path": '
+    '"config/app.toml", "old": "version = 1", "new": "version = 2"}}\n</tool_call>'
+)
 LLAMA_READ = '{"name": "read_file", "parameters": {"path": "config/app.toml"}}'
 LLAMA_FIX = (
     '{"name": "replace_in_file", "parameters": {"path": "config/app.toml", "old": "version = 1", "new": "version = 2"}}'
@@ -122,6 +131,7 @@ LLAMA_FIX = (
     [
         ("mistral-nemo.jinja", [MISTRAL_READ, MISTRAL_FIX, "Set version to 2."], "[TOOL_RESULTS]"),
         ("llama-3.1.jinja", [LLAMA_READ, LLAMA_FIX, "Set version to 2."], "ipython"),
+        ("qwen3.jinja", [QWEN3_READ, QWEN3_FIX, "<think>\nDone.\n</think>\n\nSet version to 2."], "<tool_response>"),
     ],
 )
 def test_an_episode_in_another_familys_published_template_and_format(
@@ -151,3 +161,49 @@ def test_an_episode_in_another_familys_published_template_and_format(
             "r3adf1le0",
             "f1xvers10",
         ]
+
+
+HARMONY_READ = ' to=functions.read_file<|channel|>commentary json<|message|>{"path": "config/app.toml"}<|call|>'
+HARMONY_FIX = (
+    ' to=functions.replace_in_file<|channel|>commentary json<|message|>{"path": "config/app.toml", "old": '
+    '"version = 1", "new": "version = 2"}<|call|>'
+)
+HARMONY_SPECIALS = ["<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|call|>", "<|return|>", "<|constrain|>"]
+
+
+class Harmony(Scripted):
+    """gpt-oss's turns: a call ends on <|call|>, the final answer on <|return|> (each a stop token)."""
+
+    def sample(self, prompts: list[list[int]], params: Any, seed: int) -> list[Generation]:
+        turn, self.turn = self.turn, self.turn + 1
+        script = self.scripts[0]
+        ids = self.tok.encode(script[min(turn, len(script) - 1)], add_special_tokens=False)
+        return [Generation(ids, [1] * len(ids), "stop", seed, [-0.5] * len(ids)) for _ in prompts]
+
+
+def test_an_episode_in_gpt_oss_harmony_format(agent: Path, tmp_path: Path) -> None:
+    from rlvr_cli.chat.render import ChatRenderer
+    from rlvr_cli.engine.engines import PolicyEngine
+    from rlvr_cli.env.tool_env import ToolEnv
+    from rlvr_cli.rollout.base import Draw
+    from rlvr_cli.rollout.tool_use import ToolUse
+    from rlvr_cli.toy.tiny import build_tokenizer
+
+    setup = _setup(agent)
+    length = setup.contract.length.model_copy(update={"max_prompt_tokens": 8192})
+    setup.contract = setup.contract.model_copy(update={"length": length})
+    tokenizer = build_tokenizer(tmp_path / "harmony", "chatml")
+    tokenizer.add_special_tokens({"additional_special_tokens": HARMONY_SPECIALS})  # gpt-oss's own, one id each
+    text = (Path(__file__).parents[1] / "chat" / "templates" / "gpt-oss.jinja").read_text()
+    setup.renderer = ChatRenderer(tokenizer, text, ["<|call|>", "<|return|>"], max_prompt_tokens=8192)
+    assert setup.renderer.tool_format.name == "harmony"
+    task = next(t for t in setup.train_tasks if t["id"] == "edit-app-config")
+    final = "<|channel|>final<|message|>Set version to 2.<|return|>"
+    with ToolEnv(setup.contract, agent) as env:
+        engine = PolicyEngine(Harmony(setup, [[HARMONY_READ, HARMONY_FIX, final]]))
+        (sample,) = ToolUse.of(setup.contract, setup.renderer, engine, env).sample([task], Draw(group_size=1, seed=1))
+    assert sample.transcript["ended"] == "answer", [t.get("error") for t in sample.transcript["turns"]]
+    assert sample.transcript["executed_calls"] == 2 and sample.reward == 1.0
+    assert sample.text == "Set version to 2."  # the final channel is the final message
+    inserted = tokenizer.decode([t for t, m in zip(sample.response_ids, sample.mask, strict=True) if m == 0])
+    assert "<|start|>functions.read_file to=assistant<|channel|>commentary<|message|>" in inserted
