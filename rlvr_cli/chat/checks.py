@@ -17,7 +17,7 @@
 | RLT013 | error    | the template fails to render the conversation |
 | RLT014 | warning  | the template refuses a prefix of a conversation it renders whole |
 | RLT015 | error    | the template drops a tool call or a tool result |
-| RLT016 | error    | the rendered conversation holds the tokenizer's unknown token (text it cannot encode) |
+| RLT016 | warning  | the rendered conversation holds the tokenizer's unknown token (text it cannot encode) |
 """
 
 from __future__ import annotations
@@ -256,7 +256,7 @@ def unknown_token(renderer: ChatRenderer, conv: Conversation, located: Located, 
     pad = ", which is also the pad token" if unk == tok.pad_token_id else ""
     yield Check(
         "RLT016",
-        "error",
+        "warning",
         f"token {at} ({where}) is the unknown token {tok.unk_token!r}{pad}, {rendered.input_ids.count(unk)} in all: "
         "the tokenizer cannot encode text the data, a tool schema or the template puts there",
     )

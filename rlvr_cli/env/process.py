@@ -31,7 +31,10 @@ class ChildServer:
 
     def describe(self) -> str:
         """How the server stands (running, or how it ended) and its last lines of output."""
-        code = self.proc.poll()
+        try:  # asked when it stopped answering: a server that is dying gets a moment to end
+            code = self.proc.wait(timeout=2.0)
+        except subprocess.TimeoutExpired:
+            code = None
         if code is None:
             state = "is still running"
         elif code < 0:

@@ -3,11 +3,11 @@ the one place a task becomes the ids a policy is shown (both rollouts use it).""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from rlvr_cli.contract.models import Contract
 from rlvr_cli.contract.tasks import fit_prompt, messages_of
-from rlvr_cli.errors import RlvrError
 from rlvr_cli.rollout import hints
 
 
@@ -19,6 +19,7 @@ class Prompts:
         self.contract, self.renderer, self.schemas = contract, renderer, schemas
         self._cache: dict[tuple[int, bool], list[int]] = {}
         self._rows: list[dict[str, Any]] = []  # keeps every cached row alive, so no id is reused
+        self._warned = False  # an unknown token in a prompt is said once
 
     def ids(self, task: dict[str, Any], hinted: bool = False) -> list[int]:
         """The prompt's token ids; `hinted`: with the task's hint (in the prompt, or as the
@@ -34,7 +35,10 @@ class Prompts:
         messages = self.messages(task, hint)
         what = "the prompt with the tool schemas" if self.schemas else "the prompt"
         ids = self.renderer.prompt_ids(messages, self.schemas or None)
-        unknown_tokens(self.renderer.tokenizer, ids, f"task {task.get('id')}: {what}")
+        said = None if self._warned else unknown_tokens(self.renderer.tokenizer, ids, f"task {task.get('id')}: {what}")
+        if said is not None:
+            self._warned = True
+            print(said, file=sys.stderr)
         ids = fit_prompt(contract.length, task, ids, what)
         if hint is not None and hints.prefix(contract):
             ids = ids + self.renderer.tokenizer.encode(hint, add_special_tokens=False)
@@ -49,18 +53,18 @@ class Prompts:
         return messages
 
 
-def unknown_tokens(tokenizer: Any, ids: list[int], what: str) -> None:
-    """Refuse a prompt that holds the tokenizer's unknown token (RLT016): text the tokenizer
-    cannot encode — a character of the data, of a tool schema or of the template — that the model
-    would read as one token, never what was written."""
+def unknown_tokens(tokenizer: Any, ids: list[int], what: str) -> str | None:
+    """What to say of a prompt that holds the tokenizer's unknown token (RLT016): text the
+    tokenizer cannot encode — a character of the data, of a tool schema or of the template —
+    that the model reads as one token, never what was written. None: it holds none."""
     unk = tokenizer.unk_token_id
     if unk is None or unk not in ids:
-        return
+        return None
     at = ids.index(unk)
     pad = ", which is also the pad token" if unk == tokenizer.pad_token_id else ""
     context = tokenizer.decode(ids[max(at - 8, 0) : at + 8], skip_special_tokens=False)
-    raise RlvrError(
-        f"{what} holds the unknown token {tokenizer.unk_token!r}{pad} {ids.count(unk)} time(s), first at token "
-        f"{at} ({context!r}): the tokenizer cannot encode a character the data, a tool schema or the template "
-        "puts there (RLT016; `rlvr render` shows where)"
+    return (
+        f"warning[RLT016]: {what} holds the unknown token {tokenizer.unk_token!r}{pad} {ids.count(unk)} time(s), "
+        f"first at token {at} ({context!r}): the tokenizer cannot encode a character the data, a tool schema or "
+        "the template puts there (`rlvr render` shows where); said once per run"
     )

@@ -176,18 +176,21 @@ def test_rlt016_a_character_the_tokenizer_cannot_encode(family_tokenizer) -> Non
     assert codes(render(family_tokenizer("chatml"), "<|im_end|>", QA)) == []
 
 
-def test_a_prompt_holding_the_unknown_token_is_refused_before_any_rollout(family_tokenizer) -> None:
+def test_a_prompt_holding_the_unknown_token_is_said_once_before_any_rollout(family_tokenizer, capsys) -> None:
     """What training and evaluations show the model: a tool schema with a character the tokenizer
-    lacks would put the unknown token in every prompt; the prompt is refused, saying where."""
+    lacks would put the unknown token in every prompt; the first such prompt is named, once."""
     from types import SimpleNamespace
 
-    from rlvr_cli.errors import RlvrError
     from rlvr_cli.rollout.prompts import Prompts
 
     tokenizer = family_tokenizer("chatml")
     renderer = ChatRenderer(tokenizer, tokenizer.chat_template, ["<|im_end|>"])
     length = SimpleNamespace(max_prompt_tokens=4096, prompt_truncation="error")
     contract = SimpleNamespace(length=length, data=SimpleNamespace(hints=None))
-    assert Prompts(contract, renderer).ids({"id": "t1", "prompt": "1+1?"})
-    with pytest.raises(RlvrError, match=r"task t2: the prompt holds the unknown token '<unk>'.*RLT016"):
-        Prompts(contract, renderer).ids({"id": "t2", "prompt": "1+1 ≟"})
+    prompts = Prompts(contract, renderer)
+    assert prompts.ids({"id": "t1", "prompt": "1+1?"}) and capsys.readouterr().err == ""
+    assert tokenizer.unk_token_id in prompts.ids({"id": "t2", "prompt": "1+1 ≟"})  # shown as it is, and said:
+    said = capsys.readouterr().err
+    assert "warning[RLT016]: task t2: the prompt holds the unknown token '<unk>' 1 time(s)" in said
+    prompts.ids({"id": "t3", "prompt": "2+2 ≟"})
+    assert capsys.readouterr().err == ""  # once per run
