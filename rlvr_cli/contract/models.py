@@ -237,7 +237,7 @@ class Objective(Section):
     ratio: Ratio | None = Field(
         None,
         description="The ratio's level (token, or sequence: GSPO) and denominator. Absent: per token, over the "
-        "trainer's own log-probs (samples drawn ahead: the engine's); required with sample_ahead or vllm.",
+        "trainer's own log-probs (samples drawn ahead: the engine's); required with sample_ahead, vllm or sglang.",
     )
     correction: Correction | None = Field(
         None, description="Importance weights for the engine/trainer mismatch: none, tis or mis. Absent: none."
