@@ -18,6 +18,7 @@ import typer.core
 
 from rlvr_cli import __version__
 from rlvr_cli.commands.groups import audit_app, command, contract_arg, data_app
+from rlvr_cli.commands.interop_cli import export, import_app
 
 
 def _version(value: bool) -> None:
@@ -41,6 +42,8 @@ class _ExperimentOrder(typer.core.TyperGroup):
         "gate",
         "report",
         "plan",
+        "import",
+        "export",
         "schema",
     )
 
@@ -113,6 +116,8 @@ def validate(ctx: typer.Context) -> None:
 
 app.add_typer(data_app, name="data")
 app.add_typer(audit_app, name="audit")
+app.add_typer(import_app, name="import")
+app.command("export")(export)
 
 
 @app.command()

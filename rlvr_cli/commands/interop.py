@@ -1,0 +1,140 @@
+"""`rlvr import trl|verl CONFIG --into CONTRACT` and `rlvr export CONTRACT --to trl|verl`."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rlvr_cli.errors import RlvrError, UsageProblem
+from rlvr_cli.interop import trl_map, verl_map
+from rlvr_cli.interop.common import CannotMap, Difference, Mapping
+from rlvr_cli.interop.write import contract_text
+
+PEERS = {"trl": f"TRL {trl_map.VERSION}", "verl": f"verl {verl_map.VERSION}"}
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """A peer's config file: YAML or JSON holding one mapping."""
+    if not path.is_file():
+        raise UsageProblem(f"{path}: no such file")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as error:
+        raise RlvrError(f"{path}: not YAML or JSON: {str(error).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise RlvrError(f"{path}: holds {type(data).__name__}, not a mapping of options")
+    return data
+
+
+def _base(into: Path) -> tuple[Any, str, dict[str, Any], int]:
+    from rlvr_cli.contract.load import load
+    from rlvr_cli.contract.tasks import read_split
+
+    contract = load(into)
+    text = into.read_text(encoding="utf-8")
+    rows = len(read_split(into.resolve().parent / contract.data.splits.train.path, "train"))
+    return contract, text, yaml.safe_load(text), rows
+
+
+def run_import(peer: str, config: Path, extra: list[str], into: Path, out: Path | None, processes: int) -> int:
+    data = read_config(config)
+    contract, text, base, rows = _base(into)
+    weights = [c.weight for c in contract.objective.reward.components]
+    if peer == "trl":
+        if extra:
+            raise UsageProblem("overrides (key=value) are verl's; give trl's options in the config file")
+        mapping = trl_map.import_config(
+            data, train_rows=rows, processes=processes, components=len(weights), policy=_policy(contract)
+        )
+    else:
+        try:
+            given = verl_map.overrides(extra)
+        except ValueError as error:
+            raise UsageProblem(str(error)) from None
+        values = verl_map.settings(data, given)
+        mapping = verl_map.import_config(values, train_rows=rows, components=weights, given=frozenset(given))
+    if mapping.refused:
+        raise CannotMap(
+            f"{config} cannot be imported: {len(mapping.refused)} choice(s) the contract cannot state", mapping.refused
+        )
+    target = out or into.parent / f"{config.name.split('.')[0]}.rlvr.yaml"
+    if target.resolve().parent != into.resolve().parent:
+        raise UsageProblem(f"--out must be beside {into} (the contract's paths are relative to its folder)")
+    header = [
+        f"Imported by `rlvr import {peer}` from {config.name} ({PEERS[peer]}) into {into.name}'s experiment:",
+        "every choice of the objective is written out; the comment on each key names the option it came from",
+        "and whether the peer's default set it. The other sections are the base contract's.",
+        *_difference_lines(mapping.differences),
+    ]
+    _write_checked(target, contract_text(text, base, mapping, header))
+    _report(mapping, peer)
+    sys.stdout.write(f"wrote {target}\n")
+    return 0
+
+
+def _policy(contract: Any) -> str:
+    ref = contract.artifacts.policy
+    return str(ref.id or ref.path)
+
+
+def _difference_lines(differences: list[Difference]) -> list[str]:
+    if not differences:
+        return []
+    return ["", "Where the numbers are not the peer's:", *(f"  {d.line()}" for d in differences), ""]
+
+
+def _write_checked(target: Path, text: str) -> None:
+    """Written only when it validates: a temporary file beside the target, checked, renamed."""
+    from rlvr_cli.contract.load import check_file
+
+    fd, name = tempfile.mkstemp(prefix=".import-", suffix=".rlvr.yaml", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        result = check_file(Path(name))
+        errors = [d for d in result.diagnostics if d.severity == "error"]
+        if errors:
+            shown = "\n".join(f"  {d.code} {d.message}" for d in errors)
+            raise RlvrError(f"the imported contract does not validate:\n{shown}")
+        os.replace(name, target)
+    finally:
+        if os.path.exists(name):
+            os.unlink(name)
+
+
+def _report(mapping: Mapping, peer: str) -> None:
+    for d in mapping.differences:
+        sys.stderr.write(f"{d.line()}\n")
+    if mapping.unread:
+        sys.stderr.write(
+            f"not read ({len(mapping.unread)}: not part of the objective, or not a {PEERS[peer]} option): "
+            f"{', '.join(mapping.unread)}\n"
+        )
+
+
+def run_export(contract_path: Path, to: str, out: Path, processes: int, allow_inexact: bool) -> int:
+    from rlvr_cli.contract.load import load
+    from rlvr_cli.interop import export_files
+
+    contract = load(contract_path)
+    mapping = export_files.mapping(contract, to, processes)
+    blocking = mapping.refused + ([] if allow_inexact else mapping.inexact)
+    if blocking:
+        hint = "" if mapping.refused else " (--allow-inexact writes it with these differences stated)"
+        raise CannotMap(f"{contract_path} cannot be exported to {PEERS[to]}{hint}", blocking)
+    if out.exists() and any(out.iterdir()):
+        raise UsageProblem(f"{out} is not empty: export into a new folder")
+    written = export_files.write(contract, contract_path, to, mapping, out)
+    for d in mapping.differences:
+        sys.stderr.write(f"{d.line()}\n")
+    sys.stdout.write("".join(f"wrote {p}\n" for p in written))
+    sys.stdout.write(export_files.how_to_run(to, out))
+    return 0
+
+
+__all__ = ["read_config", "run_export", "run_import"]

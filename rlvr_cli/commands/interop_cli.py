@@ -1,0 +1,76 @@
+"""The `rlvr import` group and the `rlvr export` command (bodies in commands/interop.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from rlvr_cli.commands.groups import command, contract_arg, contract_file
+
+import_app = typer.Typer(
+    help="Turn a peer's config (TRL GRPOConfig, verl ppo_trainer) into a contract, every implicit default written out.",
+    no_args_is_help=True,
+)
+INTO = typer.Option(
+    "--into",
+    callback=lambda path: contract_file(path) if path is not None else None,
+    help="The contract (or its folder) whose environment, data and model the run uses; the import writes beside it.",
+)
+OUT = typer.Option("--out", help="The contract file to write (beside --into; default: CONFIG's name .rlvr.yaml).")
+
+
+@import_app.command("trl")
+@command
+def import_trl(
+    config: Annotated[Path, typer.Argument(help="GRPOConfig options as YAML or JSON (a TrainingArguments dump too).")],
+    into: Annotated[Path, INTO],
+    out: Annotated[Path | None, OUT] = None,
+    processes: Annotated[
+        int, typer.Option("--processes", min=1, help="Processes the TRL run used (per-device batch × processes).")
+    ] = 1,
+) -> int:
+    """Import a TRL 1.16 GRPOConfig: exit 1 listing every option the contract cannot state."""
+    from rlvr_cli.commands.interop import run_import
+
+    return run_import("trl", config, [], into, out, processes)
+
+
+@import_app.command("verl")
+@command
+def import_verl(
+    config: Annotated[Path, typer.Argument(help="verl's ppo_trainer YAML (whole or only what the run sets).")],
+    overrides: Annotated[
+        list[str] | None, typer.Argument(help="Hydra overrides key=value, as on verl's command line.")
+    ] = None,
+    into: Annotated[Path | None, INTO] = None,
+    out: Annotated[Path | None, OUT] = None,
+) -> int:
+    """Import a verl 0.9.1 config with its overrides: exit 1 listing every choice the contract cannot state."""
+    from rlvr_cli.commands.interop import run_import
+    from rlvr_cli.errors import UsageProblem
+
+    if into is None:
+        raise UsageProblem("--into CONTRACT is required: the experiment the imported objective runs on")
+    return run_import("verl", config, overrides or [], into, out, 1)
+
+
+@command
+def export(
+    contract: Annotated[Path, contract_arg("The contract to export")],
+    to: Annotated[str, typer.Option("--to", help="trl or verl.")],
+    out: Annotated[Path, typer.Option("--out", help="A new folder for the peer's files.")],
+    processes: Annotated[int, typer.Option("--processes", min=1, help="trl: processes the run will use.")] = 1,
+    allow_inexact: Annotated[
+        bool, typer.Option("--allow-inexact", help="Write even where the peer computes another number (each stated).")
+    ] = False,
+) -> int:
+    """Write the peer's config that computes the contract's objective (and, for verl, its reward
+    function and data); exit 1 listing every choice the peer cannot express."""
+    from rlvr_cli.commands.interop import run_export
+    from rlvr_cli.errors import UsageProblem
+
+    if to not in ("trl", "verl"):
+        raise UsageProblem(f"--to {to!r}: choose trl or verl")
+    return run_export(contract, to, out, processes, allow_inexact)

@@ -1,0 +1,109 @@
+"""What an import or an export found: the values it maps, the comment naming each value's
+source, the choices that map to another number (the relation stated) and those with no
+equivalent at all."""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlvr_cli.errors import RlvrError
+
+LABEL = {"refused": "no equivalent", "differs": "differs", "bound": "exact within"}
+
+
+@dataclass(frozen=True)
+class Difference:
+    """One choice the other side computes differently. kind `differs`: the number differs as
+    `text` says; `refused`: the other side has nothing that computes it; `bound`: the same number
+    within the range `text` states (a clamp no sane run reaches)."""
+
+    key: str
+    text: str
+    kind: str = "differs"
+
+    @property
+    def refused(self) -> bool:
+        return self.kind == "refused"
+
+    def line(self) -> str:
+        return f"{LABEL[self.kind]}: {self.key}: {self.text}"
+
+
+@dataclass
+class Mapping:
+    """Values at dotted paths of the target (a contract, or the peer's config), each with the
+    comment that says where it came from, and the differences met on the way."""
+
+    values: dict[str, Any] = field(default_factory=dict)
+    comments: dict[str, str] = field(default_factory=dict)
+    differences: list[Difference] = field(default_factory=list)
+    unread: list[str] = field(default_factory=list)
+
+    def set(self, path: str, value: Any, comment: str = "") -> None:
+        self.values[path] = value
+        if comment:
+            self.comments[path] = comment
+
+    def differs(self, key: str, text: str) -> None:
+        self.differences.append(Difference(key, text))
+
+    def refuse(self, key: str, text: str) -> None:
+        self.differences.append(Difference(key, text, "refused"))
+
+    def bound(self, key: str, text: str) -> None:
+        self.differences.append(Difference(key, text, "bound"))
+
+    @property
+    def refused(self) -> list[Difference]:
+        return [d for d in self.differences if d.refused]
+
+    @property
+    def inexact(self) -> list[Difference]:
+        return [d for d in self.differences if d.kind == "differs"]
+
+
+class CannotMap(RlvrError):
+    """The configuration holds choices the other side cannot express: exit 1, each one listed."""
+
+    def __init__(self, what: str, differences: list[Difference]) -> None:
+        lines = "\n".join(f"  - {d.line()}" for d in differences)
+        super().__init__(f"{what}:\n{lines}")
+        self.differences = differences
+
+
+def nested(values: dict[str, Any]) -> dict[str, Any]:
+    """{"a.b": 1, "a.c": 2} → {"a": {"b": 1, "c": 2}}."""
+    out: dict[str, Any] = {}
+    for path, value in values.items():
+        node = out
+        *parents, last = path.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return out
+
+
+def flat(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """{"a": {"b": 1}} → {"a.b": 1}; lists and scalars are leaves."""
+    if not isinstance(tree, dict) or (prefix and not tree):
+        return {prefix: tree}
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        out.update(flat(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out
+
+
+def float32_exact(value: float) -> bool:
+    """Whether `value` survives a round trip through float32 unchanged."""
+    return struct.unpack("f", struct.pack("f", value))[0] == value
+
+
+def plain(value: Any) -> str:
+    """A value as a comment shows it."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)

@@ -1,0 +1,101 @@
+"""What `rlvr export` writes: for TRL the GRPOConfig keywords (YAML), for verl a Hydra config over
+verl's own ppo_trainer, the reward function that runs the contract's verifier, and the task data
+as the parquet files verl reads (each row carrying its rlvr task)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from rlvr_cli.contract.models import Contract
+from rlvr_cli.interop import trl_export, verl_export
+from rlvr_cli.interop.common import Mapping
+from rlvr_cli.interop.trl_map import VERSION as TRL_VERSION
+from rlvr_cli.interop.verl_map import VERSION as VERL_VERSION
+from rlvr_cli.interop.write import peer_yaml
+
+REWARD_MODULE = '''"""verl's custom reward function for {name}: the contract's own verifier (rlvr export).
+verl loads it by path (reward.custom_reward_function); rlvr must be installed where verl runs."""
+
+from rlvr_cli.interop.verl_reward import ContractReward
+
+compute_score = ContractReward({contract!r})
+'''
+
+
+def mapping(contract: Contract, to: str, processes: int) -> Mapping:
+    if to == "trl":
+        return trl_export.export_config(contract, processes)
+    out = verl_export.export_config(contract)
+    if contract.environment.kind != "single_turn":
+        out.refuse("environment.kind", "tool_use: the exported reward function judges single-turn answers only")
+    if contract.artifacts.tokenizer.chat_template != "native":
+        out.differs("artifacts.tokenizer.chat_template", "verl renders prompts with the tokenizer's own template")
+    return out
+
+
+def write(contract: Contract, contract_path: Path, to: str, found: Mapping, out: Path) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    peer = f"TRL {TRL_VERSION}" if to == "trl" else f"verl {VERL_VERSION}"
+    header = [f"rlvr export of {contract_path.name} ({contract.name}) for {peer}."]
+    header += [f"  {d.line()}" for d in found.differences]
+    if to == "trl":
+        path = out / "grpo_config.yaml"
+        path.write_text(peer_yaml(found, [*header, "GRPOConfig(**yaml.safe_load(open(this)))"], nest=False), "utf-8")
+        return [path]
+    folder = contract_path.resolve().parent
+    train, val = out / "train.parquet", out / "val.parquet"
+    _parquet(contract, folder, "train", train)
+    _parquet(contract, folder, "holdout", val)
+    reward = out / "reward.py"
+    reward.write_text(REWARD_MODULE.format(name=contract.name, contract=str(contract_path.resolve())), "utf-8")
+    found.set("data.train_files", str(train.resolve()), "the contract's train split")
+    found.set("data.val_files", str(val.resolve()), "the contract's holdout split")
+    found.set("reward.custom_reward_function.path", str(reward.resolve()), "the contract's verifier")
+    found.set("reward.custom_reward_function.name", "compute_score", "reward.py")
+    found.set("actor_rollout_ref.model.path", _model(contract, folder), "artifacts.policy")
+    config = out / "rlvr.yaml"
+    preamble = "hydra:\n  searchpath: [pkg://verl.trainer.config]\ndefaults:\n  - ppo_trainer\n  - _self_\n"
+    text = peer_yaml(found, header, nest=True)
+    config.write_text(text.replace("\n", "\n" + preamble, 1) if text.startswith("#") else preamble + text, "utf-8")
+    return [config, reward, train, val]
+
+
+def _model(contract: Contract, folder: Path) -> str:
+    ref = contract.artifacts.policy
+    return str(ref.id) if ref.id else str((folder / str(ref.path)).resolve())
+
+
+def _parquet(contract: Contract, folder: Path, split: str, path: Path) -> None:
+    """verl's row format: prompt as chat messages, data_source, reward_model.ground_truth, and
+    extra_info.rlvr_task (the task row the contract's verifier reads)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from rlvr_cli.contract.tasks import messages_of, read_split
+
+    rows: list[dict[str, Any]] = []
+    for index, task in enumerate(read_split(folder / getattr(contract.data.splits, split).path, split)):
+        rows.append(
+            {
+                "data_source": f"rlvr/{contract.name}",
+                "prompt": [{"role": m["role"], "content": str(m.get("content", ""))} for m in messages_of(task)],
+                "ability": str(task.get("domain", "")),
+                "reward_model": {"style": "rule", "ground_truth": str(task.get("answer", ""))},
+                "extra_info": {"index": index, "split": split, "rlvr_task": json.dumps(task, sort_keys=True)},
+            }
+        )
+    pq.write_table(pa.Table.from_pylist(rows), path)
+
+
+def how_to_run(to: str, out: Path) -> str:
+    if to == "trl":
+        return (
+            f"run: GRPOTrainer(model=..., reward_funcs=..., args=GRPOConfig(output_dir=..., "
+            f"**yaml.safe_load(open('{out / 'grpo_config.yaml'}'))), train_dataset=...)\n"
+        )
+    return (
+        f"run: python -m verl.trainer.main_ppo --config-path={out.resolve()} --config-name=rlvr "
+        "trainer.n_gpus_per_node=8 trainer.nnodes=1\n"
+    )

@@ -1,0 +1,165 @@
+"""The contract → TRL 1.16's GRPOConfig keyword arguments that compute the same objective, with
+every choice TRL cannot express listed (trl_map.py is the other direction)."""
+
+from __future__ import annotations
+
+import math
+
+from rlvr_cli.contract.models import Contract
+from rlvr_cli.interop.common import Mapping
+from rlvr_cli.interop.trl_map import AGGREGATION
+
+LOSS_TYPE = {"token_mean": "dapo", "seq_mean_token_mean": "grpo", "constant_norm": "dr_grpo"}
+assert all(AGGREGATION[v] == k for k, v in LOSS_TYPE.items())
+
+
+def export_config(contract: Contract, processes: int = 1) -> Mapping:
+    """GRPOConfig keywords (dotted paths are plain keys here) and the differences."""
+    out = Mapping()
+    _objective(contract, out)
+    _batch(contract, out, processes)
+    _sampling(contract, out)
+    _optimizer(contract, out)
+    return out
+
+
+def _objective(contract: Contract, out: Mapping) -> None:
+    o = contract.objective
+    if o.aggregation not in LOSS_TYPE:
+        out.refuse("objective.aggregation", f"{o.aggregation}: trl has no loss_type that sums each answer's tokens")
+    else:
+        out.set("loss_type", LOSS_TYPE[o.aggregation], f"objective.aggregation: {o.aggregation}")
+    a = o.advantage
+    out.set("scale_rewards", {"group_std": "group", "batch_std": "batch", "none": "none"}[a.scale], "advantage.scale")
+    if a.scale != "none":
+        if a.std == "population":
+            out.refuse(
+                "objective.advantage.std",
+                "population: trl divides by the sample std (n − 1); its advantages are √((K−1)/K)× the contract's "
+                "for groups of K",
+            )
+        if a.epsilon != 1e-4:
+            out.refuse("objective.advantage.epsilon", f"{a.epsilon}: trl adds 1e-4 to the std, not an option")
+    out.set("epsilon", o.clip.low, "objective.clip.low")
+    out.set("epsilon_high", o.clip.high, "objective.clip.high")
+    if o.clip.dual is not None:
+        out.refuse("objective.clip.dual", f"{o.clip.dual}: trl has no dual clip (its delta caps every ratio)")
+    out.set("beta", o.kl.coef, "objective.kl.coef")
+    if o.kl.coef > 0:
+        out.set("use_bias_correction_kl", False, "the contract's k3 is not multiplied by the ratio")
+        if o.kl.estimator != "k3":
+            out.refuse("objective.kl.estimator", f"{o.kl.estimator}: trl's KL is k3")
+        if o.kl.placement != "loss":
+            out.refuse("objective.kl.placement", "reward: trl's KL is a loss term")
+    out.set("entropy_coef", o.entropy_coef, "objective.entropy_coef")
+    if o.entropy_coef > 0 and o.aggregation != "token_mean":
+        out.differs(
+            "objective.entropy_coef", "trl's bonus is each micro-batch's token mean, not the loss's aggregation"
+        )
+    out.set("importance_sampling_level", o.ratio.level if o.ratio else "token", "objective.ratio.level")
+    if o.ratio is not None and o.ratio.denominator == "engine":
+        out.refuse("objective.ratio.denominator", "engine: trl divides by its own recomputed log-probs")
+    out.set("reward_weights", [c.weight for c in o.reward.components], "objective.reward.components (in order)")
+    if o.reward.unit != "response":
+        out.refuse("objective.reward.unit", f"{o.reward.unit}: trl rewards each completion")
+    if o.reward.on_invalid == "exclude":
+        out.differs(
+            "objective.reward.on_invalid",
+            "exclude: trl drops a completion only when its reward functions return None: it leaves it out of the "
+            "group's mean and std and gives it advantage 0, but its tokens still count in the loss's denominator",
+        )
+
+
+def _batch(contract: Contract, out: Mapping, processes: int) -> None:
+    hp = contract.hyperparameters
+    sequences = hp.prompts_per_step * hp.group_size
+    micro = hp.micro_batch_sequences or sequences
+    if sequences % (micro * processes):
+        out.refuse("hyperparameters.micro_batch_sequences", f"{sequences} sequences over {processes} process(es)")
+        micro = sequences // processes
+    accumulate = sequences // (micro * processes)
+    out.set("num_generations", hp.group_size, "hyperparameters.group_size")
+    out.set("per_device_train_batch_size", micro, "hyperparameters.micro_batch_sequences")
+    out.set("gradient_accumulation_steps", accumulate, f"prompts_per_step × group_size / micro / {processes}")
+    out.set("steps_per_generation", accumulate, "one optimizer step per pass over the batch")
+    out.set("num_iterations", hp.updates_per_batch, "hyperparameters.updates_per_batch")
+    out.set("max_steps", hp.max_steps * hp.updates_per_batch, "max_steps × updates_per_batch optimizer steps")
+    out.set("seed", hp.seed, "hyperparameters.seed")
+    if hp.sample_ahead:
+        out.refuse("hyperparameters.sample_ahead", "trl samples each batch after the previous update")
+    if contract.length.dynamic_sampling and contract.length.dynamic_sampling.drop_uniform_groups:
+        out.refuse("length.dynamic_sampling", "trl keeps groups whose rewards are all equal")
+
+
+def _sampling(contract: Contract, out: Mapping) -> None:
+    s, length = contract.hyperparameters.sampling, contract.length
+    out.set("temperature", s.temperature, "sampling.temperature")
+    out.set("top_p", s.top_p, "sampling.top_p")
+    out.set("top_k", s.top_k, "sampling.top_k")
+    out.set("max_completion_length", length.max_response_tokens, "length.max_response_tokens")
+    if length.on_truncated == "penalize":
+        out.refuse("length.on_truncated", "penalize: trl has no truncation penalty")
+    out.set("mask_truncated_completions", length.on_truncated == "exclude", "length.on_truncated")
+    if length.on_truncated == "exclude":
+        out.differs(
+            "length.on_truncated",
+            "exclude: trl masks a truncated completion's loss but keeps it in its group's statistics",
+        )
+    out.set("use_vllm", s.engine in ("vllm", "sglang"), "sampling.engine")
+    if s.engine == "sglang":
+        out.refuse("hyperparameters.sampling.engine", "sglang: trl samples with transformers or vLLM")
+    if s.engine == "vllm":
+        out.set("vllm_mode", "server" if s.server else "colocate", "sampling.server")
+        if s.server:
+            out.set("vllm_server_base_url", s.server.url, "sampling.server.url")
+    _correction(contract, out)
+
+
+def _correction(contract: Contract, out: Mapping) -> None:
+    c = contract.objective.correction
+    corrects = contract.objective.corrects
+    if contract.hyperparameters.sampling.engine == "vllm":
+        out.set("vllm_importance_sampling_correction", corrects, "objective.correction")
+    elif corrects:
+        out.refuse("objective.correction", "trl corrects only samples drawn by vLLM")
+    if not corrects or c is None:
+        return
+    kind = "truncate" if c.kind == "tis" else "mask"
+    out.set("vllm_importance_sampling_mode", f"{c.level}_{kind}", "objective.correction.kind, level")
+    if c.kind == "tis":
+        out.set("vllm_importance_sampling_clip_max", c.cap, "objective.correction.cap")
+    else:
+        out.set("vllm_importance_sampling_clip_min", c.low or None, "objective.correction.low")
+        out.set("vllm_importance_sampling_clip_max", None if math.isinf(c.high or 0) else c.high, "correction.high")
+
+
+def _optimizer(contract: Contract, out: Mapping) -> None:
+    hp = contract.hyperparameters
+    o = hp.optimizer
+    if o.name == "adam" and o.weight_decay > 0:
+        out.refuse(
+            "hyperparameters.optimizer.name", "adam with weight decay (L2): transformers' Adam decay is decoupled"
+        )
+    out.set("optim", "sgd" if o.name == "sgd" else "adamw_torch", "optimizer.name")
+    out.set("learning_rate", o.lr, "optimizer.lr")
+    out.set("adam_beta1", o.betas[0], "optimizer.betas")
+    out.set("adam_beta2", o.betas[1], "optimizer.betas")
+    out.set("weight_decay", o.weight_decay, "optimizer.weight_decay")
+    out.set("max_grad_norm", o.grad_clip, "optimizer.grad_clip")
+    schedule = hp.schedule
+    out.set("lr_scheduler_type", schedule.name if schedule else "constant", "schedule.name")
+    warmup = schedule.warmup_steps if schedule else 0
+    out.set("warmup_steps", warmup, "schedule.warmup_steps")
+    if warmup:
+        out.differs(
+            "hyperparameters.schedule.warmup_steps", "transformers' warm-up is lr·s/w, the contract's lr·(s+1)/w"
+        )
+    if warmup and schedule and schedule.name == "constant":
+        out.set("lr_scheduler_type", "constant_with_warmup", "schedule.name constant with a warm-up")
+    dtypes = hp.dtypes
+    if dtypes.params != "fp32":
+        out.refuse("hyperparameters.precision", f"{dtypes.params} weights: transformers keeps fp32 master weights")
+    out.set("bf16", dtypes.compute == "bf16", "precision")
+    out.set("fp16", dtypes.compute == "fp16", "precision")
+    if contract.hyperparameters.adapter is not None:
+        out.differs("hyperparameters.adapter", "trl takes the LoRA adapter as peft_config=, not in GRPOConfig")

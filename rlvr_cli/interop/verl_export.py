@@ -1,0 +1,155 @@
+"""The contract → verl 0.9.1's ppo_trainer keys that compute the same objective, with every
+choice verl cannot express listed (verl_map.py is the other direction)."""
+
+from __future__ import annotations
+
+from rlvr_cli.contract.models import Contract
+from rlvr_cli.interop.common import Mapping, float32_exact
+from rlvr_cli.interop.verl_map import AGGREGATION, A, C, R
+
+LOSS_AGG = {v: k for k, v in AGGREGATION.items() if v != "constant_norm"}
+KL = {"k1": "kl", "k2": "mse", "k3": "low_var_kl"}
+#: a dual-clip constant no ratio reaches: verl clamps the log-ratio to ±20, e^20 ≈ 4.9e8
+NO_DUAL = 1.0e10
+
+
+def export_config(contract: Contract) -> Mapping:
+    out = Mapping()
+    _objective(contract, out)
+    _kl(contract, out)
+    _batch(contract, out)
+    _sampling(contract, out)
+    _optimizer(contract, out)
+    return out
+
+
+def _objective(contract: Contract, out: Mapping) -> None:
+    o = contract.objective
+    a = o.advantage
+    out.set("algorithm.adv_estimator", "grpo", "objective.advantage.baseline: group_mean")
+    if a.scale == "batch_std":
+        out.refuse("objective.advantage.scale", "batch_std: verl's GRPO divides by the group's std or by nothing")
+    out.set("algorithm.norm_adv_by_std_in_grpo", a.scale != "none", "objective.advantage.scale")
+    if a.scale != "none":
+        if a.std == "population":
+            out.refuse(
+                "objective.advantage.std",
+                "population: verl divides by the sample std (n − 1); its advantages are √((K−1)/K)× the contract's "
+                "for groups of K",
+            )
+        if a.epsilon != 1e-6:
+            out.refuse("objective.advantage.epsilon", f"{a.epsilon}: verl adds 1e-6 to the std, not an option")
+    weights = [c.weight for c in o.reward.components]
+    if not all(float32_exact(w) for w in weights):
+        out.differs("objective.reward.components", f"weights {weights}: verl's float32 rewards round them")
+    if o.reward.unit != "response":
+        out.refuse("objective.reward.unit", f"{o.reward.unit}: verl rewards each response")
+    if o.reward.on_invalid == "exclude":
+        out.differs(
+            "objective.reward.on_invalid",
+            "exclude: verl trains every response; the exported reward function scores an invalid verdict 0",
+        )
+    level = o.ratio.level if o.ratio else "token"
+    out.set(f"{A}.policy_loss.loss_mode", "gspo" if level == "sequence" else "vanilla", "objective.ratio.level")
+    out.set(f"{A}.clip_ratio_low", o.clip.low, "objective.clip.low")
+    out.set(f"{A}.clip_ratio_high", o.clip.high, "objective.clip.high")
+    if level == "sequence" and o.clip.dual is not None:
+        out.refuse("objective.clip.dual", "verl's GSPO loss never dual-clips")
+    if level == "token":
+        dual = o.clip.dual if o.clip.dual is not None else NO_DUAL
+        out.set(f"{A}.clip_ratio_c", dual, "objective.clip.dual (absent: a constant no ratio reaches)")
+    if o.aggregation == "constant_norm":
+        out.refuse(
+            "objective.aggregation",
+            "constant_norm: verl's seq-mean-token-sum-norm is N× it (N sequences a mini-batch)",
+        )
+    else:
+        out.set(f"{A}.loss_agg_mode", LOSS_AGG[o.aggregation], "objective.aggregation")
+    out.set(f"{C}.bypass_mode", bool(o.ratio and o.ratio.denominator == "engine"), "objective.ratio.denominator")
+    c = o.correction
+    if c is not None and c.kind != "none":
+        out.set(f"{C}.rollout_is", c.level, "objective.correction.level")
+        threshold = c.cap if c.kind == "tis" else f"{c.low}_{c.high}"
+        out.set(f"{C}.rollout_is_threshold", threshold, "objective.correction")
+    else:
+        out.set(f"{C}.rollout_is", None, "objective.correction: none")
+    out.set(f"{A}.entropy_coeff", o.entropy_coef, "objective.entropy_coef")
+    out.bound("log-ratio", "verl clamps log π_θ − log π_old to ±20 (exact while the ratio stays in e^±20)")
+
+
+def _kl(contract: Contract, out: Mapping) -> None:
+    kl = contract.objective.kl
+    on = kl.coef > 0
+    out.set(f"{A}.use_kl_loss", on and kl.placement == "loss", "objective.kl")
+    out.set("algorithm.use_kl_in_reward", on and kl.placement == "reward", "objective.kl")
+    if not on or kl.estimator is None:
+        return
+    if kl.placement == "loss":
+        out.set(f"{A}.kl_loss_coef", kl.coef, "objective.kl.coef")
+        out.set(f"{A}.kl_loss_type", KL[kl.estimator], "objective.kl.estimator")
+    else:
+        out.set("algorithm.kl_ctrl.type", "fixed", "objective.kl.coef")
+        out.set("algorithm.kl_ctrl.kl_coef", kl.coef, "objective.kl.coef")
+        out.set("algorithm.kl_penalty", KL[kl.estimator], "objective.kl.estimator")
+    if kl.estimator == "k3":
+        out.bound("objective.kl.estimator", "k3: verl clamps it to [-10, 10] per token")
+
+
+def _batch(contract: Contract, out: Mapping) -> None:
+    hp = contract.hyperparameters
+    out.set("data.train_batch_size", hp.prompts_per_step, "hyperparameters.prompts_per_step")
+    out.set(f"{A}.ppo_mini_batch_size", hp.prompts_per_step, "one optimizer step per pass over the batch")
+    out.set(f"{R}.n", hp.group_size, "hyperparameters.group_size")
+    out.set(f"{A}.ppo_epochs", hp.updates_per_batch, "hyperparameters.updates_per_batch")
+    if hp.micro_batch_sequences:
+        out.set(f"{A}.ppo_micro_batch_size_per_gpu", hp.micro_batch_sequences, "hyperparameters.micro_batch_sequences")
+    out.set("trainer.total_training_steps", hp.max_steps, "hyperparameters.max_steps")
+    out.set("data.seed", hp.seed, "hyperparameters.seed")
+    if hp.sample_ahead:
+        out.differs("hyperparameters.sample_ahead", "verl's trainer samples each batch after the previous update")
+    ds = contract.length.dynamic_sampling
+    if ds is not None and ds.drop_uniform_groups:
+        out.set("algorithm.filter_groups.enable", True, "length.dynamic_sampling.drop_uniform_groups")
+        out.set("algorithm.filter_groups.metric", "acc", "the contract's reward (the reward function's acc)")
+        out.set("algorithm.filter_groups.max_num_gen_batches", ds.max_rounds, "length.dynamic_sampling.max_rounds")
+        out.differs("length.dynamic_sampling", "verl's DAPO trainer recipe reads filter_groups; main_ppo ignores it")
+
+
+def _sampling(contract: Contract, out: Mapping) -> None:
+    s, length = contract.hyperparameters.sampling, contract.length
+    out.set(f"{R}.temperature", s.temperature, "sampling.temperature")
+    out.set(f"{R}.top_p", s.top_p, "sampling.top_p")
+    out.set(f"{R}.top_k", s.top_k or -1, "sampling.top_k (0: -1)")
+    out.set(f"{R}.name", "sglang" if s.engine == "sglang" else "vllm", "sampling.engine (verl samples with an engine)")
+    out.set("data.max_prompt_length", length.max_prompt_tokens, "length.max_prompt_tokens")
+    out.set("data.max_response_length", length.max_response_tokens, "length.max_response_tokens")
+    out.set("data.truncation", length.prompt_truncation, "length.prompt_truncation")
+    if length.on_truncated != "keep":
+        out.refuse("length.on_truncated", f"{length.on_truncated}: verl judges a truncated response like any other")
+
+
+def _optimizer(contract: Contract, out: Mapping) -> None:
+    hp = contract.hyperparameters
+    o = hp.optimizer
+    if o.name != "adamw":
+        out.refuse("hyperparameters.optimizer.name", f"{o.name}: verl's actor optimizer here is AdamW")
+    out.set(f"{A}.optim.lr", o.lr, "optimizer.lr")
+    out.set(f"{A}.optim.betas", list(o.betas), "optimizer.betas")
+    out.set(f"{A}.optim.weight_decay", o.weight_decay, "optimizer.weight_decay")
+    out.set(f"{A}.optim.clip_grad", o.grad_clip, "optimizer.grad_clip")
+    schedule = hp.schedule
+    name = schedule.name if schedule else "constant"
+    if name == "linear":
+        out.refuse("hyperparameters.schedule.name", "linear: verl's actor schedules are constant and cosine")
+    out.set(f"{A}.optim.lr_scheduler_type", "cosine" if name == "cosine" else "constant", "schedule.name")
+    out.set(f"{A}.optim.min_lr_ratio", 0.0, "the contract's cosine decays to 0")
+    warmup = schedule.warmup_steps if schedule else 0
+    out.set(f"{A}.optim.lr_warmup_steps", warmup, "schedule.warmup_steps")
+    if warmup:
+        out.differs("hyperparameters.schedule.warmup_steps", "verl's warm-up is lr·s/w, the contract's lr·(s+1)/w")
+    dtypes = hp.dtypes
+    if dtypes.params != "fp32":
+        out.refuse("hyperparameters.precision", f"{dtypes.params} weights: verl's actor keeps fp32 weights")
+    compute = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}[dtypes.compute]
+    out.set(f"{A}.fsdp_config.model_dtype", "fp32", "precision: fp32 master weights")
+    out.set(f"{A}.fsdp_config.dtype", compute, "precision: compute dtype")

@@ -1,0 +1,305 @@
+"""verl 0.9.1's ppo_trainer config → the contract. The config is verl's Hydra YAML (the whole
+generated file or only the keys a run sets) with the command line's `key=value` overrides on
+top; every key the mapping reads falls back to 0.9.1's default (tests/interop checks the table
+against the installed verl's own ppo_trainer config)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from rlvr_cli.interop.common import Mapping, flat, float32_exact, plain
+
+VERSION = "0.9.1"
+A = "actor_rollout_ref.actor"
+R = "actor_rollout_ref.rollout"
+C = "algorithm.rollout_correction"
+#: verl 0.9.1's defaults for every key the mapping reads (dotted paths of ppo_trainer)
+DEFAULTS: dict[str, Any] = {
+    "algorithm.adv_estimator": "gae",
+    "algorithm.norm_adv_by_std_in_grpo": True,
+    "algorithm.use_kl_in_reward": False,
+    "algorithm.kl_penalty": "kl",
+    "algorithm.kl_ctrl.type": "fixed",
+    "algorithm.kl_ctrl.kl_coef": 0.001,
+    "algorithm.filter_groups.enable": False,
+    "algorithm.filter_groups.max_num_gen_batches": 0,
+    f"{C}.rollout_is": None,
+    f"{C}.rollout_is_threshold": 2.0,
+    f"{C}.rollout_rs": None,
+    f"{C}.bypass_mode": False,
+    f"{A}.use_kl_loss": False,
+    f"{A}.kl_loss_coef": 0.001,
+    f"{A}.kl_loss_type": "low_var_kl",
+    f"{A}.clip_ratio": 0.2,
+    f"{A}.clip_ratio_low": 0.2,
+    f"{A}.clip_ratio_high": 0.2,
+    f"{A}.clip_ratio_c": 3.0,
+    f"{A}.policy_loss.loss_mode": "vanilla",
+    f"{A}.loss_agg_mode": "token-mean",
+    f"{A}.loss_scale_factor": None,
+    f"{A}.entropy_coeff": 0,
+    f"{A}.ppo_epochs": 1,
+    f"{A}.ppo_mini_batch_size": 256,
+    f"{A}.ppo_micro_batch_size_per_gpu": None,
+    f"{A}.use_dynamic_bsz": False,
+    f"{A}.optim.lr": 1e-6,
+    f"{A}.optim.betas": [0.9, 0.999],
+    f"{A}.optim.weight_decay": 0.01,
+    f"{A}.optim.clip_grad": 1.0,
+    f"{A}.optim.lr_warmup_steps": -1,
+    f"{A}.optim.lr_warmup_steps_ratio": 0.0,
+    f"{A}.optim.lr_scheduler_type": "constant",
+    f"{A}.optim.min_lr_ratio": 0.0,
+    f"{A}.fsdp_config.model_dtype": "fp32",
+    f"{A}.fsdp_config.dtype": "bfloat16",
+    f"{R}.n": 1,
+    f"{R}.name": "???",
+    f"{R}.temperature": 1.0,
+    f"{R}.top_p": 1,
+    f"{R}.top_k": -1,
+    "data.train_batch_size": 1024,
+    "data.max_prompt_length": 512,
+    "data.max_response_length": 512,
+    "data.truncation": "error",
+    "data.seed": None,
+    "trainer.total_training_steps": None,
+    "trainer.total_epochs": 30,
+    "trainer.use_v1": True,
+}
+#: verl's loss_agg_mode → the contract's aggregation of the same number (tests/train/test_peers.py)
+AGGREGATION = {
+    "token-mean": "token_mean",
+    "seq-mean-token-mean": "seq_mean_token_mean",
+    "seq-mean-token-sum": "seq_mean_token_sum",
+    "seq-mean-token-sum-norm": "constant_norm",
+}
+KL = {"kl": "k1", "k1": "k1", "mse": "k2", "k2": "k2", "low_var_kl": "k3", "k3": "k3"}
+
+
+def overrides(lines: list[str]) -> dict[str, Any]:
+    """Hydra's `key=value` command-line overrides (`+key=` and `++key=` alike), values as YAML."""
+    out: dict[str, Any] = {}
+    for line in lines:
+        key, sep, value = line.partition("=")
+        if not sep or not key.strip("+~"):
+            raise ValueError(f"override {line!r} is not key=value")
+        out[key.lstrip("+")] = yaml.safe_load(value) if value else None
+    return out
+
+
+def settings(config: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """The config's dotted keys with the overrides on top; interpolations (`${...}`) and
+    Hydra's `???` count as unset."""
+    values = {k: v for k, v in flat(config).items() if not (isinstance(v, str) and v.startswith("${"))}
+    values.update(extra)
+    return values
+
+
+class Reader:
+    def __init__(self, values: dict[str, Any]) -> None:
+        self.values, self.read = values, set()
+
+    def __call__(self, key: str) -> Any:
+        self.read.add(key)
+        value = self.values.get(key, DEFAULTS.get(key))
+        return None if value == "???" else value
+
+    def source(self, key: str) -> str:
+        given = key in self.values
+        return f"verl {key}: {plain(self(key))}" + ("" if given else f" ({VERSION} default)")
+
+
+def import_config(
+    values: dict[str, Any], *, train_rows: int, components: list[float], given: frozenset[str] = frozenset()
+) -> Mapping:
+    """The contract's values for verl's settings; `given` (the command line's overrides) that the
+    mapping never read are listed, so a misspelt override is seen."""
+    get, out = Reader(values), Mapping()
+    _advantage(get, out, components)
+    _loss(get, out)
+    _kl(get, out)
+    _batch(get, out, train_rows)
+    _sampling(get, out)
+    _optimizer(get, out)
+    out.unread = sorted(k for k in given if k not in get.read)
+    return out
+
+
+def _advantage(get: Reader, out: Mapping, weights: list[float]) -> None:
+    estimator = get("algorithm.adv_estimator")
+    if estimator != "grpo":
+        out.refuse("algorithm.adv_estimator", f"{estimator}: the contract's advantage is GRPO's group baseline")
+    scaled = get("algorithm.norm_adv_by_std_in_grpo")
+    out.set("objective.advantage.baseline", "group_mean", get.source("algorithm.adv_estimator"))
+    out.set(
+        "objective.advantage.scale", "group_std" if scaled else "none", get.source("algorithm.norm_adv_by_std_in_grpo")
+    )
+    if scaled:
+        out.set("objective.advantage.std", "sample", "verl: torch.std, n − 1 (not an option)")
+        out.set("objective.advantage.epsilon", 1e-6, "verl adds 1e-6 to the std (not an option)")
+    if not all(float32_exact(w) for w in weights):
+        out.differs(
+            "rewards",
+            "verl keeps rewards as float32: a group whose rewards are all equal but not float32 numbers (weights "
+            f"{weights}) gets advantages that are not exactly 0 (a group of 1.2: 0.106)",
+        )
+
+
+def _loss(get: Reader, out: Mapping) -> None:
+    mode = get(f"{A}.policy_loss.loss_mode")
+    if mode not in ("vanilla", "gspo"):
+        out.refuse(f"{A}.policy_loss.loss_mode", f"{mode}: the contract's loss is the clipped ratio (vanilla, gspo)")
+    low = get(f"{A}.clip_ratio_low") if get(f"{A}.clip_ratio_low") is not None else get(f"{A}.clip_ratio")
+    high = get(f"{A}.clip_ratio_high") if get(f"{A}.clip_ratio_high") is not None else get(f"{A}.clip_ratio")
+    out.set("objective.clip.low", low, get.source(f"{A}.clip_ratio_low"))
+    out.set("objective.clip.high", high, get.source(f"{A}.clip_ratio_high"))
+    if mode == "vanilla":
+        out.set("objective.clip.dual", get(f"{A}.clip_ratio_c"), get.source(f"{A}.clip_ratio_c") + ": always on")
+    level = "sequence" if mode == "gspo" else "token"
+    out.set("objective.ratio.level", level, get.source(f"{A}.policy_loss.loss_mode"))
+    bypass = get(f"{C}.bypass_mode")
+    out.set("objective.ratio.denominator", "engine" if bypass else "trainer_recomputed", get.source(f"{C}.bypass_mode"))
+    agg = get(f"{A}.loss_agg_mode")
+    if agg not in AGGREGATION:
+        out.refuse(f"{A}.loss_agg_mode", f"{agg}: not an aggregation the contract states")
+    else:
+        out.set("objective.aggregation", AGGREGATION[agg], get.source(f"{A}.loss_agg_mode"))
+    if agg == "seq-mean-token-sum-norm":
+        factor = get(f"{A}.loss_scale_factor")
+        out.differs(
+            f"{A}.loss_agg_mode",
+            "seq-mean-token-sum-norm is N× the contract's constant_norm (N sequences a mini-batch) with "
+            f"loss_scale_factor = max_response_length, N·L/T× with loss_scale_factor null (T the longest response); "
+            f"here {plain(factor)}",
+        )
+    if agg == "token-mean" and not get("trainer.use_v1"):
+        out.differs("trainer.use_v1", "false: the legacy worker takes each micro-batch's own token mean")
+    out.bound("log-ratio", "verl clamps log π_θ − log π_old to ±20 (exact while the ratio stays in e^±20)")
+    _correction(get, out)
+
+
+def _correction(get: Reader, out: Mapping) -> None:
+    level, threshold = get(f"{C}.rollout_is"), get(f"{C}.rollout_is_threshold")
+    if get(f"{C}.rollout_rs"):
+        out.refuse(f"{C}.rollout_rs", f"{get(f'{C}.rollout_rs')}: rejection sampling by the rollout's log-probs")
+    if not level:
+        out.set("objective.correction.kind", "none", get.source(f"{C}.rollout_is"))
+        return
+    out.set("objective.correction.level", level, get.source(f"{C}.rollout_is"))
+    if isinstance(threshold, str) and "_" in threshold:
+        low, high = (float(x) for x in threshold.split("_"))
+        out.set("objective.correction.kind", "mis", get.source(f"{C}.rollout_is_threshold"))
+        out.set("objective.correction.low", low, get.source(f"{C}.rollout_is_threshold"))
+        out.set("objective.correction.high", high, get.source(f"{C}.rollout_is_threshold"))
+    else:
+        out.set("objective.correction.kind", "tis", get.source(f"{C}.rollout_is"))
+        out.set("objective.correction.cap", float(threshold), get.source(f"{C}.rollout_is_threshold"))
+
+
+def _kl(get: Reader, out: Mapping) -> None:
+    in_loss, in_reward = get(f"{A}.use_kl_loss"), get("algorithm.use_kl_in_reward")
+    if in_loss and in_reward:
+        out.refuse("algorithm.use_kl_in_reward", "a KL term both in the loss and in the reward")
+    if not (in_loss or in_reward):
+        out.set("objective.kl.coef", 0.0, get.source(f"{A}.use_kl_loss"))
+    else:
+        coef_key = f"{A}.kl_loss_coef" if in_loss else "algorithm.kl_ctrl.kl_coef"
+        kind_key = f"{A}.kl_loss_type" if in_loss else "algorithm.kl_penalty"
+        kind = get(kind_key)
+        out.set("objective.kl.coef", get(coef_key), get.source(coef_key))
+        out.set("objective.kl.placement", "loss" if in_loss else "reward", get.source(f"{A}.use_kl_loss"))
+        if kind not in KL:
+            out.refuse(kind_key, f"{kind}: the contract's estimators are k1, k2, k3")
+        else:
+            out.set("objective.kl.estimator", KL[kind], get.source(kind_key))
+        if KL.get(kind) == "k3":
+            out.bound(kind_key, "verl clamps k3 to [-10, 10] (exact while the per-token KL stays below 10)")
+        if in_reward and get("algorithm.kl_ctrl.type") != "fixed":
+            out.refuse("algorithm.kl_ctrl.type", f"{get('algorithm.kl_ctrl.type')}: an adaptive KL coefficient")
+    out.set("objective.entropy_coef", float(get(f"{A}.entropy_coeff")), get.source(f"{A}.entropy_coeff"))
+
+
+def _batch(get: Reader, out: Mapping, train_rows: int) -> None:
+    prompts, mini = get("data.train_batch_size"), get(f"{A}.ppo_mini_batch_size")
+    n = get(f"{R}.n")
+    out.set("hyperparameters.group_size", n, get.source(f"{R}.n"))
+    out.set("hyperparameters.prompts_per_step", prompts, get.source("data.train_batch_size"))
+    if mini != prompts:
+        out.refuse(
+            f"{A}.ppo_mini_batch_size",
+            f"{mini} ≠ data.train_batch_size {prompts}: several optimizer steps per sampled batch (the contract takes "
+            "one per pass: updates_per_batch)",
+        )
+    micro = get(f"{A}.ppo_micro_batch_size_per_gpu")
+    if micro and (prompts * n) % micro == 0:
+        out.set("hyperparameters.micro_batch_sequences", micro, get.source(f"{A}.ppo_micro_batch_size_per_gpu"))
+    epochs = get(f"{A}.ppo_epochs")
+    out.set("hyperparameters.updates_per_batch", epochs, get.source(f"{A}.ppo_epochs"))
+    out.set("hyperparameters.max_policy_lag", epochs - 1, "verl reuses a batch ppo_epochs times: lag ≤ epochs − 1")
+    steps = get("trainer.total_training_steps")
+    if steps:
+        out.set("hyperparameters.max_steps", steps, get.source("trainer.total_training_steps"))
+    else:
+        epochs_total = get("trainer.total_epochs")
+        total = epochs_total * (train_rows // prompts if prompts <= train_rows else 1)
+        out.set(
+            "hyperparameters.max_steps", max(total, 1), f"verl trainer.total_epochs {epochs_total} over {train_rows}"
+        )
+    seed = get("data.seed")
+    out.set("hyperparameters.seed", 42 if seed is None else seed, get.source("data.seed") + " (null: 42)")
+    if get("algorithm.filter_groups.enable"):
+        rounds = get("algorithm.filter_groups.max_num_gen_batches")
+        out.set("length.dynamic_sampling.drop_uniform_groups", True, get.source("algorithm.filter_groups.enable"))
+        out.set("length.dynamic_sampling.max_rounds", rounds if rounds > 0 else 10, "filter_groups.max_num_gen_batches")
+        if rounds <= 0:
+            out.differs("algorithm.filter_groups.max_num_gen_batches", "0 (unbounded in verl): max_rounds 10 here")
+
+
+def _sampling(get: Reader, out: Mapping) -> None:
+    out.set("hyperparameters.sampling.temperature", get(f"{R}.temperature"), get.source(f"{R}.temperature"))
+    out.set("hyperparameters.sampling.top_p", float(get(f"{R}.top_p")), get.source(f"{R}.top_p"))
+    top_k = get(f"{R}.top_k")
+    out.set("hyperparameters.sampling.top_k", 0 if top_k in (-1, None) else top_k, get.source(f"{R}.top_k"))
+    engine = get(f"{R}.name")
+    if engine == "vllm":
+        out.set("hyperparameters.sampling.engine", "vllm", get.source(f"{R}.name") + ": colocated")
+    elif engine is not None:
+        out.refuse(f"{R}.name", f"{engine}: rlvr samples colocated with vLLM, or from a running SGLang server")
+    out.set("length.max_prompt_tokens", get("data.max_prompt_length"), get.source("data.max_prompt_length"))
+    out.set("length.max_response_tokens", get("data.max_response_length"), get.source("data.max_response_length"))
+    truncation = get("data.truncation")
+    if truncation not in ("error", "left"):
+        out.refuse("data.truncation", f"{truncation}: the contract truncates prompts on the left or refuses them")
+    else:
+        out.set("length.prompt_truncation", truncation, get.source("data.truncation"))
+    out.set("length.on_truncated", "keep", "verl judges a truncated response like any other")
+
+
+def _optimizer(get: Reader, out: Mapping) -> None:
+    o = f"{A}.optim"
+    out.set("hyperparameters.optimizer.name", "adamw", f"verl {o}.optimizer: AdamW")
+    out.set("hyperparameters.optimizer.lr", get(f"{o}.lr"), get.source(f"{o}.lr"))
+    out.set("hyperparameters.optimizer.betas", list(get(f"{o}.betas")), get.source(f"{o}.betas"))
+    out.set("hyperparameters.optimizer.weight_decay", get(f"{o}.weight_decay"), get.source(f"{o}.weight_decay"))
+    out.set("hyperparameters.optimizer.grad_clip", get(f"{o}.clip_grad"), get.source(f"{o}.clip_grad"))
+    kind = get(f"{o}.lr_scheduler_type")
+    if kind not in ("constant", "cosine"):
+        out.refuse(f"{o}.lr_scheduler_type", f"{kind}: verl's schedules here are constant and cosine")
+    out.set("hyperparameters.schedule.name", kind, get.source(f"{o}.lr_scheduler_type"))
+    if kind == "cosine" and get(f"{o}.min_lr_ratio"):
+        out.refuse(f"{o}.min_lr_ratio", f"{get(f'{o}.min_lr_ratio')}: the contract's cosine decays to 0")
+    steps = get(f"{o}.lr_warmup_steps")
+    if steps is None or steps < 0:
+        total = out.values.get("hyperparameters.max_steps", 1) * get(f"{A}.ppo_epochs")
+        steps = int(get(f"{o}.lr_warmup_steps_ratio") * total)
+    out.set("hyperparameters.schedule.warmup_steps", steps, get.source(f"{o}.lr_warmup_steps"))
+    if steps:
+        out.differs(f"{o}.lr_warmup_steps", "verl's warm-up is lr·s/w from step 0, the contract's lr·(s+1)/w")
+    params, compute = get(f"{A}.fsdp_config.model_dtype"), get(f"{A}.fsdp_config.dtype")
+    precision = {"fp32": {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}}.get(params, {}).get(compute)
+    if precision is None:
+        out.refuse(f"{A}.fsdp_config.model_dtype", f"{params} weights with {compute} compute")
+    else:
+        out.set("hyperparameters.precision", precision, f"verl fsdp_config model_dtype {params}, dtype {compute}")

@@ -1,0 +1,201 @@
+"""`rlvr import` and `rlvr export` through the CLI: the peers' default configs import into
+contracts that validate with every implicit default written out; what the contract cannot state
+is refused, each choice listed, nothing written; contract → export → import gives the same
+objective back; the default tables are the installed peers' own."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rlvr_cli.contract.load import load
+from rlvr_cli.interop import trl_map, verl_map
+from rlvr_cli.interop.common import flat
+from tests.conftest import copy_experiment, rlvr
+
+ROOT = Path(__file__).resolve().parents[2]
+VERL_SITE = (
+    next((ROOT / ".venv-verl" / "lib").glob("python3*/site-packages/verl"), None)
+    if (ROOT / ".venv-verl").exists()
+    else None
+)
+EPS6 = ("epsilon: 1.0e-4}", "epsilon: 1.0e-6}")
+WEIGHT = ("{name: format, weight: 0.2}", "{name: format, weight: 0.25}")
+
+
+@pytest.fixture
+def exp(single_turn: Path, tmp_path: Path) -> Path:
+    return copy_experiment(single_turn, tmp_path / "exp")
+
+
+def write(path: Path, data: dict) -> Path:
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_trls_defaults_table_is_the_installed_trls() -> None:
+    trl = pytest.importorskip("trl", reason="TRL is the peers extra (make install installs it)")
+    assert trl.__version__.startswith(trl_map.VERSION)
+    fields = {f.name: f for f in dataclasses.fields(trl.GRPOConfig)}
+    for key, default in trl_map.DEFAULTS.items():
+        field = fields[key]
+        theirs = field.default if field.default is not dataclasses.MISSING else field.default_factory()  # type: ignore[misc]
+        assert theirs == default, (key, theirs, default)
+
+
+@pytest.mark.skipif(VERL_SITE is None, reason="verl's environment .venv-verl is built by make install")
+def test_verls_defaults_table_is_the_installed_verls() -> None:
+    generated = yaml.safe_load((VERL_SITE / "trainer" / "config" / "_generated_ppo_trainer.yaml").read_text())
+    theirs = flat(generated)
+    for key, default in verl_map.DEFAULTS.items():
+        assert key in theirs, key
+        assert theirs[key] == default, (key, theirs[key], default)
+
+
+def test_trls_default_config_imports_into_a_contract_that_validates(exp: Path) -> None:
+    done = rlvr("import", "trl", write(exp / "trl.yaml", {}), "--into", exp)
+    assert done.code == 0, done.stderr
+    written = exp / "trl.rlvr.yaml"
+    assert rlvr("validate", written).code == 0
+    contract = load(written)
+    o, hp = contract.objective, contract.hyperparameters
+    assert (o.aggregation, o.advantage.scale, o.advantage.std, o.advantage.epsilon) == (
+        "token_mean",
+        "group_std",
+        "sample",
+        1e-4,
+    )
+    assert (o.clip.low, o.clip.high, o.kl.coef, hp.group_size, hp.optimizer.lr) == (0.2, 0.2, 0.0, 8, 1e-6)
+    text = written.read_text()
+    assert "aggregation: token_mean  # trl loss_type: dapo (1.16 default)" in text
+    assert "epsilon: 0.0001  # trl adds 1e-4 to the std (not an option)" in text
+    assert "verifier: verifier:verify" in text  # the base contract's own sections kept
+
+
+def test_a_trl_config_s_choices_land_in_the_contract(exp: Path) -> None:
+    config = {
+        "loss_type": "dr_grpo",
+        "scale_rewards": "none",
+        "beta": 0.04,
+        "use_bias_correction_kl": False,
+        "epsilon_high": 0.28,
+        "num_iterations": 2,
+        "max_steps": 40,
+        "per_device_train_batch_size": 4,
+        "gradient_accumulation_steps": 4,
+        "num_generations": 4,
+        "reward_weights": [1.0, 0.5],
+        "mask_truncated_completions": True,
+        "output_dir": "x",
+        "logging_steps": 3,
+    }
+    done = rlvr("import", "trl", write(exp / "drgrpo.json", config), "--into", exp)
+    assert done.code == 0, done.stderr
+    contract = load(exp / "drgrpo.rlvr.yaml")
+    o, hp = contract.objective, contract.hyperparameters
+    assert (o.aggregation, o.advantage.scale, o.clip.high, o.kl.coef, o.kl.estimator) == (
+        "constant_norm",
+        "none",
+        0.28,
+        0.04,
+        "k3",
+    )
+    assert (hp.updates_per_batch, hp.max_policy_lag, hp.max_steps, hp.prompts_per_step) == (2, 1, 20, 4)
+    assert [c.weight for c in o.reward.components] == [1.0, 0.5]
+    assert contract.length.on_truncated == "exclude"
+    assert "differs: mask_truncated_completions" in done.stderr  # stated, with the relation
+    assert "not read (2" in done.stderr and "logging_steps" in done.stderr
+
+
+def test_what_the_contract_cannot_state_is_refused_and_nothing_written(exp: Path) -> None:
+    config = {"loss_type": "sapo", "delta": 4.0, "top_entropy_quantile": 0.2, "steps_per_generation": 4}
+    done = rlvr("import", "trl", write(exp / "bad.yaml", config), "--into", exp)
+    assert done.code == 1
+    for key in ("loss_type", "delta", "top_entropy_quantile", "steps_per_generation"):
+        assert f"no equivalent: {key}" in done.stderr, key
+    assert not (exp / "bad.rlvr.yaml").exists()
+    assert "Traceback" not in done.stderr
+
+
+def test_a_config_that_is_not_a_mapping_is_a_clear_error(exp: Path) -> None:
+    (exp / "list.yaml").write_text("- 1\n- 2\n")
+    done = rlvr("import", "trl", exp / "list.yaml", "--into", exp)
+    assert done.code == 1 and "not a mapping" in done.stderr
+    assert rlvr("import", "trl", exp / "missing.yaml", "--into", exp).code == 2
+
+
+@pytest.mark.skipif(VERL_SITE is None, reason="verl's environment .venv-verl is built by make install")
+def test_verls_default_config_imports_with_grpo_and_refuses_gae(exp: Path) -> None:
+    generated = VERL_SITE / "trainer" / "config" / "_generated_ppo_trainer.yaml"
+    refused = rlvr("import", "verl", generated, "--into", exp)
+    assert refused.code == 1 and "no equivalent: algorithm.adv_estimator: gae" in refused.stderr
+    overrides = ["algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=4", "data.train_batch_size=8"]
+    overrides += ["actor_rollout_ref.actor.ppo_mini_batch_size=8", "actor_rollout_ref.rollout.name=vllm"]
+    overrides += ["trainer.nonsense=1"]
+    done = rlvr("import", "verl", generated, *overrides, "--into", exp, "--out", exp / "verl.rlvr.yaml")
+    assert done.code == 0, done.stderr
+    assert rlvr("validate", exp / "verl.rlvr.yaml").code == 0
+    contract = load(exp / "verl.rlvr.yaml")
+    o = contract.objective
+    assert (o.advantage.epsilon, o.clip.dual, o.aggregation, o.ratio.denominator) == (  # type: ignore[union-attr]
+        1e-6,
+        3.0,
+        "token_mean",
+        "trainer_recomputed",
+    )
+    assert contract.hyperparameters.optimizer.weight_decay == 0.01  # verl's default, not TRL's
+    assert (
+        "dual: 3.0  # verl actor_rollout_ref.actor.clip_ratio_c: 3.0: always on" in (exp / "verl.rlvr.yaml").read_text()
+    )
+    assert "not read (1" in done.stderr and "trainer.nonsense" in done.stderr  # a misspelt override is seen
+
+
+def test_export_refuses_what_the_peer_cannot_express() -> None:
+    dapo = ROOT / "contracts" / "dapo-cpu.rlvr.yaml"
+    for to in ("trl", "verl"):
+        done = rlvr("export", dapo, "--to", to, "--out", "/nonexistent/never-written")
+        assert done.code == 1, done.stderr
+        assert "no equivalent: objective.advantage.std: population" in done.stderr
+        assert "√((K−1)/K)" in done.stderr
+    assert not Path("/nonexistent/never-written").exists()
+
+
+def test_contract_to_trl_and_back_is_the_same_objective(exp: Path, tmp_path: Path) -> None:
+    done = rlvr("export", exp, "--to", "trl", "--out", tmp_path / "trl", "--allow-inexact")
+    assert done.code == 0, done.stderr
+    assert "differs: objective.reward.on_invalid" in done.stderr
+    exported = tmp_path / "trl" / "grpo_config.yaml"
+    back = rlvr("import", "trl", exported, "--into", exp, "--out", exp / "back.rlvr.yaml")
+    assert back.code == 0, back.stderr
+    before, after = load(exp / "experiment.rlvr.yaml"), load(exp / "back.rlvr.yaml")
+    assert after.objective.model_dump(exclude={"ratio", "correction"}) == before.objective.model_dump(
+        exclude={"ratio", "correction"}
+    )
+    for key in ("group_size", "prompts_per_step", "updates_per_batch", "max_steps", "seed", "optimizer"):
+        assert getattr(after.hyperparameters, key) == getattr(before.hyperparameters, key), key
+    assert after.length.max_response_tokens == before.length.max_response_tokens
+
+
+def test_contract_to_verl_and_back_is_the_same_objective(single_turn: Path, tmp_path: Path) -> None:
+    exp = copy_experiment(single_turn, tmp_path / "exp", [EPS6, WEIGHT])
+    done = rlvr("export", exp, "--to", "verl", "--out", tmp_path / "verl", "--allow-inexact")
+    assert done.code == 0, done.stderr
+    assert "exact within: log-ratio" in done.stderr
+    config = tmp_path / "verl" / "rlvr.yaml"
+    back = rlvr("import", "verl", config, "--into", exp, "--out", exp / "back.rlvr.yaml")
+    assert back.code == 0, back.stderr
+    before, after = load(exp / "experiment.rlvr.yaml"), load(exp / "back.rlvr.yaml")
+    mine, theirs = before.objective.model_dump(), after.objective.model_dump()
+    assert theirs["clip"]["dual"] == 1.0e10  # the constant no ratio reaches (verl always dual-clips)
+    theirs["clip"]["dual"] = None
+    for key in ("reward", "advantage", "clip", "kl", "entropy_coef", "aggregation"):
+        assert theirs[key] == mine[key], key
+    assert after.hyperparameters.optimizer == before.hyperparameters.optimizer
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-q"]))
