@@ -24,7 +24,7 @@ $(VERL):
 	$(VERL_VENV)/bin/python -m pip install --quiet --disable-pip-version-check torch==2.13.0 numpy packaging
 	$(VERL_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps verl==0.9.1 tensordict==0.10.0
 	$(VERL_VENV)/bin/python -m pip install --quiet --disable-pip-version-check ray==2.60.0 omegaconf==2.3.1 \
-		hydra-core==1.3.8 codetiming==1.4.0 cloudpickle orjson 'pyvers>=0.1' importlib_metadata transformers==5.10.0
+		hydra-core==1.3.8 codetiming==1.4.0 cloudpickle orjson aiohttp 'pyvers>=0.1' importlib_metadata transformers==5.10.0
 	touch $(VERL)
 
 demo: $(STAMP) sandbox

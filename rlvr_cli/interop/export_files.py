@@ -57,8 +57,7 @@ def write(contract: Contract, contract_path: Path, to: str, found: Mapping, out:
     found.set("actor_rollout_ref.model.path", _model(contract, folder), "artifacts.policy")
     config = out / "rlvr.yaml"
     preamble = "hydra:\n  searchpath: [pkg://verl.trainer.config]\ndefaults:\n  - ppo_trainer\n  - _self_\n"
-    text = peer_yaml(found, header, nest=True)
-    config.write_text(text.replace("\n", "\n" + preamble, 1) if text.startswith("#") else preamble + text, "utf-8")
+    config.write_text(peer_yaml(Mapping(), header, nest=False) + preamble + peer_yaml(found, [], nest=True), "utf-8")
     return [config, reward, train, val]
 
 

@@ -199,3 +199,53 @@ def test_contract_to_verl_and_back_is_the_same_objective(single_turn: Path, tmp_
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+VERL = ROOT / ".venv-verl" / "bin" / "python"
+
+
+@pytest.mark.skipif(not VERL.exists(), reason="verl's environment .venv-verl is built by make install")
+def test_verl_loads_the_export_and_scores_with_the_contracts_verifier(single_turn: Path, tmp_path: Path) -> None:
+    """verl's own Hydra composes the exported config over its ppo_trainer, and verl's own reward
+    manager, loading the exported reward function, scores as the contract's verifier does."""
+    import json
+    import os
+    import subprocess
+
+    import pyarrow.parquet as pq
+
+    from rlvr_cli.env.builtin.arith import verify
+    from rlvr_cli.env.scoring import weighted_reward
+
+    exp = copy_experiment(single_turn, tmp_path / "exp", [EPS6, WEIGHT])
+    out = tmp_path / "verl"
+    assert rlvr("export", exp, "--to", "verl", "--out", out, "--allow-inexact").code == 0
+    ours = {
+        k: v
+        for k, v in flat(yaml.safe_load((out / "rlvr.yaml").read_text())).items()
+        if "." in k and k != "hydra.searchpath"
+    }
+    rows = pq.read_table(out / "train.parquet").to_pylist()[:3]
+    answers = [json.loads(rows[0]["extra_info"]["rlvr_task"])["answer"], "x", "9"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [
+            str(VERL),
+            str(Path(__file__).with_name("verl_load.py")),
+            str(out),
+            json.dumps(list(ours)),
+            json.dumps([[row, answer] for row, answer in zip(rows, answers, strict=True)]),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    theirs = json.loads(done.stdout.strip().splitlines()[-1])
+    assert theirs["composed"] == ours  # every exported key is what verl's loader composed
+    contract = load(exp / "experiment.rlvr.yaml")
+    for row, answer, got in zip(rows, answers, theirs["scores"], strict=True):
+        verdict = verify(json.loads(row["extra_info"]["rlvr_task"]), answer)
+        assert got["reward_score"] == pytest.approx(weighted_reward(contract, verdict)), (answer, got)
+    assert {s["reward_score"] for s in theirs["scores"]} != {0.0}  # a right answer scores
