@@ -10,7 +10,7 @@ import typer
 from rlvr_cli.commands.groups import command, contract_arg, contract_file
 
 import_app = typer.Typer(
-    help="Turn a peer's config (TRL GRPOConfig, verl ppo_trainer) into a contract, every implicit default written out.",
+    help="Turn a TRL or verl config into a contract.",
     no_args_is_help=True,
 )
 INTO = typer.Option(
@@ -31,7 +31,9 @@ def import_trl(
         int, typer.Option("--processes", min=1, help="Processes the TRL run used (per-device batch × processes).")
     ] = 1,
 ) -> int:
-    """Import a TRL 1.16 GRPOConfig: exit 1 listing every option the contract cannot state."""
+    """Import a TRL 1.16 GRPOConfig.
+
+    Exit 1 listing every option the contract cannot state."""
     from rlvr_cli.commands.interop import run_import
 
     return run_import("trl", config, [], into, out, processes)
@@ -47,7 +49,9 @@ def import_verl(
     into: Annotated[Path | None, INTO] = None,
     out: Annotated[Path | None, OUT] = None,
 ) -> int:
-    """Import a verl 0.9.1 config with its overrides: exit 1 listing every choice the contract cannot state."""
+    """Import a verl 0.9.1 config with its overrides.
+
+    Exit 1 listing every choice the contract cannot state."""
     from rlvr_cli.commands.interop import run_import
     from rlvr_cli.errors import UsageProblem
 
@@ -66,8 +70,9 @@ def export(
         bool, typer.Option("--allow-inexact", help="Write even where the peer computes another number (each stated).")
     ] = False,
 ) -> int:
-    """Write the peer's config that computes the contract's objective (and, for verl, its reward
-    function and data); exit 1 listing every choice the peer cannot express."""
+    """Write the TRL or verl config of the contract.
+
+    For verl also its reward function and data; exit 1 listing every choice the peer cannot express."""
     from rlvr_cli.commands.interop import run_export
     from rlvr_cli.errors import UsageProblem
 

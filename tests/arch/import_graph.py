@@ -26,6 +26,7 @@ LAYERS = {
     "rollout": 6,  # the one rollout interface: single-turn and tool-use, for training and audits alike
     "train": 7,
     "audit": 7,
+    "interop": 7,  # `rlvr import`, `rlvr export`: the peers' configs and the contract; the verifier as verl's reward
     "report": 7.5,  # `rlvr report`: reads the run folder and the audits' findings
     "cli": 8,  # cli.py, __main__.py, commands/
 }

@@ -57,8 +57,11 @@ def shared(seed: int = 0) -> dict[str, torch.Tensor]:
     }
 
 
-def trl_loss(t: dict[str, torch.Tensor], loss_type: str, level: str, weights: torch.Tensor | None) -> tuple:
-    """TRL's `_compute_loss` on the shared tensors: its loss and d loss / d logp."""
+def trl_loss(
+    t: dict[str, torch.Tensor], loss_type: str, level: str, weights: torch.Tensor | None, args: Any = None
+) -> tuple:
+    """TRL's `_compute_loss` on the shared tensors: its loss and d loss / d logp; `args` (a
+    GRPOConfig) gives the clip range, else 0.2 / 0.28."""
     pytest.importorskip("trl", reason="TRL is the peers extra (make install installs it)")
     from accelerate import Accelerator
     from trl.trainer.grpo_trainer import GRPOTrainer
@@ -71,8 +74,8 @@ def trl_loss(t: dict[str, torch.Tensor], loss_type: str, level: str, weights: to
         importance_sampling_level=level,
         beta=0.0,
         loss_type=loss_type,
-        epsilon_low=0.2,
-        epsilon_high=0.28,
+        epsilon_low=args.epsilon if args else 0.2,
+        epsilon_high=(args.epsilon_high or args.epsilon) if args else 0.28,
         args=SimpleNamespace(delta=None, use_bias_correction_kl=False, steps_per_generation=1),
         use_vllm=weights is not None,
         vllm_importance_sampling_correction=weights is not None,
@@ -207,3 +210,35 @@ def test_the_objective_and_the_corrections_equal_verls(tmp_path: Path) -> None:
             assert weights is not None
             assert torch.allclose(weights, torch.tensor(their["weights"], dtype=torch.float64), atol=1e-12), where
     assert len({round(their["loss"], 9) for their in theirs}) > len(theirs) // 2  # the cases differ
+
+
+#: TRL configs as users write them: each imported by `rlvr import trl`'s mapping, then TRL's loss
+#: (its attributes read from the real GRPOConfig) against rlvr's under the imported objective
+IMPORTED = [
+    {},
+    {"loss_type": "grpo", "epsilon_high": 0.28},
+    {"loss_type": "dr_grpo", "scale_rewards": "none", "importance_sampling_level": "sequence"},
+    {"loss_type": "bnpo", "epsilon": 0.1, "epsilon_high": 0.3},
+]
+
+
+@pytest.mark.parametrize("config", IMPORTED, ids=lambda c: c.get("loss_type", "defaults"))
+def test_an_imported_trl_config_computes_trls_loss(config: dict) -> None:
+    trl = pytest.importorskip("trl", reason="TRL is the peers extra (make install installs it)")
+    from rlvr_cli.interop.common import nested
+    from rlvr_cli.interop.trl_map import import_config
+
+    args = trl.GRPOConfig(output_dir="/tmp/unused", use_cpu=True, bf16=False, **config)
+    mapping = import_config(config, train_rows=16, processes=1, components=1, policy="p")
+    assert not mapping.refused
+    imported = nested(mapping.values)["objective"]
+    objective = Objective.model_validate(
+        {**imported, "reward": {"unit": "response", "components": [{"name": "c", "weight": 1.0}], "on_invalid": "fail"}}
+    )
+    for seed in range(2):
+        t = shared(seed)
+        logp = t["logp"].clone().requires_grad_(True)
+        loss, _ = policy_loss(logp, t["old"], None, t["adv"], t["mask"], objective, max_response_tokens=T)
+        loss.backward()
+        theirs = trl_loss(t, args.loss_type, args.importance_sampling_level, None, args)
+        same((float(loss.detach()), logp.grad), theirs)
