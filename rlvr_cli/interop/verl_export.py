@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rlvr_cli.contract.models import Contract
 from rlvr_cli.interop.common import Mapping, float32_exact
-from rlvr_cli.interop.verl_map import AGGREGATION, A, C, R
+from rlvr_cli.interop.verl_map import AGGREGATION, A, C, R, aggregation_bounds
 
 LOSS_AGG = {v: k for k, v in AGGREGATION.items() if v != "constant_norm"}
 KL = {"k1": "kl", "k2": "mse", "k3": "low_var_kl"}
@@ -59,12 +59,13 @@ def _objective(contract: Contract, out: Mapping) -> None:
         dual = o.clip.dual if o.clip.dual is not None else NO_DUAL
         out.set(f"{A}.clip_ratio_c", dual, "objective.clip.dual (absent: a constant no ratio reaches)")
     if o.aggregation == "constant_norm":
-        out.refuse(
-            "objective.aggregation",
-            "constant_norm: verl's seq-mean-token-sum-norm is N× it (N sequences a mini-batch)",
-        )
+        out.set(f"{A}.loss_agg_mode", "seq-mean-token-sum-norm", "objective.aggregation: constant_norm")
+        budget = contract.length.max_response_tokens
+        out.set(f"{A}.loss_scale_factor", budget, "length.max_response_tokens (null would divide by the padded width)")
     else:
         out.set(f"{A}.loss_agg_mode", LOSS_AGG[o.aggregation], "objective.aggregation")
+    for difference in aggregation_bounds(o.aggregation):
+        out.bound(*difference)
     out.set(f"{C}.bypass_mode", bool(o.ratio and o.ratio.denominator == "engine"), "objective.ratio.denominator")
     c = o.correction
     if c is not None and c.kind != "none":

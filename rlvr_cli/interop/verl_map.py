@@ -75,6 +75,20 @@ AGGREGATION = {
     "seq-mean-token-sum": "seq_mean_token_sum",
     "seq-mean-token-sum-norm": "constant_norm",
 }
+
+
+def aggregation_bounds(aggregation: str) -> list[tuple[str, str]]:
+    """Where verl's aggregation equals the contract's only within a stated margin."""
+    found = []
+    if aggregation in ("seq_mean_token_mean", "seq_mean_token_sum", "constant_norm"):
+        found.append(
+            ("sequence count", "verl leaves answers with no trained token out of the count (exact while each has one)")
+        )
+    if aggregation == "seq_mean_token_mean":
+        found.append(("token count", "verl divides each answer's sum by its token count + 1e-8 (relative 1e-8/n)"))
+    return found
+
+
 KL = {"kl": "k1", "k1": "k1", "mse": "k2", "k2": "k2", "low_var_kl": "k3", "k3": "k3"}
 
 
@@ -167,13 +181,16 @@ def _loss(get: Reader, out: Mapping) -> None:
     else:
         out.set("objective.aggregation", AGGREGATION[agg], get.source(f"{A}.loss_agg_mode"))
     if agg == "seq-mean-token-sum-norm":
-        factor = get(f"{A}.loss_scale_factor")
-        out.differs(
-            f"{A}.loss_agg_mode",
-            "seq-mean-token-sum-norm is N× the contract's constant_norm (N sequences a mini-batch) with "
-            f"loss_scale_factor = max_response_length, N·L/T× with loss_scale_factor null (T the longest response); "
-            f"here {plain(factor)}",
-        )
+        factor, budget = get(f"{A}.loss_scale_factor"), get("data.max_response_length")
+        if factor != budget:
+            out.differs(
+                f"{A}.loss_scale_factor",
+                f"{plain(factor)}: seq-mean-token-sum-norm divides by loss_scale_factor (null: each micro-batch's "
+                f"padded width W), constant_norm by max_response_length {budget}: verl's loss is {budget}/"
+                f"{'W' if factor is None else factor}× the contract's",
+            )
+    for difference in aggregation_bounds(AGGREGATION.get(agg, "")):
+        out.bound(*difference)
     if agg == "token-mean" and not get("trainer.use_v1"):
         out.differs("trainer.use_v1", "false: the legacy worker takes each micro-batch's own token mean")
     out.bound("log-ratio", "verl clamps log π_θ − log π_old to ±20 (exact while the ratio stays in e^±20)")

@@ -1,0 +1,133 @@
+"""The numeric proof of `rlvr export --to verl`: for contracts of every exportable kind, verl's own
+functions under the exported config (composed by verl's Hydra, verl's actor config built from it:
+tests/interop/verl_objective.py in verl's environment) give the advantages, the loss and its
+gradient rlvr gives under the contract — to 1e-10 in float64 where the export is exact, within
+the stated margin where it says `exact within`, and off by the stated relation where it says
+`differs` (verl's float32 rewards)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from rlvr_cli.contract.load import load
+from rlvr_cli.train.objective import group_advantages, policy_loss
+from tests.conftest import copy_experiment, rlvr
+
+ROOT = Path(__file__).resolve().parents[2]
+VERL = ROOT / ".venv-verl" / "bin" / "python"
+BASE = [
+    ("epsilon: 1.0e-4}", "epsilon: 1.0e-6}"),
+    ("{name: format, weight: 0.2}", "{name: format, weight: 0.25}"),
+    ("max_response_tokens: 2", "max_response_tokens: 6"),
+]
+KL = "kl: {coef: 0.01, estimator: k3, placement: loss}"
+CLIP = "clip: {low: 0.2, high: 0.2}"
+AGG = "aggregation: seq_mean_token_mean"
+SCALE = "scale: group_std, std: sample, epsilon: 1.0e-6}"
+#: contract edits → one exportable objective each
+VARIANTS = {
+    "grpo-k3": [],
+    "dapo-dual": [
+        (AGG, "aggregation: token_mean"),
+        (CLIP, "clip: {low: 0.2, high: 0.28, dual: 3.0}"),
+        (KL, "kl: {coef: 0.0}"),
+    ],
+    "token-sum-k1": [
+        (AGG, "aggregation: seq_mean_token_sum"),
+        (KL, "kl: {coef: 0.05, estimator: k1, placement: loss}"),
+    ],
+    "dr-grpo": [(AGG, "aggregation: constant_norm"), (SCALE, "scale: none}"), (KL, "kl: {coef: 0.0}")],
+    "gspo-tis": [
+        (
+            KL,
+            "kl: {coef: 0.02, estimator: k2, placement: loss}\n"
+            "  ratio: {level: sequence, denominator: trainer_recomputed}\n"
+            "  correction: {kind: tis, level: sequence, cap: 2.0}",
+        ),
+    ],
+    "mis-token": [
+        (AGG, "aggregation: token_mean"),
+        (
+            KL,
+            "kl: {coef: 0.0}\n  ratio: {level: token, denominator: trainer_recomputed}"
+            "\n  correction: {kind: mis, level: token, low: 0.5, high: 2.0}",
+        ),
+    ],
+}
+K, T = 4, 6
+REWARDS = [1.25, 0.0, 1.0, 0.25, 1.25, 1.25, 1.25, 1.25, 0.0, 0.25, 0.25, 1.0]  # the second group all equal
+
+
+def tensors(seed: int) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    n = len(REWARDS)
+    logp = -torch.rand(n, T, generator=g, dtype=torch.float64) * 2
+    lengths = torch.randint(1, T + 1, (n,), generator=g)
+    return {
+        "logp": logp,
+        "old": logp + (torch.rand(n, T, generator=g, dtype=torch.float64) - 0.5) * 0.8,
+        "ref": logp + (torch.rand(n, T, generator=g, dtype=torch.float64) - 0.5) * 0.6,
+        "engine": logp + (torch.rand(n, T, generator=g, dtype=torch.float64) - 0.5) * 1.2,
+        "mask": (torch.arange(T)[None, :] < lengths[:, None]).double(),
+    }
+
+
+def ours(contract, t: dict[str, torch.Tensor]) -> tuple:
+    adv = group_advantages(torch.tensor(REWARDS, dtype=torch.float64), K, contract.objective)
+    logp = t["logp"].clone().requires_grad_(True)
+    engine = t["engine"] if contract.objective.corrects else None
+    loss, _ = policy_loss(
+        logp, t["old"], t["ref"], adv, t["mask"], contract.objective,
+        max_response_tokens=contract.length.max_response_tokens, engine_logp=engine,
+    )  # fmt: skip
+    loss.backward()
+    return adv, float(loss.detach()), logp.grad
+
+
+def verl(folder: Path, cases: list[dict], tmp_path: Path) -> list[dict]:
+    path = tmp_path / "cases.json"
+    path.write_text(json.dumps(cases))
+    script = Path(__file__).with_name("verl_objective.py")
+    done = subprocess.run([str(VERL), str(script), str(folder), str(path)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+@pytest.mark.skipif(not VERL.exists(), reason="verl's environment .venv-verl is built by make install")
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_verls_code_under_the_export_computes_the_contract(variant: str, single_turn: Path, tmp_path: Path) -> None:
+    exp = copy_experiment(single_turn, tmp_path / "exp", BASE + VARIANTS[variant])
+    out = tmp_path / "verl"
+    done = rlvr("export", exp, "--to", "verl", "--out", out, "--allow-inexact")
+    assert done.code == 0, done.stderr
+    assert "differs: objective.reward.on_invalid" in done.stderr  # the only difference: rewards are 0/1-weighted
+    assert "differs: objective.reward.components" not in done.stderr  # 1 and 0.25 are float32 numbers
+    contract = load(exp / "experiment.rlvr.yaml")
+    cases, mine = [], []
+    for seed in range(2):
+        t = tensors(seed)
+        cases.append({**{k: v.tolist() for k, v in t.items()}, "rewards": REWARDS, "group_size": K})
+        mine.append(ours(contract, t))
+    # a group of 1.2 as verl keeps it (float32): the stated relation, advantages not exactly 0
+    cases.append({**cases[0], "rewards": [1.2] * K * 3, "group_size": K * 3, "float32": True})
+    theirs = verl(out, cases, tmp_path)
+    # verl adds 1e-8 to each answer's token count (stated as `exact within`): 1e-8 of each term
+    margin = 1e-8 if contract.objective.aggregation == "seq_mean_token_mean" else 1e-12
+    for (adv, loss, grad), their in zip(mine, theirs[:-1], strict=True):
+        assert torch.allclose(adv, torch.tensor(their["advantages"], dtype=torch.float64), rtol=0, atol=1e-10)
+        assert loss == pytest.approx(their["loss"], rel=1e-10, abs=margin), variant
+        assert torch.allclose(grad, torch.tensor(their["grad"], dtype=torch.float64), rtol=1e-10, atol=margin)
+    assert abs(mine[0][1] - mine[1][1]) > 1e-6  # two different cases, not one number twice
+    other = "token_mean" if contract.objective.aggregation != "token_mean" else "seq_mean_token_sum"
+    changed = contract.model_copy(update={"objective": contract.objective.model_copy(update={"aggregation": other})})
+    assert ours(changed, tensors(0))[1] != pytest.approx(theirs[0]["loss"], rel=1e-6)  # the comparison can fail
+    float32 = theirs[-1]["advantages"]
+    equal = group_advantages(torch.full((K * 3,), 1.2, dtype=torch.float64), K * 3, contract.objective)
+    assert bool((equal == 0).all())
+    if contract.objective.advantage.scale != "none":
+        assert max(abs(a) for a in float32) == pytest.approx(0.106, abs=0.001)  # docs/interop.md: 0.106, not 0
