@@ -23,6 +23,20 @@ from rlvr_cli.interop.verl_reward import ContractReward
 compute_score = ContractReward({contract!r})
 '''
 
+TRL_MODULE = '''"""TRL reward functions for {name}: one per reward component of the contract, each its value
+from the contract's own verifier (rlvr export); GRPOConfig's reward_weights are the components'
+weights. rlvr must be installed where TRL runs, and the script that trains needs an
+`if __name__ == "__main__":` guard (the verifier runs in a spawned worker process).
+
+    GRPOTrainer(model=..., reward_funcs=REWARD_FUNCS, args=GRPOConfig(output_dir=..., **config),
+                train_dataset=load_dataset("json", data_files="train.jsonl")["train"])
+"""
+
+from rlvr_cli.interop.trl_reward import Components
+
+REWARD_FUNCS = Components({contract!r}).functions()
+'''
+
 
 def mapping(contract: Contract, to: str, processes: int) -> Mapping:
     if to == "trl":
@@ -40,11 +54,9 @@ def write(contract: Contract, contract_path: Path, to: str, found: Mapping, out:
     peer = f"TRL {TRL_VERSION}" if to == "trl" else f"verl {VERL_VERSION}"
     header = [f"rlvr export of {contract_path.name} ({contract.name}) for {peer}."]
     header += [f"  {d.line()}" for d in found.differences]
-    if to == "trl":
-        path = out / "grpo_config.yaml"
-        path.write_text(peer_yaml(found, [*header, "GRPOConfig(**yaml.safe_load(open(this)))"], nest=False), "utf-8")
-        return [path]
     folder = contract_path.resolve().parent
+    if to == "trl":
+        return _trl(contract, contract_path, found, header, folder, out)
     train, val = out / "train.parquet", out / "val.parquet"
     _parquet(contract, folder, "train", train)
     _parquet(contract, folder, "holdout", val)
@@ -59,6 +71,22 @@ def write(contract: Contract, contract_path: Path, to: str, found: Mapping, out:
     preamble = "hydra:\n  searchpath: [pkg://verl.trainer.config]\ndefaults:\n  - ppo_trainer\n  - _self_\n"
     config.write_text(peer_yaml(Mapping(), header, nest=False) + preamble + peer_yaml(found, [], nest=True), "utf-8")
     return [config, reward, train, val]
+
+
+def _trl(
+    contract: Contract, contract_path: Path, found: Mapping, header: list[str], folder: Path, out: Path
+) -> list[Path]:
+    from rlvr_cli.contract.tasks import read_split
+    from rlvr_cli.interop.trl_reward import rows
+
+    config, reward, data = out / "grpo_config.yaml", out / "reward.py", out / "train.jsonl"
+    config.write_text(
+        peer_yaml(found, [*header, "GRPOConfig(output_dir=..., **yaml.safe_load(open(this)))"], nest=False)
+    )
+    reward.write_text(TRL_MODULE.format(name=contract.name, contract=str(contract_path.resolve())), "utf-8")
+    tasks = read_split(folder / contract.data.splits.train.path, "train")
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows(tasks)), "utf-8")
+    return [config, reward, data]
 
 
 def _model(contract: Contract, folder: Path) -> str:
@@ -90,10 +118,7 @@ def _parquet(contract: Contract, folder: Path, split: str, path: Path) -> None:
 
 def how_to_run(to: str, out: Path) -> str:
     if to == "trl":
-        return (
-            f"run: GRPOTrainer(model=..., reward_funcs=..., args=GRPOConfig(output_dir=..., "
-            f"**yaml.safe_load(open('{out / 'grpo_config.yaml'}'))), train_dataset=...)\n"
-        )
+        return f"run: see {out / 'reward.py'} (GRPOTrainer with REWARD_FUNCS, grpo_config.yaml, train.jsonl)\n"
     return (
         f"run: python -m verl.trainer.main_ppo --config-path={out.resolve()} --config-name=rlvr "
         "trainer.n_gpus_per_node=8 trainer.nnodes=1\n"

@@ -65,7 +65,7 @@ def _objective(contract: Contract, out: Mapping) -> None:
     if o.reward.on_invalid == "exclude":
         out.differs(
             "objective.reward.on_invalid",
-            "exclude: trl drops a completion only when its reward functions return None: it leaves it out of the "
+            "exclude: the exported reward functions return None for an invalid verdict; trl leaves it out of the "
             "group's mean and std and gives it advantage 0, but its tokens still count in the loss's denominator",
         )
 

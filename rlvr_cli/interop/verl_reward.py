@@ -21,11 +21,18 @@ class ContractReward:
         self._pool: Any = None
         self._contract: Any = None
 
-    def _start(self) -> None:
+    def contract(self) -> Any:
+        """The contract, loaded (and validated) once."""
         from rlvr_cli.contract.load import load
+
+        if self._contract is None:
+            self._contract = load(self.path)
+        return self._contract
+
+    def _start(self) -> None:
         from rlvr_cli.env.verifier_pool import VerifierPool
 
-        self._contract = load(self.path)
+        self.contract()
         if self._contract.environment.kind != "single_turn":
             raise ValueError(f"{self.path}: only single_turn environments export to verl's reward function")
         self._pool = VerifierPool.for_contract(self._contract, self.path.resolve().parent)

@@ -249,3 +249,29 @@ def test_verl_loads_the_export_and_scores_with_the_contracts_verifier(single_tur
         verdict = verify(json.loads(row["extra_info"]["rlvr_task"]), answer)
         assert got["reward_score"] == pytest.approx(weighted_reward(contract, verdict)), (answer, got)
     assert {s["reward_score"] for s in theirs["scores"]} != {0.0}  # a right answer scores
+
+
+def test_trl_trains_on_the_export_with_the_contracts_verifier(single_turn: Path, tmp_path: Path) -> None:
+    """TRL's own GRPOTrainer runs two steps on what `rlvr export --to trl` wrote (config, one
+    reward function per component, dataset): TRL's logged reward is the contract's weighted sum."""
+    import json
+    import subprocess
+
+    pytest.importorskip("trl", reason="TRL is the peers extra (make install installs it)")
+    out = tmp_path / "trl"
+    assert rlvr("export", single_turn, "--to", "trl", "--out", out, "--allow-inexact").code == 0
+    script = Path(__file__).with_name("trl_run.py")
+    done = subprocess.run(
+        [sys.executable, str(script), str(out), str(single_turn / "model"), "2"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    steps = [row for row in json.loads(done.stdout.strip().splitlines()[-1]) if "reward" in row]
+    assert len(steps) == 2
+    for row in steps:
+        weighted = row["rewards/correct/mean"] * 1.0 + row["rewards/format/mean"] * 0.2
+        assert row["reward"] == pytest.approx(weighted, abs=1e-6)
+    assert any(row["rewards/format/mean"] > 0 for row in steps)  # the verifier's components reached TRL

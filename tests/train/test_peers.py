@@ -242,3 +242,34 @@ def test_an_imported_trl_config_computes_trls_loss(config: dict) -> None:
         loss.backward()
         theirs = trl_loss(t, args.loss_type, args.importance_sampling_level, None, args)
         same((float(loss.detach()), logp.grad), theirs)
+
+
+#: objectives TRL can express, as edits of the shipped grpo-cpu contract's objective
+EXPORTED = {
+    "grpo": {},
+    "dapo": {"aggregation": "token_mean", "clip": {"low": 0.2, "high": 0.28}},
+    "dr_grpo": {"aggregation": "constant_norm", "advantage": {"baseline": "group_mean", "scale": "none"}},
+    "gspo": {"ratio": {"level": "sequence", "denominator": "trainer_recomputed"}},
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPORTED))
+def test_an_exported_contract_computes_the_same_loss_in_trl(name: str) -> None:
+    """`rlvr export --to trl`'s keywords, given to the real GRPOConfig, make TRL's loss equal
+    rlvr's under the contract."""
+    trl = pytest.importorskip("trl", reason="TRL is the peers extra (make install installs it)")
+    from rlvr_cli.contract.load import load
+    from rlvr_cli.interop.trl_export import export_config
+
+    contract = load(ROOT / "contracts" / "grpo-cpu.rlvr.yaml")
+    objective = Objective.model_validate({**contract.objective.model_dump(), "kl": {"coef": 0.0}, **EXPORTED[name]})
+    contract = contract.model_copy(update={"objective": objective})
+    mapping = export_config(contract)
+    assert not mapping.refused, mapping.refused
+    args = trl.GRPOConfig(output_dir="/tmp/unused", use_cpu=True, **{**mapping.values, "bf16": False})
+    for seed in range(2):
+        t = shared(seed)
+        logp = t["logp"].clone().requires_grad_(True)
+        loss, _ = policy_loss(logp, t["old"], None, t["adv"], t["mask"], objective, max_response_tokens=T)
+        loss.backward()
+        same((float(loss.detach()), logp.grad), trl_loss(t, args.loss_type, args.importance_sampling_level, None, args))
