@@ -8,8 +8,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from rlvr_cli.errors import RlvrError, UsageProblem
 from rlvr_cli.interop import trl_map, verl_map
 from rlvr_cli.interop.common import CannotMap, Difference, Mapping
@@ -22,10 +20,14 @@ def read_config(path: Path) -> dict[str, Any]:
     """A peer's config file: YAML or JSON holding one mapping."""
     if not path.is_file():
         raise UsageProblem(f"{path}: no such file")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError) as error:
-        raise RlvrError(f"{path}: not YAML or JSON: {str(error).splitlines()[0]}") from None
+    from rlvr_cli.contract import yaml12
+
+    try:  # YAML 1.2, as the peers read it: 1e-6 is a number (PyYAML's 1.1 reads a string), JSON a subset
+        data = yaml12.parse(path.read_text(encoding="utf-8")).data
+    except yaml12.YamlError as error:
+        raise RlvrError(f"{path}:{error.pos.line}:{error.pos.column}: not YAML or JSON: {error.message}") from None
+    except UnicodeDecodeError:
+        raise RlvrError(f"{path}: not text (UTF-8)") from None
     if not isinstance(data, dict):
         raise RlvrError(f"{path}: holds {type(data).__name__}, not a mapping of options")
     return data
@@ -38,7 +40,9 @@ def _base(into: Path) -> tuple[Any, str, dict[str, Any], int]:
     contract = load(into)
     text = into.read_text(encoding="utf-8")
     rows = len(read_split(into.resolve().parent / contract.data.splits.train.path, "train"))
-    return contract, text, yaml.safe_load(text), rows
+    from rlvr_cli.contract import yaml12
+
+    return contract, text, yaml12.parse(text).data, rows
 
 
 def run_import(peer: str, config: Path, extra: list[str], into: Path, out: Path | None, processes: int) -> int:

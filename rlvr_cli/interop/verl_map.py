@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import yaml
-
+from rlvr_cli.contract import yaml12
 from rlvr_cli.interop.common import Mapping, flat, float32_exact, plain
 
 VERSION = "0.9.1"
@@ -99,7 +98,11 @@ def overrides(lines: list[str]) -> dict[str, Any]:
         key, sep, value = line.partition("=")
         if not sep or not key.strip("+~"):
             raise ValueError(f"override {line!r} is not key=value")
-        out[key.lstrip("+")] = yaml.safe_load(value) if value else None
+        try:
+            yaml12.parse(value)
+        except yaml12.YamlError as error:
+            raise ValueError(f"override {line!r}: {error.message}") from None
+        out[key.lstrip("+")] = yaml12.parse(value).data if value else None  # 1e-6 a number, as Hydra reads it
     return out
 
 
