@@ -275,3 +275,26 @@ def test_trl_trains_on_the_export_with_the_contracts_verifier(single_turn: Path,
         weighted = row["rewards/correct/mean"] * 1.0 + row["rewards/format/mean"] * 0.2
         assert row["reward"] == pytest.approx(weighted, abs=1e-6)
     assert any(row["rewards/format/mean"] > 0 for row in steps)  # the verifier's components reached TRL
+
+
+def test_numbers_in_exponent_form_and_a_training_arguments_dump_import(exp: Path) -> None:
+    """`learning_rate: 1e-6` is a number as TRL reads it (YAML 1.1 would make it a string), and
+    the full `GRPOConfig.to_dict()` dump imports with its 100-odd other keys listed as not read."""
+    import json
+
+    trl = pytest.importorskip("trl", reason="TRL is the peers extra (make install installs it)")
+    (exp / "sci.yaml").write_text("learning_rate: 1e-6\nbeta: 4e-2\nuse_bias_correction_kl: false\n")
+    assert rlvr("import", "trl", exp / "sci.yaml", "--into", exp).code == 0
+    contract = load(exp / "sci.rlvr.yaml")
+    assert (contract.hyperparameters.optimizer.lr, contract.objective.kl.coef) == (1e-6, 0.04)
+    args = trl.GRPOConfig(output_dir="/tmp/unused", use_cpu=True, loss_type="grpo", num_generations=4)
+    (exp / "dump.json").write_text(json.dumps(args.to_dict(), default=str))
+    done = rlvr("import", "trl", exp / "dump.json", "--into", exp / "experiment.rlvr.yaml")
+    assert done.code == 0, done.stderr
+    assert load(exp / "dump.rlvr.yaml").objective.aggregation == "seq_mean_token_mean"
+    assert "output_dir" in done.stderr  # read, listed as not part of the objective
+
+
+def test_a_malformed_override_is_a_usage_error(exp: Path) -> None:
+    done = rlvr("import", "verl", write(exp / "v.yaml", {}), "algorithm.adv_estimator", "--into", exp)
+    assert done.code == 2 and "is not key=value" in done.stderr
