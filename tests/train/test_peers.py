@@ -58,7 +58,12 @@ def shared(seed: int = 0) -> dict[str, torch.Tensor]:
 
 
 def trl_loss(
-    t: dict[str, torch.Tensor], loss_type: str, level: str, weights: torch.Tensor | None, args: Any = None
+    t: dict[str, torch.Tensor],
+    loss_type: str,
+    level: str,
+    weights: torch.Tensor | None,
+    args: Any = None,
+    accumulate: int = 1,
 ) -> tuple:
     """TRL's `_compute_loss` on the shared tensors: its loss and d loss / d logp; `args` (a
     GRPOConfig) gives the clip range, else 0.2 / 0.28."""
@@ -80,17 +85,18 @@ def trl_loss(
         use_vllm=weights is not None,
         vllm_importance_sampling_correction=weights is not None,
         model=SimpleNamespace(training=True),
-        current_gradient_accumulation_steps=1,
+        current_gradient_accumulation_steps=accumulate,
         max_completion_length=T,
         accelerator=Accelerator(cpu=True),
         _metrics={"train": defaultdict(list), "eval": defaultdict(list)},
         _entropy_bonus_enabled=False,
         aux_loss_enabled=False,
     )
+    rows = t["logp"].shape[0]
     inputs = {
-        "prompt_ids": torch.ones(B, P, dtype=torch.long),
-        "prompt_mask": torch.ones(B, P, dtype=torch.long),
-        "completion_ids": torch.ones(B, T, dtype=torch.long),
+        "prompt_ids": torch.ones(rows, P, dtype=torch.long),
+        "prompt_mask": torch.ones(rows, P, dtype=torch.long),
+        "completion_ids": torch.ones(rows, T, dtype=torch.long),
         "completion_mask": t["mask"],
         "advantages": t["adv"],
         "old_per_token_logps": t["old"],
@@ -273,3 +279,29 @@ def test_an_exported_contract_computes_the_same_loss_in_trl(name: str) -> None:
         loss, _ = policy_loss(logp, t["old"], None, t["adv"], t["mask"], objective, max_response_tokens=T)
         loss.backward()
         same((float(loss.detach()), logp.grad), trl_loss(t, args.loss_type, args.importance_sampling_level, None, args))
+
+
+def test_trls_bnpo_over_micro_batches_differs_as_stated() -> None:
+    """`rlvr import` says TRL's bnpo with gradient accumulation averages each micro-batch's token
+    mean: TRL's two micro-batch losses add up to exactly that, not to the batch's token_mean."""
+    t = shared(0)
+    halves = [{k: v[i : i + B // 2] for k, v in t.items()} for i in (0, B // 2)]
+    objective = Objective.model_validate(
+        {
+            "reward": {"unit": "response", "components": [{"name": "c", "weight": 1.0}], "on_invalid": "exclude"},
+            "advantage": {"baseline": "group_mean", "scale": "none"},
+            "clip": {"low": 0.2, "high": 0.28},
+            "kl": {"coef": 0.0},
+            "aggregation": "token_mean",
+        }
+    )
+
+    def ours(part: dict) -> float:
+        loss, _ = policy_loss(
+            part["logp"], part["old"], None, part["adv"], part["mask"], objective, max_response_tokens=T
+        )
+        return float(loss)
+
+    theirs = sum(trl_loss(h, "bnpo", "token", None, accumulate=2)[0] for h in halves)
+    assert theirs == pytest.approx((ours(halves[0]) + ours(halves[1])) / 2, rel=1e-12)  # the stated relation
+    assert theirs != pytest.approx(ours(t), rel=1e-6)  # and not the batch's token_mean (the halves' counts differ)
