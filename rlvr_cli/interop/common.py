@@ -64,6 +64,22 @@ class Mapping:
         return [d for d in self.differences if d.kind == "differs"]
 
 
+def check_std(out: Mapping, advantage: Any, peer: str, epsilon: float) -> None:
+    """Both peers divide by the sample std plus a fixed epsilon: anything else has no equivalent."""
+    if advantage.scale == "none":
+        return
+    if advantage.std == "population":
+        out.refuse(
+            "objective.advantage.std",
+            f"population: {peer} divides by the sample std (n − 1); its advantages are √((K−1)/K)× the contract's "
+            "for groups of K",
+        )
+    if advantage.epsilon != epsilon:
+        out.refuse(
+            "objective.advantage.epsilon", f"{advantage.epsilon}: {peer} adds {epsilon:g} to the std, not an option"
+        )
+
+
 class CannotMap(RlvrError):
     """The configuration holds choices the other side cannot express: exit 1, each one listed."""
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from rlvr_cli.contract.models import Contract
-from rlvr_cli.interop.common import Mapping
+from rlvr_cli.interop.common import Mapping, check_std
 from rlvr_cli.interop.trl_map import AGGREGATION
 
 LOSS_TYPE = {"token_mean": "dapo", "seq_mean_token_mean": "grpo", "constant_norm": "dr_grpo"}
@@ -31,15 +31,7 @@ def _objective(contract: Contract, out: Mapping) -> None:
         out.set("loss_type", LOSS_TYPE[o.aggregation], f"objective.aggregation: {o.aggregation}")
     a = o.advantage
     out.set("scale_rewards", {"group_std": "group", "batch_std": "batch", "none": "none"}[a.scale], "advantage.scale")
-    if a.scale != "none":
-        if a.std == "population":
-            out.refuse(
-                "objective.advantage.std",
-                "population: trl divides by the sample std (n − 1); its advantages are √((K−1)/K)× the contract's "
-                "for groups of K",
-            )
-        if a.epsilon != 1e-4:
-            out.refuse("objective.advantage.epsilon", f"{a.epsilon}: trl adds 1e-4 to the std, not an option")
+    check_std(out, a, "trl", 1e-4)
     out.set("epsilon", o.clip.low, "objective.clip.low")
     out.set("epsilon_high", o.clip.high, "objective.clip.high")
     if o.clip.dual is not None:

@@ -4,7 +4,7 @@ choice verl cannot express listed (verl_map.py is the other direction)."""
 from __future__ import annotations
 
 from rlvr_cli.contract.models import Contract
-from rlvr_cli.interop.common import Mapping, float32_exact
+from rlvr_cli.interop.common import Mapping, check_std, float32_exact
 from rlvr_cli.interop.verl_map import AGGREGATION, A, C, R, aggregation_bounds
 
 LOSS_AGG = {v: k for k, v in AGGREGATION.items() if v != "constant_norm"}
@@ -30,15 +30,7 @@ def _objective(contract: Contract, out: Mapping) -> None:
     if a.scale == "batch_std":
         out.refuse("objective.advantage.scale", "batch_std: verl's GRPO divides by the group's std or by nothing")
     out.set("algorithm.norm_adv_by_std_in_grpo", a.scale != "none", "objective.advantage.scale")
-    if a.scale != "none":
-        if a.std == "population":
-            out.refuse(
-                "objective.advantage.std",
-                "population: verl divides by the sample std (n − 1); its advantages are √((K−1)/K)× the contract's "
-                "for groups of K",
-            )
-        if a.epsilon != 1e-6:
-            out.refuse("objective.advantage.epsilon", f"{a.epsilon}: verl adds 1e-6 to the std, not an option")
+    check_std(out, a, "verl", 1e-6)
     weights = [c.weight for c in o.reward.components]
     if not all(float32_exact(w) for w in weights):
         out.differs("objective.reward.components", f"weights {weights}: verl's float32 rewards round them")

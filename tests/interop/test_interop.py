@@ -164,14 +164,19 @@ def test_export_refuses_what_the_peer_cannot_express() -> None:
     assert not Path("/nonexistent/never-written").exists()
 
 
-def test_contract_to_trl_and_back_is_the_same_objective(exp: Path, tmp_path: Path) -> None:
-    done = rlvr("export", exp, "--to", "trl", "--out", tmp_path / "trl", "--allow-inexact")
+def round_trip(exp: Path, to: str, tmp_path: Path) -> tuple:
+    """The experiment's contract exported to `to` and imported back: (before, after, export's stderr)."""
+    done = rlvr("export", exp, "--to", to, "--out", tmp_path / to, "--allow-inexact")
     assert done.code == 0, done.stderr
-    assert "differs: objective.reward.on_invalid" in done.stderr
-    exported = tmp_path / "trl" / "grpo_config.yaml"
-    back = rlvr("import", "trl", exported, "--into", exp, "--out", exp / "back.rlvr.yaml")
+    exported = tmp_path / to / ("grpo_config.yaml" if to == "trl" else "rlvr.yaml")
+    back = rlvr("import", to, exported, "--into", exp, "--out", exp / "back.rlvr.yaml")
     assert back.code == 0, back.stderr
-    before, after = load(exp / "experiment.rlvr.yaml"), load(exp / "back.rlvr.yaml")
+    return load(exp / "experiment.rlvr.yaml"), load(exp / "back.rlvr.yaml"), done.stderr
+
+
+def test_contract_to_trl_and_back_is_the_same_objective(exp: Path, tmp_path: Path) -> None:
+    before, after, stderr = round_trip(exp, "trl", tmp_path)
+    assert "differs: objective.reward.on_invalid" in stderr
     assert after.objective.model_dump(exclude={"ratio", "correction"}) == before.objective.model_dump(
         exclude={"ratio", "correction"}
     )
@@ -182,13 +187,8 @@ def test_contract_to_trl_and_back_is_the_same_objective(exp: Path, tmp_path: Pat
 
 def test_contract_to_verl_and_back_is_the_same_objective(single_turn: Path, tmp_path: Path) -> None:
     exp = copy_experiment(single_turn, tmp_path / "exp", [EPS6, WEIGHT])
-    done = rlvr("export", exp, "--to", "verl", "--out", tmp_path / "verl", "--allow-inexact")
-    assert done.code == 0, done.stderr
-    assert "exact within: log-ratio" in done.stderr
-    config = tmp_path / "verl" / "rlvr.yaml"
-    back = rlvr("import", "verl", config, "--into", exp, "--out", exp / "back.rlvr.yaml")
-    assert back.code == 0, back.stderr
-    before, after = load(exp / "experiment.rlvr.yaml"), load(exp / "back.rlvr.yaml")
+    before, after, stderr = round_trip(exp, "verl", tmp_path)
+    assert "exact within: log-ratio" in stderr
     mine, theirs = before.objective.model_dump(), after.objective.model_dump()
     assert theirs["clip"]["dual"] == 1.0e10  # the constant no ratio reaches (verl always dual-clips)
     theirs["clip"]["dual"] = None
