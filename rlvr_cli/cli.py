@@ -19,6 +19,7 @@ import typer.core
 from rlvr_cli import __version__
 from rlvr_cli.commands.groups import audit_app, command, contract_arg, data_app
 from rlvr_cli.commands.interop_cli import export, import_app
+from rlvr_cli.commands.release_cli import release_app
 
 
 def _version(value: bool) -> None:
@@ -40,6 +41,7 @@ class _ExperimentOrder(typer.core.TyperGroup):
         "train",
         "status",
         "gate",
+        "release",
         "report",
         "plan",
         "import",
@@ -117,6 +119,7 @@ def validate(ctx: typer.Context) -> None:
 app.add_typer(data_app, name="data")
 app.add_typer(audit_app, name="audit")
 app.add_typer(import_app, name="import")
+app.add_typer(release_app, name="release")
 app.command("export")(export)
 
 

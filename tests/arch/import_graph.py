@@ -28,6 +28,7 @@ LAYERS = {
     "audit": 7,
     "interop": 7,  # `rlvr import`, `rlvr export`: the peers' configs and the contract; the verifier as verl's reward
     "report": 7.5,  # `rlvr report`: reads the run folder and the audits' findings
+    "release": 7.6,  # `rlvr release`: bundles, the registry, rollback and its drill (evaluates like audit)
     "cli": 8,  # cli.py, __main__.py, commands/
 }
 _BASE = {"errors", "files", "metrics", "codes", "store", "__init__"}
