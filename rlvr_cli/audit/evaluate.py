@@ -10,6 +10,7 @@ from typing import Any
 
 from rlvr_cli.contract.adapter import CONFIG, adapter_folder_problem
 from rlvr_cli.contract.models import Contract
+from rlvr_cli.contract.release_keys import LATENCY_METRICS
 from rlvr_cli.errors import RlvrError, UsageProblem
 
 
@@ -50,16 +51,33 @@ def evaluate(
     one entry per sample in each list (an invalid verdict's reward and components are None)."""
     from transformers.utils import logging
 
-    from rlvr_cli.chat.render import ChatRenderer
     from rlvr_cli.contract.tasks import read_split
+
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()
+    tasks = read_split(folder / getattr(contract.data.splits, split).path, split)
+    return _by_item(sample_policy(contract, folder, policy, tasks, samples=samples, greedy=greedy, seed=seed))
+
+
+def sample_policy(
+    contract: Contract,
+    folder: Path,
+    policy: Path,
+    tasks: list[dict[str, Any]],
+    *,
+    samples: int = 1,
+    greedy: bool = True,
+    seed: int = 0,
+    permitted: set[str] | None = None,
+) -> list[Any]:
+    """The rollout rows of the policy at `policy` on `tasks`, through the one rollout path;
+    `permitted`: the only tools a tool-use episode may call (the others are refused, not run)."""
+    from rlvr_cli.chat.render import ChatRenderer
     from rlvr_cli.engine.engines import PolicyEngine
     from rlvr_cli.engine.precision import DTYPES
     from rlvr_cli.rollout.base import Draw
     from rlvr_cli.rollout.rollouts import open_rollout
 
-    logging.set_verbosity_error()
-    logging.disable_progress_bar()
-    tasks = read_split(folder / getattr(contract.data.splits, split).path, split)
     renderer = ChatRenderer.from_contract(contract, folder)
     model = load_policy(contract, folder, policy)
     dtypes = contract.hyperparameters.dtypes  # evaluated as trained: mixed precision computes in its dtype
@@ -67,8 +85,9 @@ def evaluate(
     sampling = contract.hyperparameters.sampling
     engine = PolicyEngine.of(sampling.engine, model, compute=compute, server=sampling.server)
     with open_rollout(contract, folder, renderer, engine) as rollout:  # the rollout training runs, unhinted
-        rows = rollout.sample(tasks, Draw(group_size=samples, seed=seed, greedy=greedy))
-    return _by_item(rows)
+        if permitted is not None and hasattr(rollout, "env"):
+            rollout.env.permitted = permitted
+        return rollout.sample(tasks, Draw(group_size=samples, seed=seed, greedy=greedy))  # type: ignore[no-any-return]
 
 
 def _by_item(rows: list[Any]) -> dict[str, dict[str, Any]]:
@@ -80,10 +99,14 @@ def _by_item(rows: list[Any]) -> dict[str, dict[str, Any]]:
         item["components"].append(dict(verdict.components) if verdict is not None and verdict.valid else None)
         item["statuses"].append(verdict.status if verdict is not None else "not_verified")
         item["lengths"].append(len(row.response_ids))
+        item["generated"].append(int(sum(row.mask)))  # sampled tokens (tool results are not generated)
+        item["verify_seconds"].append(float(row.verify_seconds))
     return out
 
 
-SAMPLE_FIELDS = ("rewards", "components", "statuses", "lengths")
+SAMPLE_FIELDS = ("rewards", "components", "statuses", "lengths", "generated", "verify_seconds")
+#: per-sample fields a gate metric averages over an item (cost), and the timed fields (latency)
+AVERAGED = {"response_length": "lengths", "tokens_per_task": "generated", "verifier_seconds": "verify_seconds"}
 INVALID = ("verifier_error", "timeout", "sandbox_error")
 
 
@@ -91,8 +114,10 @@ def item_values(contract: Contract, evaluation: dict[str, dict[str, Any]], metri
     """{item: the metric over its samples}; items without a valid sample have no reward-type value.
 
     Metrics (RLV803 checks a gate names one): reward_mean, success_rate (the best reward the
-    components allow), error_rate (invalid verdicts, never counted as 0), response_length, and
-    the mean of any reward component by its name (`correct` is the accuracy of a 0/1 component)."""
+    components allow), error_rate (invalid verdicts, never counted as 0), response_length, the
+    costs tokens_per_task (sampled tokens) and verifier_seconds, the latencies ttft_s, tpot_s and
+    latency_s (audit/latency.py, when measured), and the mean of any reward component by its name
+    (`correct` is the accuracy of a 0/1 component)."""
     best = contract.objective.reward.best
     out = {}
     for key, item in evaluation.items():
@@ -100,8 +125,12 @@ def item_values(contract: Contract, evaluation: dict[str, dict[str, Any]], metri
             statuses = item.get("statuses") or []
             out[key] = sum(s in INVALID for s in statuses) / max(len(statuses), 1)
             continue
-        if metric == "response_length":
-            out[key] = sum(item["lengths"]) / max(len(item["lengths"]), 1)
+        if metric in AVERAGED or metric in LATENCY_METRICS:
+            values = item.get(AVERAGED.get(metric, metric))
+            if values is None:
+                raise RlvrError(f"the evaluation has no '{metric}' (an older evaluation file, or latency not measured)")
+            if values:
+                out[key] = sum(values) / len(values)
             continue
         valid = [r for r in item["rewards"] if r is not None]
         if not valid:

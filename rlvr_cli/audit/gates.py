@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from rlvr_cli.audit.evaluate import bootstrap, evaluate, item_means, item_values, save_evaluation, sign_flip_p
 from rlvr_cli.contract.models import Contract, Gate
+from rlvr_cli.contract.release_keys import LATENCY_METRICS
 from rlvr_cli.errors import RlvrError, UsageProblem
 from rlvr_cli.files import atomic_write_text
 
@@ -137,15 +138,73 @@ _NEGATION = {"≥": "<", "≤": ">"}
 
 
 def run_gates(contract: Contract, folder: Path, candidate: Path, baseline: Path | None) -> GateResult:
+    """The contract's gates on its own splits, then each suite's gates on another contract's."""
+    cand_eval, base_eval, base_name, base_policy = _evaluations(contract, folder, candidate, baseline, None)
     gates = contract.acceptance.gates
+    outcomes = [_judge(contract, gate, cand_eval[gate.split], base_eval[gate.split]) for gate in gates]
+    evaluations = {"candidate": cand_eval, "baseline": base_eval}
+    for suite in contract.acceptance.suites or []:
+        other_path = folder / suite.contract
+        other = _suite_contract(suite.name, other_path, suite.gates)
+        if candidate.is_file() or base_policy is None:
+            raise UsageProblem(
+                f"suite {suite.name!r} evaluates policies on {suite.contract}: give the candidate's run folder and a "
+                "baseline policy, not saved evaluations"
+            )
+        suite_cand, suite_base, _, _ = _evaluations(
+            other, other_path.resolve().parent, candidate, base_policy, suite.gates
+        )
+        for gate in suite.gates:
+            judged = _judge(other, gate, suite_cand[gate.split], suite_base[gate.split])
+            outcomes.append(replace(judged, name=f"{suite.name}/{gate.name}"))
+        evaluations[f"suite:{suite.name}"] = {"candidate": suite_cand, "baseline": suite_base}
+    return GateResult(str(candidate), base_name, outcomes, evaluations)
+
+
+def _suite_contract(name: str, path: Path, gates: list[Gate]) -> Contract:
+    """The suite's contract, valid, with every gate on a split it has and a metric it can measure."""
+    from rlvr_cli.contract.diagnostics import ContractError
+    from rlvr_cli.contract.load import load
+    from rlvr_cli.contract.rules import GATE_METRICS
+
+    if not path.is_file():
+        raise UsageProblem(f"suite {name!r}: {path} is not a contract file")
+    try:
+        other = load(path)
+    except ContractError as error:
+        raise RlvrError(f"suite {name!r}: {path} is not a valid contract:\n{error}") from None
+    metrics = [*GATE_METRICS, *(c.name for c in other.objective.reward.components)]
+    for gate in gates:
+        if gate.split not in ("holdout", "sealed_eval"):
+            raise RlvrError(f"suite {name!r}, gate {gate.name!r}: split {gate.split!r} is not holdout or sealed_eval")
+        if gate.metric not in metrics:
+            raise RlvrError(
+                f"suite {name!r}, gate {gate.name!r}: {path.name} has no metric {gate.metric!r} ({metrics})"
+            )
+    return other
+
+
+def _evaluations(
+    contract: Contract, folder: Path, candidate: Path, baseline: Path | None, gates: list[Gate] | None
+) -> tuple[dict, dict, str, Path | None]:
+    """(candidate's, baseline's evaluation by split, the baseline's name, its policy folder or None
+    for a saved evaluation), timed where a gate measures latency."""
+    gates = contract.acceptance.gates if gates is None else gates
     splits = sorted({g.split for g in gates})
     if candidate.is_file():  # a saved evaluation (e.g. of a policy served elsewhere)
         cand_eval = saved_evaluation(candidate, splits, "candidate")
     else:
         cand_eval = {s: evaluate(contract, folder, candidate, s) for s in splits}
-    base_eval, base_name = _baseline(contract, folder, baseline, splits)
-    outcomes = [_judge(contract, gate, cand_eval[gate.split], base_eval[gate.split]) for gate in gates]
-    return GateResult(str(candidate), base_name, outcomes, {"candidate": cand_eval, "baseline": base_eval})
+    base_eval, base_name, base_policy = _baseline(contract, folder, baseline, splits)
+    timed = sorted({g.split for g in gates if g.metric in LATENCY_METRICS})
+    for split in timed:
+        from rlvr_cli.audit.latency import measure
+
+        for policy, evaluation in ((candidate, cand_eval), (base_policy, base_eval)):
+            if policy is not None and not policy.is_file():
+                for item, times in measure(contract, folder, policy, split).items():
+                    evaluation[split].get(item, {}).update(times)
+    return cand_eval, base_eval, base_name, base_policy
 
 
 def _judge(contract: Contract, gate: Gate, cand_eval: dict[str, Any], base_eval: dict[str, Any]) -> GateOutcome:
@@ -165,17 +224,20 @@ def _judge(contract: Contract, gate: Gate, cand_eval: dict[str, Any], base_eval:
     return GateOutcome(gate.name, gate.metric, gate.split, gate.critical, overall, segments)
 
 
-def _baseline(contract: Contract, folder: Path, baseline: Path | None, splits: list[str]) -> tuple[dict, str]:
-    """A saved evaluation (JSON), a policy or run folder, or the contract's starting policy."""
+def _baseline(
+    contract: Contract, folder: Path, baseline: Path | None, splits: list[str]
+) -> tuple[dict, str, Path | None]:
+    """A saved evaluation (JSON), a policy or run folder, or the contract's starting policy; and
+    the policy folder evaluated (None for a saved evaluation)."""
     path = baseline or (folder / contract.acceptance.baseline if contract.acceptance.baseline else None)
     if path is not None and path.is_file():
-        return saved_evaluation(path, splits, "baseline"), str(path)
+        return saved_evaluation(path, splits, "baseline"), str(path), None
     if path is None:
         policy = contract.artifacts.policy
         if policy.path is None:
             raise UsageProblem("give --baseline: the starting policy is a hub id, not a local folder")
         path = folder / policy.path
-    return {s: evaluate(contract, folder, path, s) for s in splits}, str(path)
+    return {s: evaluate(contract, folder, path, s) for s in splits}, str(path), path
 
 
 def saved_evaluation(path: Path, splits: list[str], role: str) -> dict[str, Any]:

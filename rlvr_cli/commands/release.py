@@ -106,10 +106,40 @@ def run_drill(registry: Path, bundle_id: str | None) -> int:
     return 0
 
 
+def run_canary(registry: Path, candidate: str, traffic: object) -> int:
+    """The candidate and the current bundle on the same share of requests; promote or refuse."""
+    require_extra("train", "torch", "transformers")
+    import json
+    import time
+
+    from rlvr_cli.files import atomic_write_json
+    from rlvr_cli.release import canary
+    from rlvr_cli.release.registry import Registry
+
+    reg = Registry(_existing(registry))
+    with user_code_to_stderr():
+        report = canary.run(reg, candidate, traffic)  # type: ignore[arg-type]
+    where = registry / "canary" / f"{candidate}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}.json"
+    where.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(where, report)
+    d = report["difference"]
+    print(
+        f"canary: {report['requests']} requests ({report['share']:.0%}), candidate − current reward "
+        f"{d['mean']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}], invalid {json.dumps(report['invalid'])}"
+    )
+    if report["decision"] == "refuse":
+        print(f"refused: {'; '.join(report['why'])} (report: {where})")
+        return ExitCode.FAILED
+    reg.promote(candidate)
+    reg.save()
+    print(f"promoted: current {candidate}; last known-good {reg.last_known_good} (report: {where})")
+    return 0
+
+
 def _existing(registry: Path) -> Path:
     if not (registry / "registry.json").is_file():
         raise UsageProblem(f"{registry}: no registry.json (rlvr release build --registry {registry} makes one)")
     return registry
 
 
-__all__ = ["run_build", "run_drill", "run_list", "run_promote", "run_rollback", "run_verify"]
+__all__ = ["run_build", "run_canary", "run_drill", "run_list", "run_promote", "run_rollback", "run_verify"]

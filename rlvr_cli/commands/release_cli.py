@@ -67,6 +67,30 @@ def promote(
     return run_promote(registry, bundle)
 
 
+@release_app.command("canary")
+@command
+def canary(
+    registry: Annotated[Path, typer.Argument(help="The registry folder.")],
+    bundle: Annotated[str, typer.Argument(help="The candidate bundle id.")],
+    tasks: Annotated[Path, typer.Option("--tasks", help="Live-like requests: a JSONL file in the task format.")],
+    share: Annotated[float, typer.Option("--share", min=0.0, max=1.0, help="Share of the requests served.")] = 0.1,
+    allow_tools: Annotated[
+        str | None, typer.Option("--allow-tools", help="Comma-separated tools the canary may call (tool_use).")
+    ] = None,
+    margin: Annotated[float, typer.Option("--margin", min=0.0, help="Reward the candidate may lose.")] = 0.0,
+    confidence: Annotated[float, typer.Option("--confidence", min=0.5, max=0.999)] = 0.9,
+    seed: Annotated[int, typer.Option("--seed", help="Which requests the share picks.")] = 0,
+) -> int:
+    """Try a candidate on a share of requests beside the current bundle.
+
+    Paired on the same requests, tools limited to the allowlist: promote, or exit 1 refused."""
+    from rlvr_cli.commands.release import run_canary
+    from rlvr_cli.release.canary import Traffic
+
+    allow = frozenset(t.strip() for t in allow_tools.split(",") if t.strip()) if allow_tools is not None else None
+    return run_canary(registry, bundle, Traffic(tasks, share, seed, allow, margin, confidence))
+
+
 @release_app.command("rollback")
 @command
 def rollback(registry: Annotated[Path, typer.Argument(help="The registry folder.")]) -> int:

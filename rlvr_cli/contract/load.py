@@ -20,6 +20,7 @@ from rlvr_cli.contract import (  # noqa: F401 - they register rules
     rules_adapter,
     rules_data,
     rules_monitoring,
+    rules_release,
     rules_scale,
     waivers,
     yaml12,

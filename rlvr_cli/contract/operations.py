@@ -8,6 +8,7 @@ from pydantic import Discriminator, Field, PrivateAttr, Tag, field_validator, mo
 
 from rlvr_cli.contract.condition import PATTERN as WHEN
 from rlvr_cli.contract.condition import Condition
+from rlvr_cli.contract.release_keys import Latency
 from rlvr_cli.contract.scale import FORMS
 from rlvr_cli.contract.sections import CHECKPOINT_PARTS, DATE, Int, PositiveInt, Section
 
@@ -147,7 +148,8 @@ class Gate(Section):
     metric: str = Field(
         min_length=1,
         description="What is measured on each item: reward_mean, success_rate, error_rate, response_length, "
-        "or a reward component by name (e.g. correct).",
+        "tokens_per_task and verifier_seconds (cost), ttft_s, tpot_s and latency_s (timed under "
+        "acceptance.latency), or a reward component by name (e.g. correct).",
     )
     split: str = Field(min_length=1, description="The split the gate evaluates (holdout or sealed_eval).")
     min: float | None = Field(None, description="The candidate's lower interval bound must reach this.")
@@ -166,6 +168,22 @@ class Gate(Section):
     critical: bool = Field(False, description="A critical gate failing in any segment fails the release.")
 
 
+class Suite(Section):
+    """Another contract's evaluation, run on the candidate: a capability it must not lose."""
+
+    name: str = Field(min_length=1, description="The suite's name; its gates are reported as NAME/GATE.")
+    contract: str = Field(
+        min_length=1,
+        description="The other contract (a path relative to this one): its splits, verifier and environment "
+        "evaluate the candidate and this contract's baseline.",
+    )
+    gates: list[Gate] = Field(
+        min_length=1,
+        description="Gates on that contract's splits and metrics, judged against this contract's baseline "
+        "(e.g. max_drop on its accuracy); a critical one fails the release.",
+    )
+
+
 class Acceptance(Section):
     """When a run may ship."""
 
@@ -176,6 +194,12 @@ class Acceptance(Section):
         None, min_length=1, description="Evaluation JSON of the bundle to beat (`rlvr gate --baseline` overrides it)."
     )
     gates: list[Gate] = Field(description="Release gates, judged with paired bootstrap intervals against the baseline.")
+    latency: Latency | None = Field(
+        None, description="How latency gates (ttft_s, tpot_s, latency_s) are measured; required by them."
+    )
+    suites: list[Suite] | None = Field(
+        None, min_length=1, description="Other contracts' evaluations the candidate must pass (capability retention)."
+    )
 
 
 class Waiver(Section):

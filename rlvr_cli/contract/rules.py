@@ -16,6 +16,7 @@ from rlvr_cli.contract import off_policy, serving
 from rlvr_cli.contract.diagnostics import Finding, error, warning
 from rlvr_cli.contract.metric_needs import unavailable_metric
 from rlvr_cli.contract.models import CHECKPOINT_PARTS, Contract, ModelRef, ReferenceRef
+from rlvr_cli.contract.release_keys import COST_METRICS, LATENCY_METRICS
 from rlvr_cli.contract.tool_keys import TOOL_KEYS
 from rlvr_cli.contract.verifier_kinds import verifier_kind_findings
 from rlvr_cli.metrics import METRICS, WATCHED
@@ -345,7 +346,7 @@ def rlv801_gate_threshold(c: Contract, _: Path) -> Iterator[Finding]:
             )
 
 
-GATE_METRICS = ("reward_mean", "success_rate", "error_rate", "response_length")
+GATE_METRICS = ("reward_mean", "success_rate", "error_rate", "response_length", *COST_METRICS, *LATENCY_METRICS)
 
 
 @rule

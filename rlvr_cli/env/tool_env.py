@@ -24,6 +24,7 @@ class ToolEnv:
         self.schemas: list[dict[str, Any]] = []
         self.output_cap = output_cap(contract.length.max_response_tokens, contract.environment.max_tool_output_bytes)
         self.calls_without_room = contract.environment.calls_without_room or "skip"
+        self.permitted: set[str] | None = None  # None: every tool the server offers (a canary narrows it)
 
     def __enter__(self) -> ToolEnv:
         env = self.contract.environment

@@ -28,14 +28,14 @@ def _timeless(value: Any) -> Any:
 
 def record(contract: Any, folder: Path, policy: Path, tasks: int) -> list[dict[str, Any]]:
     """Greedy conversations of the policy at `policy` on the first `tasks` holdout tasks."""
+    from transformers.utils import logging
+
     from rlvr_cli.audit.evaluate import load_policy
     from rlvr_cli.chat.render import ChatRenderer
     from rlvr_cli.contract.tasks import read_split
     from rlvr_cli.engine.engines import PolicyEngine
     from rlvr_cli.rollout.base import Draw
     from rlvr_cli.rollout.rollouts import open_rollout
-
-    from transformers.utils import logging
 
     logging.set_verbosity_error()
     logging.disable_progress_bar()

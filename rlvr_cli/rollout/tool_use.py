@@ -255,6 +255,9 @@ def _call_tools(env: ToolEnv, pending: list[tuple[Episode, list[dict[str, Any]]]
             except ValueError as exc:
                 outs.append(_output(call, f"error: {exc}"))
                 continue
+            if env.permitted is not None and call["name"] not in env.permitted:  # never reaches the server
+                outs.append(_output(call, f"error: tool {call['name']!r} is not permitted here"))
+                continue
             outs.append(_output(call, ""))
             where.append(outs[-1])
             ops.append({"op": "tool", "session_id": episode.session, "name": call["name"], "arguments": arguments})

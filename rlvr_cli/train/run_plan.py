@@ -150,6 +150,11 @@ def sections(c: Contract) -> dict[str, Any]:
             "budget": c.acceptance.budget.model_dump(exclude_none=True) if c.acceptance.budget else None,
             "baseline": c.acceptance.baseline,
             "gates": [_gate_text(g) for g in c.acceptance.gates],
+            "latency": c.acceptance.latency.model_dump() if c.acceptance.latency else None,
+            "suites": [
+                {"name": s.name, "contract": s.contract, "gates": [_gate_text(g) for g in s.gates]}
+                for s in c.acceptance.suites or []
+            ],
         },
         "waivers": [w.model_dump(exclude_none=True) for w in c.waivers or []],
     }

@@ -34,19 +34,22 @@ def build(folder: Path, run: Path, registry: Path) -> str:
 
 @pytest.fixture(scope="module")
 def registry(single_turn: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str, str]:
-    """(registry, bundle A, bundle B: both passing, and a failing bundle F)."""
+    """(registry, bundle A: 1 step, C: 8 steps, both passing, and F: A's run gated by a stricter contract)."""
     root = tmp_path_factory.mktemp("release")
     folder = copy_experiment(single_turn, root / "exp", [LENIENT])
     registry = root / "registry"
-    a = build(folder, gated_run(folder, "a", 1), registry)
-    b = build(folder, gated_run(folder, "b", 2), registry)
+    run_a = gated_run(folder, "a", 1)
+    a = build(folder, run_a, registry)
+    c = build(folder, gated_run(folder, "c", 8), registry)
     strict = copy_experiment(single_turn, root / "strict")  # holdout-correct ≥ 0.3: a 1-step run fails it
-    f = build(strict, gated_run(strict, "f", 1), registry)
-    return registry, a, b, f
+    run_f = strict / "runs" / "f"
+    shutil.copytree(run_a, run_f)
+    assert rlvr("gate", strict / CONTRACT, "--candidate", run_f, timeout=600).code == 1
+    return registry, a, c, build(strict, run_f, registry)
 
 
 def test_a_bundle_holds_every_part_and_verifies(registry: tuple) -> None:
-    root, a, _, _ = registry
+    root, a, *_ = registry
     bundle = root / "bundles" / a
     manifest = json.loads((bundle / "manifest.json").read_text())
     names = set(manifest["files"])
@@ -60,7 +63,7 @@ def test_a_bundle_holds_every_part_and_verifies(registry: tuple) -> None:
 
 
 def test_a_changed_byte_anywhere_is_found(registry: tuple, tmp_path: Path) -> None:
-    root, a, _, _ = registry
+    root, a, *_ = registry
     copy = tmp_path / "copy"
     shutil.copytree(root / "bundles" / a, copy)
     weights = copy / "policy" / "model.safetensors"
@@ -110,7 +113,7 @@ def test_promote_drill_tamper_and_rollback(registry: tuple, tmp_path: Path) -> N
 
 
 def test_a_drill_in_a_changed_environment_is_refused(registry: tuple, tmp_path: Path) -> None:
-    source, a, _, _ = registry
+    source, a, *_ = registry
     root = tmp_path / "registry"
     shutil.copytree(source, root)
     manifest = json.loads((root / "bundles" / a / "manifest.json").read_text())
@@ -122,3 +125,30 @@ def test_a_drill_in_a_changed_environment_is_refused(registry: tuple, tmp_path: 
         assert done.code == 1 and "the verifier changed since the bundle was built" in done.stderr
     finally:
         verifier.write_text(text)
+
+
+def canary(root: Path, candidate: str, *more: str) -> object:
+    manifest = json.loads((root / "bundles" / candidate / "manifest.json").read_text())
+    requests = Path(manifest["experiment"]) / "data" / "holdout.jsonl"  # live-like: tasks in the contract's format
+    return rlvr("release", "canary", root, candidate, "--tasks", requests, "--share", "1.0", *more, timeout=600)
+
+
+def test_a_canary_promotes_a_better_candidate_and_refuses_a_worse_one(registry: tuple, tmp_path: Path) -> None:
+    source, a, c, _ = registry
+    better = tmp_path / "better"
+    shutil.copytree(source, better)
+    assert rlvr("release", "promote", better, a).code == 0
+    done = canary(better, c)
+    assert done.code == 0, done.stdout + done.stderr
+    assert "promoted: current" in done.stdout
+    state = json.loads((better / "registry.json").read_text())
+    assert (state["current"], state["last_known_good"]) == (c, a)
+    reports = list((better / "canary").glob("*.json"))
+    assert len(reports) == 1 and json.loads(reports[0].read_text())["decision"] == "promote"
+    worse = tmp_path / "worse"
+    shutil.copytree(source, worse)
+    assert rlvr("release", "promote", worse, c).code == 0
+    refused = canary(worse, a)
+    assert refused.code == 1 and "refused: reward difference" in refused.stdout
+    assert json.loads((worse / "registry.json").read_text())["current"] == c  # nothing changed
+    assert canary(worse, a, "--allow-tools", "search").code == 2  # a single-turn task has no tools to allow
