@@ -207,3 +207,24 @@ def test_an_episode_in_gpt_oss_harmony_format(agent: Path, tmp_path: Path) -> No
     assert sample.text == "Set version to 2."  # the final channel is the final message
     inserted = tokenizer.decode([t for t, m in zip(sample.response_ids, sample.mask, strict=True) if m == 0])
     assert "<|start|>functions.read_file to=assistant<|channel|>commentary<|message|>" in inserted
+
+
+def test_a_tool_outside_the_permitted_set_is_refused_and_never_reaches_the_server(agent: Path) -> None:
+    """What a canary's allowlist does (rlvr release canary --allow-tools): the permitted tool runs,
+    the other is answered with a refusal and has no effect on the environment."""
+    from rlvr_cli.engine.engines import PolicyEngine
+    from rlvr_cli.env.tool_env import ToolEnv
+    from rlvr_cli.rollout.base import Draw
+    from rlvr_cli.rollout.tool_use import ToolUse
+
+    setup = _setup(agent)
+    task = next(t for t in setup.train_tasks if t["id"] == "edit-app-config")
+    with ToolEnv(setup.contract, agent) as env:
+        env.permitted = {"read_file"}
+        engine = PolicyEngine(Scripted(setup, [[READ, FIX, "Set version to 2"]]))
+        (sample,) = ToolUse.of(setup.contract, setup.renderer, engine, env).sample([task], Draw(group_size=1, seed=1))
+    calls = [c for t in sample.transcript["turns"] for c in t.get("tool_calls", [])]
+    assert [c["name"] for c in calls] == ["read_file", "replace_in_file"]
+    assert calls[1]["output"] == "error: tool 'replace_in_file' is not permitted here"
+    assert [c["tool"] for c in sample.transcript["server_calls"]] == ["read_file"]  # the refused call never ran
+    assert sample.reward == 0.0  # the file was not fixed
