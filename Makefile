@@ -75,6 +75,9 @@ demo: $(STAMP) sandbox
 	$(BIN)/rlvr train contracts/echo-stop-cpu.rlvr.yaml --run-dir $(DEMO)/echo-stop-cpu
 	$(BIN)/rlvr gate contracts/echo-stop-cpu.rlvr.yaml --candidate $(DEMO)/echo-stop-cpu
 	$(BIN)/rlvr report $(DEMO)/echo-stop-cpu
+	# the passing run as a release bundle (docs/release.md), kept in a registry
+	$(BIN)/rlvr release build contracts/echo-stop-cpu.rlvr.yaml $(DEMO)/echo-stop-cpu --registry $(DEMO)/releases
+	$(BIN)/rlvr release list $(DEMO)/releases
 	# the same task with a LoRA adapter (peft) over a warmed-up base; the reference is the base with
 	# the adapter switched off, the checkpoints and final/ hold the adapter alone
 	$(BIN)/rlvr train contracts/echo-stop-lora-cpu.rlvr.yaml --run-dir $(DEMO)/echo-stop-lora-cpu

@@ -40,6 +40,12 @@ ELSEWHERE = {
         "tests/audit/test_budget_compare.py",
         'rlvr("report", *three_runs.values(), "--by", by',
     ),
+    "rlvr release verify releases/bundles/ID": ("tests/release/test_release.py", 'rlvr("release", "verify", bundle)'),
+    "rlvr release promote releases ID": ("tests/release/test_release.py", 'rlvr("release", "promote", root, a)'),
+    "rlvr release drill releases --bundle ID": (
+        "tests/release/test_release.py",
+        'rlvr("release", "drill", root, "--bundle", b',
+    ),
     "rlvr train contracts/grpo-cpu.rlvr.yaml --nproc 2 --run-dir runs/two": (
         "tests/train/test_distributed.py",
         '"--nproc", "2", "--run-dir"',

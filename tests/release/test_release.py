@@ -95,6 +95,7 @@ def test_promote_drill_tamper_and_rollback(registry: tuple, tmp_path: Path) -> N
     drill = rlvr("release", "drill", root, timeout=600)
     assert drill.code == 0, drill.stdout + drill.stderr
     assert f"drill passed: {a} restored intact" in drill.stdout
+    assert rlvr("release", "drill", root, "--bundle", b, timeout=600).code == 0  # the current one too
     registry_json = (root / "registry.json").read_text()
     weights = root / "bundles" / a / "policy" / "model.safetensors"
     original = weights.read_bytes()
