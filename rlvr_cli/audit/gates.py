@@ -285,6 +285,14 @@ def compare_policies(contract: Contract, folder: Path, a: Path, b: Path, samples
     """Reward distributions of two policies on the same tasks, with a paired test."""
     ev_a = evaluate(contract, folder, a, split, samples=samples, greedy=False, seed=1)
     ev_b = evaluate(contract, folder, b, split, samples=samples, greedy=False, seed=1)
+    return compare_evaluations(contract, (str(a), ev_a), (str(b), ev_b), samples, split)
+
+
+def compare_evaluations(
+    contract: Contract, a_named: tuple[str, dict], b_named: tuple[str, dict], samples: int, split: str
+) -> dict[str, Any]:
+    """Two policies' evaluations of the same tasks, compared paired (b − a)."""
+    (a, ev_a), (b, ev_b) = a_named, b_named
     ma, mb = item_means(ev_a), item_means(ev_b)  # items with a valid verdict under both policies
     items = sorted(set(ma) & set(mb))
     if not items:
@@ -300,8 +308,8 @@ def compare_policies(contract: Contract, folder: Path, a: Path, b: Path, samples
         "split": split,
         "items": len(items),
         "samples_per_item": samples,
-        "policy_a": {"path": str(a), "reward_mean": sum(ma[i] for i in items) / len(items)},
-        "policy_b": {"path": str(b), "reward_mean": sum(mb[i] for i in items) / len(items)},
+        "policy_a": {"path": a, "reward_mean": sum(ma[i] for i in items) / len(items)},
+        "policy_b": {"path": b, "reward_mean": sum(mb[i] for i in items) / len(items)},
         "difference_b_minus_a": {"mean": mean, "ci95": [low, high], "p_value": sign_flip_p(diffs)},
         "no_difference": no_difference,
         "both_all_correct_share": both_correct / len(items),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -120,22 +121,56 @@ def _rollouts_text(report: dict[str, Any]) -> str:
 reporter("audit rollouts", "json")(as_json)
 
 
-def run_audit_rewards(contract_path: Path, policies: list[Path], samples: int, split: str, fmt: str) -> int:
+def run_audit_rewards(
+    contract_path: Path,
+    policies: list[str],
+    samples: int,
+    split: str,
+    fmt: str,
+    profile_out: Path | None = None,
+    timeout_s: float = 120.0,
+) -> int:
+    """Two or more policies (local folders or `openai:MODEL@URL`, weakest first) on the same
+    tasks: the paired comparison of the first two, and the reward profile of all."""
     require_extra("train", "torch", "transformers")
-    from rlvr_cli.audit.gates import compare_policies
+    from rlvr_cli.audit import endpoint
+    from rlvr_cli.audit.evaluate import evaluate
+    from rlvr_cli.audit.gates import compare_evaluations
+    from rlvr_cli.audit.profile import profile
+    from rlvr_cli.contract.tasks import read_split
 
     check("audit rewards", fmt)
-    if len(policies) != 2:
-        raise UsageProblem("give exactly two --policy options (A and B)")
+    if len(policies) < 2:
+        raise UsageProblem("give two or more --policy options (local folders or openai:MODEL@URL), weakest first")
+    if split not in ("train", "holdout"):
+        raise UsageProblem(f"--split {split!r}: train or holdout (sealed_eval is read by the final evaluation only)")
     contract = load_valid_contract(contract_path)
+    folder = contract_path.resolve().parent
+    evaluations = []
     with user_code_to_stderr():
-        result = compare_policies(contract, contract_path.resolve().parent, policies[0], policies[1], samples, split)
+        for spec in policies:
+            if endpoint.is_endpoint(spec):
+                tasks = read_split(folder / getattr(contract.data.splits, split).path, split)
+                evaluations.append(endpoint.evaluate_endpoint(contract, folder, spec, tasks, samples, timeout_s, 1))
+            elif not Path(spec).exists():
+                raise UsageProblem(f"--policy {spec}: no such folder (or give openai:MODEL@URL)")
+            else:
+                evaluations.append(evaluate(contract, folder, Path(spec), split, samples=samples, greedy=False, seed=1))
+    result = compare_evaluations(contract, (policies[0], evaluations[0]), (policies[1], evaluations[1]), samples, split)
+    result["profile"] = profile(policies, evaluations, contract.objective.reward.best, split, samples)
+    if profile_out is not None:
+        from rlvr_cli.files import atomic_write_text
+
+        rows = result["profile"]["profile"]
+        atomic_write_text(profile_out, "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows))
     emit("audit rewards", fmt, result)
     return 0
 
 
 @reporter("audit rewards", "text")
 def _rewards_text(result: dict[str, Any]) -> str:
+    from rlvr_cli.audit.profile import text
+
     d = result["difference_b_minus_a"]
     lines = [
         f"{result['items']} {result['split']} tasks × {result['samples_per_item']} samples: "
@@ -146,6 +181,7 @@ def _rewards_text(result: dict[str, Any]) -> str:
     ]
     if result["flag"]:
         lines.append(f"FLAG: {result['flag']}")
+    lines.append(text(result["profile"]))
     return "\n".join(lines)
 
 

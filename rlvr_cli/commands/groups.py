@@ -156,14 +156,21 @@ def audit_rollouts(
 @command
 def audit_rewards(
     contract: Annotated[Path, contract_arg("The contract (tasks, verifier, sampling).")],
-    policy: Annotated[list[Path], typer.Option("--policy", help="A policy or run folder; give two (A, B).")],
-    samples: Annotated[int, typer.Option(help="Samples per task.")] = 4,
+    policy: Annotated[
+        list[str],
+        typer.Option("--policy", help="A policy or run folder, or openai:MODEL@URL; two or more, weakest first."),
+    ],
+    samples: Annotated[int, typer.Option(min=1, help="Samples per task (k of pass@k).")] = 4,
     split: Annotated[str, typer.Option(help="train or holdout.")] = "holdout",
     format: Annotated[str, typer.Option("--format", "-f", help="text or json.")] = "text",
+    profile: Annotated[
+        Path | None, typer.Option("--profile", help="Write each task's difficulty profile here (JSONL).")
+    ] = None,
+    timeout: Annotated[float, typer.Option("--timeout", min=1, help="Seconds an endpoint may take per task.")] = 120,
 ) -> int:
-    """Compare two policies' rewards on the same tasks, paired.
+    """Profile and compare policies' rewards on the same tasks, paired.
 
-    Flags "no difference" when the paired interval says so."""
+    pass@1 and pass@k per model and segment; unsolved, too easy and suspicious tasks."""
     from rlvr_cli.commands.audit import run_audit_rewards
 
-    return run_audit_rewards(contract, policy, samples, split, format)
+    return run_audit_rewards(contract, policy, samples, split, format, profile, timeout)
