@@ -168,7 +168,7 @@ def audit_rewards(
     ] = None,
     timeout: Annotated[float, typer.Option("--timeout", min=1, help="Seconds an endpoint may take per task.")] = 120,
 ) -> int:
-    """Profile and compare policies' rewards on the same tasks, paired.
+    """Profile policies' rewards on the same tasks, paired.
 
     pass@1 and pass@k per model and segment; unsolved, too easy and suspicious tasks."""
     from rlvr_cli.commands.audit import run_audit_rewards
