@@ -80,6 +80,7 @@ def build(sources: Sources, out: Path, drill: list[dict[str, Any]]) -> dict[str,
         "experiment": str(sources.folder),
         "run": str(sources.run_dir.resolve()),
         "verifier": verifier,
+        "base": _base(sources),
         "release": verdict,
         "files": {str(p.relative_to(staging)): sha256_file(p) for p in sorted(staging.rglob("*")) if p.is_file()},
     }
@@ -87,6 +88,22 @@ def build(sources: Sources, out: Path, drill: list[dict[str, Any]]) -> dict[str,
     atomic_write_json(staging / MANIFEST, manifest)
     staging.rename(out)
     return manifest
+
+
+def _base(sources: Sources) -> dict[str, Any] | None:
+    """An adapter's base, which the bundle does not hold: the hub id and revision, or the local
+    folder with the sha256 of its config and weights (the drill and canary refuse a changed base)."""
+    if not (sources.run_dir / "final" / "adapter_config.json").is_file():
+        return None
+    ref = sources.contract.artifacts.policy
+    if ref.id is not None:
+        return {"id": ref.id, "revision": ref.revision}
+    folder = (sources.folder / str(ref.path)).resolve()
+    return {"path": str(folder), "files": base_files(folder)}
+
+
+def base_files(folder: Path) -> dict[str, str]:
+    return {p.name: sha256_file(p) for p in sorted(folder.iterdir()) if p.suffix in (".json", ".safetensors")}
 
 
 def _policy(run_dir: Path) -> Path:

@@ -74,6 +74,13 @@ def environment_changes(bundle: Path, manifest: dict[str, Any]) -> list[str]:
         return [f"{here}: the bundle's experiment has no contract any more"]
     if sha256_file(here) != manifest["files"][contract]:
         found.append(f"{here}: changed since the bundle was built")
+    base = manifest.get("base") or {}
+    if base.get("path"):
+        from rlvr_cli.release.bundle import base_files
+
+        where = Path(base["path"])
+        if not where.is_dir() or base_files(where) != base["files"]:
+            found.append(f"{where}: the adapter's base policy changed since the bundle was built")
     source = manifest["verifier"].get("source")
     if source and sha256_file(folder / Path(source).name) != manifest["verifier"]["sha256"]:
         found.append(f"{folder / Path(source).name}: the verifier changed since the bundle was built")
