@@ -20,6 +20,7 @@ from rlvr_cli import __version__
 from rlvr_cli.commands.groups import audit_app, command, contract_arg, data_app
 from rlvr_cli.commands.interop_cli import export, import_app
 from rlvr_cli.commands.release_cli import release_app
+from rlvr_cli.commands.tasks_cli import tasks_app
 
 
 def _version(value: bool) -> None:
@@ -35,6 +36,7 @@ class _ExperimentOrder(typer.core.TyperGroup):
         "init",
         "validate",
         "data",
+        "tasks",
         "lock",
         "render",
         "audit",
@@ -120,6 +122,7 @@ app.add_typer(data_app, name="data")
 app.add_typer(audit_app, name="audit")
 app.add_typer(import_app, name="import")
 app.add_typer(release_app, name="release")
+app.add_typer(tasks_app, name="tasks")
 app.command("export")(export)
 
 
