@@ -43,3 +43,22 @@ def run_review(contract_path: Path, tasks: Path, fmt: str) -> int:
             print(f"{tasks}:{f.line}: {f.severity} [{f.code}] task {f.task}: {f.message}")
         print(f"{len(rows)} task(s) reviewed: {errors} error(s), {len(findings) - errors} warning(s)")
     return ExitCode.FAILED if errors else 0
+
+
+def run_generate(contract_path: Path, spec_path: Path, out: Path, cache: Path | None) -> int:
+    require_extra("train", "torch", "transformers")
+    from rlvr_cli.audit.task_generation import Spec, generate
+
+    spec = Spec.read(spec_path)
+    contract = load_valid_contract(contract_path)
+    with user_code_to_stderr():
+        done = generate(spec, contract, contract_path.resolve().parent, out, cache or spec_path.parent / ".rlvr-cache")
+    print(
+        f"{done['rows']} task(s) written to {out} ({done['requests']} request(s) to {spec.url}, "
+        f"the rest from the cache{'; resumed at request ' + str(done['resumed_at']) if done['resumed_at'] else ''}); "
+        f"{len(done['skipped'])} repl(ies) skipped"
+    )
+    for skipped in done["skipped"][:10]:
+        print(f"  request {skipped['request']}: {skipped['why']}", file=sys.stderr)
+    print(f"next: rlvr tasks review {contract_path} {out}", file=sys.stderr)
+    return 0
