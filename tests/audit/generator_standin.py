@@ -13,6 +13,12 @@ from typing import Any
 from fastapi import FastAPI, HTTPException, Request
 
 
+def answer_task(seed: int) -> str:
+    """An answer task: the statement and a program that prints its answer (seed 2: it prints nothing)."""
+    program = "pass" if seed == 2 else f"print({seed + 11} * 3)"
+    return json.dumps({"prompt": f"What is {seed + 11} times 3?", "program": program})
+
+
 def task_for(seed: int) -> str:
     if seed % 10 == 9:
         return "Sorry, I cannot help with that."
@@ -58,6 +64,7 @@ def make_app(fail_after: int | None = None) -> FastAPI:
         if fail_after is not None and app.state.requests > fail_after:
             raise HTTPException(500, "the generator is down")
         body = await request.json()
+        write = answer_task if body.get("model") == "answers" else task_for
         return {
             "id": f"gen-{app.state.requests}",
             "object": "chat.completion",
@@ -66,7 +73,10 @@ def make_app(fail_after: int | None = None) -> FastAPI:
             "choices": [
                 {
                     "index": 0,
-                    "message": {"role": "assistant", "content": task_for(int(body["seed"]))},
+                    "message": {
+                        "role": "assistant",
+                        "content": write(int(body["seed"])),
+                    },
                     "finish_reason": "stop",
                 }
             ],

@@ -69,3 +69,21 @@ def test_generate_resume_cache_and_review(tmp_path: Path) -> None:
         if seed % 10 not in expected:
             errors = {c for c in found.get(row["id"], set()) if c not in ("near_duplicate", "leaked_answer")}
             assert not errors, (row["id"], errors)
+
+
+def test_answer_tasks_get_the_answer_their_program_prints(tmp_path: Path) -> None:
+    code = tmp_path / "code"
+    assert rlvr("init", code, "--template", "code", "--no-model").code == 0
+    spec, out = tmp_path / "spec.yaml", tmp_path / "answers.jsonl"
+    with serve(make_app()) as url:
+        text = SPEC.format(url=f"{url}/v1").replace("model: rule", "model: answers").replace("count: 50", "count: 4")
+        spec.write_text(text.replace("kind: unit_tests", "kind: answer_check"))
+        done = rlvr("tasks", "generate", code, spec, "--out", out, timeout=600)
+    assert done.code == 0, done.stderr
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["prompt"], r["answer"]) for r in rows] == [
+        ("What is 11 times 3?", "33"),
+        ("What is 12 times 3?", "36"),
+        ("What is 14 times 3?", "42"),  # request 2's program printed nothing: skipped
+    ]
+    assert "request 2: its program printed no answer" in done.stderr
