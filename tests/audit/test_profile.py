@@ -30,16 +30,33 @@ def audit(exp: Path, *policies: str, more: tuple = ()) -> object:
     return rlvr("audit", "rewards", exp / CONTRACT, *args, "--samples", "2", *more, timeout=600, env=env)
 
 
+def another_policy(exp: Path) -> Path:
+    """A second local checkpoint: the tiny model with its weights perturbed."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(exp / "model")
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for weight in model.parameters():
+            weight.add_(torch.randn_like(weight) * 0.05)
+    model.save_pretrained(exp / "other")
+    AutoTokenizer.from_pretrained(exp / "model").save_pretrained(exp / "other")
+    return exp / "other"
+
+
 def test_a_profile_of_local_policies_and_endpoints(exp: Path) -> None:
     holdout = exp / "data" / "holdout.jsonl"
     rows = [json.loads(line) for line in holdout.read_text().splitlines()]
     rows[0]["answer"] = "99"  # a broken reference: no model can be right
     holdout.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    other = another_policy(exp)
     app = make_app()
     with serve(app) as url:
         done = audit(
             exp,
             str(exp / "model"),
+            str(other),  # two local policies, then the endpoints
             f"openai:wrong@{url}/v1",  # listed as stronger than the local model, weaker than the rule
             f"openai:sum@{url}/v1",
             more=("--format", "json", "--profile", str(exp / "profile.jsonl")),
@@ -53,9 +70,13 @@ def test_a_profile_of_local_policies_and_endpoints(exp: Path) -> None:
     assert models[f"openai:wrong@{url}/v1"]["pass@1"] == 0.0
     assert result["profile"]["unsolved"] == [rows[0]["id"]]  # too hard, or a broken verifier: found
     assert result["profile"]["solved_by_all"] == []
-    assert result["profile"]["pairs"][1]["differ"]  # the rule's rewards differ from the wrong one's
+    assert (
+        len(models) == 4 and result["profile"]["pairs"][2]["differ"]
+    )  # the rule's rewards differ from the wrong one's
     profiled = [json.loads(line) for line in (exp / "profile.jsonl").read_text().splitlines()]
-    assert len(profiled) == items and {r["profile"] for r in profiled} == {"unsolved", "medium"}
+    assert len(profiled) == items and all(len(r["pass@1"]) == 4 for r in profiled)
+    labels = {r["id"]: r["profile"] for r in profiled}
+    assert labels.pop(rows[0]["id"]) == "unsolved" and set(labels.values()) <= {"hard", "medium", "easy"}
     assert all(k == f"Bearer {KEY}" for k in app.state.keys)  # the key went to the endpoint
     assert KEY not in done.stdout + done.stderr + (exp / "profile.jsonl").read_text()  # and nowhere else
 
