@@ -64,15 +64,27 @@ def answers(contract: Contract, spec: str, tasks: list[dict[str, Any]], k: int, 
             texts = [str(c.message.content or "") for c in choices]
             tokens = getattr(getattr(reply, "usage", None), "completion_tokens", None) or 0
             out.append((task, texts, tokens // k))
-    except openai.APITimeoutError:
-        raise CannotRun(f"{url} did not answer within {timeout_s:g} s") from None
-    except openai.APIConnectionError as error:
-        raise CannotRun(f"{url} cannot be reached ({error.__cause__ or error})") from None
-    except openai.APIStatusError as error:
-        raise CannotRun(f"{url} answered HTTP {error.status_code}: {str(error.message)[:200]}") from None
-    except (openai.APIError, ValueError, AttributeError) as error:
-        raise CannotRun(f"{url} answered something that is not an OpenAI chat completion ({error})") from None
+    except Exception as error:
+        raise said(url, timeout_s, error) from None
     return out
+
+
+def said(url: str, timeout_s: float, error: Exception) -> Exception:
+    """What an endpoint did, as the error the command stops with (CannotRun: exit 3); an error
+    that is not the endpoint's is returned as it is."""
+    import openai
+
+    if isinstance(error, CannotRun):
+        return error
+    if isinstance(error, openai.APITimeoutError):
+        return CannotRun(f"{url} did not answer within {timeout_s:g} s")
+    if isinstance(error, openai.APIConnectionError):
+        return CannotRun(f"{url} cannot be reached ({error.__cause__ or error})")
+    if isinstance(error, openai.APIStatusError):
+        return CannotRun(f"{url} answered HTTP {error.status_code}: {str(error.message)[:200]}")
+    if isinstance(error, (openai.APIError, ValueError, AttributeError, IndexError, TypeError)):
+        return CannotRun(f"{url} answered something that is not an OpenAI chat completion ({error})")
+    return error
 
 
 def evaluate_endpoint(

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlvr_cli.errors import CannotRun, RlvrError, UsageProblem
+from rlvr_cli.errors import RlvrError, UsageProblem
 from rlvr_cli.files import atomic_write_json
 
 BUILDER = {"unit_tests": "rlvr-unit-tests/1", "answer_check": "rlvr-answer-program/1"}
@@ -92,14 +92,10 @@ def _reply(spec: Spec, messages: list[dict[str, str]], seed: int, cache: Path) -
             seed=seed,  # type: ignore[arg-type]
         )
         text = answer.choices[0].message.content  # type: ignore[union-attr]
-    except openai.APITimeoutError:
-        raise CannotRun(f"{spec.url} did not answer within {spec.timeout_s:g} s") from None
-    except openai.APIConnectionError as error:
-        raise CannotRun(f"{spec.url} cannot be reached ({error.__cause__ or error})") from None
-    except openai.APIStatusError as error:
-        raise CannotRun(f"{spec.url} answered HTTP {error.status_code}: {str(error.message)[:200]}") from None
-    except (openai.APIError, AttributeError, IndexError, TypeError) as error:
-        raise CannotRun(f"{spec.url} answered something that is not a chat completion ({error})") from None
+    except Exception as error:
+        from rlvr_cli.audit.endpoint import said
+
+        raise said(spec.url, spec.timeout_s, error) from None
     cache.mkdir(parents=True, exist_ok=True)
     atomic_write_json(cached, {"request": request, "reply": text or ""}, durable=False)
     return text or "", False
