@@ -12,6 +12,8 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,7 @@ from typing import Any
 from rlvr_cli.errors import RlvrError, UsageProblem
 from rlvr_cli.files import atomic_write_json
 
-BUILDER = {"unit_tests": "rlvr-unit-tests/1", "answer_check": "rlvr-answer-program/1"}
+BUILDER = {"unit_tests": "rlvr-unit-tests/1", "answer_check": "rlvr-answer-program/1", "tool_use": "rlvr-golden-path/1"}
 _FENCED = re.compile(r"```(?:json)?\s*\n(.*?)```", re.DOTALL)
 
 
@@ -49,7 +51,7 @@ class Spec:
         if not isinstance(gen, dict) or not {"url", "model"} <= set(gen):
             raise UsageProblem(f"{path}: needs generator: {{url, model}} (an OpenAI-compatible endpoint)")
         if data.get("kind") not in BUILDER:
-            raise UsageProblem(f"{path}: kind must be unit_tests or answer_check")
+            raise UsageProblem(f"{path}: kind must be unit_tests, answer_check or tool_use")
         if not isinstance(data.get("prompt"), str) or "{examples}" not in data["prompt"]:
             raise UsageProblem(f"{path}: prompt must be text holding {{examples}} (the seed tasks shown)")
         return cls(
@@ -113,9 +115,42 @@ def parse_reply(text: str) -> dict[str, Any]:
     return data
 
 
-def build(kind: str, data: dict[str, Any], limits: Any) -> dict[str, Any]:
-    """The task's reference check from its reference code, run in the verifier's sandbox."""
+def golden_path(client: Any, data: dict[str, Any], best: float, weigh: Any) -> dict[str, Any]:
+    """A tool-use task whose reference solution (its calls and final message) is replayed against
+    the resources server: the calls with their outputs are its golden path, the server's snapshot
+    after them its expected final state; a solution that does not earn the best reward is refused."""
+    fields, solution = data.get("fields") or {}, data.get("solution")
+    calls = solution.get("calls") if isinstance(solution, dict) else None
+    if not isinstance(fields, dict) or not isinstance(calls, list) or not all(isinstance(c, dict) for c in calls):
+        raise ValueError("a tool-use task needs fields (an object) and solution: {calls, final_message}")
+    task = {"id": "generated", "prompt": data["prompt"], **fields}
+    session = client.seed(task)
+    try:
+        path = [{**c, "output": client.call(session, str(c.get("tool")), c.get("arguments") or {})} for c in calls]
+        _, verdict, after = client.verify_observed(session, str(solution.get("final_message", "")))
+    except Exception as error:  # the server's refusal of a call is the reference's failure
+        raise ValueError(f"its reference solution fails on the server ({error})") from None
+    finally:
+        client.close_session(session)
+    try:
+        reward = weigh(verdict) if verdict.valid else None
+    except KeyError as missing:
+        raise ValueError(f"its verdict lacks component {missing}") from None
+    if reward is None or reward < best - 1e-9:
+        raise ValueError(f"its reference solution does not solve it ({verdict.status}: {verdict.detail})")
+    return {"prompt": data["prompt"], **fields, "golden_path": path, "expected_state": after}
+
+
+def build(kind: str, data: dict[str, Any], limits: Any, server: Any = None) -> dict[str, Any]:
+    """The task's reference check from its reference code, run in the verifier's sandbox (or, for
+    tool use, replayed against the resources server)."""
     from rlvr_cli.env.sandbox import run
+
+    if kind == "tool_use":
+        if server is None:
+            raise ValueError("tool-use tasks are replayed against a resources server")
+        client, best, weigh = server
+        return golden_path(client, data, best, weigh)
 
     if kind == "answer_check":
         program = data.get("program")
@@ -158,6 +193,21 @@ def _limits(contract: Any) -> Any:
     return Limits(ut.case_timeout_s, ut.memory_mb, ut.processes, ut.file_mb, ut.output_kb)
 
 
+@contextmanager
+def _server(contract: Any, folder: Path, kind: str) -> Iterator[Any]:
+    """For tool-use tasks, the contract's resources server (client, best reward, weighing)."""
+    if kind != "tool_use":
+        yield None
+        return
+    from rlvr_cli.env.scoring import weighted_reward
+    from rlvr_cli.env.tool_env import ToolEnv
+
+    if contract.environment.kind != "tool_use":
+        raise UsageProblem("kind tool_use needs a tool_use contract (its resources server replays the solutions)")
+    with ToolEnv(contract, folder) as env:
+        yield env.client, contract.objective.reward.best, lambda v: weighted_reward(contract, v)
+
+
 def _examples(contract: Any, folder: Path, count: int) -> str:
     from rlvr_cli.contract.tasks import read_split
 
@@ -175,13 +225,13 @@ def generate(spec: Spec, contract: Any, folder: Path, out: Path, cache: Path) ->
         partial.write_text("", encoding="utf-8")
     examples, limits = _examples(contract, folder, spec.examples), _limits(contract)
     asked, skipped = 0, []
-    with partial.open("a", encoding="utf-8") as fh:
+    with _server(contract, folder, spec.kind) as server, partial.open("a", encoding="utf-8") as fh:
         for i in range(start, spec.count):
             content = spec.prompt.replace("{examples}", examples).replace("{index}", str(i))
             text, cached = _reply(spec, [{"role": "user", "content": content}], spec.seed + i, cache)
             asked += not cached
             try:
-                row = build(spec.kind, parse_reply(text), limits)
+                row = build(spec.kind, parse_reply(text), limits, server)
             except ValueError as error:
                 skipped.append({"request": i, "why": str(error)})
             else:

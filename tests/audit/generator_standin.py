@@ -19,6 +19,20 @@ def answer_task(seed: int) -> str:
     return json.dumps({"prompt": f"What is {seed + 11} times 3?", "program": program})
 
 
+def tool_task(seed: int) -> str:
+    """A file-edit task for the tool-use template and a reference solution (seed 2: a wrong one)."""
+    new = "version = 3" if seed == 2 else "version = 2"
+    solution = {
+        "calls": [
+            {"tool": "replace_in_file", "arguments": {"path": "config/app.toml", "old": "version = 1", "new": new}}
+        ],
+        "final_message": "Set version to 2.",
+    }
+    fields = {"target": "config/app.toml", "key": "version", "value": "2", "domain": "file_edit"}
+    prompt = f"Set `version` to 2 in config/app.toml and touch nothing else (variant {seed})."
+    return json.dumps({"prompt": prompt, "fields": fields, "solution": solution})
+
+
 def task_for(seed: int) -> str:
     if seed % 10 == 9:
         return "Sorry, I cannot help with that."
@@ -64,7 +78,7 @@ def make_app(fail_after: int | None = None) -> FastAPI:
         if fail_after is not None and app.state.requests > fail_after:
             raise HTTPException(500, "the generator is down")
         body = await request.json()
-        write = answer_task if body.get("model") == "answers" else task_for
+        write = {"answers": answer_task, "tools": tool_task}.get(body.get("model"), task_for)
         return {
             "id": f"gen-{app.state.requests}",
             "object": "chat.completion",

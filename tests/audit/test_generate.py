@@ -87,3 +87,20 @@ def test_answer_tasks_get_the_answer_their_program_prints(tmp_path: Path) -> Non
         ("What is 14 times 3?", "42"),  # request 2's program printed nothing: skipped
     ]
     assert "request 2: its program printed no answer" in done.stderr
+
+
+def test_tool_use_tasks_get_the_golden_path_their_solution_takes_on_the_server(tmp_path: Path) -> None:
+    agent = tmp_path / "agent"
+    assert rlvr("init", agent, "--template", "tool-use", "--no-model").code == 0
+    spec, out = tmp_path / "spec.yaml", tmp_path / "tools.jsonl"
+    with serve(make_app()) as url:
+        text = SPEC.format(url=f"{url}/v1").replace("model: rule", "model: tools").replace("count: 50", "count: 3")
+        spec.write_text(text.replace("kind: unit_tests", "kind: tool_use"))
+        done = rlvr("tasks", "generate", agent, spec, "--out", out, timeout=600)
+    assert done.code == 0, done.stderr
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["id"] for r in rows] == ["gen-00000", "gen-00001"]  # request 2's solution does not solve it
+    assert "request 2: its reference solution does not solve it" in done.stderr
+    step = rows[0]["golden_path"][0]
+    assert step["tool"] == "replace_in_file" and step["output"]  # replayed: the server's own output
+    assert rows[0]["target"] == "config/app.toml" and rows[0]["expected_state"]
