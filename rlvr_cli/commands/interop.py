@@ -69,6 +69,8 @@ def run_import(peer: str, config: Path, extra: list[str], into: Path, out: Path 
     target = out or into.parent / f"{config.name.split('.')[0]}.rlvr.yaml"
     if target.resolve().parent != into.resolve().parent:
         raise UsageProblem(f"--out must be beside {into} (the contract's paths are relative to its folder)")
+    if target.exists():
+        raise UsageProblem(f"{target} exists: choose another --out (an import never overwrites a file)")
     header = [
         f"Imported by `rlvr import {peer}` from {config.name} ({PEERS[peer]}) into {into.name}'s experiment:",
         "every choice of the objective is written out; the comment on each key names the option it came from",

@@ -121,6 +121,14 @@ def test_what_the_contract_cannot_state_is_refused_and_nothing_written(exp: Path
     assert "Traceback" not in done.stderr
 
 
+def test_an_import_never_overwrites_a_file(exp: Path) -> None:
+    """A config named like the experiment's own contract would replace it: refused, nothing lost."""
+    before = (exp / "experiment.rlvr.yaml").read_text()
+    done = rlvr("import", "trl", write(exp / "experiment.yaml", {}), "--into", exp / "experiment.rlvr.yaml")
+    assert done.code == 2 and "exists" in done.stderr
+    assert (exp / "experiment.rlvr.yaml").read_text() == before
+
+
 def test_a_config_that_is_not_a_mapping_is_a_clear_error(exp: Path) -> None:
     (exp / "list.yaml").write_text("- 1\n- 2\n")
     done = rlvr("import", "trl", exp / "list.yaml", "--into", exp)
