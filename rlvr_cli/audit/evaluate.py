@@ -45,17 +45,27 @@ def load_policy(contract: Contract, folder: Path, path: Path) -> Any:
 
 
 def evaluate(
-    contract: Contract, folder: Path, policy: Path, split: str, *, samples: int = 1, greedy: bool = True, seed: int = 0
+    contract: Contract,
+    folder: Path,
+    policy: Path,
+    split: str,
+    *,
+    samples: int = 1,
+    greedy: bool = True,
+    seed: int = 0,
+    tasks: list[dict[str, Any]] | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """{item id: {"task", "rewards", "components", "statuses", "lengths"}} for every task of `split`,
-    one entry per sample in each list (an invalid verdict's reward and components are None)."""
+    """{item id: {"task", "rewards", "components", "statuses", "lengths"}} for every task of `split`
+    (or of `tasks`, when given), one entry per sample in each list (an invalid verdict's reward
+    and components are None)."""
     from transformers.utils import logging
 
     from rlvr_cli.contract.tasks import read_split
 
     logging.set_verbosity_error()
     logging.disable_progress_bar()
-    tasks = read_split(folder / getattr(contract.data.splits, split).path, split)
+    if tasks is None:
+        tasks = read_split(folder / getattr(contract.data.splits, split).path, split)
     return _by_item(sample_policy(contract, folder, policy, tasks, samples=samples, greedy=greedy, seed=seed))
 
 

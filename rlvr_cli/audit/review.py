@@ -7,7 +7,9 @@ trained on, each a finding at its row, all judged by the contract's own verifier
 - the tests do not discriminate: every mutant of the reference (a comparison flipped, a constant
   off by one, an arithmetic or boolean operator swapped) still passes;
 - the statement leaks the answer (the reference answer, or an expected value, in the prompt);
-- the task copies or nearly copies a task of the contract's splits."""
+- the task copies or nearly copies a task of the contract's splits.
+Tool-use tasks are judged by replaying their golden path against the resources server
+(`audit/review_tools.py`)."""
 
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ CODES = {
     "duplicate": "error",
     "near_duplicate": "warning",
     "no_reference": "warning",
+    "not_reproducible": "warning",
 }
 SWAPS: dict[type, type] = {
     ast.Lt: ast.GtE,
@@ -153,10 +156,15 @@ def review(contract: Any, folder: Path, rows: list[tuple[int, dict[str, Any]]]) 
     from rlvr_cli.env.verifier_pool import VerifierPool
 
     env = contract.environment
-    checks = _candidates(contract, rows)
-    with VerifierPool.for_contract(contract, folder) as pool:
-        verdicts = pool.verify_many([(task, response) for _, task, _, response in checks]) if checks else []
-    findings = _judge(contract, checks, [v for v, _ in verdicts], rows)
+    if env.kind == "tool_use":  # golden paths replayed against the resources server
+        from rlvr_cli.audit.review_tools import review_tool_rows
+
+        findings = [Finding(*found) for found in review_tool_rows(contract, folder, rows)]
+    else:
+        checks = _candidates(contract, rows)
+        with VerifierPool.for_contract(contract, folder) as pool:
+            verdicts = pool.verify_many([(task, response) for _, task, _, response in checks]) if checks else []
+        findings = _judge(contract, checks, [v for v, _ in verdicts], rows)
     findings += _duplicates(contract, folder, rows)
     answer = env.answer_check.answer_field if env.answer_check else ("answer" if env.unit_tests is None else None)
     tests = env.unit_tests.tests_field if env.unit_tests else None

@@ -138,7 +138,14 @@ def golden_path(client: Any, data: dict[str, Any], best: float, weigh: Any) -> d
         raise ValueError(f"its verdict lacks component {missing}") from None
     if reward is None or reward < best - 1e-9:
         raise ValueError(f"its reference solution does not solve it ({verdict.status}: {verdict.detail})")
-    return {"prompt": data["prompt"], **fields, "golden_path": path, "expected_state": after}
+    final = str(solution.get("final_message", ""))
+    return {
+        "prompt": data["prompt"],
+        **fields,
+        "golden_path": path,
+        "golden_final_message": final,
+        "expected_state": after,
+    }
 
 
 def build(kind: str, data: dict[str, Any], limits: Any, server: Any = None) -> dict[str, Any]:

@@ -129,6 +129,7 @@ def run_audit_rewards(
     fmt: str,
     profile_out: Path | None = None,
     timeout_s: float = 120.0,
+    tasks_path: Path | None = None,
 ) -> int:
     """Two or more policies (local folders or `openai:MODEL@URL`, weakest first) on the same
     tasks: the paired comparison of the first two, and the reward profile of all."""
@@ -146,16 +147,21 @@ def run_audit_rewards(
         raise UsageProblem(f"--split {split!r}: train or holdout (sealed_eval is read by the final evaluation only)")
     contract = load_valid_contract(contract_path)
     folder = contract_path.resolve().parent
+    if tasks_path is not None:  # tasks not split yet (generated, reviewed): profiled before `data split`
+        tasks, split = read_split(tasks_path, str(tasks_path)), tasks_path.name
+    else:
+        tasks = read_split(folder / getattr(contract.data.splits, split).path, split)
     evaluations = []
     with user_code_to_stderr():
         for spec in policies:
             if endpoint.is_endpoint(spec):
-                tasks = read_split(folder / getattr(contract.data.splits, split).path, split)
                 evaluations.append(endpoint.evaluate_endpoint(contract, folder, spec, tasks, samples, timeout_s, 1))
             elif not Path(spec).exists():
                 raise UsageProblem(f"--policy {spec}: no such folder (or give openai:MODEL@URL)")
             else:
-                evaluations.append(evaluate(contract, folder, Path(spec), split, samples=samples, greedy=False, seed=1))
+                evaluations.append(
+                    evaluate(contract, folder, Path(spec), split, samples=samples, greedy=False, seed=1, tasks=tasks)
+                )
     result = compare_evaluations(contract, (policies[0], evaluations[0]), (policies[1], evaluations[1]), samples, split)
     result["profile"] = profile(policies, evaluations, contract.objective.reward.best, split, samples)
     if profile_out is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from rlvr_cli.commands.common import importable, load_valid_contract, require_extra
 from rlvr_cli.commands.formats import emit, reporter
@@ -34,14 +35,20 @@ def _github(report: DataReport) -> str:
     return report.github()
 
 
-def data_report(contract: Contract, contract_path: Path, *, waive: bool = True) -> DataReport:
+def data_report(contract: Contract, contract_path: Path, *, waive: bool = True, profile: Any = None) -> DataReport:
     from rlvr_cli.data.check import check
 
     waivers = active(contract) if waive else []
-    return check(contract, contract_path.resolve().parent, contract_path.name, waivers)
+    return check(contract, contract_path.resolve().parent, contract_path.name, waivers, profile)
 
 
-def run_data_check(contract_path: Path, fmt: str, out: Path | None, max_per_code: int = LISTED_PER_CODE) -> int:
+def run_data_check(
+    contract_path: Path,
+    fmt: str,
+    out: Path | None,
+    max_per_code: int = LISTED_PER_CODE,
+    profile_path: Path | None = None,
+) -> int:
     """Exit 0 clean (warnings and waived findings allowed), 1 an error finding."""
     from rlvr_cli.commands.formats import check as check_format
 
@@ -50,7 +57,12 @@ def run_data_check(contract_path: Path, fmt: str, out: Path | None, max_per_code
         raise UsageProblem("--max-per-code must be 0 (every finding) or more")
     require_extra("data", *DATA_MODULES)
     contract = load_valid_contract(contract_path)
-    report = data_report(contract, contract_path)
+    profile = None
+    if profile_path is not None:
+        from rlvr_cli.data.difficulty import Profile
+
+        profile = Profile.read(profile_path)
+    report = data_report(contract, contract_path, profile=profile)
     report.listed_per_code = max_per_code
     if out is not None:
         atomic_write_text(out, report.dumps())
@@ -90,19 +102,34 @@ def deep_findings(contract: Contract, folder: Path, contract_path: Path) -> list
 
 
 def run_data_split(
-    contract_path: Path, source: Path | None, by: str | None, fractions: str, seed: int | None, *, force: bool
+    contract_path: Path,
+    source: Path | None,
+    by: str | None,
+    fractions: str,
+    seed: int | None,
+    *,
+    force: bool,
+    profile_path: Path | None = None,
+    drop: str | None = None,
 ) -> int:
+    from rlvr_cli.data.difficulty import Profile, parse_drop
     from rlvr_cli.data.split import write_split
 
     require_extra("data", *DATA_MODULES)
     contract = load_valid_contract(contract_path)
     shares = _fractions(fractions)
+    dropping = parse_drop(drop)
+    if dropping and profile_path is None:
+        raise UsageProblem("--drop needs --profile FILE (the labels come from the difficulty profile)")
+    profile = Profile.read(profile_path) if profile_path is not None else None
     folder = contract_path.resolve().parent
     source_path = source if source is not None else folder / contract.data.sources[0].path
     if not source_path.is_file():
         raise UsageProblem(f"{source_path}: no such source file")
     chosen = contract.hyperparameters.seed if seed is None else seed
-    target, manifest = write_split(contract, contract_path, source_path, by, shares, chosen, force=force)
+    target, manifest = write_split(
+        contract, contract_path, source_path, by, shares, chosen, force=force, profile=profile, drop=dropping
+    )
     for name, info in manifest["splits"].items():
         asked = manifest["fractions"][name]
         print(f"{name}: {info['rows']} tasks ({manifest['shares'][name]:.0%}, asked {asked:.0%}) → {info['path']}")
@@ -112,6 +139,8 @@ def run_data_split(
         f"{manifest['groups']} group(s), the largest of {manifest['largest_group']} task(s) "
         "(a group stays in one split)"
     )
+    if profile is not None:
+        _print_strata(manifest["profile"])
     print(f"manifest: {target}")
     if not contract.data.split_manifest:
         rel = target.relative_to(folder).as_posix()
@@ -126,6 +155,19 @@ def run_data_split(
             f"next: {pinned.name} pins the splits this replaced; run `rlvr lock {contract_path}` again", file=sys.stderr
         )
     return 0
+
+
+def _print_strata(summary: dict[str, Any]) -> None:
+    dropped = summary["dropped"]
+    if dropped:
+        by_label = Counter(d["profile"] for d in dropped)
+        print(f"{len(dropped)} task(s) left out by --drop: " + ", ".join(f"{k} {n}" for k, n in by_label.items()))
+    print("stratified by difficulty:")
+    for split, mix in summary["mix"].items():
+        print(f"  {split}: " + (", ".join(f"{label} {n}" for label, n in mix.items()) or "no task"))
+    unprofiled = sum(mix.get("unprofiled", 0) for mix in summary["mix"].values())
+    if unprofiled:
+        print(f"{unprofiled} task(s) are not in the profile: a stratum of their own", file=sys.stderr)
 
 
 def _fractions(text: str) -> list[float]:

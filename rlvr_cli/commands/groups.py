@@ -59,6 +59,9 @@ def data_check(
     max_per_code: Annotated[
         int, typer.Option("--max-per-code", help="Findings of one code the text and github forms list (0: all).")
     ] = 200,
+    profile: Annotated[
+        Path | None, typer.Option(help="A difficulty profile (audit rewards --profile): signal and mix per split.")
+    ] = None,
 ) -> int:
     """Check the data splits against the contract's claims.
 
@@ -68,7 +71,7 @@ def data_check(
     --out) lists every finding; text and github list --max-per-code of each code."""
     from rlvr_cli.commands.data import run_data_check
 
-    return run_data_check(contract, format, out, max_per_code)
+    return run_data_check(contract, format, out, max_per_code, profile)
 
 
 @data_app.command("split")
@@ -84,6 +87,12 @@ def data_split(
     fractions: Annotated[str, typer.Option(help="Shares of train, holdout and sealed_eval.")] = "0.8,0.1,0.1",
     seed: Annotated[int | None, typer.Option(help="Seed of the placement (default: hyperparameters.seed).")] = None,
     force: Annotated[bool, typer.Option(help="Replace split files that already exist.")] = False,
+    profile: Annotated[
+        Path | None, typer.Option(help="A difficulty profile (audit rewards --profile): each label split apart.")
+    ] = None,
+    drop: Annotated[
+        str | None, typer.Option(help="Profile labels to leave out, e.g. unsolved,solved_by_all (needs --profile).")
+    ] = None,
 ) -> int:
     """Deduplicate, then split by a key, seeded and reproducible.
 
@@ -91,7 +100,7 @@ def data_split(
     contract names and a manifest (data.split_manifest) that `rlvr lock` pins."""
     from rlvr_cli.commands.data import run_data_split
 
-    return run_data_split(contract, source, by, fractions, seed, force=force)
+    return run_data_split(contract, source, by, fractions, seed, force=force, profile_path=profile, drop=drop)
 
 
 audit_app = typer.Typer(help="Prove the verifier and the environment before training.", no_args_is_help=True)
@@ -167,10 +176,13 @@ def audit_rewards(
         Path | None, typer.Option("--profile", help="Write each task's difficulty profile here (JSONL).")
     ] = None,
     timeout: Annotated[float, typer.Option("--timeout", min=1, help="Seconds an endpoint may take per task.")] = 120,
+    tasks: Annotated[
+        Path | None, typer.Option("--tasks", help="Profile this JSONL of tasks instead of a split (before data split).")
+    ] = None,
 ) -> int:
     """Profile policies' rewards on the same tasks, paired.
 
     pass@1 and pass@k per model and segment; unsolved, too easy and suspicious tasks."""
     from rlvr_cli.commands.audit import run_audit_rewards
 
-    return run_audit_rewards(contract, policy, samples, split, format, profile, timeout)
+    return run_audit_rewards(contract, policy, samples, split, format, profile, timeout, tasks)

@@ -17,6 +17,8 @@ if TYPE_CHECKING:
 #: codes only the data check reports (`rlvr data check`, `rlvr validate --deep`, training's own
 #: check): without it, a waiver of one of them cannot be judged stale
 DATA_CHECK = frozenset(f"RLV{n}" for n in (405, 407, 408, 409, 410, 411, 412, 413, 414, 415))
+#: codes only `rlvr data check --profile FILE` reports: a waiver of one is never judged stale by validate
+PROFILE_CHECK = frozenset(f"RLV{n}" for n in (416, 417))
 
 
 def apply_waivers(result: CheckResult, *, today: str | None = None, data_checked: bool = True) -> None:
@@ -28,7 +30,8 @@ def apply_waivers(result: CheckResult, *, today: str | None = None, data_checked
     day = dt.date.fromisoformat(today) if today else dt.date.today()
     for i, waiver in enumerate(contract.waivers):
         finding = _apply_one(result, i, waiver, day)
-        if finding is not None and finding.code == "RLV005" and waiver.rule in DATA_CHECK and not data_checked:
+        stale = finding is not None and finding.code == "RLV005"
+        if stale and (waiver.rule in PROFILE_CHECK or (waiver.rule in DATA_CHECK and not data_checked)):
             continue
         if finding is not None:
             result.add(finding)

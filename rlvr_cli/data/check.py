@@ -22,6 +22,7 @@ from typing import Any
 from rlvr_cli.contract.models import Contract
 from rlvr_cli.contract.tasks import MAX_ROW_BYTES, parse_task, split_file_problem, task_lines
 from rlvr_cli.contract.waivers import Scope
+from rlvr_cli.data.difficulty import Profile
 from rlvr_cli.data.findings import SPLITS, DataFinding, DataReport, Place
 from rlvr_cli.data.groups import Groups
 from rlvr_cli.data.holdout import HoldoutTally
@@ -59,8 +60,12 @@ def settings_of(c: Contract) -> dict[str, Any]:
     }
 
 
-def check(c: Contract, folder: Path, contract_path: str, waivers: list[Scope] | None = None) -> DataReport:
-    """Check every split the contract names; a missing file is a finding, not an exception."""
+def check(
+    c: Contract, folder: Path, contract_path: str, waivers: list[Scope] | None = None, profile: Profile | None = None
+) -> DataReport:
+    """Check every split the contract names; a missing file is a finding, not an exception.
+    With a difficulty `profile`, also how much of train carries no signal and whether an
+    evaluation split is harder or easier than train (RLV416, RLV417)."""
     files = {}
     for name in SPLITS:
         path = folder / getattr(c.data.splits, name).path
@@ -71,7 +76,7 @@ def check(c: Contract, folder: Path, contract_path: str, waivers: list[Scope] | 
         }
     report = DataReport(contract_path, files, settings_of(c), waivers=list(waivers or []))
     with Scanner(c.data.pii_patterns) as scanner:
-        _Check(c, folder, report, scanner).run()
+        _Check(c, folder, report, scanner, profile).run()
     return report
 
 
@@ -89,8 +94,10 @@ def _pair(a: int, b: int) -> tuple[Place, Place]:
 
 
 class _Check:
-    def __init__(self, c: Contract, folder: Path, report: DataReport, scanner: Scanner) -> None:
-        self.c, self.folder, self.report, self.scanner = c, folder, report, scanner
+    def __init__(
+        self, c: Contract, folder: Path, report: DataReport, scanner: Scanner, profile: Profile | None = None
+    ) -> None:
+        self.c, self.folder, self.report, self.scanner, self.profile = c, folder, report, scanner, profile
         s = report.settings
         self.normalize = normalizer(s["normalize"])
         self.hint_field = s["hint_field"]
@@ -114,8 +121,20 @@ class _Check:
             self.clusters.report_clusters()
         for code, where, message in self.holdout.problems():
             self.report.add(DataFinding(code, "error", message, split=where))
+        if self.profile is not None:
+            self._difficulty(self.profile)
         self._task_ids()
         self.report.settle()
+
+    def _difficulty(self, profile: Profile) -> None:
+        from rlvr_cli.data.difficulty import findings
+
+        ids_by_split: dict[str, list[str]] = {name: [] for name in SPLITS}
+        for task, loc in self.ids.items():
+            ids_by_split[SPLITS[loc >> 40]].append(task)
+        self.report.profile = profile.summary(ids_by_split)
+        for code, split, message, tasks in findings(profile, ids_by_split):
+            self.report.add(DataFinding(code, "warning", message, split=split, tasks=tasks))
 
     def _task_ids(self) -> None:
         """Each finding's task ids, from the ids kept of every row (one pass over them)."""
@@ -123,6 +142,8 @@ class _Check:
         wanted = {_loc(p.split, p.line) for _, found in places for p in found}
         by_loc = {loc: task for task, loc in self.ids.items() if loc in wanted}
         for f, found in places:
+            if not found:  # a place-less finding keeps the ids it was given
+                continue
             f.tasks = tuple(by_loc[loc] for loc in (_loc(p.split, p.line) for p in found) if loc in by_loc)
 
     def _split(self, name: str) -> None:

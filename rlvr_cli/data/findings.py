@@ -46,6 +46,7 @@ class DataReport:
     counts: Counter[str] = field(default_factory=Counter)
     severities: Counter[str] = field(default_factory=Counter)
     listed_per_code: int = LISTED_PER_CODE  # the text and github forms; 0: every one
+    profile: dict[str, Any] | None = None  # with --profile: the file and each split's difficulty mix
 
     def add(self, finding: DataFinding) -> None:
         """Keep and count a finding (the waivers are applied by `settle`, once its tasks are known)."""
@@ -103,6 +104,7 @@ class DataReport:
             "waived": self.severities["waived"],
             "counts": dict(sorted(self.counts.items())),
             "findings": [self._finding_json(f) for f in self.findings],
+            **({"profile": self.profile} if self.profile is not None else {}),
         }
 
     def _finding_json(self, f: DataFinding) -> dict[str, Any]:
@@ -129,6 +131,14 @@ class DataReport:
             tail = f" (waived: {f.waiver})" if f.waiver else ""
             lines.append(f"{where}: {f.severity}[{f.code}] {f.message}{tail}")
         lines += [self._left_out(code, n) for code, n in sorted(left_out.items())]
+        if self.profile is not None:
+            lines.append(f"difficulty profile {self.profile['path']}:")
+            for split, mix in self.profile["mix"].items():
+                shown_mix = ", ".join(f"{label} {n}" for label, n in mix.items()) or "no task"
+                lines.append(f"  {split}: {shown_mix}")
+            stale = self.profile["profiled_tasks_in_no_split"]
+            if stale:
+                lines.append(f"  {stale} profiled task(s) are in no split (a profile of other data?)")
         return "\n".join(lines)
 
     def _left_out(self, code: str, n: int) -> str:

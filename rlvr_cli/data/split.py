@@ -22,12 +22,14 @@ from typing import Any
 from rlvr_cli.contract.models import Contract
 from rlvr_cli.contract.tasks import read_split
 from rlvr_cli.data.check import settings_of
+from rlvr_cli.data.difficulty import Profile
 from rlvr_cli.data.findings import SPLITS
 from rlvr_cli.data.groups import Groups
 from rlvr_cli.data.normal import normalizer, prompt_text
 from rlvr_cli.errors import RlvrError
 from rlvr_cli.files import atomic_write_text, sha256_file
 
+_ALL = "\0all"  # the stratum of every row (a stratified split breaks its ties by the overall shares)
 HOLDOUT_FIELDS = {"composition": "compositions", "entity_group": "entity_groups", "length_bucket": "length_buckets"}
 
 
@@ -48,19 +50,19 @@ def _rank(seed: int, key: str) -> int:
 
 
 def plan_split(
-    c: Contract, rows: list[dict[str, Any]], by: str | None, fractions: Sequence[float], seed: int
+    c: Contract,
+    rows: list[dict[str, Any]],
+    by: str | None,
+    fractions: Sequence[float],
+    seed: int,
+    profile: Profile | None = None,
+    drop: Sequence[str] = (),
 ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, Any]]:
-    """The three splits and what the manifest says about how they were made."""
+    """The three splits and what the manifest says about how they were made; with a difficulty
+    `profile`, each label's groups are spread over the splits in the fractions (stratified), and
+    the tasks whose label is in `drop` are left out first."""
     settings = settings_of(c)
-    normalize = normalizer(settings["normalize"])
-    kept, dropped, first = [], [], {}
-    for line, row in enumerate(rows, 1):
-        text = normalize(prompt_text(row["prompt"]))
-        if text in first:
-            dropped.append({"id": row["id"], "line": line, "duplicate_of": first[text]})
-            continue
-        first[text] = row["id"]
-        kept.append((line, row, text))
+    kept, dropped, left_out = _dedup(rows, normalizer(settings["normalize"]), profile, drop)
     groups = Groups()
     keys = []
     for line, row, _ in kept:
@@ -71,7 +73,12 @@ def plan_split(
     merged = _join_near(settings["near_duplicates"], [text for _, _, text in kept], keys, groups)
     clustered = _join_near(settings["semantic_clusters"], [text for _, _, text in kept], keys, groups, True)
     forced = {groups.find(key) for key in _forced(c, by) if key in groups.parent}
-    assignment = _assign({groups.find(k) for k in keys}, [groups.find(k) for k in keys], forced, fractions, seed)
+    strata = None
+    if profile is not None:
+        strata = _strata([groups.find(k) for k in keys], [profile.label(row["id"]) for _, row, _ in kept])
+    assignment = _assign(
+        {groups.find(k) for k in keys}, [groups.find(k) for k in keys], forced, fractions, seed, strata
+    )
     splits: dict[str, list[dict[str, Any]]] = {name: [] for name in SPLITS}
     hint = settings["hint_field"]
     for (_, row, _), key in zip(kept, keys, strict=True):
@@ -94,7 +101,39 @@ def plan_split(
         "held_out_groups": sorted(_forced(c, by)),
         "hint_field_removed_from_sealed_eval": hint,
     }
+    if profile is not None:
+        ids = {name: [str(row["id"]) for row in found] for name, found in splits.items()}
+        manifest["profile"] = {**profile.summary(ids), "stratified": True, "drop": list(drop), "dropped": left_out}
     return splits, manifest
+
+
+def _dedup(
+    rows: list[dict[str, Any]], normalize: Any, profile: Profile | None, drop: Sequence[str]
+) -> tuple[list[tuple[int, dict[str, Any], str]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """(kept (line, row, normalised prompt), exact duplicates dropped, rows left out by `drop`)."""
+    kept, dropped, first, left_out = [], [], {}, []
+    for line, row in enumerate(rows, 1):
+        if profile is not None and profile.label(row["id"]) in drop:
+            left_out.append({"id": row["id"], "line": line, "profile": profile.label(row["id"])})
+            continue
+        text = normalize(prompt_text(row["prompt"]))
+        if text in first:
+            dropped.append({"id": row["id"], "line": line, "duplicate_of": first[text]})
+            continue
+        first[text] = row["id"]
+        kept.append((line, row, text))
+    return kept, dropped, left_out
+
+
+def _strata(roots: list[str], labels: list[str]) -> dict[str, str]:
+    """Each group's stratum: the label most of its tasks carry (the harder label on a tie)."""
+    from rlvr_cli.data.difficulty import LABELS, UNPROFILED
+
+    order = (*LABELS, UNPROFILED)
+    counts: dict[str, Counter[str]] = {}
+    for root, label in zip(roots, labels, strict=True):
+        counts.setdefault(root, Counter())[label] += 1
+    return {root: min(found, key=lambda label: (-found[label], order.index(label))) for root, found in counts.items()}
 
 
 def _join_near(
@@ -142,25 +181,38 @@ def _forced(c: Contract, by: str | None) -> set[str]:
 
 
 def _assign(
-    roots: set[str], keys: list[str], forced: set[str], fractions: Sequence[float], seed: int
+    roots: set[str],
+    keys: list[str],
+    forced: set[str],
+    fractions: Sequence[float],
+    seed: int,
+    strata: dict[str, str] | None = None,
 ) -> dict[str, str]:
     """Group → split: held-out groups to holdout; the rest, in seeded order, each to the split
-    furthest below its share of the rows."""
+    furthest below its share of the rows (of its stratum's rows, when stratified; overall on a tie)."""
     sizes: dict[str, int] = {}
     for key in keys:
         sizes[key] = sizes.get(key, 0) + 1
-    total = len(keys)
+    stratum = strata or dict.fromkeys(roots, "")
+    totals = Counter[str]()
+    for root in roots:
+        totals[stratum[root]] += sizes[root]
+    totals[_ALL] = len(keys)
+    filled = {s: dict.fromkeys(SPLITS, 0) for s in totals}
+    targets = {s: dict(zip(SPLITS, (n * f for f in fractions), strict=True)) for s, n in totals.items()}
     assignment = {}
-    filled = dict.fromkeys(SPLITS, 0)
-    for root in roots & forced:
-        assignment[root] = "holdout"
-        filled["holdout"] += sizes[root]
-    targets = dict(zip(SPLITS, (total * f for f in fractions), strict=True))
+
+    def place(root: str, name: str) -> None:
+        assignment[root] = name
+        for s in (stratum[root], _ALL):
+            filled[s][name] += sizes[root]
+
+    for root in sorted(roots & forced):
+        place(root, "holdout")
     order = sorted((r for r in roots if r not in assignment), key=lambda r: (_rank(seed, r), r))
     for root in order:  # each group to the split furthest below its share
-        name = max(SPLITS, key=lambda n: targets[n] - filled[n])
-        assignment[root] = name
-        filled[name] += sizes[root]
+        s = stratum[root]
+        place(root, max(SPLITS, key=lambda n: (targets[s][n] - filled[s][n], targets[_ALL][n] - filled[_ALL][n])))
     return assignment
 
 
@@ -173,6 +225,8 @@ def write_split(
     seed: int,
     *,
     force: bool,
+    profile: Profile | None = None,
+    drop: Sequence[str] = (),
 ) -> tuple[Path, dict[str, Any]]:
     """Write the three split files the contract names and the manifest; returns the manifest."""
     folder = contract_path.resolve().parent
@@ -192,7 +246,7 @@ def write_split(
     if existing and not force:
         raise RlvrError(f"{', '.join(existing)} already exist; --force replaces them")
     rows = read_split(source, "source")
-    splits, manifest = plan_split(c, rows, by, fractions, seed)
+    splits, manifest = plan_split(c, rows, by, fractions, seed, profile, drop)
     empty = [name for name, found in splits.items() if not found]
     if empty:
         why = (

@@ -53,8 +53,9 @@ def test_help_lists_commands_in_the_order_of_an_experiment_and_version_is_printe
 
 
 def test_the_codes_only_the_data_check_reports_are_known_to_the_waivers() -> None:
-    """A waiver of a data-check code is judged stale only when the data was checked."""
-    from rlvr_cli.contract.waivers import DATA_CHECK
+    """A waiver of a data-check code is judged stale only when the data was checked (one of a
+    code only the profile check reports, never by validate)."""
+    from rlvr_cli.contract.waivers import DATA_CHECK, PROFILE_CHECK
 
     def emitted(folder: str) -> set[str]:
         return {
@@ -65,4 +66,4 @@ def test_the_codes_only_the_data_check_reports_are_known_to_the_waivers() -> Non
         }
 
     others = set().union(*(emitted(f) for f in ("contract", "commands", "train", "env", "audit", "rollout")))
-    assert emitted("data") - others - {"RLV901"} == DATA_CHECK
+    assert emitted("data") - others - {"RLV901"} == DATA_CHECK | PROFILE_CHECK
