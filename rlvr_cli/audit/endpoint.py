@@ -1,8 +1,8 @@
 """A policy behind an OpenAI-compatible endpoint, for reward profiling: `openai:MODEL@URL` (the
 `openai` client; the key from OPENAI_API_KEY, never written anywhere). Each task's chat is sent
 once asking for `n` choices at the contract's sampling; the answers are judged by the contract's
-verifier as a local policy's are. Single-turn contracts only: a tool-use episode needs the
-resources server between the model's turns."""
+verifier as a local policy's are. On a tool-use contract each sample is an episode against the
+resources server with the endpoint's own function calling (`audit/endpoint_tools.py`)."""
 
 from __future__ import annotations
 
@@ -93,6 +93,11 @@ def evaluate_endpoint(
     """The endpoint's answers judged by the contract's verifier, in `evaluate`'s item form."""
     from rlvr_cli.env.scoring import weighted_reward
     from rlvr_cli.env.verifier_pool import VerifierPool
+
+    if contract.environment.kind == "tool_use":
+        from rlvr_cli.audit.endpoint_tools import evaluate_tool_endpoint
+
+        return evaluate_tool_endpoint(contract, folder, spec, tasks, k, timeout_s, seed)
 
     got = answers(contract, spec, tasks, k, timeout_s, seed)
     out: dict[str, dict[str, Any]] = {}

@@ -113,3 +113,20 @@ def test_an_endpoint_that_is_down_or_misnamed(exp: Path) -> None:
     down = audit(exp, "openai:sum@http://127.0.0.1:9/v1", "openai:sum@http://127.0.0.1:9/v1", more=("--timeout", "2"))
     assert down.code == 3 and "cannot be reached" in down.stderr
     assert audit(exp, "openai:sum", "openai:sum").code == 2
+
+
+def test_endpoints_are_profiled_on_a_tool_use_contract(tmp_path: Path) -> None:
+    """Each sample is an episode against the resources server with the endpoint's function
+    calling: the model that edits the file earns the reward, the one that only says so does not."""
+    agent = tmp_path / "agent"
+    assert rlvr("init", agent, "--template", "tool-use", "--no-model").code == 0
+    app = make_app()
+    with serve(app) as url:
+        done = audit(agent, f"openai:talker@{url}/v1", f"openai:editor@{url}/v1", more=("--format", "json"))
+    assert done.code == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    models = result["profile"]["models"]
+    assert models[f"openai:talker@{url}/v1"]["pass@1"] == 0.0 and models[f"openai:editor@{url}/v1"]["pass@1"] == 1.0
+    assert result["profile"]["pairs"][0]["differ"]
+    offered = ["delete_file", "list_files", "read_file", "replace_in_file", "write_file"]
+    assert sorted(app.state.tools[0]) == offered  # the schemas training shows, the forbidden trap included
