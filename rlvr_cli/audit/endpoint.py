@@ -94,11 +94,6 @@ def evaluate_endpoint(
     from rlvr_cli.env.scoring import weighted_reward
     from rlvr_cli.env.verifier_pool import VerifierPool
 
-    if contract.environment.kind == "tool_use":
-        from rlvr_cli.audit.endpoint_tools import evaluate_tool_endpoint
-
-        return evaluate_tool_endpoint(contract, folder, spec, tasks, k, timeout_s, seed)
-
     got = answers(contract, spec, tasks, k, timeout_s, seed)
     out: dict[str, dict[str, Any]] = {}
     with VerifierPool.for_contract(contract, folder) as pool:

@@ -155,7 +155,7 @@ def run_audit_rewards(
     with user_code_to_stderr():
         for spec in policies:
             if endpoint.is_endpoint(spec):
-                evaluations.append(endpoint.evaluate_endpoint(contract, folder, spec, tasks, samples, timeout_s, 1))
+                evaluations.append(_endpoint(contract, folder, spec, tasks, samples, timeout_s))
             elif not Path(spec).exists():
                 raise UsageProblem(f"--policy {spec}: no such folder (or give openai:MODEL@URL)")
             else:
@@ -171,6 +171,18 @@ def run_audit_rewards(
         atomic_write_text(profile_out, "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows))
     emit("audit rewards", fmt, result)
     return 0
+
+
+def _endpoint(
+    contract: Any, folder: Path, spec: str, tasks: list[dict[str, Any]], samples: int, timeout_s: float
+) -> dict[str, Any]:
+    """An endpoint's samples judged: answers by the verifier, or (tool use) episodes by the server."""
+    from rlvr_cli.audit.endpoint import evaluate_endpoint
+    from rlvr_cli.audit.endpoint_tools import evaluate_tool_endpoint
+
+    tool_use = contract.environment.kind == "tool_use"
+    judge = evaluate_tool_endpoint if tool_use else evaluate_endpoint
+    return judge(contract, folder, spec, tasks, samples, timeout_s, 1)
 
 
 @reporter("audit rewards", "text")
