@@ -6,6 +6,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 VERL_VENV := .venv-verl
 VERL := $(VERL_VENV)/.installed-stamp
+NEMO_VENV := .venv-nemo
+NEMO := $(NEMO_VENV)/.installed-stamp
 DEMO := build/demo
 
 .PHONY: install demo test test-fast soak lint clean browser sandbox
@@ -15,7 +17,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[train,env,dev,lora,trackers,peers]'
 	touch $(STAMP)
 
-install: $(STAMP) $(VERL)
+install: $(STAMP) $(VERL) $(NEMO)
 
 # verl's own code, which tests/train/test_peers.py runs on the tensors rlvr's objective gets: verl
 # needs ray and a transformers older than rlvr's, so it has an environment of its own.
@@ -26,6 +28,18 @@ $(VERL):
 	$(VERL_VENV)/bin/python -m pip install --quiet --disable-pip-version-check ray==2.60.0 omegaconf==2.3.1 \
 		hydra-core==1.3.8 codetiming==1.4.0 cloudpickle orjson aiohttp 'pyvers>=0.1' importlib_metadata transformers==5.10.0
 	touch $(VERL)
+
+# NeMo Gym's own resources servers (nemo-gym 0.4.0 from PyPI), which tests/env/test_nemo_gym.py
+# serves and rlvr trains against through `nemo-gym+URL`: the package declares Python >= 3.12 but
+# serves on 3.11; what serving imports is installed, not its training extras (mlflow, datasets).
+$(NEMO):
+	$(PYTHON) -m venv $(NEMO_VENV)
+	$(NEMO_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps --ignore-requires-python \
+		nemo-gym==0.4.0
+	$(NEMO_VENV)/bin/python -m pip install --quiet --disable-pip-version-check ray==2.60.0 omegaconf==2.3.1 \
+		hydra-core==1.3.8 orjson requests 'aiohttp>=3.14.1' fastapi uvicorn itsdangerous 'openai<=2.7.2' pydantic \
+		'mcp>=1.27,<2' rich devtools psutil tqdm 'anthropic<=0.109.2' uvloop yappi wandb pydot gprof2dot GitPython pandas
+	touch $(NEMO)
 
 demo: $(STAMP) sandbox
 	rm -rf $(DEMO)
@@ -91,7 +105,7 @@ browser:
 sandbox:
 	@command -v bwrap >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null; }
 
-test: $(STAMP) $(VERL) browser sandbox
+test: $(STAMP) $(VERL) $(NEMO) browser sandbox
 	$(BIN)/python -m pytest -n 2 --durations=15
 
 # The inner loop: everything but the end-to-end runs marked slow (CI runs `make test`, the whole suite).

@@ -337,9 +337,15 @@ def load_app(spec: str, folder: Any, token: str | None = None, max_output_bytes:
     `max_output_bytes` caps each tool result (env/results.py) of a ResourcesServer."""
     import sys
 
+    from rlvr_cli.env.nemo_gym import PREFIX, NemoGymBridge
     from rlvr_cli.env.server import ResourcesServer, create_app
     from rlvr_cli.env.verifier_pool import import_entry
 
+    if spec.startswith(PREFIX):  # a NeMo Gym resources server at a URL, behind rlvr's own interface
+        bridge = NemoGymBridge(spec[len(PREFIX) :])
+        if max_output_bytes is not None:
+            bridge.max_output_bytes = max_output_bytes
+        return create_app(bridge, token=token)
     if spec.partition(":")[0].split(".")[0] in sys.stdlib_module_names:
         raise RlvrError(f"{spec} is in the standard library; the resources server is your own code")
     try:

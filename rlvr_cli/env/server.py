@@ -225,7 +225,6 @@ class ResourcesServer:
         session = self.session(session_id)
         if name not in self.offered_tools():
             raise PermissionError(name)
-        fn = self.tools()[name]
         with session.lock:
             if session.closed:  # closed while this call waited for the lock
                 raise KeyError(session_id)
@@ -235,7 +234,7 @@ class ResourcesServer:
             record = {"tool": name, "arguments": arguments, "time": time.time()}
             session.calls.append(record)
             try:
-                output = fn(self, session.state, **signatures.validate(name, fn, arguments))
+                output = self.invoke(session.state, name, arguments)
             except (ToolError, signatures.ToolArgumentError) as exc:
                 output = f"error: {exc}"
             except Exception as exc:  # any failure of a tool is an answer the model reads, never a 500
@@ -244,6 +243,12 @@ class ResourcesServer:
             logged = output if isinstance(output, str) else repr(output)
             record["output"] = logged[: self.max_logged_output]
         return output
+
+    def invoke(self, state: Any, name: str, arguments: dict[str, Any]) -> Any:
+        """Run one offered tool on a session's state, its arguments checked against its signature
+        (a bridge to another server dispatches elsewhere: env/nemo_gym.py)."""
+        fn = self.tools()[name]
+        return fn(self, state, **signatures.validate(name, fn, arguments))
 
     def verify_session(self, session_id: str, final_message: str = "") -> Verdict:
         return self.verify_observed(session_id, final_message, observe=False)[1]

@@ -1,0 +1,156 @@
+"""A NeMo Gym resources server as an rlvr environment (`environment.server: nemo-gym+URL`): one
+of the published nemo-gym package's own example servers (its stateful counter, sessions kept in
+its signed cookie), served by NeMo Gym's own Python (`.venv-nemo`, built by `make install`), with
+its own example rows, through `rlvr validate --deep`, `rlvr audit verifier`, `rlvr audit
+isolation` and a few `rlvr train` steps; and a dead server is a clear error."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from rlvr_cli.env.agent import free_port
+from tests.conftest import copy_experiment, edit, rlvr
+
+ROOT = Path(__file__).resolve().parents[2]
+NEMO = ROOT / ".venv-nemo" / "bin" / "python"
+SERVE = Path(__file__).with_name("nemo") / "serve.py"
+COUNTER = "resources_servers.example_session_state_mgmt.app:StatefulCounterResourcesServer"
+CONTRACT = "experiment.rlvr.yaml"
+pytestmark = pytest.mark.skipif(not NEMO.exists(), reason="NeMo Gym's environment .venv-nemo is built by make install")
+
+
+@contextlib.contextmanager
+def served(spec: str) -> Iterator[str]:
+    """A NeMo Gym resources server class served by NeMo Gym's own Python; its URL."""
+    port = free_port()
+    proc = subprocess.Popen([str(NEMO), str(SERVE), spec, str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(120):
+            try:
+                if httpx.get(f"{url}/openapi.json", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.5)
+        else:
+            raise AssertionError(f"the NeMo Gym server did not start: {proc.stdout.read(2000) if proc.stdout else ''}")
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def nemo_url() -> Iterator[str]:
+    with served(COUNTER) as url:
+        yield url
+
+
+def rows(start: int, n: int) -> list[dict]:
+    """Rows in NeMo Gym's own form (its example.jsonl), with an id and the prompt rlvr renders."""
+    out = []
+    for i in range(start, start + n):
+        a, b, initial = i + 1, i * 7 % 5 + 1, i % 7
+        text = f"add {a} then add {b} then get the count"
+        params = {"input": [{"role": "user", "content": text}]}
+        out.append(
+            {
+                "id": f"count-{i}",
+                "prompt": params["input"],
+                "responses_create_params": params,
+                "expected_count": initial + a + b,
+                "initial_count": initial,
+            }
+        )
+    return out
+
+
+@pytest.fixture
+def exp(tool_use: Path, tiny_chatml: Path, tmp_path: Path, nemo_url: str) -> Path:
+    folder = copy_experiment(tool_use, tmp_path / "agent")
+    import shutil
+
+    shutil.copytree(tiny_chatml, folder / "model")
+    edit(folder, "server: rlvr_cli.env.builtin.file_edit:FileEditServer", f"server: nemo-gym+{nemo_url}")
+    edit(
+        folder,
+        "tools: [list_files, read_file, write_file, replace_in_file]",
+        "tools: [get_counter_value, increment_counter]",
+    )
+    edit(folder, "forbidden_tools: [delete_file]", "forbidden_tools: []")
+    edit(folder, "components: [{name: success, weight: 1.0}]", "components: [{name: reward, weight: 1.0}]")
+    edit(folder, "max_steps: 50", "max_steps: 2")
+    for name, found in (
+        ("all", rows(0, 24)),
+        ("train", rows(0, 16)),
+        ("holdout", rows(16, 4)),
+        ("sealed_eval", rows(20, 4)),
+    ):
+        (folder / "data" / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in found))
+    calls = lambda *steps: [[{"type": "function_call", "name": n, "arguments": a}] for n, a in steps]  # noqa: E731
+    done = [[{"type": "message", "role": "assistant", "content": "The count is 2."}]]
+    both = [("increment_counter", {"count": 1}), ("increment_counter", {"count": 1})]  # count-0: 0 + 1 + 1
+    candidates = {
+        "candidates": [
+            {
+                "name": "add both, then read",
+                "task": "count-0",
+                "kind": "correct",
+                "expected": "accept",
+                "trajectory": calls(*both, ("get_counter_value", {})) + done,
+            },
+            {
+                "name": "add only the first",
+                "task": "count-0",
+                "kind": "wrong",
+                "expected": "reject",
+                "trajectory": calls(("increment_counter", {"count": 1})) + done,
+            },
+        ]
+    }
+    (folder / "audit" / "candidates.yaml").write_text(json.dumps(candidates))
+    return folder
+
+
+def test_a_nemo_gym_server_is_validated_audited_and_trained_on(exp: Path) -> None:
+    assert rlvr("validate", "--deep", exp / CONTRACT).code == 0
+    audit = rlvr("audit", "verifier", exp / CONTRACT, "--format", "json", timeout=600)
+    assert audit.code == 0, audit.stdout[-3000:] + audit.stderr[-2000:]
+    report = json.loads(audit.stdout)
+    kinds = {o["kind"] for o in report["outcomes"]}
+    assert report["disagreements"] == 0 and {"correct", "wrong", "no_op_claim"} <= kinds and len(kinds) >= 4
+    isolation = rlvr("audit", "isolation", exp / CONTRACT, "--sessions", "8", timeout=600)
+    assert isolation.code == 0, isolation.stdout[-3000:] + isolation.stderr[-2000:]
+    run = exp / "run"
+    trained = rlvr("train", exp / CONTRACT, "--run-dir", run, timeout=900)
+    assert trained.code == 0, trained.stderr[-3000:]
+    assert (run / "final").is_dir()
+    steps = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [m["verifier_error_rate"] for m in steps] == [0.0, 0.0]  # every episode judged by NeMo Gym's verify
+    assert steps[-1]["total_verifier_calls"] == 32
+    records = rlvr("audit", "rollouts", run, "--format", "json", timeout=600)
+    assert records.code in (0, 1), records.stderr[-2000:]
+
+
+def test_shared_state_in_a_nemo_gym_server_is_found(exp: Path, nemo_url: str) -> None:
+    """The paired failure: the same counter kept once for all sessions fails the isolation audit."""
+    with served("leaky:SharedCounterResourcesServer") as leaky:
+        edit(exp, f"server: nemo-gym+{nemo_url}", f"server: nemo-gym+{leaky}")
+        done = rlvr("audit", "isolation", exp / CONTRACT, "--sessions", "8", timeout=600)
+    assert done.code == 1, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "gets ok (reward 1) alone but ok (reward 0) among" in done.stdout and "share state" in done.stdout
+
+
+def test_a_nemo_gym_server_that_is_down_is_a_clear_error(exp: Path, nemo_url: str) -> None:
+    edit(exp, f"server: nemo-gym+{nemo_url}", f"server: nemo-gym+http://127.0.0.1:{free_port()}")
+    done = rlvr("audit", "isolation", exp / CONTRACT, "--sessions", "2", timeout=300)
+    assert done.code == 3 and "Traceback" not in done.stderr, (done.code, done.stderr[-500:])
+    assert "does not answer /openapi.json" in done.stdout + done.stderr
