@@ -48,6 +48,7 @@ class _ExperimentOrder(typer.core.TyperGroup):
         "plan",
         "import",
         "export",
+        "serve",
         "schema",
     )
 
@@ -124,6 +125,25 @@ app.add_typer(import_app, name="import")
 app.add_typer(release_app, name="release")
 app.add_typer(tasks_app, name="tasks")
 app.command("export")(export)
+
+
+@app.command()
+@command
+def serve(
+    contract: Annotated[Path, contract_arg("The tool_use contract whose resources server to serve.")],
+    interface: Annotated[str, typer.Option(help="The interface to speak: nemo-gym.")] = "nemo-gym",
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 8000,
+    rows: Annotated[
+        Path | None, typer.Option(help="First write the train and holdout tasks as NeMo Gym rows in this folder.")
+    ] = None,
+) -> int:
+    """Serve the contract's resources server to another framework.
+
+    With NeMo Gym's interface (seed_session, one route per tool, verify), until interrupted."""
+    from rlvr_cli.commands.serve import run_serve
+
+    return run_serve(contract, interface, host, port, rows)
 
 
 @app.command()

@@ -11,7 +11,7 @@ training, the verifier and isolation audits, `tasks review` — runs on a NeMo G
 - **Rows.** A task row is sent as the NeMo Gym row (`/seed_session` and `/verify` bodies); a row
   without `responses_create_params` gets `{"input": <its prompt as messages>}`.
 - **Tools.** Read from the server's OpenAPI document: every `POST` route but `seed_session`,
-  `verify` and `aggregate_metrics`, its request body's JSON schema as the parameters, its
+  `verify`, `aggregate_metrics` and `close_session`, its request body's JSON schema as the parameters, its
   docstring as the description. The contract's `environment.tools` must name them.
 - **Reward.** The verdict's components are `reward` (the server's reward) and every other number
   the server answers beside it; a failed `/verify` is a verifier error, never a reward of 0.
@@ -24,16 +24,17 @@ training, the verifier and isolation audits, `tasks review` — runs on a NeMo G
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from typing import Any
 
 from rlvr_cli.env.server import ResourcesServer
 from rlvr_cli.env.verdict import Verdict
-from rlvr_cli.errors import CannotRun, RlvrError
+from rlvr_cli.errors import RlvrError
 
 PREFIX = "nemo-gym+"
-NOT_TOOLS = {"/seed_session", "/verify", "/aggregate_metrics"}
+NOT_TOOLS = {"/seed_session", "/verify", "/aggregate_metrics", "/close_session"}
 
 
 def is_nemo_gym(spec: str) -> bool:
@@ -55,7 +56,7 @@ class NemoGymBridge(ResourcesServer):
         try:
             document = httpx.get(f"{self.url}/openapi.json", timeout=timeout_s).json()
         except (httpx.HTTPError, ValueError) as error:
-            raise CannotRun(f"the NeMo Gym server at {self.url} does not answer /openapi.json ({error})") from None
+            raise RlvrError(f"the NeMo Gym server at {self.url} does not answer /openapi.json ({error})") from None
         self._schemas = tool_schemas(document)
         if not self._schemas:
             raise RlvrError(f"the NeMo Gym server at {self.url} offers no tool (no POST route besides seed and verify)")
@@ -107,6 +108,14 @@ class NemoGymBridge(ResourcesServer):
             if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in row
         }
         return Verdict("ok", float(reward), {**numbers, "reward": float(reward)})
+
+    def release(self, state: Any) -> None:
+        """End the session on the server where it can be ended: `POST /close_session` (rlvr's
+        own interface has it; a NeMo Gym server answers 404 and keeps its session)."""
+        import httpx
+
+        with contextlib.suppress(httpx.HTTPError):
+            state["client"].post("/close_session", json={})
 
     def snapshot(self, state: Any) -> Any:
         """What rlvr can observe of a NeMo Gym session's state (its server has no snapshot): the
