@@ -8,6 +8,8 @@ VERL_VENV := .venv-verl
 VERL := $(VERL_VENV)/.installed-stamp
 NEMO_VENV := .venv-nemo
 NEMO := $(NEMO_VENV)/.installed-stamp
+OPENENV_VENV := .venv-openenv
+OPENENV := $(OPENENV_VENV)/.installed-stamp
 DEMO := build/demo
 
 .PHONY: install demo test test-fast soak lint clean browser sandbox
@@ -17,7 +19,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[train,env,dev,lora,trackers,peers]'
 	touch $(STAMP)
 
-install: $(STAMP) $(VERL) $(NEMO)
+install: $(STAMP) $(VERL) $(NEMO) $(OPENENV)
 
 # verl's own code, which tests/train/test_peers.py runs on the tensors rlvr's objective gets: verl
 # needs ray and a transformers older than rlvr's, so it has an environment of its own.
@@ -40,6 +42,13 @@ $(NEMO):
 		hydra-core==1.3.8 orjson requests 'aiohttp>=3.14.1' fastapi uvicorn itsdangerous 'openai<=2.7.2' pydantic \
 		'mcp>=1.27,<2' rich devtools psutil tqdm 'anthropic<=0.109.2' uvloop yappi wandb pydot gprof2dot GitPython pandas
 	touch $(NEMO)
+
+# OpenEnv (openenv-core 0.3.0 from PyPI), which serves tests/env/openenv/guess.py for
+# tests/env/test_openenv.py (`openenv+URL`); its mcp pin differs from verifiers', hence its own environment.
+$(OPENENV):
+	$(PYTHON) -m venv $(OPENENV_VENV)
+	$(OPENENV_VENV)/bin/python -m pip install --quiet --disable-pip-version-check openenv-core==0.3.0
+	touch $(OPENENV)
 
 demo: $(STAMP) sandbox
 	rm -rf $(DEMO)
@@ -105,7 +114,7 @@ browser:
 sandbox:
 	@command -v bwrap >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null; }
 
-test: $(STAMP) $(VERL) $(NEMO) browser sandbox
+test: $(STAMP) $(VERL) $(NEMO) $(OPENENV) browser sandbox
 	$(BIN)/python -m pytest -n 2 --durations=15
 
 # The inner loop: everything but the end-to-end runs marked slow (CI runs `make test`, the whole suite).

@@ -26,7 +26,7 @@ def run_serve(contract_path: Path, interface: str, host: str, port: int, rows_di
     if env.kind != "tool_use" or env.server is None:
         raise UsageProblem("rlvr serve serves a tool_use contract's resources server (environment.server)")
     served = f"{env.server}: only a ResourcesServer class or instance is served (this one is served already)"
-    if env.server.startswith(("http://", "https://", "nemo-gym+")):
+    if env.server.startswith(("http://", "https://", "nemo-gym+", "openenv+")):
         raise UsageProblem(served)
     folder = contract_path.resolve().parent
     cap = output_cap(contract.length.max_response_tokens, env.max_tool_output_bytes)

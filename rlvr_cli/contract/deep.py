@@ -213,7 +213,7 @@ def _server(c: Contract, folder: Path) -> Iterator[Finding]:
     """`environment.server` as `module:Class`: the user's own module (never the standard
     library: `os:system`, `http.server:...` are no resources server), beside the contract or installed."""
     spec = c.environment.server
-    if spec is None or spec.startswith(("http://", "https://", "nemo-gym+")) or ":" not in spec:
+    if spec is None or spec.startswith(("http://", "https://", "nemo-gym+", "openenv+")) or ":" not in spec:
         return
     module = spec.split(":", 1)[0]
     where = ("environment", "server")

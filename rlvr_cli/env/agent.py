@@ -338,11 +338,14 @@ def load_app(spec: str, folder: Any, token: str | None = None, max_output_bytes:
     import sys
 
     from rlvr_cli.env.nemo_gym import PREFIX, NemoGymBridge
+    from rlvr_cli.env.openenv import PREFIX as OPENENV
+    from rlvr_cli.env.openenv import OpenEnvBridge
     from rlvr_cli.env.server import ResourcesServer, create_app
     from rlvr_cli.env.verifier_pool import import_entry
 
-    if spec.startswith(PREFIX):  # a NeMo Gym resources server at a URL, behind rlvr's own interface
-        bridge = NemoGymBridge(spec[len(PREFIX) :])
+    if spec.startswith((PREFIX, OPENENV)):  # NeMo Gym or OpenEnv at a URL, behind rlvr's own interface
+        nemo = spec.startswith(PREFIX)
+        bridge = NemoGymBridge(spec[len(PREFIX) :]) if nemo else OpenEnvBridge(spec[len(OPENENV) :])
         if max_output_bytes is not None:
             bridge.max_output_bytes = max_output_bytes
         return create_app(bridge, token=token)

@@ -8,16 +8,14 @@ from __future__ import annotations
 
 import contextlib
 import json
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from rlvr_cli.env.agent import free_port
 from tests.conftest import copy_experiment, edit, rlvr
+from tests.env import peer_server
 
 ROOT = Path(__file__).resolve().parents[2]
 NEMO = ROOT / ".venv-nemo" / "bin" / "python"
@@ -27,25 +25,9 @@ CONTRACT = "experiment.rlvr.yaml"
 pytestmark = pytest.mark.skipif(not NEMO.exists(), reason="NeMo Gym's environment .venv-nemo is built by make install")
 
 
-@contextlib.contextmanager
-def served(spec: str) -> Iterator[str]:
+def served(spec: str) -> contextlib.AbstractContextManager[str]:
     """A NeMo Gym resources server class served by NeMo Gym's own Python; its URL."""
-    port = free_port()
-    proc = subprocess.Popen([str(NEMO), str(SERVE), spec, str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(120):
-            try:
-                if httpx.get(f"{url}/openapi.json", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.5)
-        else:
-            raise AssertionError(f"the NeMo Gym server did not start: {proc.stdout.read(2000) if proc.stdout else ''}")
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    return peer_server.served([str(NEMO), str(SERVE), spec], "/openapi.json")
 
 
 @pytest.fixture(scope="module")
