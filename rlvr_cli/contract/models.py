@@ -156,7 +156,8 @@ class Environment(Section):
         None,
         min_length=1,
         description="The resources server (tool_use): `module:Class` (a ResourcesServer subclass), "
-        "`module:app`, or a URL.",
+        "`module:app`, a URL, or another framework's server at a URL: `nemo-gym+URL` (a NeMo Gym "
+        "resources server), `openenv+URL` (an OpenEnv environment).",
     )
     max_steps: PositiveInt | None = Field(None, description="Model calls per episode (tool_use).")
     tools: list[str] | None = Field(
