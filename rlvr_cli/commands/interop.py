@@ -144,3 +144,40 @@ def run_export(contract_path: Path, to: str, out: Path, processes: int, allow_in
 
 
 __all__ = ["read_config", "run_export", "run_import"]
+
+
+def run_import_verifiers(taskset: str, out: Path, config_text: str) -> int:
+    """Write a verifiers taskset's tasks as rlvr rows and print what the contract states."""
+    import json
+
+    from rlvr_cli.commands.common import require_extra
+    from rlvr_cli.files import atomic_write_text
+
+    require_extra("verifiers", "verifiers")
+    if ":" not in taskset:
+        raise UsageProblem(f"{taskset!r}: name the taskset as module:Class")
+    try:
+        config = json.loads(config_text)
+    except ValueError:
+        config = None
+    if not isinstance(config, dict):
+        raise UsageProblem(f"--config {config_text!r}: a JSON object of the taskset's config")
+    if out.exists():
+        raise RlvrError(f"{out} exists; rlvr import never overwrites a file")
+    from rlvr_cli.env.verifiers_env import rows
+
+    sys.path.insert(0, os.getcwd())  # a taskset module beside the user, as `python -m` finds one
+    try:
+        found, weights = rows(taskset, config)
+    except RlvrError:
+        raise
+    except Exception as error:  # the taskset's own load() or config failed
+        raise RlvrError(f"the taskset {taskset} could not load its tasks: {type(error).__name__}: {error}") from None
+    if not found:
+        raise RlvrError(f"the taskset {taskset} loaded no task")
+    atomic_write_text(out, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in found))
+    components = ", ".join(f"{{name: {name}, weight: {weight:g}}}" for name, weight in sorted(weights.items()))
+    print(f"{len(found)} task(s) written to {out}; in the contract:")
+    print("environment: {kind: single_turn, verifier: rlvr_cli.env.verifiers_env:verify}")
+    print(f"objective.reward.components: [{components}]")
+    return 0

@@ -10,7 +10,7 @@ import typer
 from rlvr_cli.commands.groups import command, contract_arg, contract_file
 
 import_app = typer.Typer(
-    help="Turn a TRL or verl config into a contract.",
+    help="Import a TRL or verl config, or a verifiers taskset.",
     no_args_is_help=True,
 )
 INTO = typer.Option(
@@ -58,6 +58,21 @@ def import_verl(
     if into is None:
         raise UsageProblem("--into CONTRACT is required: the experiment the imported objective runs on")
     return run_import("verl", config, overrides or [], into, out, 1)
+
+
+@import_app.command("verifiers")
+@command
+def import_verifiers(
+    taskset: Annotated[str, typer.Argument(help="The verifiers (v1) Taskset subclass, as module:Class.")],
+    out: Annotated[Path, typer.Option("--out", help="The JSONL of tasks to write (rlvr's task rows).")],
+    config: Annotated[str, typer.Option(help="The taskset's config as a JSON object.")] = "{}",
+) -> int:
+    """Turn a verifiers taskset into rlvr tasks.
+
+    Prints the environment and reward components the contract states."""
+    from rlvr_cli.commands.interop import run_import_verifiers
+
+    return run_import_verifiers(taskset, out, config)
 
 
 @command
