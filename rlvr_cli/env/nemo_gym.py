@@ -29,7 +29,7 @@ import json
 import time
 from typing import Any
 
-from rlvr_cli.env.server import ResourcesServer
+from rlvr_cli.env.bridge import Bridge
 from rlvr_cli.env.verdict import Verdict
 from rlvr_cli.errors import RlvrError
 
@@ -41,7 +41,7 @@ def is_nemo_gym(spec: str) -> bool:
     return spec.startswith(PREFIX)
 
 
-class NemoGymBridge(ResourcesServer):
+class NemoGymBridge(Bridge):
     """rlvr sessions over a NeMo Gym resources server at `url`."""
 
     def __init__(self, url: str, timeout_s: float = 60.0) -> None:
@@ -60,14 +60,6 @@ class NemoGymBridge(ResourcesServer):
         self._schemas = tool_schemas(document)
         if not self._schemas:
             raise RlvrError(f"the NeMo Gym server at {self.url} offers no tool (no POST route besides seed and verify)")
-
-    def offered_tools(self) -> list[str]:
-        names = [s["function"]["name"] for s in self._schemas]
-        return [n for n in names if self.offered is None or n in self.offered or n in self.forbidden]
-
-    def schemas(self) -> list[dict[str, Any]]:
-        offered = set(self.offered_tools())
-        return [s for s in self._schemas if s["function"]["name"] in offered]
 
     def seed(self, task: dict[str, Any]) -> Any:
         import httpx

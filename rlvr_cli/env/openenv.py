@@ -24,7 +24,7 @@ import contextlib
 import json
 from typing import Any
 
-from rlvr_cli.env.server import ResourcesServer
+from rlvr_cli.env.bridge import Bridge
 from rlvr_cli.env.verdict import Verdict
 from rlvr_cli.errors import RlvrError
 
@@ -62,7 +62,7 @@ class _Session:
         self.socket.close()
 
 
-class OpenEnvBridge(ResourcesServer):
+class OpenEnvBridge(Bridge):
     """rlvr sessions over an OpenEnv server at `url`."""
 
     def __init__(self, url: str, timeout_s: float = 60.0) -> None:
@@ -86,14 +86,6 @@ class OpenEnvBridge(ResourcesServer):
         parameters["properties"] = fields  # `metadata`, every Action's own, is no part of the action
         step = {"name": "step", "description": described, "parameters": parameters}
         self._schemas = [{"type": "function", "function": step}, OBSERVE]
-
-    def offered_tools(self) -> list[str]:
-        names = [s["function"]["name"] for s in self._schemas]
-        return [n for n in names if self.offered is None or n in self.offered or n in self.forbidden]
-
-    def schemas(self) -> list[dict[str, Any]]:
-        offered = set(self.offered_tools())
-        return [s for s in self._schemas if s["function"]["name"] in offered]
 
     def seed(self, task: dict[str, Any]) -> Any:
         ws = "ws" + self.url[len("http") :] + "/ws"

@@ -32,6 +32,12 @@ prompt: |
 """
 
 
+def spec_text(url: str, model: str, count: int, kind: str) -> str:
+    """The spec against the stand-in at `url`, asking its `model` for `count` tasks of `kind`."""
+    text = SPEC.format(url=f"{url}/v1").replace("model: rule", f"model: {model}")
+    return text.replace("count: 50", f"count: {count}").replace("kind: unit_tests", f"kind: {kind}")
+
+
 def test_generate_resume_cache_and_review(tmp_path: Path) -> None:
     code = tmp_path / "code"
     assert rlvr("init", code, "--template", "code", "--no-model").code == 0
@@ -76,8 +82,7 @@ def test_answer_tasks_get_the_answer_their_program_prints(tmp_path: Path) -> Non
     assert rlvr("init", code, "--template", "code", "--no-model").code == 0
     spec, out = tmp_path / "spec.yaml", tmp_path / "answers.jsonl"
     with serve(make_app()) as url:
-        text = SPEC.format(url=f"{url}/v1").replace("model: rule", "model: answers").replace("count: 50", "count: 4")
-        spec.write_text(text.replace("kind: unit_tests", "kind: answer_check"))
+        spec.write_text(spec_text(url, "answers", 4, "answer_check"))
         done = rlvr("tasks", "generate", code, spec, "--out", out, timeout=600)
     assert done.code == 0, done.stderr
     rows = [json.loads(line) for line in out.read_text().splitlines()]
@@ -94,8 +99,7 @@ def test_tool_use_tasks_get_the_golden_path_their_solution_takes_on_the_server(t
     assert rlvr("init", agent, "--template", "tool-use", "--no-model").code == 0
     spec, out = tmp_path / "spec.yaml", tmp_path / "tools.jsonl"
     with serve(make_app()) as url:
-        text = SPEC.format(url=f"{url}/v1").replace("model: rule", "model: tools").replace("count: 50", "count: 3")
-        spec.write_text(text.replace("kind: unit_tests", "kind: tool_use"))
+        spec.write_text(spec_text(url, "tools", 3, "tool_use"))
         done = rlvr("tasks", "generate", agent, spec, "--out", out, timeout=600)
     assert done.code == 0, done.stderr
     rows = [json.loads(line) for line in out.read_text().splitlines()]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from rlvr_cli.env.agent import serve
 from tests.audit.generator_standin import make_app
-from tests.audit.test_generate import SPEC
+from tests.audit.test_generate import spec_text
 from tests.conftest import rlvr
 
 
@@ -20,8 +20,7 @@ def test_golden_paths_are_replayed_and_planted_defects_found(tmp_path: Path) -> 
     assert rlvr("init", agent, "--template", "tool-use", "--no-model").code == 0
     spec, generated = tmp_path / "spec.yaml", tmp_path / "tools.jsonl"
     with serve(make_app()) as url:
-        text = SPEC.format(url=f"{url}/v1").replace("model: rule", "model: tools").replace("count: 50", "count: 2")
-        spec.write_text(text.replace("kind: unit_tests", "kind: tool_use"))
+        spec.write_text(spec_text(url, "tools", 2, "tool_use"))
         assert rlvr("tasks", "generate", agent, spec, "--out", generated, timeout=600).code == 0
     sound = [json.loads(line) for line in generated.read_text().splitlines()]
     clean = rlvr("tasks", "review", agent, generated, "--format", "json", timeout=300)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from rlvr_cli.env.agent import free_port
-from tests.conftest import copy_experiment, edit, rlvr
+from tests.conftest import edit, rlvr
 from tests.env import peer_server
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,26 +57,6 @@ def rows(start: int, n: int) -> list[dict]:
 
 @pytest.fixture
 def exp(tool_use: Path, tiny_chatml: Path, tmp_path: Path, nemo_url: str) -> Path:
-    folder = copy_experiment(tool_use, tmp_path / "agent")
-    import shutil
-
-    shutil.copytree(tiny_chatml, folder / "model")
-    edit(folder, "server: rlvr_cli.env.builtin.file_edit:FileEditServer", f"server: nemo-gym+{nemo_url}")
-    edit(
-        folder,
-        "tools: [list_files, read_file, write_file, replace_in_file]",
-        "tools: [get_counter_value, increment_counter]",
-    )
-    edit(folder, "forbidden_tools: [delete_file]", "forbidden_tools: []")
-    edit(folder, "components: [{name: success, weight: 1.0}]", "components: [{name: reward, weight: 1.0}]")
-    edit(folder, "max_steps: 50", "max_steps: 2")
-    for name, found in (
-        ("all", rows(0, 24)),
-        ("train", rows(0, 16)),
-        ("holdout", rows(16, 4)),
-        ("sealed_eval", rows(20, 4)),
-    ):
-        (folder / "data" / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in found))
     calls = lambda *steps: [[{"type": "function_call", "name": n, "arguments": a}] for n, a in steps]  # noqa: E731
     done = [[{"type": "message", "role": "assistant", "content": "The count is 2."}]]
     both = [("increment_counter", {"count": 1}), ("increment_counter", {"count": 1})]  # count-0: 0 + 1 + 1
@@ -98,26 +78,18 @@ def exp(tool_use: Path, tiny_chatml: Path, tmp_path: Path, nemo_url: str) -> Pat
             },
         ]
     }
-    (folder / "audit" / "candidates.yaml").write_text(json.dumps(candidates))
-    return folder
+    tools = ["get_counter_value", "increment_counter"]
+    server = f"nemo-gym+{nemo_url}"
+    return peer_server.experiment(
+        tool_use, tiny_chatml, tmp_path / "agent", server, tools, rows, candidates["candidates"]
+    )
 
 
 def test_a_nemo_gym_server_is_validated_audited_and_trained_on(exp: Path) -> None:
-    assert rlvr("validate", "--deep", exp / CONTRACT).code == 0
-    audit = rlvr("audit", "verifier", exp / CONTRACT, "--format", "json", timeout=600)
-    assert audit.code == 0, audit.stdout[-3000:] + audit.stderr[-2000:]
-    report = json.loads(audit.stdout)
-    kinds = {o["kind"] for o in report["outcomes"]}
-    assert report["disagreements"] == 0 and {"correct", "wrong", "no_op_claim"} <= kinds and len(kinds) >= 4
-    isolation = rlvr("audit", "isolation", exp / CONTRACT, "--sessions", "8", timeout=600)
-    assert isolation.code == 0, isolation.stdout[-3000:] + isolation.stderr[-2000:]
-    run = exp / "run"
-    trained = rlvr("train", exp / CONTRACT, "--run-dir", run, timeout=900)
-    assert trained.code == 0, trained.stderr[-3000:]
+    run = peer_server.validate_audit_train(exp)
     assert (run / "final").is_dir()
     steps = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [m["verifier_error_rate"] for m in steps] == [0.0, 0.0]  # every episode judged by NeMo Gym's verify
-    assert steps[-1]["total_verifier_calls"] == 32
+    assert len(steps) == 2 and steps[-1]["total_verifier_calls"] == 32  # every episode judged by NeMo Gym's verify
     records = rlvr("audit", "rollouts", run, "--format", "json", timeout=600)
     assert records.code in (0, 1), records.stderr[-2000:]
 

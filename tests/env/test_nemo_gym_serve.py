@@ -22,6 +22,7 @@ import pytest
 
 from rlvr_cli.env.agent import free_port
 from tests.conftest import copy_experiment, edit, rlvr
+from tests.env import peer_server
 
 CONTRACT = "experiment.rlvr.yaml"
 EDIT = {"path": "config/app.toml", "old": "version = 1", "new": "version = 2"}
@@ -108,14 +109,9 @@ def test_verifiers_nemo_gym_client_trains_on_an_rlvr_server(agent: Path, tmp_pat
         assert one.post("/verify", json=first).status_code == 404  # verify ended the session
 
         contract = agent / CONTRACT
-        edit(agent, "server: rlvr_cli.env.builtin.file_edit:FileEditServer", f"server: nemo-gym+{url}")
         # NeMo Gym's interface has no forbidden tools: the served server still fails an episode that uses one
-        edit(
-            agent,
-            "tools: [list_files, read_file, write_file, replace_in_file]",
-            "tools: [delete_file, list_files, read_file, replace_in_file, write_file]",
-        )
-        edit(agent, "forbidden_tools: [delete_file]", "forbidden_tools: []")
+        every = ["delete_file", "list_files", "read_file", "replace_in_file", "write_file"]
+        peer_server.bridged(agent, f"nemo-gym+{url}", every, reward=None)
         audited = rlvr("audit", "isolation", contract, "--sessions", "8", timeout=600)  # round trip
         assert audited.code == 0, audited.stdout[-2000:] + audited.stderr[-2000:]
     assert proc.returncode == 0  # Ctrl-C stops it cleanly
