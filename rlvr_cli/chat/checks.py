@@ -18,6 +18,7 @@
 | RLT014 | warning  | the template refuses a prefix of a conversation it renders whole |
 | RLT015 | error    | the template drops a tool call or a tool result |
 | RLT016 | warning  | the rendered conversation holds the tokenizer's unknown token (text it cannot encode) |
+| RLT017 | error    | several tool calls in one turn where the family's format has one per turn |
 """
 
 from __future__ import annotations
@@ -335,9 +336,44 @@ def _ignored_generation_prompt(renderer: ChatRenderer) -> Iterator[Check]:
         )
 
 
+def _parallel_turns(conv: Conversation) -> list[tuple[int, int]]:
+    """(turn, calls) of each assistant turn that makes more than one tool call."""
+    return [
+        (k, len(m.get("tool_calls") or []))
+        for k, m in enumerate(conv.messages)
+        if m["role"] == "assistant" and len(m.get("tool_calls") or []) > 1
+    ]
+
+
+def _one_call_per_turn(renderer: ChatRenderer, conv: Conversation, why: str = "") -> Check | None:
+    """RLT017 when the policy's tool-call format has one call per turn and a turn makes several."""
+    fmt = renderer.tool_format
+    turns = _parallel_turns(conv)
+    if fmt is None or fmt.parallel or not turns:
+        return None
+    k, n = turns[0]
+    more = f" (and {len(turns) - 1} more turn(s))" if len(turns) > 1 else ""
+    message = (
+        f"{fmt.families} ({fmt.name} tool calls) write one tool call per turn; turn {k} makes {n}{more}: the "
+        "policy cannot be trained to make them together — split them into consecutive turns"
+    )
+    return Check("RLT017", "error", message + (f" ({why})" if why else ""))
+
+
+@check
+def parallel_calls(renderer: ChatRenderer, conv: Conversation, _: Located, __: Rendered) -> Iterator[Check]:
+    found = _one_call_per_turn(renderer, conv)
+    if found is not None:
+        yield found
+
+
 def template_failure(renderer: ChatRenderer, conv: Conversation, exc: Exception) -> list[Check]:
-    """The template raised: a system message it cannot express, or another failure."""
+    """The template raised: a system message it cannot express, several calls in one turn of a
+    format that has one per turn (the family named), or another failure."""
     message = f"{type(exc).__name__}: {exc}"
+    one = _one_call_per_turn(renderer, conv, f"the template says: {message}")
+    if one is not None:
+        return [one]
     has_system = any(m["role"] == "system" for m in conv.messages)
     if has_system:
         rest = [m for m in conv.messages if m["role"] != "system"]

@@ -348,10 +348,23 @@ def test_llama_single_multi_and_tools_in_the_first_user_message(
     assert out.spans[0].turn == 0 and out.spans[0].last_turn == 1  # system and user render as one
 
 
-def test_llama_refuses_parallel_calls_with_the_template_s_reason(published_tokenizer) -> None:
+def test_llama_refuses_parallel_calls_with_the_family_and_the_template_s_reason(published_tokenizer) -> None:
     out = render(published_tokenizer, "llama-3.1", PARALLEL, [TOOL])
-    failure = [c for c in out.checks if c.code == "RLT013"]
-    assert failure and "single tool-calls" in failure[0].message and out.input_ids == []
+    assert [c.code for c in out.checks] == ["RLT017"] and out.input_ids == []
+    message = out.checks[0].message
+    assert "Llama 3.1, 3.2, 3.3 (llama3_json tool calls) write one tool call per turn; turn 1 makes 2" in message
+    assert "single tool-calls" in message  # the template's own reason
+
+
+@pytest.mark.parametrize(("name", "refused"), [("gpt-oss", True), ("qwen3", False), ("mistral-nemo", False)])
+def test_several_calls_in_one_turn_only_where_the_format_has_them(
+    published_tokenizer, name: str, refused: bool
+) -> None:
+    out = render(published_tokenizer, name, PARALLEL, [TOOL])
+    found = [c for c in out.checks if c.code == "RLT017"]
+    assert bool(found) == refused, [(c.code, c.message) for c in out.checks]
+    if refused:
+        assert "gpt-oss (harmony tool calls) write one tool call per turn" in found[0].message
 
 
 # ── Mistral 7B v0.3 and Nemo ──────────────────────────────────────────────────────────
