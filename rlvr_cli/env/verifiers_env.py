@@ -10,7 +10,9 @@ would: the task is rebuilt from its row, a trace holds the prompt and the respon
 sampled assistant message, and the task's own `score` runs its `@reward` (and `@metric`)
 methods; each reward is a component (its score), the reward their weighted sum. A reward method
 that raises is a `verifier_error`, never a 0; one that needs a runtime (a sandbox) cannot run
-here and is left out by verifiers — the contract's components must then not name it. The
+here and is left out by verifiers — the contract's components must then not name it. Judges a
+task's config plugs call a model: they are refused (a model judge is `environment.judge` in
+rlvr, audited as one). The
 taskset's module must be importable (installed, as `vf-init` environment packages are, or on
 PYTHONPATH)."""
 
@@ -19,6 +21,10 @@ from __future__ import annotations
 import asyncio
 import importlib
 from typing import Any
+
+import verifiers.v1 as vf  # at import: a verifier worker pays it when it loads the verifier, not in a verdict's time
+from verifiers.v1.configs.taskset import TasksetConfig
+from verifiers.v1.utils.generic import concrete_type
 
 from rlvr_cli.env.verdict import Verdict
 from rlvr_cli.errors import RlvrError
@@ -35,18 +41,13 @@ def taskset_class(spec: str) -> Any:
             found = getattr(importlib.import_module(module), name)
         except (ImportError, AttributeError) as error:
             raise RlvrError(f"cannot load the verifiers taskset {spec}: {error}") from None
-        from verifiers.v1 import Taskset
-
-        if not (isinstance(found, type) and issubclass(found, Taskset)):
+        if not (isinstance(found, type) and issubclass(found, vf.Taskset)):
             raise RlvrError(f"{spec} is not a verifiers.v1 Taskset subclass")
         _CLASSES[spec] = found
     return _CLASSES[spec]
 
 
 def _config(cls: Any, values: dict[str, Any]) -> Any:
-    from verifiers.v1.configs.taskset import TasksetConfig
-    from verifiers.v1.utils.generic import concrete_type
-
     return (concrete_type(cls, TasksetConfig) or TasksetConfig)(**values)
 
 
@@ -56,6 +57,12 @@ def rows(spec: str, config: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[
     taskset = cls(_config(cls, config))
     out, weights = [], {}
     for task in taskset:
+        judged = [c.id or c.name or type(c).__name__ for c in task.config.judges]
+        if judged:
+            raise RlvrError(
+                f"the taskset {spec} plugs judges ({', '.join(judged)}) that call a model: in rlvr a model judge is "
+                "`environment.judge`, audited as one (docs/verifiers.md); import the taskset without them"
+            )
         data = task.data.model_dump(mode="json", exclude_none=True)
         prompt = task.data.prompt
         messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else _messages(prompt)
@@ -79,18 +86,16 @@ def _messages(prompt: Any) -> list[dict[str, str]]:
 
 def verify(task: dict[str, Any], response: str) -> Verdict:
     """The response judged by the task's own verifiers rewards (see the module's docstring)."""
-    import verifiers.v1 as vf
-
     source = task.get(FIELD)
     if not isinstance(source, dict) or not isinstance(source.get("taskset"), str):
         return Verdict("verifier_error", detail=f"the task has no `{FIELD}` field (rlvr import verifiers writes it)")
     cls = taskset_class(source["taskset"])
     config = _config(cls, source.get("config") or {})
-    from verifiers.v1.utils.generic import concrete_type
-
     task_cls = concrete_type(cls, vf.Task)
     data = task_cls.data_type()(**source.get("data", {}))
     built = task_cls(data, config.task if hasattr(config, "task") else None)
+    if built.config.judges:
+        return Verdict("verifier_error", detail="the task plugs a judge that calls a model: use environment.judge")
     trace = vf.Trace(task=vf.TraceTask(type=task_cls.__name__, data=data), agent=vf.AgentInfo(config=vf.AgentConfig()))
     trace.nodes = [
         vf.MessageNode(message=vf.UserMessage(content=data.prompt_text)),

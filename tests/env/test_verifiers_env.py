@@ -82,6 +82,7 @@ def test_import_refuses_bad_input(tmp_path: Path) -> None:
         (["sums:Nothing"], "cannot load the verifiers taskset"),
         (["sums:SumData"], "not a verifiers.v1 Taskset"),
         (["sums:SumTaskset", "--config", '{"count": "many"}'], "could not load its tasks"),
+        (["sums:SumTaskset", "--config", '{"task": {"judges": [{"id": "reference"}]}}'], "judges (reference)"),
     ):
         done = rlvr("import", "verifiers", *args, "--out", out, env=ENV)
         assert done.code in (1, 2) and said in done.stderr and "Traceback" not in done.stderr, (args, done.stderr)

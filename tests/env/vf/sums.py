@@ -34,5 +34,6 @@ class SumTaskset(vf.Taskset[SumTask, SumConfig]):
         for i in range(self.config.count):
             a, b = i % 5, i // 5
             name = "broken" if self.config.broken and i == 0 else None
-            tasks.append(SumTask(SumData(id=f"sum-{i}", name=name, prompt=f"{a}+{b}=", answer=str(a + b))))
+            data = SumData(id=f"sum-{i}", name=name, prompt=f"{a}+{b}=", answer=str(a + b))
+            tasks.append(SumTask(data, self.config.task))
         return tasks
