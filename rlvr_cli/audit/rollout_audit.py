@@ -15,6 +15,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+from rlvr_cli.audit import session_trees
 from rlvr_cli.errors import RlvrError
 from rlvr_cli.store.records import pin_problems, read_records, verify_manifest
 from rlvr_cli.store.run import RunFolder
@@ -152,6 +153,7 @@ def audit(run_dir: Path) -> dict[str, Any]:
         "length_drift": _drift(rows),
         "hints": _hints(rows),
         "tool_use": _tool_use(rows, list(contract.environment.forbidden_tools or []) if contract else []),
+        "session_trees": session_trees.trees(rows),
         "data_check": _data_check(run_dir, rows),
         "train_vs_holdout": [{"step": s, "train_reward": t, "holdout_reward": h} for s, t, h in holdout],
         "holdout_evaluations": len(holdout),
@@ -280,6 +282,7 @@ def report_text(report: dict[str, Any]) -> str:
         )
     lines.append(hint_line)
     lines += _tool_use_lines(report.get("tool_use"))
+    lines += session_trees.lines(report.get("session_trees"))
     dc = report["data_check"]
     lines.append(
         "data check: " + ("records name data-check.json" if dc["ok"] and dc["present"] else "none in this run folder")

@@ -234,7 +234,8 @@ def _episode(contract: Contract, client: Any, candidate: Candidate, task: dict[s
     from rlvr_cli.env.agent import run_episode
     from rlvr_cli.env.model import ScriptedModel
 
-    steps = contract.environment.max_steps or 1
+    env = contract.environment
+    steps = (env.max_steps or 1) * (env.max_sessions or 1)  # a compression goes on in the same server session
     transcript = run_episode(ScriptedModel(candidate.trajectory or []), client, task, steps)
     refused = [
         o["output"]

@@ -108,7 +108,8 @@ def run_audit_rollouts(run_dir: Path, fmt: str) -> int:
         raise RlvrError(f"{run_dir} is not an rlvr run folder (no records/)")
     report = audit(run_dir)
     emit("audit rollouts", fmt, report)
-    return 0 if report["manifest_ok"] and report["data_check"]["ok"] else 1
+    trees = report.get("session_trees") or {}
+    return 0 if report["manifest_ok"] and report["data_check"]["ok"] and not trees.get("problems") else 1
 
 
 @reporter("audit rollouts", "text")

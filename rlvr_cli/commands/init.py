@@ -11,7 +11,7 @@ from pathlib import Path
 from rlvr_cli.errors import RlvrError, UsageProblem
 
 TEMPLATE_META = "template.json"
-GENERATED_DATA = ("arith", "lookup")  # rlvr_cli.env.builtin modules with write_splits()
+GENERATED_DATA = ("arith", "lookup", "pages")  # rlvr_cli.env.builtin modules with write_splits()
 _NAME = re.compile(r"[^a-z0-9._-]+")
 
 

@@ -35,7 +35,13 @@ from rlvr_cli.contract.sections import (
     one_of_required,
 )
 from rlvr_cli.contract.serving import Server
-from rlvr_cli.contract.tool_keys import CALLS_WITHOUT_ROOM, MAX_TOOL_OUTPUT_BYTES, TOOL_FORMAT, ToolFormatName
+from rlvr_cli.contract.tool_keys import (
+    CALLS_WITHOUT_ROOM,
+    MAX_SESSIONS,
+    MAX_TOOL_OUTPUT_BYTES,
+    TOOL_FORMAT,
+    ToolFormatName,
+)
 from rlvr_cli.contract.verifier_kinds import AnswerCheck, Judge, UnitTests
 
 __all__ = [
@@ -169,6 +175,7 @@ class Environment(Section):
     max_tool_output_bytes: PositiveInt | None = MAX_TOOL_OUTPUT_BYTES
     calls_without_room: Literal["skip", "execute"] | None = CALLS_WITHOUT_ROOM
     tool_format: ToolFormatName | None = TOOL_FORMAT
+    max_sessions: PositiveInt | None = MAX_SESSIONS
     timeout_s: float = Field(gt=0, description="Wall-clock bound for one verification.")
     memory_mb: PositiveInt | None = Field(
         None,
@@ -192,6 +199,12 @@ class Reward(Section):
     )
     on_invalid: Literal["exclude", "fail"] = Field(
         description="What an invalid verdict (verifier_error, timeout, sandbox_error) does."
+    )
+    credit: Literal["all_sessions", "last_session"] | None = Field(
+        None,
+        description="unit trajectory with environment.max_sessions > 1: which sessions of an episode its one reward "
+        "trains — all_sessions (each with the episode's advantage) or last_session (the one that ended it; the "
+        "others are recorded, not trained). Required there (RLV205), refused elsewhere.",
     )
 
     @property

@@ -205,6 +205,26 @@ def rlv203_unit_vs_kind(c: Contract, _: Path) -> Iterator[Finding]:
 
 
 @rule
+def rlv205_session_credit(c: Contract, _: Path) -> Iterator[Finding]:
+    reward, sessions = c.objective.reward, c.environment.max_sessions or 1
+    where = ("objective", "reward", "credit")
+    if reward.unit == "trajectory" and sessions > 1 and reward.credit is None:
+        yield error(
+            "RLV205",
+            ("objective", "reward"),
+            f"an episode may hold {sessions} sessions (environment.max_sessions) and earns one reward: say which "
+            "sessions it trains — credit: all_sessions (each with the episode's advantage) or last_session",
+        )
+    elif reward.credit is not None and (reward.unit != "trajectory" or sessions == 1):
+        why = (
+            f"reward.unit '{reward.unit}' gives each unit its own reward"
+            if reward.unit != "trajectory"
+            else "an episode holds one session (environment.max_sessions absent or 1)"
+        )
+        yield error("RLV205", where, f"credit changes nothing here: {why}; drop it")
+
+
+@rule
 def rlv204_reference_unused(c: Contract, _: Path) -> Iterator[Finding]:
     if c.objective.kl.coef == 0 and _has_reference(c) and not kl_watched(c):
         yield warning(

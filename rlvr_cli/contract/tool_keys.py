@@ -6,7 +6,7 @@ from typing import Literal
 from pydantic import Field
 
 ToolFormatName = Literal["hermes", "llama3_json", "mistral", "harmony", "deepseek"]
-TOOL_KEYS = ("max_tool_output_bytes", "calls_without_room", "tool_format")
+TOOL_KEYS = ("max_tool_output_bytes", "calls_without_room", "tool_format", "max_sessions")
 
 MAX_TOOL_OUTPUT_BYTES = Field(
     None,
@@ -23,4 +23,9 @@ TOOL_FORMAT = Field(
     description="tool_use: how the policy writes tool calls — hermes (Qwen, Hermes: <tool_call>), llama3_json "
     "(Llama 3.x), mistral ([TOOL_CALLS]), harmony (gpt-oss), deepseek (DeepSeek-R1/V3). None: the one the chat "
     "template renders (rlvr render and plan.json say which).",
+)
+MAX_SESSIONS = Field(
+    None,
+    description="tool_use: sessions (contexts) one episode may hold — the first and the children its tools open by "
+    "compressing or forking (docs/environments.md). None: 1, and a tool asking for a child session gets a tool error.",
 )

@@ -63,11 +63,12 @@ def seed_op(server: ResourcesServer, body: SeedRequest) -> dict[str, Any]:
 
 def tool_op(server: ResourcesServer, name: str, body: ToolRequest) -> dict[str, Any]:
     try:
-        return {"output": server.call(body.session_id, name, body.arguments)}
+        output, directive = server.call_directed(body.session_id, name, body.arguments)
     except KeyError:
         raise _unknown(body.session_id) from None
     except PermissionError:
         raise Failure(403, f"tool {name!r} is not offered to the policy") from None
+    return {"output": output} if directive is None else {"output": output, "session": directive.as_json()}
 
 
 def verify_op(server: ResourcesServer, body: VerifyRequest) -> dict[str, Any]:

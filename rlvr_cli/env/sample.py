@@ -39,6 +39,9 @@ class Sample:
     sampling_logp: list[float] = field(default_factory=list)  # the engine's, when it sampled
     answer_prefix: str = ""  # text the response started with before sampling (a hint as response prefix)
     transcript: dict[str, Any] | None = None  # tool_use: items, per-turn spans, tool calls, how it ended
+    session: int = 0  # this sample's session in its episode (0: the first; docs/environments.md)
+    parent: int | None = None  # the session that opened this one (compressing or forking), None for the first
+    sessions: list[Sample] = field(default_factory=list)  # the episode's other sessions (on the one that ended it)
     # ── the verdict ──
     verdict: Verdict | None = None
     reward: float = math.nan  # NaN: excluded from the objective
@@ -59,11 +62,18 @@ class Sample:
     def valid(self) -> bool:
         return not math.isnan(self.reward)
 
+    @property
+    def episode(self) -> list[Sample]:
+        """Every session of this sample's episode, in the order they were opened (itself alone
+        for a single response or an episode of one session)."""
+        return sorted([*self.sessions, self], key=lambda s: s.session)
+
     def as_json(self, task_index: int) -> dict[str, Any]:
         """The sample as a checkpoint keeps it (samples drawn ahead, in flight): its task by
         position in the train split, every other field as it is; floats round-trip exactly."""
-        out = {k: v for k, v in self.__dict__.items() if k not in ("task", "verdict")}
+        out = {k: v for k, v in self.__dict__.items() if k not in ("task", "verdict", "sessions")}
         out["task"] = task_index
+        out["sessions"] = [s.as_json(task_index) for s in self.sessions]
         out["verdict"] = self.verdict.as_json() if self.verdict is not None else None
         return out
 
@@ -72,6 +82,7 @@ class Sample:
         fields = dict(data)
         fields["task"] = tasks[int(fields["task"])]
         verdict = fields.pop("verdict")
+        fields["sessions"] = [cls.from_json(s, tasks) for s in fields.get("sessions", [])]
         sample = cls(**fields)
         sample.verdict = Verdict(**verdict) if verdict is not None else None
         return sample

@@ -13,6 +13,12 @@ The plug-in contract (docs/environments.md walks through a complete example):
         def snapshot(self, state) -> dict: ...        # a JSON view of the whole session state
         def release(self, state) -> None: ...         # optional: free what seed made
 
+A tool may return `NewSession.compress(prompt, output)` or `NewSession.fork(prompt, output)`:
+the episode goes on in a child session whose context is the contract's system prompt and
+`prompt` — compress: in place of this one, which ends; fork: beside it, the child's final
+message returned as this call's result (docs/environments.md, "Episodes of several sessions").
+Every session of an episode shares this server session: its state, its log, its verdict.
+
 Tool parameters are typed by their annotations (chat schema and validation: env/tools.py).
 Per-session resources are made through `self.folder()` (a temporary directory) or
 `self.hold(obj)` (anything with `close()`) inside `seed`: closing the session frees them,
@@ -21,7 +27,7 @@ whatever the state calls them, and the isolation audit checks that it did. The c
 FastAPI app that serves an instance:
 
     POST /seed_session  {"task": {...}}                          → {"session_id"}
-    POST /tools/{name}  {"session_id", "arguments": {...}}       → {"output"}
+    POST /tools/{name}  {"session_id", "arguments": {...}}       → {"output"} (+ "session": a NewSession)
     POST /verify        {"session_id", "final_message"?,         → {"status", "reward", "components", ...}
                          "snapshots"?, "log"?}                   (+ "snapshot_before", "snapshot_after"; + "calls")
     POST /snapshot      {"session_id"}                           → {"snapshot"} (501 without snapshot())
@@ -59,7 +65,7 @@ from rlvr_cli.env.results import DEFAULT_MAX_OUTPUT_BYTES, tool_output
 from rlvr_cli.env.verdict import Verdict
 from rlvr_cli.errors import RlvrError
 
-__all__ = ["MAX_BODY_BYTES", "ResourcesServer", "Session", "ToolError", "create_app", "tool"]
+__all__ = ["MAX_BODY_BYTES", "NewSession", "ResourcesServer", "Session", "ToolError", "create_app", "tool"]
 
 
 def tool(fn: Callable[..., Any] | None = None, *, shown: dict[str, Any] | None = None) -> Any:
@@ -74,6 +80,29 @@ def tool(fn: Callable[..., Any] | None = None, *, shown: dict[str, Any] | None =
         return method
 
     return mark if fn is None else mark(fn)
+
+
+@dataclass(frozen=True)
+class NewSession:
+    """What a tool returns to continue the episode in a child session (a context of its own):
+    `compress` ends this one, `fork` runs the child beside it and answers this call with the
+    child's final message. `prompt`: the child's user message (the task and what to carry over);
+    `output`: this call's result as the log (and, compressing, the record) holds it."""
+
+    action: str
+    prompt: str
+    output: str = ""
+
+    @classmethod
+    def compress(cls, prompt: str, output: str = "context compressed") -> NewSession:
+        return cls("compress", prompt, output)
+
+    @classmethod
+    def fork(cls, prompt: str, output: str = "") -> NewSession:
+        return cls("fork", prompt, output)
+
+    def as_json(self) -> dict[str, str]:
+        return {"action": self.action, "prompt": self.prompt}
 
 
 class ToolError(RlvrError):
@@ -222,6 +251,10 @@ class ResourcesServer:
         return found
 
     def call(self, session_id: str, name: str, arguments: dict[str, Any]) -> Any:
+        return self.call_directed(session_id, name, arguments)[0]
+
+    def call_directed(self, session_id: str, name: str, arguments: dict[str, Any]) -> tuple[Any, NewSession | None]:
+        """The tool's result, and the child session it asks for (None: none)."""
         session = self.session(session_id)
         if name not in self.offered_tools():
             raise PermissionError(name)
@@ -230,11 +263,14 @@ class ResourcesServer:
                 raise KeyError(session_id)
             session.touched = time.monotonic()
             if len(session.calls) >= self.max_calls_per_session:
-                return f"error: this session has made its {self.max_calls_per_session} tool calls"
+                return f"error: this session has made its {self.max_calls_per_session} tool calls", None
             record = {"tool": name, "arguments": arguments, "time": time.time()}
             session.calls.append(record)
+            directive = None
             try:
                 output = self.invoke(session.state, name, arguments)
+                if isinstance(output, NewSession):
+                    directive, output = _checked(name, output, self.max_output_bytes)
             except (ToolError, signatures.ToolArgumentError) as exc:
                 output = f"error: {exc}"
             except Exception as exc:  # any failure of a tool is an answer the model reads, never a 500
@@ -242,7 +278,9 @@ class ResourcesServer:
             output = tool_output(name, output, self.max_output_bytes)  # JSON, within the cap, or a tool error
             logged = output if isinstance(output, str) else repr(output)
             record["output"] = logged[: self.max_logged_output]
-        return output
+            if directive is not None:
+                record["session"] = directive.action
+        return output, directive
 
     def invoke(self, state: Any, name: str, arguments: dict[str, Any]) -> Any:
         """Run one offered tool on a session's state, its arguments checked against its signature
@@ -306,6 +344,19 @@ class ResourcesServer:
     def open_sessions(self) -> int:
         with self._lock:
             return len(self._sessions)
+
+
+def _checked(name: str, directive: NewSession, max_bytes: int) -> tuple[NewSession | None, Any]:
+    """A child session's request as the environment wrote it, or a tool error saying why not."""
+    if directive.action not in ("compress", "fork"):
+        return None, f"error: {name} asked for a session action {directive.action!r}; one of compress, fork"
+    if not isinstance(directive.prompt, str) or not directive.prompt.strip():
+        return None, f"error: {name} asked for a new session without a prompt (a non-empty string)"
+    if len(directive.prompt.encode("utf-8", errors="surrogatepass")) > max_bytes:
+        return None, f"error: {name} asked for a new session whose prompt is over {max_bytes} bytes"
+    if not isinstance(directive.output, str):
+        return None, f"error: {name} asked for a new session whose output is not a string"
+    return directive, directive.output
 
 
 def _with_path(verdict: Verdict, spec: Any, calls: list[dict[str, Any]]) -> Verdict:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,46 +35,17 @@ from rlvr_cli.contract.models import Contract
 from rlvr_cli.engine.engines import PolicyEngine
 from rlvr_cli.engine.generate import response_text, sampled_text
 from rlvr_cli.engine.types import SamplingParams
-from rlvr_cli.env.agent import EnvHTTPError, EnvTimeout, EnvUnreachable
-from rlvr_cli.env.model import CallIds, parse_completion, to_chat
+from rlvr_cli.env.model import parse_completion, to_chat
 from rlvr_cli.env.results import tool_output
 from rlvr_cli.env.sample import Sample
 from rlvr_cli.env.scoring import apply_verdict, needs_verdict
 from rlvr_cli.env.tool_env import ToolEnv
 from rlvr_cli.env.verdict import Verdict
 from rlvr_cli.errors import RlvrError
-from rlvr_cli.rollout import hints
+from rlvr_cli.rollout import hints, sessions
 from rlvr_cli.rollout.base import Draw, Times
+from rlvr_cli.rollout.episode import Episode, failure, results, verdict_of
 from rlvr_cli.rollout.prompts import Prompts
-
-
-@dataclass
-class Episode:
-    """One episode in flight: its chat so far, the ids after the prompt, and what happened."""
-
-    task: dict[str, Any]
-    group: int
-    index: int
-    prompt_ids: list[int]
-    messages: list[dict[str, Any]]
-    session: str = ""
-    ids: list[int] = field(default_factory=list)
-    mask: list[int] = field(default_factory=list)
-    logp: list[float] = field(default_factory=list)
-    items: list[dict[str, Any]] = field(default_factory=list)
-    turns: list[dict[str, Any]] = field(default_factory=list)
-    ended: str = ""
-    final: str = ""
-    error: str = ""
-    server_calls: list[Any] | None = None  # the server's own log of the session's calls
-    call_ids: CallIds = field(default_factory=CallIds)
-    hint: str | None = None
-    prefix: str = ""  # the first response starts with this text (a hint as response prefix)
-
-    def add(self, ids: list[int], mask: int, logp: list[float] | None = None) -> None:
-        self.ids += ids
-        self.mask += [mask] * len(ids)
-        self.logp += logp if logp is not None else [0.0] * len(ids)
 
 
 @dataclass
@@ -120,23 +91,31 @@ class ToolUse:
                 episode.hint, episode.prefix = shown, shown if shown is not None and prefix else ""
                 episodes.append(episode)
         _open(env, episodes)
+        sessions.plant(episodes)
         params = SamplingParams.of(contract, self.renderer, draw.greedy)
-        for turn in range(contract.environment.max_steps):
-            active = [e for e in episodes if not e.ended]
+        steps = contract.environment.max_steps
+        for turn in range(steps * sessions.most(contract)):  # each session makes at most max_steps calls
+            active = [e for e in sessions.every(episodes) if not e.ended and not e.waiting]
             if not active:
                 break
-            last = turn == contract.environment.max_steps - 1
-            _turn(self, active, params, draw.seed * 1_009 + turn, draw.revision, last=last)
-        samples = [_sample(e, draw.seed, draw.round, draw.revision) for e in episodes]
-        verdicts = _verify(env, episodes)
-        for episode, sample, (verdict, seconds) in zip(episodes, samples, verdicts, strict=True):
+            _turn(self, active, params, draw.seed * 1_009 + turn, draw.revision, steps)
+            sessions.settle(self, episodes, self._go_on)
+        samples = sessions.assemble(episodes, lambda e: _sample(e, draw.seed, draw.round, draw.revision))
+        mains = [e.tree.main if e.tree else e for e in episodes]
+        verdicts = _verify(env, mains)
+        for main, sample, (verdict, seconds) in zip(mains, samples, verdicts, strict=True):
             if needs_verdict(contract, sample):
                 apply_verdict(contract, sample, verdict, seconds)
             sample.transcript["verdict"] = verdict.as_json()  # type: ignore[index]
-            sample.transcript["server_calls"] = episode.server_calls  # type: ignore[index]
+            sample.transcript["server_calls"] = main.server_calls  # type: ignore[index]
+            others = [_own(e) for e in main.tree.sessions if e is not main]  # type: ignore[union-attr]
+            sessions.credit(contract, sample, others, verdict)
         if times is not None:
             times.generate += time.perf_counter() - start
         return samples
+
+    def _go_on(self, episode: Episode, calls: list[dict[str, Any]], outs: list[dict[str, Any]]) -> None:
+        _continue(self.renderer, self.env, episode, calls, outs, self.contract.length.max_response_tokens)
 
     def sample_share(
         self, tasks: Sequence[dict[str, Any]], draw: Draw, rank: int, world: int, times: Times | None = None
@@ -148,38 +127,20 @@ class ToolUse:
         return self.sample(mine, replace(draw, seed=draw.seed * 10_007 + rank, groups=groups), times), mine
 
 
-def _results(env: ToolEnv, ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One result per operation (env/batch.py); a batch that timed out or was refused as a
-    whole answers every operation with its status. An unreachable server stops the run."""
-    try:
-        return env.client.batch(ops)  # type: ignore[union-attr]
-    except EnvUnreachable as exc:  # the run stops: say how the server ended and what it printed last
-        more = env.describe()
-        raise EnvUnreachable(f"{exc}; {more}" if more else str(exc)) from None
-    except EnvTimeout as exc:
-        return [{"status": 504, "detail": str(exc)} for _ in ops]
-    except EnvHTTPError as exc:
-        return [{"status": exc.status, "detail": exc.body[:300]} for _ in ops]
-
-
-def _failure(result: dict[str, Any]) -> str:
-    return f"HTTP {result.get('status')}: {str(result.get('detail'))[:300]}"
-
-
 def _open(env: ToolEnv, episodes: list[Episode]) -> None:
     """Seed every episode's session in one batch; a task the server refuses ends its episode
     (`seed_error`, a verifier_error verdict)."""
-    results = _results(env, [{"op": "seed", "task": e.task} for e in episodes])
-    for episode, result in zip(episodes, results, strict=True):
+    answers = results(env, [{"op": "seed", "task": e.task} for e in episodes])
+    for episode, result in zip(episodes, answers, strict=True):
         session = (result.get("body") or {}).get("session_id") if result.get("status") == 200 else None
         if isinstance(session, str) and session:
             episode.session = session
         else:
-            episode.error, episode.ended = f"seeding the session failed: {_failure(result)}", "seed_error"
+            episode.error, episode.ended = f"seeding the session failed: {failure(result)}", "seed_error"
 
 
 def _turn(
-    rollout: ToolUse, active: list[Episode], params: SamplingParams, seed: int, revision: int, last: bool
+    rollout: ToolUse, active: list[Episode], params: SamplingParams, seed: int, revision: int, steps: int
 ) -> None:
     """One model call for every active episode (one batched sample), then their tool calls."""
     renderer = rollout.renderer
@@ -191,7 +152,7 @@ def _turn(
         mask, finish = sampled_mask(gen.response_ids[:left], renderer.stop_ids)
         kept = gen.response_ids[: sum(mask)]  # through the stop token
         start = len(episode.ids)
-        first = not episode.turns
+        first, last = not episode.turns and episode.number == 0, len(episode.turns) == steps - 1
         episode.add(kept, 1, list(gen.logprobs[: len(kept)]))
         lead = episode.prefix if first else ""
         text = lead + response_text(renderer.tokenizer, kept, finish)
@@ -200,7 +161,7 @@ def _turn(
         episode.items += output
         calls = [i for i in output if i.get("type") == "function_call"]
         episode.turns.append({"sampled": [start, len(episode.ids)], "text": text, "calls": len(calls)})
-        said = "".join(str(i.get("content", "")) for i in output if i.get("type") == "message")
+        said = episode.said = "".join(str(i.get("content", "")) for i in output if i.get("type") == "message")
         if finish == "length":  # out of tokens: what it said last is its final message
             episode.ended, episode.final = "budget", said
         elif not calls:
@@ -215,7 +176,8 @@ def _turn(
             pending.append((episode, calls))
     outputs = _call_tools(rollout.env, pending)
     for (episode, calls), outs in zip(pending, outputs, strict=True):
-        _continue(renderer, rollout.env, episode, calls, outs, budget)
+        if not sessions.opened(rollout, episode, calls, outs):  # (a child session, compressing or forking)
+            _continue(renderer, rollout.env, episode, calls, outs, budget)
 
 
 def _room_for_results(rollout: ToolUse, episode: Episode, calls: list[dict[str, Any]], budget: int) -> bool:
@@ -262,12 +224,15 @@ def _call_tools(env: ToolEnv, pending: list[tuple[Episode, list[dict[str, Any]]]
             where.append(outs[-1])
             ops.append({"op": "tool", "session_id": episode.session, "name": call["name"], "arguments": arguments})
         outputs.append(outs)
-    for slot, op, result in zip(where, ops, _results(env, ops), strict=True):
+    for slot, op, result in zip(where, ops, results(env, ops), strict=True):
         if result.get("status") == 200:  # capped here too: a server at a URL may not cap its results
-            value = tool_output(op["name"], (result.get("body") or {}).get("output"), env.output_cap)
+            body = result.get("body") or {}
+            value = tool_output(op["name"], body.get("output"), env.output_cap)
             slot["output"] = value if isinstance(value, str) else json.dumps(value)
+            if "session" in body:  # the tool asks for a child session (rollout/sessions.py)
+                slot["session"] = body["session"]
         else:
-            slot["output"] = f"error: {_failure(result)}"
+            slot["output"] = f"error: {failure(result)}"
     return outputs
 
 
@@ -299,7 +264,11 @@ def _continue(
         episode.ended, turn["error"] = "template", str(exc)
         return
     if len(episode.ids) + len(glue) >= budget:  # no room for the results and one more token
-        episode.ended, turn["results_seen"] = "budget", False  # (run all the same: calls_without_room execute,
+        episode.ended, episode.final, turn["results_seen"] = (
+            "budget",
+            episode.said,
+            False,
+        )  # (run all the same: calls_without_room execute,
         return  # or results longer than the room left)
     start = len(episode.ids)
     episode.add(glue, 0)
@@ -315,25 +284,12 @@ def _verify(env: ToolEnv, episodes: list[Episode]) -> list[tuple[Verdict, float]
     for episode in opened:
         ops.append({"op": "verify", "session_id": episode.session, "final_message": episode.final, "log": True})
         ops.append({"op": "close", "session_id": episode.session})
-    results = _results(env, ops)  # a close that fails loses nothing: the server expires the session
-    found = {id(e): _verdict(e, results[2 * i]) for i, e in enumerate(opened)}
+    answers = results(env, ops)  # a close that fails loses nothing: the server expires the session
+    found = {id(e): verdict_of(e, answers[2 * i]) for i, e in enumerate(opened)}
     seconds = time.perf_counter() - start
     return [
         (found[id(e)], seconds) if e.session else (Verdict("verifier_error", detail=e.error), 0.0) for e in episodes
     ]
-
-
-def _verdict(episode: Episode, result: dict[str, Any]) -> Verdict:
-    if result.get("status") == 504:
-        return Verdict("timeout", detail=f"verify: {result.get('detail')}")
-    if result.get("status") != 200:
-        return Verdict("verifier_error", detail=f"verify failed: {_failure(result)}")
-    data = dict(result.get("body") or {})
-    episode.server_calls = data.pop("calls", None)
-    try:
-        return Verdict.coerce(data)
-    except (ValueError, TypeError) as exc:
-        return Verdict("verifier_error", detail=f"verify failed: {exc}")
 
 
 def _sample(episode: Episode, seed: int, round_: int, revision: int) -> Sample:
@@ -359,4 +315,14 @@ def _sample(episode: Episode, seed: int, round_: int, revision: int) -> Sample:
         "calls": sum(t["calls"] for t in episode.turns),  # parsed from what was sampled
         "executed_calls": sum(bool(c.get("executed")) for t in episode.turns for c in t.get("tool_calls", [])),
     }
+    if episode.tree is not None and len(episode.tree.sessions) > 1:  # an episode of several sessions
+        sample.session, sample.parent = episode.number, episode.parent.number if episode.parent else None
+        sample.transcript["session"] = {"number": episode.number, "parent": sample.parent, "opened": episode.opened}
     return sample
+
+
+def _own(session: Episode) -> tuple[Verdict, float]:
+    """`reward.unit: session`: the verdict a session got when it ended."""
+    if session.verdict is not None:
+        return session.verdict
+    return Verdict("verifier_error", detail=session.error or "the session was never verified"), 0.0

@@ -97,9 +97,14 @@ def collect(setup: Setup, state: TrainState, rollout: Rollout, ahead: Any = None
 
 
 def accept(size: int, samples: list[Sample], tasks: list[dict[str, Any]], drop: bool, result: StepResult) -> None:
-    """Groups into the update; with dynamic sampling, all-equal groups are discarded."""
+    """Groups into the update; with dynamic sampling, all-equal groups are discarded (every
+    session of a group's episodes counted: under `reward.unit: session` each has its own reward)."""
     rewards = torch.tensor([s.reward for s in samples], dtype=torch.float64).view(-1, size)
     uniform = uniform_groups(rewards).tolist() if drop else [False] * len(tasks)  # (G,)
+    if drop and any(s.sessions for s in samples):
+        for g in range(len(tasks)):
+            every = torch.tensor([p.reward for s in samples[g * size : (g + 1) * size] for p in s.episode])
+            uniform[g] = bool(uniform_groups(every.view(1, -1).double())[0])
     for g, flat in enumerate(uniform):
         group = samples[g * size : (g + 1) * size]
         if flat:

@@ -65,11 +65,11 @@ def engine_mismatch(result: StepResult) -> dict[str, float]:
     comparable), and not trained on samples drawn ahead's denominator (theirs is the engine's)."""
     lagged = any(s.revision < result.revision for g in result.accepted for s in g if s.kept)
     diffs, per_sequence = [], []
-    for s in result.generated:
+    for s in (part for sample in result.generated for part in sample.episode):
         if s.revision != result.revision or (s.kept and lagged) or not s.sampling_logp or not s.old_logp:
             continue
-        n = min(len(s.sampling_logp), len(s.old_logp), sum(s.mask) if s.mask else len(s.response_ids))
-        d = [e - t for e, t in zip(s.sampling_logp[:n], s.old_logp[:n], strict=True)]
+        mask = s.mask or [1] * len(s.response_ids)  # sampled tokens only: a tool result inserted was never sampled
+        d = [e - t for e, t, m in zip(s.sampling_logp, s.old_logp, mask, strict=False) if m]
         diffs += d
         per_sequence.append(sum(d))
     if not diffs:
@@ -145,8 +145,8 @@ def record_rows(
             prompt_id=str(s.task.get("id")),
             group=s.group,
             sample=s.index,
-            session_id=f"{run}/{step}/{s.group}/{s.index}",
-            parent_session_id=None,
+            session_id=session_id(run, step, s, s.session),
+            parent_session_id=None if s.parent is None else session_id(run, step, s, s.parent),
             policy_revision=s.revision,
             policy_lag=s.lag,
             prompt_ids=s.prompt_ids,
@@ -176,8 +176,15 @@ def record_rows(
             data_check=data_check,
             verdict_detail=(s.verdict.detail or "")[:2000] or None if s.verdict else None,
         )
-        for s in samples
+        for s in (part for sample in samples for part in sample.episode)
     ]
+
+
+def session_id(run: str, step: int, sample: Sample, session: int) -> str:
+    """A record's session id: `run/step/group/sample` for an episode's first session (every
+    single response's), `…/sample.k` for its k-th."""
+    base = f"{run}/{step}/{sample.group}/{sample.index}"
+    return base if session == 0 else f"{base}.{session}"
 
 
 def write_records(records: RecordStore, setup: Any, step: int, generated: list[Sample]) -> float:

@@ -30,8 +30,8 @@ from rlvr_cli.rollout.rollouts import open_rollout
 from rlvr_cli.store.records import RecordStore
 from rlvr_cli.store.run import RunFolder, Status
 from rlvr_cli.trackers.fanout import Trackers
+from rlvr_cli.train import credit, flops, importance, overlap, reference_nll, tracking, update
 from rlvr_cli.train import distributed as dist
-from rlvr_cli.train import flops, importance, overlap, reference_nll, tracking, update
 from rlvr_cli.train.checkpoint import load_latest
 from rlvr_cli.train.collect import StepResult, collect
 from rlvr_cli.train.faults import Fault
@@ -99,11 +99,12 @@ def train_step(
     With `ahead`, groups sampled during the previous update are used, and with `launch` the
     next step's first round is sampled during this one's."""
     result = collect(setup, state, rollout, ahead)  # rollout → score
-    update.sampling_logprobs(setup, [s for s in result.generated if not s.kept])  # before the weights move
+    credit.spread(setup.contract, result.generated)  # which sessions of each episode train
+    untrained = [p for s in result.generated for p in s.episode if not p.kept]
+    update.sampling_logprobs(setup, untrained)  # before the weights move
     if ahead is not None and launch:
         ahead.launch(state, rollout)
-    flat = [s for group in result.accepted for s in group]
-    trained = [s for s in flat if s.kept]
+    flat, trained, owner = credit.units(setup.contract, [s for group in result.accepted for s in group])
     learned: dict[str, float] = {}
     start = time.perf_counter()
     dist.spent()  # collectives of this step from here (the sampling's gathers are in time_generate_s)
@@ -112,8 +113,8 @@ def train_step(
     if anything:
         fwd = update.Forward.of(setup, trained)
         ref = update.reference_logprobs(setup, fwd)
-        rewards, old = update.rewards_with_kl(setup, flat, fwd, ref)  # KL in the reward
-        adv = update.step_advantages(setup, flat, rewards)  # advantages
+        rewards, old = update.rewards_with_kl(setup, flat, fwd, ref, owner)  # KL in the reward
+        adv = update.step_advantages(setup, flat, rewards, owner)  # advantages
         old = importance.ratio_denominator(setup, state, trained, fwd, old)
         learned = update.optimizer_passes(setup, state, trained, adv, fwd, old, ref)  # update
     setup.engine.sync(setup.policy, state.optimizer_steps)  # nothing samples from older weights

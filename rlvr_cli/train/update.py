@@ -19,8 +19,8 @@ from rlvr_cli.engine.prefix import pays, prefix_logprobs, why_not_prefix
 from rlvr_cli.engine.shared import shared_prompt_logprobs, shares_prompts
 from rlvr_cli.env.sample import Sample
 from rlvr_cli.rollout import hints
+from rlvr_cli.train import credit, lora
 from rlvr_cli.train import distributed as dist
-from rlvr_cli.train import lora
 from rlvr_cli.train import objective as obj
 from rlvr_cli.train.importance import correction_metrics, engine_logprobs
 from rlvr_cli.train.layer_stats import LayerWatch
@@ -153,28 +153,30 @@ def reference_logprobs(setup: Setup, fwd: Forward) -> torch.Tensor | None:
 
 
 def rewards_with_kl(
-    setup: Setup, flat: list[Sample], fwd: Forward, ref: torch.Tensor | None
+    setup: Setup, flat: list[Sample], fwd: Forward, ref: torch.Tensor | None, owner: list[int]
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Rewards `(N,)` of the step's accepted samples (NaN: not trained), minus β·KL when the
-    contract places the KL penalty in the reward (`kl.placement: reward`), which must exist
-    before advantages; then also the policy's log-probs it took `(B, T)`, the old ones."""
+    """Rewards `(N,)` of the step's units (NaN: not trained; train/credit.py), minus β·KL of the
+    rows each trains when the contract places the KL penalty in the reward (`kl.placement:
+    reward`), which must exist before advantages; then also the policy's log-probs it took
+    `(B, T)`, the old ones. `owner`: each trained row's unit."""
     o = setup.contract.objective
-    kept = [i for i, s in enumerate(flat) if s.kept]
     rewards = torch.tensor([s.reward if s.kept else math.nan for s in flat], dtype=torch.float64)  # (N,)
     if ref is None or o.kl.placement != "reward" or o.kl.coef <= 0:
         return rewards, None
     old = fwd.logprobs(setup.policy, setup.contract.hyperparameters.sampling.temperature)
     kl = obj.sequence_kl(old, ref, fwd.batch.response_mask, o.kl.estimator).double().cpu()  # (B,)
-    rewards[torch.tensor(kept, dtype=torch.long)] -= o.kl.coef * kl
+    rewards.index_add_(0, torch.tensor(owner, dtype=torch.long), -o.kl.coef * kl)
     return rewards, old
 
 
-def step_advantages(setup: Setup, flat: list[Sample], rewards: torch.Tensor) -> torch.Tensor:
-    """Advantages over the whole (all-rank) batch, written into each sample and returned for
-    this rank's trained samples `(B,)`."""
+def step_advantages(setup: Setup, flat: list[Sample], rewards: torch.Tensor, owner: list[int]) -> torch.Tensor:
+    """Advantages over the whole (all-rank) batch of units, written into each unit (and the
+    sessions it trains) and returned for this rank's trained rows `(B,)` (`owner`: each row's unit)."""
     contract, subgroup = setup.contract, hints.subgroup(setup.contract)
     size = contract.hyperparameters.group_size
-    if not dist.active():
+    if credit.several(flat):  # episodes of several sessions: groups of any width
+        adv = credit.ragged_advantages(contract, flat, rewards, subgroup).float()
+    elif not dist.active():
         shown = torch.tensor([s.hint is not None for s in flat], dtype=torch.bool)
         adv = obj.hinted_advantages(rewards, shown, size, contract.objective, subgroup).float()
     else:
@@ -185,10 +187,8 @@ def step_advantages(setup: Setup, flat: list[Sample], rewards: torch.Tensor) -> 
         shown = torch.tensor([h for *_, h in ordered], dtype=torch.bool)
         every = obj.hinted_advantages(every_reward, shown, size, contract.objective, subgroup)
         adv = torch.stack([every[position[(s.group, s.index)]] for s in flat]).float() if flat else torch.zeros(0)
-    for s, a in zip(flat, adv.tolist(), strict=True):
-        s.advantage = a
-    kept = [i for i, s in enumerate(flat) if s.kept]
-    return adv[kept].to(setup.device)
+    credit.write(flat, adv.tolist(), contract.objective.reward.unit == "trajectory")
+    return adv[torch.tensor(owner, dtype=torch.long)].to(setup.device)
 
 
 def normalisers(contract: Contract, tokens: float, sequences: float) -> dict[str, float]:

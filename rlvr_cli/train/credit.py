@@ -1,0 +1,94 @@
+"""Credit for episodes of several sessions (rollout/sessions.py): which sessions a step trains,
+the units its advantages are computed over, and those advantages.
+
+- `reward.unit: trajectory`: one unit per episode — its reward, its group's baseline; the
+  sessions it trains are `reward.credit`'s: `all_sessions` (each with the episode's advantage)
+  or `last_session` (the one that ended it; the others are recorded with reason `credit`).
+- `reward.unit: session`: one unit per session — its own verdict, compared with every session
+  of its group (groups are ragged: padded with excluded entries, which means and stds skip).
+
+An episode of one session is one unit and one trained row, as a single response is."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from rlvr_cli.env.sample import Sample
+from rlvr_cli.train import distributed as dist
+from rlvr_cli.train import objective as obj
+
+
+def several(samples: list[Sample]) -> bool:
+    """Whether any episode here holds more than one session."""
+    return any(s.sessions for s in samples)
+
+
+def spread(contract: Any, samples: list[Sample]) -> None:
+    """Which of each episode's other sessions are trained: under `trajectory` they follow the
+    episode (and `credit: last_session` records them untrained); under `session` each keeps its
+    own verdict, and leaves with its group when the group is discarded."""
+    reward = contract.objective.reward
+    for sample in samples:
+        for part in sample.sessions:
+            if reward.unit == "session":
+                if not sample.kept and sample.reason == "uniform_group":
+                    part.kept, part.reason = False, part.reason or "uniform_group"
+            elif not sample.kept:
+                part.kept, part.reason = False, sample.reason
+            elif reward.credit == "last_session":
+                part.kept, part.reason = False, "credit"
+
+
+def units(contract: Any, flat: list[Sample]) -> tuple[list[Sample], list[Sample], list[int]]:
+    """(the units advantages are computed over, the rows the update trains, each row's unit)."""
+    per_session = contract.objective.reward.unit == "session" and several(flat)
+    every = [p for s in flat for p in s.episode] if per_session else flat
+    rows, owner = [], []
+    for u, unit in enumerate(every):
+        parts = [unit] if per_session else unit.episode
+        for part in parts:
+            if part.kept and (part is unit or unit.kept):
+                rows.append(part)
+                owner.append(u)
+    return every, rows, owner
+
+
+def ragged_advantages(contract: Any, every: list[Sample], rewards: torch.Tensor, subgroup: bool) -> torch.Tensor:
+    """Group-relative advantages `(N,)` of units whose groups hold any number of them (all ranks'
+    units under torchrun): each group padded to the widest with excluded entries."""
+    mine = [(s.group, s.index, s.session, r, s.hint is not None) for s, r in zip(every, rewards.tolist(), strict=True)]
+    ordered = sorted(item for part in dist.gather(mine) for item in part) if dist.active() else sorted(mine)
+    groups: dict[int, list[tuple[Any, ...]]] = {}
+    for item in ordered:
+        groups.setdefault(item[0], []).append(item)
+    width = max((len(g) for g in groups.values()), default=1)
+    padded: list[float] = []
+    shown: list[bool] = []
+    where: dict[tuple[int, int, int], int] = {}
+    for members in groups.values():
+        for g, i, k, r, h in members:
+            where[(g, i, k)] = len(padded)
+            padded.append(r)
+            shown.append(h)
+        padded += [math.nan] * (width - len(members))
+        shown += [False] * (width - len(members))
+    adv = obj.hinted_advantages(
+        torch.tensor(padded, dtype=torch.float64),
+        torch.tensor(shown, dtype=torch.bool),
+        width,
+        contract.objective,
+        subgroup,
+    )
+    return torch.tensor([float(adv[where[(s.group, s.index, s.session)]]) for s in every], dtype=torch.float64)
+
+
+def write(every: list[Sample], adv: list[float], trajectory: bool) -> None:
+    """Each unit's advantage into it and, under `trajectory`, into the sessions it trains."""
+    for unit, a in zip(every, adv, strict=True):
+        unit.advantage = a
+        if trajectory:
+            for part in unit.sessions:
+                part.advantage = a if part.kept else 0.0
