@@ -21,6 +21,7 @@ from rlvr_cli.contract import (  # noqa: F401 - they register rules
     rules_data,
     rules_monitoring,
     rules_release,
+    rules_reward,
     rules_scale,
     waivers,
     yaml12,

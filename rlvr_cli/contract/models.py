@@ -200,6 +200,11 @@ class Reward(Section):
     on_invalid: Literal["exclude", "fail"] = Field(
         description="What an invalid verdict (verifier_error, timeout, sandbox_error) does."
     )
+    set_size: PositiveInt | None = Field(
+        None,
+        description="unit set: responses judged together — each group's consecutive members, set_size at a time, "
+        "are one set, verified by `verify(task, responses)` and sharing its reward (RLV206).",
+    )
     credit: Literal["all_sessions", "last_session"] | None = Field(
         None,
         description="unit trajectory with environment.max_sessions > 1: which sessions of an episode its one reward "

@@ -166,11 +166,6 @@ def rlv202_clip_range(c: Contract, _: Path) -> Iterator[Finding]:
 
 NOT_RUN = (
     (
-        ("objective", "reward", "unit"),
-        lambda c: c.objective.reward.unit == "set",
-        "reward.unit 'set' (one reward for several responses together) is not implemented",
-    ),
-    (
         ("artifacts", "verifier", "container"),
         lambda c: c.artifacts.verifier.container is not None,
         "verifiers do not run in a container; the verifier runs as a local worker process (drop container)",
@@ -202,26 +197,6 @@ def rlv203_unit_vs_kind(c: Contract, _: Path) -> Iterator[Finding]:
             ("objective", "reward", "unit"),
             "a tool_use episode earns one reward from the server's verify: use reward.unit session or trajectory",
         )
-
-
-@rule
-def rlv205_session_credit(c: Contract, _: Path) -> Iterator[Finding]:
-    reward, sessions = c.objective.reward, c.environment.max_sessions or 1
-    where = ("objective", "reward", "credit")
-    if reward.unit == "trajectory" and sessions > 1 and reward.credit is None:
-        yield error(
-            "RLV205",
-            ("objective", "reward"),
-            f"an episode may hold {sessions} sessions (environment.max_sessions) and earns one reward: say which "
-            "sessions it trains — credit: all_sessions (each with the episode's advantage) or last_session",
-        )
-    elif reward.credit is not None and (reward.unit != "trajectory" or sessions == 1):
-        why = (
-            f"reward.unit '{reward.unit}' gives each unit its own reward"
-            if reward.unit != "trajectory"
-            else "an episode holds one session (environment.max_sessions absent or 1)"
-        )
-        yield error("RLV205", where, f"credit changes nothing here: {why}; drop it")
 
 
 @rule

@@ -57,10 +57,36 @@ def apply_verdict(contract: Contract, sample: Sample, verdict: Verdict, seconds:
 
 def score_all(contract: Contract, samples: list[Sample], pool: Any) -> None:
     """Score a batch of samples with one round trip to the verifier worker."""
+    if contract.objective.reward.unit == "set":
+        score_sets(contract, samples, pool)
+        return
     todo = [s for s in samples if needs_verdict(contract, s)]
     verdicts = pool.verify_many([(s.task, s.answer) for s in todo]) if todo else []
     for sample, (verdict, seconds) in zip(todo, verdicts, strict=True):
         apply_verdict(contract, sample, verdict, seconds)
+
+
+def score_sets(contract: Contract, samples: list[Sample], pool: Any) -> None:
+    """`reward.unit: set` (rollout/sets.py): one verdict per set, from `verify(task, responses)`,
+    carried by every member. A set with a truncated member is judged as its member would be
+    alone (`length.on_truncated`): excluded whole, or every member given the penalty."""
+    from rlvr_cli.rollout.sets import split
+
+    todo = []
+    for members in split(contract, samples):
+        cut = [m for m in members if not needs_verdict(contract, m)]
+        if not cut:
+            todo.append(members)
+        elif contract.length.on_truncated == "exclude":
+            for m in members:
+                m.kept, m.reason = False, m.reason or "truncated_set_member"
+        else:
+            for m in members:
+                m.reward = float(contract.length.truncation_penalty)  # type: ignore[arg-type]
+    verdicts = pool.verify_many([(m[0].task, [s.answer for s in m]) for m in todo]) if todo else []
+    for members, (verdict, seconds) in zip(todo, verdicts, strict=True):
+        for member in members:
+            apply_verdict(contract, member, verdict, seconds)
 
 
 __all__ = ["InvalidVerdictStop", "Sample", "apply_verdict", "needs_verdict", "score_all", "weighted_reward"]

@@ -147,6 +147,7 @@ class VerifierPool:
         self._conn: Any = None
         self._seq = 0  # each batch's number: an answer that does not carry it is not trusted
         self._lock = threading.Lock()  # one batch at a time (samples drawn ahead are scored on their thread)
+        self.sets = False  # reward.unit set: the verifier judges a list of responses (rollout/sets.py)
 
     @classmethod
     def for_contract(cls, contract: Any, folder: Path) -> VerifierPool:
@@ -160,7 +161,9 @@ class VerifierPool:
             check_answers(builtin[1])  # type: ignore[index]
         if builtin is not None:
             return cls(builtin[0], folder, env.timeout_s, env.memory_mb, builtin[1])
-        return cls(env.verifier, folder, env.timeout_s, env.memory_mb)
+        pool = cls(env.verifier, folder, env.timeout_s, env.memory_mb)
+        pool.sets = contract.objective.reward.unit == "set"
+        return pool
 
     def __enter__(self) -> VerifierPool:
         self._start()
@@ -221,6 +224,11 @@ class VerifierPool:
     def verify_many(self, items: list[tuple[dict[str, Any], str]]) -> list[tuple[Verdict, float]]:
         """Send a batch at once; each answer is awaited for at most `timeout_s`. After a
         timeout the worker is killed and the rest of the batch goes to a fresh one."""
+        if self.sets and any(isinstance(response, str) for _, response in items):
+            raise RlvrError(
+                f"{self.spec} judges sets of responses together (objective.reward.unit: set); this command "
+                "judges one response at a time, which such a verifier cannot do"
+            )
         results: list[tuple[Verdict, float]] = []
         with self._lock:
             while len(results) < len(items):

@@ -16,7 +16,7 @@ from rlvr_cli.engine.types import SamplingParams
 from rlvr_cli.env.sample import Sample
 from rlvr_cli.env.scoring import score_all
 from rlvr_cli.env.verifier_pool import VerifierPool
-from rlvr_cli.rollout import hints
+from rlvr_cli.rollout import hints, sets
 from rlvr_cli.rollout.base import Draw, Times
 from rlvr_cli.rollout.prompts import Prompts
 
@@ -43,10 +43,10 @@ class SingleTurn:
     def sample(self, tasks: Sequence[dict[str, Any]], draw: Draw, times: Times | None = None) -> list[Sample]:
         times = times if times is not None else Times()
         start = time.perf_counter()
-        k = draw.group_size
+        k, greedy = sets.members(self.contract, draw.group_size), draw.greedy and not sets.judged(self.contract)
         shown = [hints.hint_of(self.contract, t) if j < draw.hinted else None for t in tasks for j in range(k)]
         prompt_ids = [self.prompts.ids(tasks[i // k], shown[i] is not None) for i in range(len(shown))]
-        params = SamplingParams.of(self.contract, self.renderer, draw.greedy)
+        params = SamplingParams.of(self.contract, self.renderer, greedy)
         gens = self.engine.sample(prompt_ids, params, draw.seed, draw.revision)
         prefix = hints.prefix(self.contract)
         numbers = draw.numbers(len(tasks))

@@ -44,6 +44,12 @@ def spread(contract: Any, samples: list[Sample]) -> None:
 
 def units(contract: Any, flat: list[Sample]) -> tuple[list[Sample], list[Sample], list[int]]:
     """(the units advantages are computed over, the rows the update trains, each row's unit)."""
+    if contract.objective.reward.unit == "set":  # a set's first member stands for the set
+        size = contract.objective.reward.set_size
+        leads = {(s.group, s.index // size): u for u, s in enumerate(s for s in flat if s.index % size == 0)}
+        every = [s for s in flat if s.index % size == 0]
+        trained = [s for s in flat if s.kept]
+        return every, trained, [leads[(s.group, s.index // size)] for s in trained]
     per_session = contract.objective.reward.unit == "session" and several(flat)
     every = [p for s in flat for p in s.episode] if per_session else flat
     rows, owner = [], []
@@ -85,10 +91,13 @@ def ragged_advantages(contract: Any, every: list[Sample], rewards: torch.Tensor,
     return torch.tensor([float(adv[where[(s.group, s.index, s.session)]]) for s in every], dtype=torch.float64)
 
 
-def write(every: list[Sample], adv: list[float], trajectory: bool) -> None:
-    """Each unit's advantage into it and, under `trajectory`, into the sessions it trains."""
-    for unit, a in zip(every, adv, strict=True):
-        unit.advantage = a
-        if trajectory:
-            for part in unit.sessions:
-                part.advantage = a if part.kept else 0.0
+def unit_width(contract: Any) -> int:
+    """Units per group when every group holds the same number: its samples, or its sets."""
+    reward, size = contract.objective.reward, contract.hyperparameters.group_size
+    return size // reward.set_size if reward.unit == "set" else size
+
+
+def share(every: list[Sample], rows: list[Sample], owner: list[int]) -> None:
+    """Each trained row carries its unit's advantage (a session of an episode, a member of a set)."""
+    for row, unit in zip(rows, owner, strict=True):
+        row.advantage = every[unit].advantage

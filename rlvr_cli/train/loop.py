@@ -115,6 +115,7 @@ def train_step(
         ref = update.reference_logprobs(setup, fwd)
         rewards, old = update.rewards_with_kl(setup, flat, fwd, ref, owner)  # KL in the reward
         adv = update.step_advantages(setup, flat, rewards, owner)  # advantages
+        credit.share(flat, trained, owner)  # each trained row: its unit's (its episode's, its set's)
         old = importance.ratio_denominator(setup, state, trained, fwd, old)
         learned = update.optimizer_passes(setup, state, trained, adv, fwd, old, ref)  # update
     setup.engine.sync(setup.policy, state.optimizer_steps)  # nothing samples from older weights

@@ -173,7 +173,7 @@ def step_advantages(setup: Setup, flat: list[Sample], rewards: torch.Tensor, own
     """Advantages over the whole (all-rank) batch of units, written into each unit (and the
     sessions it trains) and returned for this rank's trained rows `(B,)` (`owner`: each row's unit)."""
     contract, subgroup = setup.contract, hints.subgroup(setup.contract)
-    size = contract.hyperparameters.group_size
+    size = credit.unit_width(contract)
     if credit.several(flat):  # episodes of several sessions: groups of any width
         adv = credit.ragged_advantages(contract, flat, rewards, subgroup).float()
     elif not dist.active():
@@ -187,7 +187,8 @@ def step_advantages(setup: Setup, flat: list[Sample], rewards: torch.Tensor, own
         shown = torch.tensor([h for *_, h in ordered], dtype=torch.bool)
         every = obj.hinted_advantages(every_reward, shown, size, contract.objective, subgroup)
         adv = torch.stack([every[position[(s.group, s.index)]] for s in flat]).float() if flat else torch.zeros(0)
-    credit.write(flat, adv.tolist(), contract.objective.reward.unit == "trajectory")
+    for s, a in zip(flat, adv.tolist(), strict=True):
+        s.advantage = a
     return adv[torch.tensor(owner, dtype=torch.long)].to(setup.device)
 
 

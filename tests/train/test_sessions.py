@@ -228,3 +228,31 @@ def test_credit_is_required_where_it_decides_and_refused_where_it_does_not(
     data["environment"]["max_sessions"] = 3
     (tmp_path / "c.rlvr.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
     assert not [d for d in check_file(tmp_path / "c.rlvr.yaml").diagnostics if d.severity == "error"]
+
+
+@pytest.mark.slow
+def test_the_compress_example_trains_and_its_records_rebuild_every_session_tree(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """`rlvr init --template compress` (a warm-started tiny model), `rlvr audit verifier`,
+    `rlvr train` and `rlvr audit rollouts`: episodes compress into child sessions, every tree
+    holds together, and the engine's log-probs of what it sampled match the trainer's (tool
+    results inserted between turns are not compared)."""
+    root = tmp_path_factory.mktemp("compress")
+    folder = root / "agent"
+    assert rlvr("init", folder, "--template", "compress").code == 0
+    data = yaml.safe_load((folder / CONTRACT).read_text())
+    data["hyperparameters"]["max_steps"] = 4
+    data["monitoring"]["holdout_every"] = 4
+    (folder / CONTRACT).write_text(yaml.safe_dump(data, sort_keys=False))
+    audit = rlvr("audit", "verifier", folder / CONTRACT)
+    assert audit.code == 0, audit.stdout[-2000:]
+    run = rlvr("train", folder / CONTRACT, "--run-dir", root / "run")
+    assert run.code == 0, run.stderr[-3000:]
+    report = rlvr("audit", "rollouts", root / "run", "--format", "json")
+    assert report.code == 0, report.stdout[-2000:]
+    trees = json.loads(report.stdout)["session_trees"]
+    assert trees["with_several_sessions"] > trees["episodes"] / 4, trees  # the warm start compresses
+    assert trees["problems"] == [] and trees["opened"].get("compress", 0) >= trees["with_several_sessions"]
+    metrics = [json.loads(line) for line in (root / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert all(m["engine_logprob_diff_max"] < 1e-3 for m in metrics if "engine_logprob_diff_max" in m), metrics

@@ -5,8 +5,8 @@ digit, one page per context: a second read in the same context is refused until 
 `compress(notes)`, which ends the session and continues the episode in a fresh one whose prompt
 is the task and the notes (`NewSession.compress`, env/server.py). So the agent must carry what
 it read in its own notes. The verifier reads the server's state and the final message:
-`correct` is 1 when every page was read and the final message is exactly the code (`compressed`
-says whether it compressed). The example (`rlvr init --template compress`) warm-starts a tiny
+`correct` is 1 when every page was read and the final message is exactly the code, `read_all`
+when every page was read (`compressed` says whether it compressed). The example (`rlvr init --template compress`) warm-starts a tiny
 model on demonstrations of the whole path, then trains on episodes of `PAGES` sessions.
 """
 
@@ -46,7 +46,9 @@ class PagesServer(ResourcesServer):
         return Ledger(code, str(task.get("prompt", "")), None if marker is None else str(marker))
 
     def snapshot(self, state: Ledger) -> dict[str, Any]:
-        return {"code": state.code, "read": state.read, "in_context": state.in_context, "marker": state.marker}
+        # what verify judges: the pages read (the per-context count only paces the reads; a compression
+        # that changes nothing else is no collateral damage)
+        return {"code": state.code, "read": state.read, "marker": state.marker}
 
     @tool
     def read_next(self, state: Ledger) -> str:
@@ -69,7 +71,7 @@ class PagesServer(ResourcesServer):
         whole = state.read == len(state.code)
         correct = float(whole and final_message.strip() == state.code)
         compressed = float(any(call.get("tool") == "compress" for call in calls))
-        return Verdict("ok", correct, {"correct": correct, "compressed": compressed})
+        return Verdict("ok", correct, {"correct": correct, "read_all": float(whole), "compressed": compressed})
 
 
 # ── the example's data ───────────────────────────────────────────────────────────────────
