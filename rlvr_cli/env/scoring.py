@@ -70,10 +70,9 @@ def score_sets(contract: Contract, samples: list[Sample], pool: Any) -> None:
     """`reward.unit: set` (rollout/sets.py): one verdict per set, from `verify(task, responses)`,
     carried by every member. A set with a truncated member is judged as its member would be
     alone (`length.on_truncated`): excluded whole, or every member given the penalty."""
-    from rlvr_cli.rollout.sets import split
-
+    size = contract.objective.reward.set_size or 1
     todo = []
-    for members in split(contract, samples):
+    for members in (samples[i : i + size] for i in range(0, len(samples), size)):  # task by task, whole sets
         cut = [m for m in members if not needs_verdict(contract, m)]
         if not cut:
             todo.append(members)

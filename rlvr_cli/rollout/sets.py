@@ -14,8 +14,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from rlvr_cli.env.sample import Sample
-
 
 def judged(contract: Any) -> bool:
     return contract.objective.reward.unit == "set"
@@ -27,9 +25,3 @@ def members(contract: Any, group_size: int) -> int:
         return group_size
     size = contract.objective.reward.set_size
     return max(1, math.ceil(group_size / size)) * size
-
-
-def split(contract: Any, samples: list[Sample]) -> list[list[Sample]]:
-    """The sets of a batch ordered task by task (every task's count a multiple of set_size)."""
-    size = contract.objective.reward.set_size
-    return [samples[i : i + size] for i in range(0, len(samples), size)]

@@ -28,35 +28,38 @@ def build_tokenizer(
     alphabet: str = PRINTABLE,
     chat_template: str | None = None,
     corpus: list[str] | None = None,
+    specials: tuple[str, ...] = (),
 ):
     """A tokenizer with the family's special tokens and chat template: one token per
-    character, or BPE merges learned from `corpus` (rendered conversations) on top of them."""
+    character, or BPE merges learned from `corpus` (rendered conversations) on top of them.
+    `specials`: more special tokens, one id each (a published template's own)."""
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    template, specials = FAMILIES[family]
+    template, named = FAMILIES[family]
+    every = [*SPECIAL_TOKENS, *(t for t in specials if t not in SPECIAL_TOKENS)]
     chars = sorted(set(alphabet))
     if corpus is None:
-        vocab = {tok: i for i, tok in enumerate([*SPECIAL_TOKENS, *chars])}
+        vocab = {tok: i for i, tok in enumerate([*every, *chars])}
         core = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
     else:
         core = Tokenizer(models.BPE(unk_token="<unk>"))
         core.pre_tokenizer = pre_tokenizers.Split(Regex(PIECES), behavior="isolated")
         trainer = trainers.BpeTrainer(
-            vocab_size=len(SPECIAL_TOKENS) + len(chars) + 512,
-            special_tokens=list(SPECIAL_TOKENS),
+            vocab_size=len(every) + len(chars) + 512,
+            special_tokens=every,
             initial_alphabet=chars,
             show_progress=False,
         )
         core.train_from_iterator(corpus, trainer)
     core.decoder = decoders.Fuse()
-    core.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
+    core.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in every])
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=core,
         unk_token="<unk>",
-        pad_token=specials["pad"],
-        eos_token=specials["eos"],
-        bos_token=specials["bos"],
+        pad_token=named["pad"],
+        eos_token=named["eos"],
+        bos_token=named["bos"],
     )
     tokenizer.chat_template = chat_template or template
     folder.mkdir(parents=True, exist_ok=True)
@@ -110,6 +113,7 @@ def build_tiny(
     hidden: int = 64,
     layers: int = 2,
     corpus: list[str] | None = None,
+    specials: tuple[str, ...] = (),
 ) -> Path:
     """Tokenizer and model in one folder, loadable with `from_pretrained(folder)`; with a
     `corpus`, the tokenizer's merges are learned from it."""
@@ -117,7 +121,7 @@ def build_tiny(
 
     logging.disable_progress_bar()
     folder = Path(folder)
-    tokenizer = build_tokenizer(folder, family, alphabet, chat_template, corpus)
+    tokenizer = build_tokenizer(folder, family, alphabet, chat_template, corpus, specials)
     build_model(
         folder,
         len(tokenizer),

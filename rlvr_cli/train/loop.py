@@ -95,13 +95,11 @@ class Run:
 def train_step(
     setup: Setup, state: TrainState, rollout: Rollout, ahead: Ahead | None = None, launch: bool = False
 ) -> tuple[StepMetrics, list[Sample]]:
-    """One step: sample and verify groups, compute advantages, update the policy, measure.
-    With `ahead`, groups sampled during the previous update are used, and with `launch` the
-    next step's first round is sampled during this one's."""
+    """One step: sample and verify groups, compute advantages, update the policy, measure. With
+    `ahead`, groups sampled during the last update are used; `launch` samples the next step's."""
     result = collect(setup, state, rollout, ahead)  # rollout → score
-    credit.spread(setup.contract, result.generated)  # which sessions of each episode train
-    untrained = [p for s in result.generated for p in s.episode if not p.kept]
-    update.sampling_logprobs(setup, untrained)  # before the weights move
+    credit.spread(setup.contract, result.generated)  # which sessions of each episode train; before the weights move:
+    update.sampling_logprobs(setup, [p for s in result.generated for p in s.episode if not p.kept])
     if ahead is not None and launch:
         ahead.launch(state, rollout)
     flat, trained, owner = credit.units(setup.contract, [s for group in result.accepted for s in group])
@@ -114,8 +112,8 @@ def train_step(
         fwd = update.Forward.of(setup, trained)
         ref = update.reference_logprobs(setup, fwd)
         rewards, old = update.rewards_with_kl(setup, flat, fwd, ref, owner)  # KL in the reward
-        adv = update.step_advantages(setup, flat, rewards, owner)  # advantages
-        credit.share(flat, trained, owner)  # each trained row: its unit's (its episode's, its set's)
+        adv = update.step_advantages(setup, flat, rewards, owner)  # advantages (and each row its unit's)
+        credit.share(flat, trained, owner)
         old = importance.ratio_denominator(setup, state, trained, fwd, old)
         learned = update.optimizer_passes(setup, state, trained, adv, fwd, old, ref)  # update
     setup.engine.sync(setup.policy, state.optimizer_steps)  # nothing samples from older weights

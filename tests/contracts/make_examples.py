@@ -157,8 +157,16 @@ EXAMPLES: dict[str, tuple[list[tuple[str, str]], list[tuple[str, str, str]]]] = 
         [("RLV503", "error", "packing:")],
     ),
     "RLV010-value-not-run": (
+        [('verifier: {version: "1.0"}', 'verifier: {version: "1.0", container: "verifier@sha256:0000000000000000000000000000000000000000000000000000000000000000"}')],
+        [("RLV010", "error", "container:")],
+    ),
+    "RLV205-credit-for-one-response": (
+        [("unit: response", "unit: response\n    credit: all_sessions")],
+        [("RLV205", "error", "credit: all_sessions")],
+    ),
+    "RLV206-set-without-size": (
         [("unit: response", "unit: set")],
-        [("RLV010", "error", "unit: set")],
+        [("RLV206", "error", "  reward:")],
     ),
     "RLV601-rule-without-owner": (
         [('when: "< 0.1", window: 3, action: pause, owner: oncall}', 'when: "< 0.1", window: 3, action: pause}')],

@@ -6,8 +6,9 @@ digit, one page per context: a second read in the same context is refused until 
 is the task and the notes (`NewSession.compress`, env/server.py). So the agent must carry what
 it read in its own notes. The verifier reads the server's state and the final message:
 `correct` is 1 when every page was read and the final message is exactly the code, `read_all`
-when every page was read (`compressed` says whether it compressed). The example (`rlvr init --template compress`) warm-starts a tiny
-model on demonstrations of the whole path, then trains on episodes of `PAGES` sessions.
+when every page was read (`compressed` says whether it compressed). The example (`rlvr init
+--template compress`) warm-starts a tiny model on demonstrations of the whole path, then trains
+on episodes of `PAGES` sessions.
 """
 
 from __future__ import annotations
