@@ -32,6 +32,18 @@ def _kl_watched(c: Contract) -> bool:
     return ref is not None and not ref.is_none and any(r.metric == "kl" for r in c.monitoring.rules)
 
 
+def _unit_words(c: Contract) -> str:
+    """What one unit holds: an episode's sessions and which of them train, a set's members."""
+    reward, sessions = c.objective.reward, c.environment.max_sessions or 1
+    if reward.unit == "set":
+        return f" (one reward for each set of {reward.set_size} responses judged together; a set is one unit)"
+    if sessions > 1:
+        trains = {"all_sessions": "every session trains", "last_session": "only the last session trains"}
+        how = trains.get(reward.credit or "", "each session its own reward")
+        return f" (an episode holds up to {sessions} sessions; {how})"
+    return ""
+
+
 def objective_words(c: Contract) -> list[str]:
     o, length = c.objective, c.length
     adv = o.advantage
@@ -54,7 +66,7 @@ def objective_words(c: Contract) -> list[str]:
         "penalize": f"given reward {length.truncation_penalty}",
     }[length.on_truncated]
     return [
-        f"reward per {o.reward.unit} = {weights}",
+        f"reward per {o.reward.unit} = {weights}{_unit_words(c)}",
         f"invalid verdicts (verifier_error, timeout, sandbox_error): {'excluded and recorded' if o.reward.on_invalid == 'exclude' else 'stop the run'}",
         f"advantage = reward - group mean, {_SCALE[adv.scale]}{std}; all-equal groups get 0",
         clip,

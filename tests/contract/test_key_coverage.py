@@ -23,6 +23,7 @@ BASES = (
     "every-key-answer.rlvr.yaml",
     "every-key-code.rlvr.yaml",
     "every-key-judge.rlvr.yaml",
+    "every-key-set.rlvr.yaml",
 )
 #: keys whose every value is refused until rlvr runs them (RLV010); their presence is a diagnostic
 REFUSED = {"artifacts.verifier.container"}

@@ -1,0 +1,185 @@
+"""The lookup task learned through the published chat templates of other model families.
+
+For each family — today's ChatML (`rlvr init --template lookup`), Qwen3, Llama 3.1, Mistral Nemo
+and gpt-oss — a tiny model is built with the family's published template (tests/chat/templates)
+and its special tokens, its tokenizer's merges learned from the demonstrations rendered through
+that template, warm-started on them (the lookup example's demonstrations; Qwen3's carry a short
+think block, which its template needs to continue an episode token-exactly), then trained with
+`rlvr train` on the same contract (stop tokens of the family, the tool-call format detected from
+the template). Reported: holdout correct before and after training, tool calls parsed and
+executed per episode (`rlvr audit rollouts`), and seconds.
+
+Run: `.venv/bin/python benchmarks/tool_formats_learn.py [FAMILY ...]` (about 15 minutes on 2 cores).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TEMPLATES = ROOT / "tests" / "chat" / "templates"
+RLVR = [sys.executable, "-m", "rlvr_cli"]
+CHATML = ("<|im_start|>", "<|im_end|>", "<|endoftext|>")
+FAMILIES = {  # name: (template, base family, special tokens, stop tokens, eos, bos, think)
+    "qwen3": (
+        "qwen3.jinja",
+        "chatml",
+        (*CHATML, "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>"),
+        ["<|im_end|>"],
+        "<|im_end|>",
+        None,
+        True,
+    ),
+    "llama-3.1": (
+        "llama-3.1.jinja",
+        "llama3",
+        ("<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<|eom_id|>", "<|python_tag|>"),
+        ["<|eot_id|>", "<|eom_id|>"],
+        "<|eot_id|>",
+        "<|begin_of_text|>",
+        False,
+    ),
+    "mistral-nemo": (
+        "mistral-nemo.jinja",
+        "mistral",
+        (
+            "<s>",
+            "</s>",
+            "[INST]",
+            "[/INST]",
+            "[TOOL_CALLS]",
+            "[AVAILABLE_TOOLS]",
+            "[/AVAILABLE_TOOLS]",
+            "[TOOL_RESULTS]",
+            "[/TOOL_RESULTS]",
+        ),
+        ["</s>"],
+        "</s>",
+        "<s>",
+        False,
+    ),
+    "gpt-oss": (
+        "gpt-oss.jinja",
+        "chatml",
+        (
+            "<|start|>",
+            "<|end|>",
+            "<|message|>",
+            "<|channel|>",
+            "<|return|>",
+            "<|call|>",
+            "<|endoftext|>",
+            "<|constrain|>",
+        ),
+        ["<|return|>", "<|call|>"],
+        "<|return|>",
+        None,
+        False,
+    ),
+}
+
+
+def demonstrations(path: Path, think: bool) -> None:
+    from rlvr_cli.env.builtin import lookup
+
+    rows = lookup.demonstrations()
+    if think:  # Qwen3 continues an episode token-exactly only in thinking mode
+        for row in rows:
+            for m in row["messages"]:
+                if m["role"] == "assistant":
+                    m["reasoning_content"] = "Open it." if m.get("tool_calls") else "Answer."
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+
+
+def build(folder: Path, family: str) -> None:
+    """The family's tiny model in folder/model, warm-started on folder/warmup.jsonl."""
+    from rlvr_cli.toy import tiny, warmup
+
+    name, base, specials, _, eos, bos, think = FAMILIES[family]
+    template = (TEMPLATES / name).read_text(encoding="utf-8")
+    demonstrations(folder / "warmup.jsonl", think)
+    corpus = warmup.rendered_texts(folder / "warmup.jsonl", template, {"bos": bos, "eos": eos})
+    model = folder / "model"
+    shutil.rmtree(model, ignore_errors=True)
+    tokenizer = tiny.build_tokenizer(model, base, chat_template=template, corpus=corpus, specials=specials)
+    tokenizer.eos_token, tokenizer.bos_token = eos, bos
+    tokenizer.save_pretrained(model)
+    ids = tokenizer.convert_tokens_to_ids
+    tiny.build_model(
+        model, len(tokenizer), eos_id=ids(eos), pad_id=tokenizer.pad_token_id, bos_id=ids(bos) if bos else None
+    )
+    warmup.warm_up(model, folder / "warmup.jsonl", steps=600)
+
+
+def contract(folder: Path, stops: list[str]) -> None:
+    path = folder / "experiment.rlvr.yaml"
+    text = path.read_text(encoding="utf-8")
+    text = text.replace('stop_tokens: ["<|im_end|>"]', f"stop_tokens: {json.dumps(stops)}")
+    text = text.replace("max_prompt_tokens: 128 ", "max_prompt_tokens: 768 ")
+    text = text.replace("max_response_tokens: 32 ", "max_response_tokens: 64 ")
+    path.write_text(text, encoding="utf-8")
+
+
+def run(folder: Path) -> dict:
+    started = time.perf_counter()
+    out = subprocess.run(
+        [*RLVR, "train", str(folder / "experiment.rlvr.yaml"), "--run-dir", str(folder / "run")],
+        capture_output=True,
+        text=True,
+    )
+    seconds = time.perf_counter() - started
+    if out.returncode:
+        return {"error": out.stderr[-1500:]}
+    metrics = [json.loads(line) for line in (folder / "run" / "metrics.jsonl").read_text().splitlines()]
+    start = (
+        json.loads((folder / "run" / "holdout-start.json").read_text())
+        if (folder / "run" / "holdout-start.json").exists()
+        else {}
+    )
+    audit = subprocess.run(
+        [*RLVR, "audit", "rollouts", str(folder / "run"), "--format", "json"], capture_output=True, text=True
+    )
+    tool = json.loads(audit.stdout)["tool_use"]
+    holdout = [m for m in metrics if m.get("holdout/correct") is not None]
+    return {
+        "holdout_correct_start": start.get("holdout/correct"),
+        "holdout_correct_end": holdout[-1]["holdout/correct"] if holdout else None,
+        "train_reward_first10": sum(m["reward_mean"] for m in metrics[:10]) / 10,
+        "train_reward_last10": sum(m["reward_mean"] for m in metrics[-10:]) / 10,
+        "calls_parsed_per_episode": tool["calls_per_episode"],
+        "calls_executed_per_episode": tool["executed_calls_per_episode"],
+        "ended": tool["ended"],
+        "train_seconds": round(seconds, 1),
+    }
+
+
+def main() -> None:
+    chosen = sys.argv[1:] or ["chatml", *FAMILIES]
+    root = Path(tempfile.mkdtemp(prefix="rlvr-formats-"))
+    base = root / "chatml"
+    subprocess.run([*RLVR, "init", str(base), "--template", "lookup"], check=True, capture_output=True)
+    contract(base, ["<|im_end|>"])
+    results = {}
+    for family in chosen:
+        folder = base if family == "chatml" else root / family
+        if family != "chatml":
+            shutil.copytree(base, folder, ignore=shutil.ignore_patterns("model", "run"))
+            started = time.perf_counter()
+            build(folder, family)
+            warm = time.perf_counter() - started
+            contract(folder, FAMILIES[family][3])
+        else:
+            warm = None
+        results[family] = run(folder) | {"warm_up_seconds": None if warm is None else round(warm, 1)}
+        print(family, json.dumps(results[family]), flush=True)
+    print(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
