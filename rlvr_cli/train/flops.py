@@ -68,10 +68,12 @@ class Shape:
 
 
 def groups(samples: list[Any]) -> list[tuple[int, list[int]]]:
-    """(prompt length, response lengths) of each group, in order."""
-    out: dict[tuple[int, int], tuple[int, list[int]]] = {}
+    """(prompt length, response lengths) of each group, in order; a child session of an episode
+    (its own prompt) is a group of its own."""
+    out: dict[tuple[int, ...], tuple[int, list[int]]] = {}
     for s in samples:
-        key = (s.round, s.group)
+        session = getattr(s, "session", 0)
+        key = (s.round, s.group) if session == 0 else (s.round, s.group, s.index, session)
         out.setdefault(key, (len(s.prompt_ids), []))[1].append(len(s.response_ids))
     return list(out.values())
 

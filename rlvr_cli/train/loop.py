@@ -2,9 +2,8 @@
 
     rollout → score → KL in the reward → advantages → update → the engine's weights → log
 
-and `run_steps` wraps it with what a run adds each step: records, holdout evaluation,
-metrics, the monitoring rules, the budget and checkpoints. Set-up is `setup.build`; the
-counters a checkpoint holds are `TrainState`.
+and `run_steps` wraps it with what a run adds each step: records, holdout evaluation, metrics,
+the monitoring rules, the budget and checkpoints. Set-up is `setup.build`; a checkpoint's counters: `TrainState`.
 """
 
 from __future__ import annotations
@@ -207,10 +206,11 @@ def run_steps(run: Run, rollout: Rollout, progress: Progress) -> int:
 def _step_time(run: Run, metrics: StepMetrics, generated: list[Sample], wall: float) -> None:
     """The step's wall time (its records and any holdout evaluation included) and what it did in it."""
     metrics.step_seconds = wall
-    metrics.tokens_per_s = sum(len(s.response_ids) for s in generated) / max(wall, 1e-9)
+    every = [p for s in generated for p in s.episode]  # an episode's sessions each hold their own tokens
+    metrics.tokens_per_s = sum(len(s.response_ids) for s in every) / max(wall, 1e-9)
     if run.peak:
-        trained, hp = [s for s in generated if s.kept], run.contract.hyperparameters
-        done = flops.step_flops(run.shape, generated, trained, hp.updates_per_batch, run.setup.reference is not None)
+        trained, hp = [s for s in every if s.kept], run.contract.hyperparameters
+        done = flops.step_flops(run.shape, every, trained, hp.updates_per_batch, run.setup.reference is not None)
         metrics.step_tflop = done / 1e12
         metrics.mfu = done / (max(wall, 1e-9) * run.peak * run.setup.world)
 

@@ -62,3 +62,25 @@ def test_a_step_counts_sampling_every_group_and_training_the_kept_ones() -> None
 def test_the_measured_peak_is_a_plausible_rate() -> None:
     peak = measured_peak(torch.device("cpu"), torch.float32)
     assert 1e8 < peak < 1e14  # between 0.1 GFLOP/s and 100 TFLOP/s on any CPU
+
+
+def test_a_child_session_is_counted_with_its_own_prompt() -> None:
+    """An episode's later sessions (rollout/sessions.py) each have their own prompt: never the
+    group's shared one, and never one another's."""
+    from rlvr_cli.env.sample import Sample
+
+    def session(index: int, number: int, prompt: int, response: int) -> Sample:
+        return Sample(
+            task={},
+            group=0,
+            index=index,
+            prompt_ids=[0] * prompt,
+            response_ids=[0] * response,
+            mask=[1] * response,
+            finish="stop",
+            seed=0,
+            session=number,
+        )
+
+    parts = [session(0, 0, 4, 2), session(1, 0, 4, 3), session(0, 1, 9, 5), session(1, 1, 7, 1)]
+    assert groups(parts) == [(4, [2, 3]), (9, [5]), (7, [1])]
