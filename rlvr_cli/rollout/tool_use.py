@@ -161,7 +161,9 @@ def _turn(
         episode.items += output
         calls = [i for i in output if i.get("type") == "function_call"]
         episode.turns.append({"sampled": [start, len(episode.ids)], "text": text, "calls": len(calls)})
-        said = episode.said = "".join(str(i.get("content", "")) for i in output if i.get("type") == "message")
+        said = episode.said = answer_of(
+            renderer, "".join(str(i.get("content", "")) for i in output if i.get("type") == "message")
+        )
         if finish == "length":  # out of tokens: what it said last is its final message
             episode.ended, episode.final = "budget", said
         elif not calls:
@@ -178,6 +180,15 @@ def _turn(
     for (episode, calls), outs in zip(pending, outputs, strict=True):
         if not sessions.opened(rollout, episode, calls, outs):  # (a child session, compressing or forking)
             _continue(renderer, rollout.env, episode, calls, outs, budget)
+
+
+def answer_of(renderer: Any, said: str) -> str:
+    """A turn's message as `verify` reads it: after its reasoning where the chat template keeps
+    reasoning apart by `</think>` (Qwen3, DeepSeek-R1, SmolLM3: the template itself moves what
+    precedes it to `reasoning_content`); the whole text otherwise."""
+    if "</think>" in said and "</think>" in str(getattr(renderer, "template", "")):
+        return said.rsplit("</think>", 1)[1].strip("\n")
+    return said
 
 
 def _room_for_results(rollout: ToolUse, episode: Episode, calls: list[dict[str, Any]], budget: int) -> bool:

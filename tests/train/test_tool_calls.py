@@ -154,6 +154,7 @@ def test_an_episode_in_another_familys_published_template_and_format(
     (sample,), _ = play(setup, agent, task, [script])
     assert sample.transcript["ended"] == "answer", [t.get("error") for t in sample.transcript["turns"]]
     assert sample.transcript["executed_calls"] == 2 and sample.reward == 1.0
+    assert sample.text == "Set version to 2."  # what verify read: after Qwen3's reasoning, never the reasoning
     inserted = setup.tokenizer.decode([t for t, m in zip(sample.response_ids, sample.mask, strict=True) if m == 0])
     assert glue in inserted and "version = 1" in inserted  # the template's own glue around the tool's result
     if template.startswith("mistral"):  # the ids the model wrote are the ones its results answer
