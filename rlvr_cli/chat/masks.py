@@ -289,8 +289,11 @@ def continuation(
     after it matches tokenizing the whole). Raises ValueError where the template does not
     keep `messages` as a prefix (history rewriting) or the turn has no stop token."""
     template = renderer.compiled
-    before = template.text(messages, tools, False)
-    after = template.text(messages + added, tools, True)
+    try:
+        before = template.text(messages, tools, False)
+        after = template.text(messages + added, tools, True)
+    except Exception as exc:  # the template refuses what the model wrote (Mistral: a call id not of 9 characters)
+        raise ValueError(f"the chat template refuses the turns: {type(exc).__name__}: {str(exc)[:300]}") from None
     closing = renderer.opening_closing[1]
     if not after.startswith(before):
         if closing and before.endswith(closing) and after.startswith(before[: -len(closing)]):

@@ -157,7 +157,12 @@ EXAMPLES: dict[str, tuple[list[tuple[str, str]], list[tuple[str, str, str]]]] = 
         [("RLV503", "error", "packing:")],
     ),
     "RLV010-value-not-run": (
-        [('verifier: {version: "1.0"}', 'verifier: {version: "1.0", container: "verifier@sha256:0000000000000000000000000000000000000000000000000000000000000000"}')],
+        [
+            (
+                'verifier: {version: "1.0"}',
+                'verifier: {version: "1.0", container: "verifier@sha256:0000000000000000000000000000000000000000000000000000000000000000"}',
+            )
+        ],
         [("RLV010", "error", "container:")],
     ),
     "RLV205-credit-for-one-response": (

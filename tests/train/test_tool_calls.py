@@ -164,6 +164,23 @@ def test_an_episode_in_another_familys_published_template_and_format(
         ]
 
 
+def test_a_call_the_template_refuses_ends_its_episode_not_the_run(agent: Path) -> None:
+    """Model output is untrusted: Mistral's template raises on a call id that is not 9 letters
+    and digits; the episode ends `template` with the template's reason and is verified as any."""
+    from rlvr_cli.chat.render import ChatRenderer
+
+    setup = _setup(agent)
+    text = (Path(__file__).parents[1] / "chat" / "templates" / "mistral-nemo.jinja").read_text()
+    setup.renderer = ChatRenderer(setup.tokenizer, text, setup.contract.length.stop_tokens, max_prompt_tokens=8192)
+    length = setup.contract.length.model_copy(update={"max_prompt_tokens": 8192})
+    setup.contract = setup.contract.model_copy(update={"length": length})
+    task = next(t for t in setup.train_tasks if t["id"] == "edit-app-config")
+    bad = MISTRAL_READ.replace("r3adf1le0", "x")
+    (refused,), _ = play(setup, agent, task, [[bad, "Done."]])  # no exception: the run would go on
+    assert refused.transcript["ended"] == "template" and refused.verdict is not None
+    assert "9" in refused.transcript["turns"][0]["error"] and "refuses" in refused.transcript["turns"][0]["error"]
+
+
 HARMONY_READ = ' to=functions.read_file<|channel|>commentary json<|message|>{"path": "config/app.toml"}<|call|>'
 HARMONY_FIX = (
     ' to=functions.replace_in_file<|channel|>commentary json<|message|>{"path": "config/app.toml", "old": '
