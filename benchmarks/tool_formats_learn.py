@@ -26,66 +26,22 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATES = ROOT / "tests" / "chat" / "templates"
 RLVR = [sys.executable, "-m", "rlvr_cli"]
-CHATML = ("<|im_start|>", "<|im_end|>", "<|endoftext|>")
+sys.path.insert(0, str(ROOT))
+from tests.chat.published import CHATML  # noqa: E402 - the families' special tokens, as the template tests use them
+from tests.chat.published import FAMILIES as PUBLISHED  # noqa: E402
+
 HIDDEN, LAYERS, WARM_STEPS = 64, 2, 600  # the lookup example's tiny model and warm start (--bigger: 128, 4, 1200)
-FAMILIES = {  # name: (template, base family, special tokens, stop tokens, eos, bos, think)
-    "chatml": ("chatml", "chatml", CHATML, ["<|im_end|>"], "<|im_end|>", None, False),
-    "qwen3": (
-        "qwen3.jinja",
-        "chatml",
-        (*CHATML, "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>"),
-        ["<|im_end|>"],
-        "<|im_end|>",
-        None,
-        True,
-    ),
-    "llama-3.1": (
-        "llama-3.1.jinja",
-        "llama3",
-        ("<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<|eom_id|>", "<|python_tag|>"),
-        ["<|eot_id|>", "<|eom_id|>"],
-        "<|eot_id|>",
-        "<|begin_of_text|>",
-        False,
-    ),
-    "mistral-nemo": (
-        "mistral-nemo.jinja",
-        "mistral",
-        (
-            "<s>",
-            "</s>",
-            "[INST]",
-            "[/INST]",
-            "[TOOL_CALLS]",
-            "[AVAILABLE_TOOLS]",
-            "[/AVAILABLE_TOOLS]",
-            "[TOOL_RESULTS]",
-            "[/TOOL_RESULTS]",
-        ),
-        ["</s>"],
-        "</s>",
-        "<s>",
-        False,
-    ),
-    "gpt-oss": (
-        "gpt-oss.jinja",
-        "chatml",
-        (
-            "<|start|>",
-            "<|end|>",
-            "<|message|>",
-            "<|channel|>",
-            "<|return|>",
-            "<|call|>",
-            "<|endoftext|>",
-            "<|constrain|>",
-        ),
-        ["<|return|>", "<|call|>"],
-        "<|return|>",
-        None,
-        False,
-    ),
-}
+BASES = {"chatml": "chatml", "qwen3": "chatml", "llama-3.1": "llama3", "mistral-nemo": "mistral", "gpt-oss": "chatml"}
+THINKS = {"qwen3"}  # Qwen3 continues an episode token-exactly only in thinking mode
+
+
+def family_of(name: str) -> tuple[str, str, tuple[str, ...], list[str], str, str | None, bool]:
+    """(template, base family, special tokens, stop tokens, eos, bos, think) of a family."""
+    if name == "chatml":  # rlvr's own ChatML template, as `rlvr init --template lookup` builds it
+        return "chatml", "chatml", CHATML, ["<|im_end|>"], "<|im_end|>", None, False
+    f = PUBLISHED[name]
+    specials = (*f.specials, "<|constrain|>") if name == "gpt-oss" else f.specials
+    return f.template, BASES[name], specials, list(f.stops), f.eos, f.bos, name in THINKS
 
 
 def demonstrations(path: Path, think: bool) -> None:
@@ -110,7 +66,7 @@ def build(folder: Path, family: str) -> None:
     """The family's tiny model in folder/model, warm-started on folder/warmup.jsonl."""
     from rlvr_cli.toy import tiny, warmup
 
-    name, base, specials, _, eos, bos, think = FAMILIES[family]
+    name, base, specials, _, eos, bos, think = family_of(family)
     if name == "chatml":  # rlvr's own ChatML template, as `rlvr init --template lookup` builds it
         from rlvr_cli.chat.families import CHATML as template
     else:
@@ -189,7 +145,7 @@ def main() -> None:
     if "--bigger" in args:
         args.remove("--bigger")
         HIDDEN, LAYERS, WARM_STEPS = 128, 4, 1200
-    chosen = args or list(FAMILIES)
+    chosen = args or list(BASES)
     root = Path(tempfile.mkdtemp(prefix="rlvr-formats-"))
     base = root / "chatml"
     subprocess.run([*RLVR, "init", str(base), "--template", "lookup"], check=True, capture_output=True)
@@ -202,7 +158,7 @@ def main() -> None:
             started = time.perf_counter()
             build(folder, family)
             warm = time.perf_counter() - started
-            contract(folder, FAMILIES[family][3])
+            contract(folder, family_of(family)[3])
         else:
             warm = None
         results[family] = run(folder) | {"warm_up_seconds": None if warm is None else round(warm, 1)}

@@ -75,7 +75,12 @@ def tasks(seed: int = 0) -> list[dict[str, Any]]:
 
 def write_splits(folder: Path, seed: int = 0) -> dict[str, Path]:
     """train/holdout/sealed_eval JSONL files (and all.jsonl, the source) in `folder`."""
-    rows = tasks(seed)
+    return write_rows(folder, tasks(seed))
+
+
+def write_rows(folder: Path, rows: list[dict[str, Any]]) -> dict[str, Path]:
+    """600 generated tasks as the splits `SPLITS` cuts them (and all.jsonl, the source) in
+    `folder`: the split is by task, so no holdout task is trained on."""
     parts = {name: [rows[i] for i in span] for name, span in SPLITS.items()} | {"all": rows}
     folder.mkdir(parents=True, exist_ok=True)
     paths = {}

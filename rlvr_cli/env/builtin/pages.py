@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlvr_cli.env.builtin.lookup import write_rows
 from rlvr_cli.env.server import NewSession, ResourcesServer, ToolError, tool
 from rlvr_cli.env.verdict import Verdict
 
@@ -77,8 +78,6 @@ class PagesServer(ResourcesServer):
 
 # ── the example's data ───────────────────────────────────────────────────────────────────
 
-SPLITS = {"train": range(0, 400), "holdout": range(400, 500), "sealed_eval": range(500, 600)}
-
 
 def _code(draw: random.Random) -> str:
     return "".join(str(draw.randrange(10)) for _ in range(PAGES))
@@ -101,14 +100,7 @@ def tasks(seed: int = 0) -> list[dict[str, Any]]:
 
 def write_splits(folder: Path, seed: int = 0) -> dict[str, Path]:
     """train/holdout/sealed_eval JSONL files (and all.jsonl, the source) in `folder`."""
-    rows = tasks(seed)
-    parts = {name: [rows[i] for i in span] for name, span in SPLITS.items()} | {"all": rows}
-    folder.mkdir(parents=True, exist_ok=True)
-    paths = {}
-    for name, part in parts.items():
-        paths[name] = folder / f"{name}.jsonl"
-        paths[name].write_text("".join(json.dumps(r) + "\n" for r in part), encoding="utf-8")
-    return paths
+    return write_rows(folder, tasks(seed))
 
 
 def _reads(digits: str, first: int) -> list[dict[str, Any]]:
