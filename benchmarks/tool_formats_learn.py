@@ -147,7 +147,7 @@ def main() -> None:
         HIDDEN, LAYERS, WARM_STEPS = 128, 4, 1200
     chosen = args or list(BASES)
     root = Path(tempfile.mkdtemp(prefix="rlvr-formats-"))
-    base = root / "chatml"
+    base = root / "lookup"
     subprocess.run([*RLVR, "init", str(base), "--template", "lookup"], check=True, capture_output=True)
     contract(base, ["<|im_end|>"])
     results = {}
