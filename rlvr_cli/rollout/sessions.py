@@ -90,6 +90,7 @@ def _child(rollout: Any, episode: Episode, directive: Any, out: dict[str, Any]) 
         return None
     child = Episode(episode.task, episode.group, episode.index, ids, messages, session=episode.session)
     child.tree, child.number, child.parent, child.opened = tree, len(tree.sessions), episode, directive["action"]
+    child.hint = episode.hint  # the hint its episode was shown (hinted episodes are compared apart: data.hints)
     return child
 
 
