@@ -240,14 +240,14 @@ def test_the_compress_example_trains_and_its_records_rebuild_every_session_tree(
     results inserted between turns are not compared)."""
     root = tmp_path_factory.mktemp("compress")
     folder = root / "agent"
-    assert rlvr("init", folder, "--template", "compress").code == 0
+    assert rlvr("init", folder, "--template", "compress", timeout=600).code == 0  # the warm start: ~90 s alone
     data = yaml.safe_load((folder / CONTRACT).read_text())
     data["hyperparameters"]["max_steps"] = 4
     data["monitoring"]["holdout_every"] = 4
     (folder / CONTRACT).write_text(yaml.safe_dump(data, sort_keys=False))
-    audit = rlvr("audit", "verifier", folder / CONTRACT)
+    audit = rlvr("audit", "verifier", folder / CONTRACT, timeout=300)
     assert audit.code == 0, audit.stdout[-2000:]
-    run = rlvr("train", folder / CONTRACT, "--run-dir", root / "run")
+    run = rlvr("train", folder / CONTRACT, "--run-dir", root / "run", timeout=600)
     assert run.code == 0, run.stderr[-3000:]
     report = rlvr("audit", "rollouts", root / "run", "--format", "json")
     assert report.code == 0, report.stdout[-2000:]

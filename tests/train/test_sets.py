@@ -53,7 +53,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]
     folder, log = _experiment(root), root / "calls.jsonl"
     os.environ["SETS_LOG"] = str(log)
     try:
-        run = rlvr("train", folder / CONTRACT, "--run-dir", root / "run")
+        run = rlvr("train", folder / CONTRACT, "--run-dir", root / "run", timeout=600)
     finally:
         os.environ.pop("SETS_LOG")
     assert run.code == 0, run.stderr[-3000:]
