@@ -63,6 +63,15 @@ class Tree:
     main: Episode
 
 
+def executed(calls: list[dict[str, Any]], outputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A turn's calls as its record holds them once run (with the session each opened, if any)."""
+    return [
+        {"name": c["name"], "arguments": c["arguments"], "output": o["output"], "executed": True}
+        | ({"opens": c["opens"]} if "opens" in c else {})
+        for c, o in zip(calls, outputs, strict=True)
+    ]
+
+
 def results(env: Any, ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One result per operation (env/batch.py); a batch that timed out or was refused as a
     whole answers every operation with its status. An unreachable server stops the run."""

@@ -12,6 +12,7 @@ session verified when it ends (the state then, its own final message), its own r
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -19,7 +20,7 @@ from rlvr_cli.contract.tasks import messages_of
 from rlvr_cli.env.sample import Sample
 from rlvr_cli.env.scoring import apply_verdict, needs_verdict
 from rlvr_cli.env.verdict import Verdict
-from rlvr_cli.rollout.episode import Episode, Tree, results, verdict_of
+from rlvr_cli.rollout.episode import Episode, Tree, executed, results, verdict_of
 
 
 def most(contract: Any) -> int:
@@ -99,11 +100,7 @@ def _note(call: dict[str, Any], child: Episode) -> None:
 
 
 def _record(episode: Episode, calls: list[dict[str, Any]], outs: list[dict[str, Any]]) -> None:
-    episode.turns[-1]["tool_calls"] = [
-        {"name": c["name"], "arguments": c["arguments"], "output": o["output"], "executed": True}
-        | ({"opens": c["opens"]} if "opens" in c else {})
-        for c, o in zip(calls, outs, strict=True)
-    ]
+    episode.turns[-1]["tool_calls"] = executed(calls, outs)
     episode.items += outs
 
 
@@ -138,8 +135,6 @@ def _ends_alone(session: Episode) -> bool:
 
 
 def _verify_ended(env: Any, ended: list[Episode]) -> None:
-    import time
-
     if not ended:
         return
     start = time.perf_counter()

@@ -44,7 +44,7 @@ from rlvr_cli.env.verdict import Verdict
 from rlvr_cli.errors import RlvrError
 from rlvr_cli.rollout import hints, sessions
 from rlvr_cli.rollout.base import Draw, Times
-from rlvr_cli.rollout.episode import Episode, failure, results, verdict_of
+from rlvr_cli.rollout.episode import Episode, executed, failure, results, verdict_of
 from rlvr_cli.rollout.prompts import Prompts
 
 
@@ -261,10 +261,7 @@ def _continue(
 ) -> None:
     """Append the tool results and the next generation prompt as the template renders them."""
     turn = episode.turns[-1]
-    turn["tool_calls"] = [
-        {"name": c["name"], "arguments": c["arguments"], "output": o["output"], "executed": True}
-        for c, o in zip(calls, outputs, strict=True)
-    ]
+    turn["tool_calls"] = executed(calls, outputs)  # (a fork's call: with the session it opened)
     form = _arguments_form(renderer)
     before = episode.messages + to_chat(episode.items, form)
     episode.items += outputs

@@ -118,6 +118,7 @@ def test_a_fork_answers_the_call_that_opened_it_and_the_parent_goes_on(agent: Pa
     [child] = sample.sessions
     assert (sample.session, child.session, child.parent) == (0, 1, 0)
     assert child.transcript["session"]["opened"] == "fork" and child.text == "4"
+    assert sample.transcript["turns"][0]["tool_calls"][0]["opens"] == {"action": "fork", "session": 1}
     assert "Answer this: 2+2?" in setup.tokenizer.decode(child.prompt_ids)
     inserted = [t for t, m in zip(sample.response_ids, sample.mask, strict=True) if m == 0]
     assert "4" in setup.tokenizer.decode(inserted)  # the fork's final message is the call's result
