@@ -70,17 +70,34 @@ def load_factor() -> float:
 
 
 def rlvr(*args: str | Path, cwd: Path | None = None, timeout: float = 120, env: dict | None = None) -> Run:
-    """Run `rlvr ARGS...` in a subprocess, exactly as a user would (the timeout, a hang
-    detector, scaled by the machine's load)."""
+    """Run `rlvr ARGS...` in a process of its own, as a user would (the timeout, a hang
+    detector, scaled by the machine's load): forked from a warm interpreter (tests/zygote.py)
+    where the environment allows, else a fresh `python -m rlvr_cli`."""
+    argv = [str(a) for a in args]
+    limit = timeout * load_factor()
+    warm = _warm()
+    if warm is not None:
+        done = warm.run(argv, cwd, dict(os.environ if env is None else env), limit)
+        if done is not None:
+            return Run(*done)
     proc = subprocess.run(
-        [sys.executable, "-m", "rlvr_cli", *map(str, args)],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=timeout * load_factor(),
-        env=env,
+        [sys.executable, "-m", "rlvr_cli", *argv], capture_output=True, text=True, cwd=cwd, timeout=limit, env=env
     )
     return Run(proc.returncode, proc.stdout, proc.stderr)
+
+
+_ZYGOTE: list = []
+
+
+def _warm():
+    """This test process's warm interpreter, started on first use; None when RLVR_TESTS_FRESH=1."""
+    if os.environ.get("RLVR_TESTS_FRESH") == "1":
+        return None
+    if not _ZYGOTE:
+        from tests.zygote_client import Zygote
+
+        _ZYGOTE.append(Zygote())
+    return _ZYGOTE[0]
 
 
 def edit(folder: Path, old: str, new: str, name: str = "experiment.rlvr.yaml") -> None:

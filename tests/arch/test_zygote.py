@@ -1,0 +1,55 @@
+"""The tests' warm interpreter (tests/zygote.py) answers as a fresh `python -m rlvr_cli` does:
+the same exit codes, streams and working directory, and a fresh start where the environment
+differs from the one it was started with."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+from tests.zygote_client import Zygote
+
+BAD = ROOT / "tests" / "contracts" / "invalid"
+
+
+def fresh(argv: list[str], cwd: Path | None = None) -> tuple[int, str, str]:
+    proc = subprocess.run([sys.executable, "-m", "rlvr_cli", *argv], capture_output=True, text=True, cwd=cwd)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+@pytest.fixture(scope="module")
+def warm() -> Zygote:
+    zygote = Zygote()
+    yield zygote
+    zygote.close()
+
+
+def test_warm_commands_answer_as_fresh_ones(warm: Zygote, tmp_path: Path) -> None:
+    bad = sorted(BAD.glob("*.rlvr.yaml"))[0]
+    cases = [
+        ["--version"],
+        ["validate", str(bad)],  # exit 1, diagnostics on stdout
+        ["status", str(tmp_path / "no-such-run")],  # a usage error: exit 2, the reason on stderr
+        ["no-such-command"],
+        ["schema", "contract"],
+    ]
+    for argv in cases:
+        assert warm.run(argv, None, dict(os.environ), 120) == fresh(argv), argv
+
+
+def test_a_warm_command_runs_in_its_working_directory(warm: Zygote, tmp_path: Path) -> None:
+    made = warm.run(["init", "exp", "--no-model"], tmp_path, dict(os.environ), 120)
+    assert made is not None and made[0] == 0, made
+    assert (tmp_path / "exp" / "experiment.rlvr.yaml").exists()
+
+
+def test_another_environment_starts_fresh_and_a_hang_times_out(warm: Zygote, tmp_path: Path) -> None:
+    assert warm.run(["--version"], None, {**os.environ, "RLVR_SOMETHING": "1"}, 120) is None
+    with pytest.raises(subprocess.TimeoutExpired):  # a command past its time is killed, as subprocess.run does
+        warm.run(["serve", "--help"], None, dict(os.environ), 0.001)
+    assert warm.run(["--version"], None, dict(os.environ), 120)[0] == 0  # and the next one runs
