@@ -4,7 +4,7 @@ forked copy of a process that has already imported torch, transformers and rlvr'
 Each command is still a process of its own — its own pid, working directory, environment,
 standard streams, exit code, signals and interpreter shutdown (atexit handlers, thread joins) —
 started by `fork()` from a parent that has imported what every command imports, instead of by
-a fresh interpreter that spends 3–8 s on imports. The parent never computes (no torch operation,
+a fresh interpreter that spends 3–19 s on imports. The parent never computes (no torch operation,
 no thread), so the fork is as clean as a fresh start. A command whose environment differs from
 the parent's (besides PYTEST_CURRENT_TEST) starts fresh, since some libraries read variables
 when they are imported; so does every command when RLVR_TESTS_FRESH=1.

@@ -30,6 +30,7 @@ class Zygote:
         self.proc: subprocess.Popen | None = None
         self.folder = Path(tempfile.mkdtemp(prefix="rlvr-zygote-"))
         atexit.register(self.close)
+        atexit.register(shutil.rmtree, self.folder, True)
 
     def _start(self) -> bool:
         self.proc = subprocess.Popen(
@@ -69,6 +70,8 @@ class Zygote:
             self.close()
             return None
         ended = self._read(timeout)
+        if ended is None and self.proc.poll() is not None:
+            raise RuntimeError(f"the tests' warm interpreter died while running rlvr {' '.join(argv)}")
         if ended is None:  # as subprocess.run does on a timeout: kill the command, then raise
             with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
                 os.kill(started["pid"], signal.SIGKILL)
@@ -83,7 +86,6 @@ class Zygote:
             self.proc.kill()
             self.proc.wait()
         self.proc = None
-        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 def _text(path: Path) -> str:

@@ -34,7 +34,7 @@ def test_warm_commands_answer_as_fresh_ones(warm: Zygote, tmp_path: Path) -> Non
     cases = [
         ["--version"],
         ["validate", str(bad)],  # exit 1, diagnostics on stdout
-        ["status", str(tmp_path / "no-such-run")],  # a usage error: exit 2, the reason on stderr
+        ["status", str(tmp_path / "no-such-run")],  # a run folder that is not there
         ["no-such-command"],
         ["schema", "contract"],
     ]
