@@ -36,6 +36,9 @@ class Candidate(BaseModel):
         None, description="tool_use: model outputs per step, in Responses API item shapes."
     )
     response: str | None = Field(None, description="single_turn: the response text.")
+    responses: list[str] | None = Field(
+        None, description="single_turn with reward.unit set: the set's responses, judged together (set_size of them)."
+    )
 
 
 class CandidateFile(BaseModel):

@@ -23,7 +23,7 @@ from typing import Any
 
 from rlvr_cli.audit.candidates import Candidate, CandidateFile, load_candidates, resolve_task
 from rlvr_cli.contract.models import Contract
-from rlvr_cli.errors import RlvrError
+from rlvr_cli.errors import CannotRun
 
 __all__ = ["AuditReport", "Candidate", "CandidateFile", "Outcome", "load_candidates", "resolve_task", "run_audit"]
 
@@ -127,6 +127,32 @@ def audit_single_turn(contract: Contract, folder: Path, candidates: list[Candida
                 got, reward = judge(contract, verdict)
                 report.outcomes.append(Outcome(candidate, task, got, reward, verdict.as_json(), {"response": response}))
         report.findings += after(report.outcomes)
+    return report
+
+
+def audit_sets(contract: Contract, folder: Path, candidates: list[Candidate], sample: int | None) -> AuditReport:
+    """The control group of a set verifier (audit/set_arms.py): the user's sets, sets no
+    verifier may accept, and each set with different members judged again reversed."""
+    from rlvr_cli.audit.arms import single_turn_arms
+    from rlvr_cli.audit.set_arms import run_sets, set_arms
+    from rlvr_cli.env.verifier_pool import VerifierPool
+
+    tasks = all_tasks(contract, folder)
+    report = AuditReport()
+    singles, exploits = single_turn_arms(list(tasks.values()), sample)
+    chosen = {str(a.task["id"]) for a in singles}  # type: ignore[index]
+    arms = set_arms(
+        list(tasks.values()),
+        _producible(contract, folder, exploits)[0],
+        chosen,
+        contract.objective.reward.set_size or 2,
+    )
+    with VerifierPool.for_contract(contract, folder) as pool:
+        judged, report.findings = run_sets(pool, lambda v: judge(contract, v), candidates + arms, tasks)
+    for candidate, task, verdict, got, reward in judged:
+        report.outcomes.append(
+            Outcome(candidate, task, got, reward, verdict.as_json(), {"responses": candidate.responses})
+        )
     return report
 
 
@@ -271,8 +297,13 @@ def _probe(client: Any, task: dict[str, Any], steps: list[list[dict[str, Any]]])
 
 
 def _single_turn(
-    contract: Contract, folder: Path, candidates: list[Candidate], sample: int | None, _: Path
+    contract: Contract, folder: Path, candidates: list[Candidate], sample: int | None, source: Path
 ) -> AuditReport:
+    if contract.objective.reward.unit == "set":
+        from rlvr_cli.audit.set_arms import check_candidates
+
+        check_candidates(candidates, contract.objective.reward.set_size or 2, source)
+        return audit_sets(contract, folder, candidates, sample)
     return audit_single_turn(contract, folder, candidates, sample)
 
 
@@ -280,7 +311,7 @@ def _tool_use(
     contract: Contract, folder: Path, candidates: list[Candidate], _: int | None, source: Path
 ) -> AuditReport:
     if not any(c.kind == "correct" and c.trajectory for c in candidates):
-        raise RlvrError(
+        raise CannotRun(
             f"{source} has no 'correct' candidate with a trajectory; the control group "
             "needs at least one known-good solution"
         )

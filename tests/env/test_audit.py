@@ -142,7 +142,7 @@ def test_single_turn_audit_catches_a_lenient_and_a_crashing_verifier(tmp_path: P
 def test_tool_use_audit_needs_a_known_good_candidate(experiment: Path) -> None:
     (experiment / "audit" / "candidates.yaml").write_text("candidates: []\n")
     run = rlvr("audit", "verifier", experiment / CONTRACT)
-    assert run.code == 1 and "no 'correct' candidate" in run.stderr
+    assert run.code == 3 and "no 'correct' candidate" in run.stderr  # the audit could not run
     (experiment / "audit" / "candidates.yaml").write_text("candidates: [{task: x, kind: nonsense}]\n")
     bad = rlvr("audit", "verifier", experiment / CONTRACT)
     assert bad.code == 1 and "candidates.yaml" in bad.stderr and "Traceback" not in bad.stderr

@@ -127,8 +127,84 @@ def test_a_set_needs_its_own_verifier(tmp_path: Path) -> None:
     assert ("RLV206", "environment.verifier") in found
 
 
-def test_a_command_that_judges_one_response_at_a_time_refuses_a_set_verifier(trained: tuple[Path, Path, Path]) -> None:
-    folder, _, _ = trained
-    audit = rlvr("audit", "verifier", folder / CONTRACT)
-    assert audit.code != 0 and "judges sets of responses together" in audit.stderr
+def test_a_command_that_judges_one_response_at_a_time_refuses_a_set_verifier(tmp_path: Path) -> None:
+    folder = _experiment(tmp_path)
+    review = rlvr("tasks", "review", folder / CONTRACT, folder / "data" / "train.jsonl")
+    assert review.code != 0 and "judges sets of responses together" in review.stderr
+    assert "Traceback" not in review.stderr
+
+
+# best of the set: a set passes when any member is the answer
+BEST_OF = """
+def verify(task, responses):
+    right = float(any(r.strip() == task["answer"] for r in responses))
+    return {"status": "ok", "reward": right, "components": {"right": right}}
+"""
+# reads only the first member: its reward depends on the order the members were sampled in
+FIRST_ONLY = """
+def verify(task, responses):
+    right = float(responses[0].strip() == task["answer"])
+    return {"status": "ok", "reward": right, "components": {"right": right}}
+"""
+
+
+def _set_audit(tmp_path: Path, verifier: str, candidates: list[dict[str, Any]] | None) -> Any:
+    folder = _experiment(tmp_path)
+    (folder / "sets_verifier.py").write_text(verifier)
+    data = yaml.safe_load((folder / CONTRACT).read_text())
+    data["objective"]["reward"]["components"] = [{"name": "right", "weight": 1.0}]
+    data["acceptance"]["gates"][0]["metric"] = "right"
+    data["length"]["max_response_tokens"] = 32  # room for the exploits (an enumeration of answers)
+    (folder / CONTRACT).write_text(yaml.safe_dump(data, sort_keys=False))
+    if candidates is not None:
+        (folder / "audit").mkdir()
+        (folder / "audit" / "candidates.yaml").write_text(yaml.safe_dump({"candidates": candidates}))
+    return rlvr("audit", "verifier", folder / CONTRACT, "--tasks", "3", "--format", "json")
+
+
+GOOD_SETS = [
+    {"task": "add-3-2", "kind": "correct", "expected": "accept", "responses": ["5", "7"]},
+    {"task": "add-3-2", "kind": "wrong", "expected": "reject", "responses": ["6", "7"]},
+]
+
+
+def test_the_audit_proves_a_set_verifier_on_sets_and_generated_arms(tmp_path: Path) -> None:
+    audit = _set_audit(tmp_path, BEST_OF, GOOD_SETS)
+    assert audit.code == 0, audit.stdout + audit.stderr
+    report = json.loads(audit.stdout)
+    outcomes = report["outcomes"]
+    names = {o["name"].split("/", 1)[-1] for o in outcomes if o["name"]}
+    assert {"set of empty responses", "set of wrong answers", "set of refusals", "set of exploits"} <= names
+    assert all(len(o["transcript"]["responses"]) == 2 for o in outcomes)  # every candidate a whole set
+    assert not report["findings"]
+
+
+def test_a_set_verifier_fooled_by_a_generated_set_fails_its_audit(tmp_path: Path) -> None:
+    distinct_only = SET_VERIFIER.replace('os.environ["SETS_LOG"]', "os.devnull").replace("distinct", "right")
+    audit = _set_audit(tmp_path, distinct_only, [{**c, "expected": "accept"} for c in GOOD_SETS])
+    assert audit.code == 1, audit.stdout + audit.stderr
+    false = [o for o in json.loads(audit.stdout)["outcomes"] if o["expected"] == "reject" and o["got"] == "accept"]
+    assert any(o["name"].endswith("/set of wrong answers") for o in false)  # different, none right: best reward
+
+
+def test_a_set_verifier_that_reads_positions_is_a_finding(tmp_path: Path) -> None:
+    audit = _set_audit(tmp_path, FIRST_ONLY, GOOD_SETS)
+    assert audit.code == 1, audit.stdout + audit.stderr
+    findings = json.loads(audit.stdout)["findings"]
+    assert any("depends on the order of its members" in f and "add-3-2" in f for f in findings), findings
+
+
+@pytest.mark.parametrize(
+    ("candidates", "said"),
+    [
+        (None, "no candidate set expected to be accepted"),
+        ([{"task": "add-3-2", "kind": "correct", "expected": "accept", "response": "5"}], "give `responses:`"),
+        ([{"task": "add-3-2", "kind": "correct", "expected": "accept", "responses": ["5"]}], "holds 1 responses"),
+    ],
+)
+def test_a_set_control_group_must_be_sets_with_a_known_good_one(
+    tmp_path: Path, candidates: list[dict[str, Any]] | None, said: str
+) -> None:
+    audit = _set_audit(tmp_path, BEST_OF, candidates)
+    assert audit.code == 3 and said in audit.stderr, audit.stderr  # the audit could not run
     assert "Traceback" not in audit.stderr
