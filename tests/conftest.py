@@ -15,9 +15,24 @@ import pytest
 
 # Test processes share the cores: each gets its share of threads, and so do the `rlvr` commands
 # it starts (they inherit the variable). Two processes each spinning as many OpenMP threads as the
-# machine has cores slow each other down many times over, not twice.
-_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-os.environ.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // _WORKERS)))
+# machine has cores slow each other down many times over, not twice (measured: a compress run of
+# 88 s alone took 333 s beside another worker). The worker count is known only once pytest-xdist
+# has configured the worker (its PYTEST_XDIST_WORKER_COUNT comes after this file is imported).
+_USER_THREADS = os.environ.get("OMP_NUM_THREADS")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if _USER_THREADS is not None:
+        return
+    worker = getattr(config, "workerinput", None)
+    if worker is None and config.getoption("numprocesses", None):
+        return  # the controller of `-n N`: its workers (which inherit its environment) set their own
+    workers = int((worker or {}).get("workercount", 1))
+    threads = max(1, len(os.sched_getaffinity(0)) // workers)
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    if "torch" in sys.modules:  # imported already (a plugin, a conftest): its pool was sized from the old value
+        sys.modules["torch"].set_num_threads(threads)
+
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "tests" / "contracts"
