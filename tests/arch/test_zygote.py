@@ -53,3 +53,18 @@ def test_another_environment_starts_fresh_and_a_hang_times_out(warm: Zygote, tmp
     with pytest.raises(subprocess.TimeoutExpired):  # a command past its time is killed, as subprocess.run does
         warm.run(["serve", "--help"], None, dict(os.environ), 0.001)
     assert warm.run(["--version"], None, dict(os.environ), 120)[0] == 0  # and the next one runs
+
+
+def test_each_test_process_and_its_commands_get_their_share_of_the_cores(warm: Zygote) -> None:
+    """Two workers each running as many OpenMP threads as the machine has cores slow each other
+    down several times over (tests/conftest.py); the commands inherit the worker's count."""
+    import torch
+
+    from tests import conftest
+
+    if conftest._USER_THREADS is not None:
+        pytest.skip(f"OMP_NUM_THREADS={conftest._USER_THREADS} was set by whoever ran the tests")
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    share = max(1, len(os.sched_getaffinity(0)) // workers)
+    assert os.environ["OMP_NUM_THREADS"] == str(share) and torch.get_num_threads() == share
+    assert warm.env["OMP_NUM_THREADS"] == str(share)  # what every command forked from it starts with
