@@ -64,6 +64,25 @@ def test_the_measured_peak_is_a_plausible_rate() -> None:
     assert 1e8 < peak < 1e14  # between 0.1 GFLOP/s and 100 TFLOP/s on any CPU
 
 
+def test_the_peak_stops_growing_the_product_once_one_takes_long_enough(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dtype the CPU multiplies slowly (fp16, bf16 without its kernels: ~1 GFLOP/s) is measured
+    on a small product instead of four 1024² ones (12 s at the start of every run)."""
+    from rlvr_cli.train import flops
+
+    sizes: list[int] = []
+
+    def product(device, dtype, n):  # type: ignore[no-untyped-def]
+        sizes.append(n)
+        return 2.0 * n**3 / (1e9 if dtype == torch.float16 else 1e11)  # 1 GFLOP/s, 100 GFLOP/s
+
+    monkeypatch.setattr(flops, "_best_product", product)
+    assert flops.measured_peak(torch.device("cpu"), torch.float16) == pytest.approx(1e9)
+    assert sizes == [256]  # 34 ms: enough
+    sizes.clear()
+    assert flops.measured_peak(torch.device("cpu"), torch.float32) == pytest.approx(1e11)
+    assert sizes == [256, 512, 1024]  # fast products grow to the CPU's size
+
+
 def test_a_child_session_is_counted_with_its_own_prompt() -> None:
     """An episode's later sessions (rollout/sessions.py) each have their own prompt: never the
     group's shared one, and never one another's."""
