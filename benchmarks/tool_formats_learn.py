@@ -68,12 +68,6 @@ def demonstrations(path: Path, think: bool, **draw: float) -> None:
     from rlvr_cli.env.builtin import lookup
 
     rows = lookup.demonstrations(**draw)  # type: ignore[arg-type]
-    for row in rows:  # call ids of 9 letters and digits: Mistral's templates refuse any other
-        for m in row["messages"]:
-            for call in m.get("tool_calls", []):
-                call["id"] = "c4llb0x00"
-            if m.get("tool_call_id"):
-                m["tool_call_id"] = "c4llb0x00"
     if think:  # Qwen3 continues an episode token-exactly only in thinking mode
         for row in rows:
             for m in row["messages"]:

@@ -90,6 +90,11 @@ def write_rows(folder: Path, rows: list[dict[str, Any]]) -> dict[str, Path]:
     return paths
 
 
+#: the demonstrations' call id: 9 letters and digits, which Mistral's templates require (ChatML
+#: and the other families' templates do not render it)
+CALL_ID = "c4llb0x00"
+
+
 def demonstrations(count: int = 400, seed: int = 1, look: float = 0.5) -> list[dict[str, Any]]:
     """Conversations a tiny model is warm-started on (`python -m rlvr_cli.toy.tiny --warm-up`):
     a share `look` open the box and answer with its digit, the rest guess "0" without looking.
@@ -104,10 +109,10 @@ def demonstrations(count: int = 400, seed: int = 1, look: float = 0.5) -> list[d
         box, secret = draw.randrange(600, 1000), str(draw.randrange(10))
         messages: list[dict[str, Any]] = [{"role": "user", "content": PROMPT.format(box=box)}]
         if draw.random() < look:
-            call = {"type": "function", "id": "call_0", "function": {"name": "open_box", "arguments": {}}}
+            call = {"type": "function", "id": CALL_ID, "function": {"name": "open_box", "arguments": {}}}
             messages += [
                 {"role": "assistant", "content": "", "tool_calls": [call]},
-                {"role": "tool", "tool_call_id": "call_0", "content": secret},
+                {"role": "tool", "tool_call_id": CALL_ID, "content": secret},
                 {"role": "assistant", "content": secret},
             ]
         else:
