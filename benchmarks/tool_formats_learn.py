@@ -9,19 +9,23 @@ think block, which its template needs to continue an episode token-exactly), the
 the template). Reported: holdout correct before and after training, tool calls parsed and
 executed per episode (`rlvr audit rollouts`), and seconds.
 
-Run: `.venv/bin/python benchmarks/tool_formats_learn.py [--bigger] [--no-polish] [--no-short] [--first-seed N]
-[--steps N] [FAMILY ...]`
-(about 15 minutes on 2 cores for 60 steps; `--bigger`: a 128-wide, 4-layer model warm-started 1200
-steps, for every family, ChatML included; `--no-polish`: without the 300 steps at a fifth of the
-rate that follow the other families' warm start; `--no-short`: without the 300 steps on the
-demonstrations rendered without their tool schemas that come first; `--first-seed N`: the
-first of the (up to 4) model seeds tried; `--steps N`: train N steps instead of the
-contract's 60).
+Run: `.venv/bin/python benchmarks/tool_formats_learn.py [options] [FAMILY ...]`
+(about 15 minutes on 2 cores for 60 steps). Options: `--bigger`: a 128-wide, 4-layer model
+warm-started 1200 steps, for every family, ChatML included; `--layers N`: N layers, 64 wide;
+`--no-polish`: without the 300 steps at a fifth of the rate that follow the other families' warm
+start; `--no-short`: without the 300 steps on the demonstrations rendered without their tool
+schemas that come first (`--short N`: N of them; `--short-demos N --short-look P`: on demonstrations
+of their own); `--ramp N`: that first phase's rate rises over N steps; `--demos N`: N
+demonstrations instead of the example's 400; `--first-seed N`: the first of the (up to 4) model
+seeds tried; `--copies X`: keep the first seed under X nats on the copied digit (1.0);
+`--steps N`: train N steps instead of the contract's 60; `--train-seeds 0,1,2`: one `rlvr train`
+per seed (hyperparameters.seed) on the same warm start.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -49,7 +53,12 @@ SHORT = 300
 # up to TRIES model seeds (from FIRST_SEED, `--first-seed N`) are warmed, the first under COPIES
 # nats on held-out demonstrations kept (none: the lowest)
 TRIES, COPIES, FIRST_SEED = 4, 1.0, 0
+RAMP = 0  # the first phase's rate rises over this many steps (`--ramp N`)
+DEMOS = 400  # the lookup example's demonstrations (`--demos N`)
+# the SHORT phase's own demonstrations (`--short-demos N --short-look P`): None, the same
+SHORT_DEMOS, SHORT_LOOK = None, None
 STEPS = 60  # the lookup contract's max_steps
+TRAIN_SEEDS = [0]  # hyperparameters.seed of each `rlvr train` (`--train-seeds 0,1,2`)
 BASES = {"chatml": "chatml", "qwen3": "chatml", "llama-3.1": "llama3", "mistral-nemo": "mistral", "gpt-oss": "chatml"}
 THINKS = {"qwen3"}  # Qwen3 continues an episode token-exactly only in thinking mode
 
@@ -87,7 +96,11 @@ def build(folder: Path, family: str) -> dict:
         from rlvr_cli.chat.families import CHATML as template
     else:
         template = (TEMPLATES / name).read_text(encoding="utf-8")
-    demonstrations(folder / "warmup.jsonl", think)
+    demonstrations(folder / "warmup.jsonl", think, count=DEMOS)
+    short = folder / "warmup.jsonl"
+    if SHORT_DEMOS:
+        short = folder / "short.jsonl"
+        demonstrations(short, think, count=SHORT_DEMOS, seed=3, look=SHORT_LOOK or 0.5)
     demonstrations(folder / "copies.jsonl", think, count=100, seed=7, look=1.0)
     corpus = warmup.rendered_texts(folder / "warmup.jsonl", template, {"bos": bos, "eos": eos})
     tried: list[float] = []
@@ -109,11 +122,12 @@ def build(folder: Path, family: str) -> dict:
             seed=seed,
         )
         if SHORT:
-            warmup.warm_up(model, folder / "warmup.jsonl", steps=SHORT, seed=2, schemas=False)
+            warmup.warm_up(model, short, steps=SHORT, seed=2, schemas=False, ramp=RAMP)
         warmup.warm_up(model, folder / "warmup.jsonl", steps=WARM_STEPS)
         if POLISH:
             warmup.warm_up(model, folder / "warmup.jsonl", steps=POLISH, lr=POLISH_LR, seed=1)
         tried.append(round(copy_loss(model, folder / "copies.jsonl"), 3))
+        print(f"{family} model seed {seed}: {tried[-1]} nats on the copied digit", file=sys.stderr, flush=True)
         if tried[-1] < COPIES:
             break
     best = FIRST_SEED + tried.index(min(tried))  # none under COPIES: the one closest to copying
@@ -156,24 +170,24 @@ def contract(folder: Path, stops: list[str]) -> None:
     path.write_text(text, encoding="utf-8")
 
 
-def run(folder: Path) -> dict:
+def run(folder: Path, seed: int) -> dict:
+    """`rlvr train` of folder's contract with hyperparameters.seed = seed, in folder/run-SEED."""
+    path = folder / "experiment.rlvr.yaml"
+    path.write_text(re.sub(r"(?m)^  seed: \d+", f"  seed: {seed}", path.read_text(encoding="utf-8")), encoding="utf-8")
     started = time.perf_counter()
+    rundir = folder / f"run-{seed}"
     out = subprocess.run(
-        [*RLVR, "train", str(folder / "experiment.rlvr.yaml"), "--run-dir", str(folder / "run")],
+        [*RLVR, "train", str(path), "--run-dir", str(rundir)],
         capture_output=True,
         text=True,
     )
     seconds = time.perf_counter() - started
     if out.returncode:
         return {"error": out.stderr[-1500:]}
-    metrics = [json.loads(line) for line in (folder / "run" / "metrics.jsonl").read_text().splitlines()]
-    start = (
-        json.loads((folder / "run" / "holdout-start.json").read_text())
-        if (folder / "run" / "holdout-start.json").exists()
-        else {}
-    )
+    metrics = [json.loads(line) for line in (rundir / "metrics.jsonl").read_text().splitlines()]
+    start = json.loads((rundir / "holdout-start.json").read_text()) if (rundir / "holdout-start.json").exists() else {}
     audit = subprocess.run(
-        [*RLVR, "audit", "rollouts", str(folder / "run"), "--format", "json"], capture_output=True, text=True
+        [*RLVR, "audit", "rollouts", str(rundir), "--format", "json"], capture_output=True, text=True
     )
     tool = json.loads(audit.stdout)["tool_use"]
     holdout = [m for m in metrics if m.get("holdout/correct") is not None]
@@ -193,26 +207,44 @@ def bigger() -> bool:
     return (HIDDEN, LAYERS, WARM_STEPS) != (64, 2, 600)
 
 
+#: the options that take a value: the module setting each one sets, and how its value reads
+VALUED = {
+    "--first-seed": ("FIRST_SEED", int),
+    "--demos": ("DEMOS", int),
+    "--train-seeds": ("TRAIN_SEEDS", lambda text: [int(x) for x in text.split(",")]),
+    "--layers": ("LAYERS", int),
+    "--copies": ("COPIES", float),
+    "--ramp": ("RAMP", int),
+    "--short": ("SHORT", int),
+    "--short-demos": ("SHORT_DEMOS", int),
+    "--short-look": ("SHORT_LOOK", float),
+    "--steps": ("STEPS", int),
+}
+#: the options without one: the settings each one sets
+SWITCHES = {
+    "--bigger": {"HIDDEN": 128, "LAYERS": 4, "WARM_STEPS": 1200},
+    "--no-polish": {"POLISH": 0},
+    "--no-short": {"SHORT": 0},
+}
+
+
+def options(args: list[str]) -> list[str]:
+    """Set the module's settings from the options in args; the families named are what is left."""
+    settings = globals()
+    for flag, values in SWITCHES.items():
+        if flag in args:
+            args.remove(flag)
+            settings.update(values)
+    for flag, (name, read) in VALUED.items():
+        if flag in args:
+            at = args.index(flag)
+            settings[name] = read(args[at + 1])
+            del args[at : at + 2]
+    return args
+
+
 def main() -> None:
-    global HIDDEN, LAYERS, WARM_STEPS, POLISH, SHORT, STEPS, FIRST_SEED
-    args = sys.argv[1:]
-    if "--bigger" in args:
-        args.remove("--bigger")
-        HIDDEN, LAYERS, WARM_STEPS = 128, 4, 1200
-    if "--no-polish" in args:
-        args.remove("--no-polish")
-        POLISH = 0
-    if "--no-short" in args:
-        args.remove("--no-short")
-        SHORT = 0
-    if "--first-seed" in args:
-        at = args.index("--first-seed")
-        FIRST_SEED = int(args[at + 1])
-        del args[at : at + 2]
-    if "--steps" in args:
-        at = args.index("--steps")
-        STEPS = int(args[at + 1])
-        del args[at : at + 2]
+    args = options(sys.argv[1:])
     chosen = args or list(BASES)
     root = Path(tempfile.mkdtemp(prefix="rlvr-formats-"))
     base = root / "lookup"
@@ -229,7 +261,8 @@ def main() -> None:
             contract(folder, family_of(family)[3])
         else:
             warm, tried = None, {}
-        results[family] = run(folder) | tried | {"warm_up_seconds": None if warm is None else round(warm, 1)}
+        runs = {seed: run(folder, seed) for seed in TRAIN_SEEDS}
+        results[family] = {"train_seeds": runs} | tried | {"warm_up_seconds": None if warm is None else round(warm, 1)}
         print(family, json.dumps(results[family]), flush=True)
     print(json.dumps(results, indent=2))
 

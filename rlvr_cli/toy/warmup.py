@@ -36,10 +36,12 @@ def warm_up(
     batch: int = 16,
     seed: int = 0,
     schemas: bool = True,
+    ramp: int = 0,
 ) -> float:
     """Train the model in `folder` on the assistant turns of `conversations` (the loss mask
     `rlvr render` shows) and save it there; returns the last batch's loss. `schemas=False`:
-    on the conversations rendered without their tool schemas (training_rows)."""
+    on the conversations rendered without their tool schemas (training_rows). `ramp`: the rate
+    rises linearly over the first `ramp` steps (0: constant from the first)."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -54,6 +56,7 @@ def warm_up(
     model = AutoModelForCausalLM.from_pretrained(folder)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    rate = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / ramp) if ramp else 1.0)
     loss = torch.tensor(0.0)
     started = time.monotonic()
     for step in range(steps):
@@ -71,6 +74,7 @@ def warm_up(
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
+        rate.step()
     model.save_pretrained(folder)
     return float(loss.detach())
 

@@ -47,3 +47,22 @@ def test_a_conversation_with_nothing_to_learn_is_refused_with_its_line(tmp_path:
     tokenizer = build_tokenizer(tmp_path / "tok", "chatml")
     with pytest.raises(RenderError, match=r"demos.jsonl:1: no assistant token"):
         training_rows(ChatRenderer(tokenizer, CHATML, [tokenizer.eos_token]), path, schemas=False)
+
+
+def test_a_ramped_warm_start_takes_its_first_step_at_a_fraction_of_the_rate(tmp_path: Path) -> None:
+    """`warm_up(ramp=N)`: the rate rises over the first N steps (the family benchmark's first
+    phase: big first steps can keep a tiny model from ever learning to copy the tool's digit)."""
+    from safetensors.torch import load_file
+
+    from rlvr_cli.toy import tiny, warmup
+
+    path = tmp_path / "demos.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in lookup.demonstrations(count=8, seed=3)), encoding="utf-8")
+    moved = {}
+    for ramp in (0, 100):
+        folder = tiny.build_tiny(tmp_path / f"ramp-{ramp}", "chatml")
+        before = load_file(folder / "model.safetensors")
+        warmup.warm_up(folder, path, steps=1, batch=2, ramp=ramp)
+        after = load_file(folder / "model.safetensors")
+        moved[ramp] = max((after[k] - before[k]).abs().max().item() for k in before)
+    assert moved[0] > 0 and 50 < moved[0] / moved[100] < 200, moved  # Adam's first step: ~lr, ~lr / 100
