@@ -115,7 +115,7 @@ sandbox:
 	@command -v bwrap >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null; }
 
 test: $(STAMP) $(VERL) $(NEMO) $(OPENENV) browser sandbox
-	$(BIN)/python -m pytest -n 2 --durations=15
+	$(BIN)/python -m pytest -n 2 --durations=40
 
 # The inner loop: everything but the end-to-end runs marked slow (CI runs `make test`, the whole suite).
 test-fast: $(STAMP) sandbox
