@@ -68,3 +68,19 @@ def test_each_test_process_and_its_commands_get_their_share_of_the_cores(warm: Z
     share = max(1, len(os.sched_getaffinity(0)) // workers)
     assert os.environ["OMP_NUM_THREADS"] == str(share) and torch.get_num_threads() == share
     assert warm.env["OMP_NUM_THREADS"] == str(share)  # what every command forked from it starts with
+
+
+def test_a_test_leaves_the_environment_as_it_found_it(warm: Zygote) -> None:
+    """What a test sets or changes in os.environ is undone after it (tests/conftest.py), so later
+    commands of the same test process still fork from the warm interpreter."""
+    from tests.conftest import environment_kept
+
+    os.environ["RLVR_KEPT_PROBE"] = "before"
+    try:
+        with environment_kept():
+            os.environ["RLVR_LEFT_BEHIND"] = "1"
+            os.environ["RLVR_KEPT_PROBE"] = "changed"
+        assert "RLVR_LEFT_BEHIND" not in os.environ and os.environ["RLVR_KEPT_PROBE"] == "before"
+    finally:
+        del os.environ["RLVR_KEPT_PROBE"]
+    assert warm.run(["--version"], None, dict(os.environ), 120) is not None  # still warm
