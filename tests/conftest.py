@@ -58,7 +58,7 @@ def _environment_as_it_was() -> Iterator[None]:
     it runs in process: torch's TORCHINDUCTOR_CACHE_DIR, the trackers' MLFLOW_*, TRACKIO_DIR) left
     behind made every later `rlvr` command of that test process start fresh instead of forked
     from the warm interpreter (tests/zygote_client.py compares environments): 3-19 s of imports
-    per command for the rest of the suite (a 5 s resume test took 35 s in CI)."""
+    per command for the rest of that process's tests."""
     with environment_kept():
         yield
 
