@@ -10,7 +10,9 @@ subclass; the CLI prints its message (never a traceback) and exits with its code
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable
 from enum import IntEnum
 from typing import TypeVar
@@ -57,6 +59,22 @@ class Interrupted(BaseException):
     def __init__(self, signal_name: str, exit_code: int) -> None:
         super().__init__(signal_name)
         self.signal_name, self.exit_code = signal_name, exit_code
+
+
+def ending() -> None:
+    """The command has begun to end on its own (a failure, a stop): a SIGTERM or SIGINT that
+    arrives now is absorbed instead of cutting short the status it writes and the reason it prints
+    (torchrun sends SIGTERM to every rank once one has died, while the others are saying why);
+    a second one ends the process at once, the way out of a shutdown that hangs. Lasts until the
+    command's own signal handling ends (`signals_unwind` restores what was there before)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def absorb(signum: int, _: object) -> None:
+        signal.signal(signum, signal.SIG_DFL)
+
+    for name in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(name, absorb)
 
 
 def internal_error(exc: BaseException) -> int:

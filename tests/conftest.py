@@ -56,9 +56,9 @@ def environment_kept() -> Iterator[None]:
 def _environment_as_it_was() -> Iterator[None]:
     """Each test leaves the process environment as it found it. A variable a test (or a library
     it runs in process: torch's TORCHINDUCTOR_CACHE_DIR, the trackers' MLFLOW_*, TRACKIO_DIR) left
-    behind made every later `rlvr` command of that test process start fresh instead of forked
-    from the warm interpreter (tests/zygote_client.py compares environments): 3-19 s of imports
-    per command for the rest of that process's tests."""
+    behind would otherwise send the later `rlvr` commands of that test process to another warm
+    interpreter (tests/zygote_client.py keeps one per environment); what a module fixture
+    changes outlives its tests, and gets one of its own."""
     with environment_kept():
         yield
 
@@ -133,13 +133,14 @@ _ZYGOTE: list = []
 
 
 def _warm():
-    """This test process's warm interpreter, started on first use; None when RLVR_TESTS_FRESH=1."""
+    """This test process's warm interpreters (tests/zygote_client.py Pool), started on first use;
+    None when RLVR_TESTS_FRESH=1."""
     if os.environ.get("RLVR_TESTS_FRESH") == "1":
         return None
     if not _ZYGOTE:
-        from tests.zygote_client import Zygote
+        from tests.zygote_client import Pool
 
-        _ZYGOTE.append(Zygote())
+        _ZYGOTE.append(Pool())
     return _ZYGOTE[0]
 
 

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections import OrderedDict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -25,8 +26,8 @@ def _comparable(env: dict) -> dict:
 
 
 class Zygote:
-    def __init__(self) -> None:
-        self.env = dict(os.environ)
+    def __init__(self, env: dict | None = None) -> None:
+        self.env = dict(os.environ if env is None else env)
         self.proc: subprocess.Popen | None = None
         self.folder = Path(tempfile.mkdtemp(prefix="rlvr-zygote-"))
         atexit.register(self.close)
@@ -86,6 +87,39 @@ class Zygote:
             self.proc.kill()
             self.proc.wait()
         self.proc = None
+
+
+class Pool:
+    """Warm interpreters, one per environment the commands run in. The test process's first
+    environment gets one at once; another gets one the second time it is asked for (a module
+    fixture or a library that set a variable in process, and every later command of that test
+    process would pay a fresh interpreter's imports), a one-off runs fresh. At most SIZE are kept,
+    the least recently used closed first."""
+
+    SIZE = 3
+
+    def __init__(self) -> None:
+        self.warm: OrderedDict[frozenset, Zygote] = OrderedDict()
+        self.seen: set[frozenset] = set()
+
+    def run(self, argv: list[str], cwd: Path | None, env: dict, timeout: float) -> tuple[int, str, str] | None:
+        """As Zygote.run; None when the command must start fresh."""
+        key = frozenset(_comparable(env).items())
+        zygote = self.warm.get(key)
+        if zygote is None:
+            if self.warm and key not in self.seen:
+                self.seen.add(key)
+                return None
+            zygote = self.warm[key] = Zygote(env)
+            while len(self.warm) > self.SIZE:
+                self.warm.popitem(last=False)[1].close()
+        self.warm.move_to_end(key)
+        return zygote.run(argv, cwd, env, timeout)
+
+    def close(self) -> None:
+        for zygote in self.warm.values():
+            zygote.close()
+        self.warm.clear()
 
 
 def _text(path: Path) -> str:

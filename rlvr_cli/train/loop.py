@@ -9,7 +9,6 @@ the monitoring rules, the budget and checkpoints. Set-up is `setup.build`; a che
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,11 +16,10 @@ from typing import Any, Protocol
 
 from rlvr_cli.contract import lock
 from rlvr_cli.contract.models import Contract
-from rlvr_cli.engine.types import EngineFailed, NonFiniteLogits
+from rlvr_cli.engine.types import EngineFailed
 from rlvr_cli.env.agent import EnvUnreachable
 from rlvr_cli.env.sample import Sample
-from rlvr_cli.env.scoring import InvalidVerdictStop
-from rlvr_cli.errors import ExitCode, Interrupted, RlvrError
+from rlvr_cli.errors import RlvrError
 from rlvr_cli.files import sha256_bytes
 from rlvr_cli.metrics import StepMetrics
 from rlvr_cli.rollout.base import Draw, Rollout
@@ -29,7 +27,7 @@ from rlvr_cli.rollout.rollouts import open_rollout
 from rlvr_cli.store.records import RecordStore
 from rlvr_cli.store.run import RunFolder, Status
 from rlvr_cli.trackers.fanout import Trackers
-from rlvr_cli.train import credit, flops, importance, overlap, reference_nll, tracking, update
+from rlvr_cli.train import credit, ending, flops, importance, overlap, reference_nll, tracking, update
 from rlvr_cli.train import distributed as dist
 from rlvr_cli.train.checkpoint import load_latest
 from rlvr_cli.train.collect import StepResult, collect
@@ -341,27 +339,8 @@ def train(
         rollout = open_rollout(contract, setup.folder, setup.renderer, setup.engine, log_dir=run.folder.path)
         with tracking.closing(run), rollout as opened, _closing(run.ahead), run.records or contextlib.nullcontext():
             return run_steps(run, opened, progress)
-    except (InvalidVerdictStop, NonFiniteLogits) as exc:
-        run.status("aborted", reason=str(exc), next=_kept(run))
-        _eprint(f"aborted: {exc}")
-        return ExitCode.ABORTED
-    except (Interrupted, KeyboardInterrupt) as exc:
-        _stopped(run, exc.signal_name if isinstance(exc, Interrupted) else "SIGINT")
-        raise
-    except OSError as exc:
-        _failed(run, f"{exc.strerror or exc} ({getattr(exc, 'filename', None) or 'run folder'})")
-        raise RlvrError(f"{exc.strerror or exc}: the run stopped at step {run.state.step}; {_kept(run)}") from None
     except BaseException as exc:
-        if dist.peer_lost(exc):  # another rank died or hung: say so, not "a bug in rlvr"
-            first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
-            reason = (
-                f"another process of the run stopped during step {run.state.step} (a collective failed: {first}); "
-                "its own output says why"
-            )
-            _failed(run, reason)
-            raise RlvrError(f"{reason}; {_kept(run)}") from None
-        _failed(run, str(exc) if isinstance(exc, RlvrError) else f"{type(exc).__name__}: {exc}")
-        raise
+        return ending.ended(run, exc)  # status.json says what stopped the run; the error reaches the user
 
 
 @contextlib.contextmanager
@@ -372,29 +351,3 @@ def _closing(ahead: Ahead | None) -> Any:
     finally:
         if ahead is not None:
             ahead.close()
-
-
-def _kept(run: Run) -> str:
-    """What survives in the run folder, and the command that goes on from it."""
-    found = run.folder.complete_checkpoints()
-    again = f"rlvr train {run.contract_path} --run-dir {run.folder.path} --auto"
-    if run.steps != run.contract.hyperparameters.max_steps:  # the user's --max-steps goes on with the run
-        again += f" --max-steps {run.steps}"
-    if run.setup.world > 1 and os.environ.get("LOCAL_WORLD_SIZE") == str(run.setup.world):
-        again += f" --nproc {run.setup.world}"  # one node: `--nproc` relaunches it; several: your torchrun line
-    if found:
-        kept = f"kept checkpoint step-{found[-1][0]} with every record and metric up to it"
-        return f"{kept}; continue with: {again}"
-    return f"no checkpoint yet (records so far are kept and redone identically); start again with: {again}"
-
-
-def _stopped(run: Run, signal_name: str) -> None:
-    run.status("paused", reason=f"interrupted by {signal_name} at step {run.state.step}", next=_kept(run))
-    if run.setup.main:
-        _eprint(f"interrupted by {signal_name} at step {run.state.step}: {_kept(run)}")
-
-
-def _failed(run: Run, reason: str) -> None:
-    # the disk that failed the run may refuse the status too; the error still reaches the user
-    with contextlib.suppress(OSError):
-        run.status("failed", reason=reason, next=_kept(run))

@@ -84,3 +84,25 @@ def test_a_test_leaves_the_environment_as_it_found_it(warm: Zygote) -> None:
     finally:
         del os.environ["RLVR_KEPT_PROBE"]
     assert warm.run(["--version"], None, dict(os.environ), 120) is not None  # still warm
+
+
+def test_an_environment_that_drifts_gets_a_warm_interpreter_of_its_own(warm: Zygote) -> None:
+    """A module fixture or a library can leave a variable set for the rest of a test process
+    (torch sets TORCHINDUCTOR_CACHE_DIR in process, and a module fixture's change outlives every
+    test of the module): its first command runs fresh, the next ones fork from an interpreter
+    started in that environment, and the first environment's interpreter stays warm."""
+    from tests.zygote_client import Pool, _comparable
+
+    pool = Pool()
+    pool.warm[frozenset(_comparable(warm.env).items())] = warm  # the module's, already warm
+    drifted = {**warm.env, "RLVR_DRIFTED": "1"}
+    try:
+        assert pool.run(["--version"], None, drifted, 120) is None  # once: a one-off, fresh
+        again = pool.run(["schema", "contract"], None, drifted, 300)
+        assert again is not None and again == fresh(["schema", "contract"])
+        assert [z.env.get("RLVR_DRIFTED") for z in pool.warm.values()] == [None, "1"]
+        assert pool.run(["--version"], None, dict(warm.env), 120) is not None  # the first one still answers
+    finally:
+        for zygote in pool.warm.values():
+            if zygote is not warm:
+                zygote.close()

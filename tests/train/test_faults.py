@@ -569,3 +569,29 @@ def test_auto_on_a_finished_run_does_nothing_and_status_follows_the_steps(experi
     assert steps_logged(run_dir) == [0, 1, 2] and status(run_dir)["state"] == "finished"
     longer = rlvr("train", experiment / CONTRACT, "--run-dir", run_dir, "--auto", "--max-steps", "4", timeout=300)
     assert longer.code == 0 and steps_logged(run_dir) == [0, 1, 2, 3]  # an explicit longer run goes on
+
+
+ENDING = """
+import os, signal, time
+from rlvr_cli.commands.train import signals_unwind
+from rlvr_cli.errors import Interrupted, ending
+with signals_unwind():
+    try:
+        os.kill(os.getpid(), signal.SIGTERM); time.sleep(1)
+    except Interrupted:
+        print("unwound", flush=True)
+    ending()  # the run now ends on its own: writing its status, saying why
+    os.kill(os.getpid(), signal.SIGTERM); time.sleep(1)
+    print("absorbed", flush=True)
+    os.kill(os.getpid(), signal.SIGTERM); time.sleep(1)
+    print("a second one is not absorbed", flush=True)
+"""
+
+
+def test_a_run_that_is_ending_absorbs_one_sigterm_and_a_second_ends_it() -> None:
+    """torchrun sends SIGTERM to every rank once one has died, while the others write why in
+    status.json: that SIGTERM must not leave the status saying "running" or the reason unsaid
+    (rlvr_cli/errors.py `ending`); a second one still ends a shutdown that hangs."""
+    done = subprocess.run([sys.executable, "-c", ENDING], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert done.stdout.split() == ["unwound", "absorbed"], done.stdout + done.stderr
+    assert done.returncode == -signal.SIGTERM
