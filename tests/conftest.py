@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import getpass
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +22,14 @@ import pytest
 # 88 s alone took 333 s beside another worker). The worker count is known only once pytest-xdist
 # has configured the worker (its PYTEST_XDIST_WORKER_COUNT comes after this file is imported).
 _USER_THREADS = os.environ.get("OMP_NUM_THREADS")
+
+# torch sets TORCHINDUCTOR_CACHE_DIR in process the first time it needs its cache (building a
+# tiny model does): set here to the directory torch would choose, the environment every `rlvr`
+# command of a test process runs in no longer changes halfway (tests/zygote_client.py keeps a
+# warm interpreter per environment).
+os.environ.setdefault(
+    "TORCHINDUCTOR_CACHE_DIR", os.path.join(tempfile.gettempdir(), f"torchinductor_{getpass.getuser()}")
+)
 
 
 def pytest_configure(config: pytest.Config) -> None:
