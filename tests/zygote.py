@@ -6,8 +6,10 @@ standard streams, exit code, signals and interpreter shutdown (atexit handlers, 
 started by `fork()` from a parent that has imported what every command imports, instead of by
 a fresh interpreter that spends 3–19 s on imports. The parent never computes (no torch operation,
 no thread), so the fork is as clean as a fresh start. A command whose environment differs from
-the parent's (besides PYTEST_CURRENT_TEST) starts fresh, since some libraries read variables
-when they are imported; so does every command when RLVR_TESTS_FRESH=1.
+the parent's (besides PYTEST_CURRENT_TEST) is never forked from it, since some libraries read
+variables when they are imported: it starts fresh, or from a warm interpreter started in its own
+environment once that environment is asked for again (tests/zygote_client.py Pool); every
+command starts fresh when RLVR_TESTS_FRESH=1.
 
 Protocol (the parent's stdin/stdout, one JSON object per line): the test process sends
 {"argv", "cwd", "env", "out", "err"}; the parent answers {"pid"} once the child runs, then
