@@ -6,6 +6,7 @@ import contextlib
 import getpass
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -23,13 +24,21 @@ import pytest
 # has configured the worker (its PYTEST_XDIST_WORKER_COUNT comes after this file is imported).
 _USER_THREADS = os.environ.get("OMP_NUM_THREADS")
 
+
 # torch sets TORCHINDUCTOR_CACHE_DIR in process the first time it needs its cache (building a
 # tiny model does): set here to the directory torch would choose, the environment every `rlvr`
 # command of a test process runs in no longer changes halfway (tests/zygote_client.py keeps a
 # warm interpreter per environment).
-os.environ.setdefault(
-    "TORCHINDUCTOR_CACHE_DIR", os.path.join(tempfile.gettempdir(), f"torchinductor_{getpass.getuser()}")
-)
+def _torch_cache_dir() -> str:
+    """torch's own default (torch/_inductor/runtime/cache_dir_utils.py), without importing torch."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # a uid with no name (containers)
+        user = f"uid_{os.getuid()}"
+    return os.path.join(tempfile.gettempdir(), "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user))
+
+
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", _torch_cache_dir())
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -132,28 +132,26 @@ def run_train(
     distributed.init()
     refuse_unfit(contract, contract_path, distributed.rank_world()[1], device_memory)
     main = distributed.rank_world()[0] == 0
-    with signals_unwind():
-        try:  # the process group ends inside the signal handling: a run that is ending absorbs a SIGTERM
-            with exclusive(run_dir) if main else contextlib.nullcontext():
-                # every rank reaches the same answer: `--auto` resumes exactly when a checkpoint exists
-                if main:
-                    resume = choose_mode(run_dir, resume, auto)
-                else:
-                    resume = resume or (auto and bool(RunFolder(run_dir).complete_checkpoints()))
-                distributed.barrier()
-                done = finished_at(run_dir) if auto and resume else None
-                if done is not None and (max_steps is None or done >= max_steps):
-                    print(f"--auto: the run already finished at step {done}; nothing to do", file=sys.stderr)
-                    return ExitCode.OK
-                try:
-                    return train(contract, contract_path, run_dir, steps, resume, force, Progress(enabled=main))
-                except AlreadyFinished as exc:
-                    if not auto:
-                        raise
-                    print(f"--auto: {exc}; nothing to do", file=sys.stderr)
-                    return ExitCode.OK
-        finally:
-            distributed.shutdown()
+    with signals_unwind(), contextlib.ExitStack() as stack:
+        stack.callback(distributed.shutdown)  # inside the signal handling: a run that is ending absorbs a SIGTERM
+        # every rank reaches the same answer: `--auto` resumes exactly when a checkpoint exists
+        if main:
+            stack.enter_context(exclusive(run_dir))
+            resume = choose_mode(run_dir, resume, auto)
+        else:
+            resume = resume or (auto and bool(RunFolder(run_dir).complete_checkpoints()))
+        distributed.barrier()
+        done = finished_at(run_dir) if auto and resume else None
+        if done is not None and (max_steps is None or done >= max_steps):
+            print(f"--auto: the run already finished at step {done}; nothing to do", file=sys.stderr)
+            return ExitCode.OK
+        try:
+            return train(contract, contract_path, run_dir, steps, resume, force, Progress(enabled=main))
+        except AlreadyFinished as exc:
+            if not auto:
+                raise
+            print(f"--auto: {exc}; nothing to do", file=sys.stderr)
+            return ExitCode.OK
 
 
 def finished_at(run_dir: Path) -> int | None:
