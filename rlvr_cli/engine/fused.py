@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from rlvr_cli.engine.adapted import effective_weight, is_adapted, weight_bytes
+from rlvr_cli.engine.precision import attention as attend
 
 FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
 COPY_BYTES = 256 << 20  # the most the decoder's transposed copies of the weights may take
@@ -265,7 +266,8 @@ class Decoder:
         h = self.model.model.embed_tokens(ids)
         cos_table, sin_table = self._tables(P + room, h.dtype)
         cos, sin = cos_table[positions][:, :, None], sin_table[positions][:, :, None]  # (B, P, 1, D)
-        mask = torch.full((B, P + room), float("-inf"), device=ids.device, dtype=h.dtype)
+        store_dtype = torch.float32 if ids.device.type == "cpu" else h.dtype  # `attention` reads fp32 there
+        mask = torch.full((B, P + room), float("-inf"), device=ids.device, dtype=store_dtype)
         mask[:, :P].masked_fill_(attention.bool(), 0.0)
         cache = Cache([], [], mask, positions[:, -1], P, cos_table, sin_table)
         seen = torch.ones(P, P, dtype=torch.bool, device=ids.device).tril()[None] & attention.bool()[:, None, :]
@@ -276,9 +278,9 @@ class Decoder:
             q, k = qk[:, :H], qk[:, H:]
             v = qkv[..., (H + kv) * D :].unflatten(-1, (kv, D)).transpose(1, 2)
             for store, new in ((cache.keys, k), (cache.values, v)):
-                store.append(new.new_empty((B, kv, P + room, D)))
+                store.append(new.new_empty((B, kv, P + room, D), dtype=store_dtype))
                 store[-1][:, :, :P] = new
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=seen, enable_gqa=kv != H)
+            out = attend(q, k, v, seen, kv != H)
             h = layer.o.residual(h, out.transpose(1, 2).reshape(B, P, H * D))
             h = self._mlp(h, layer)
         return self._logits(h[:, -1]), cache
@@ -302,9 +304,7 @@ class Decoder:
             keys[:, :, L] = qk[:, H:]
             values[:, :, L] = qkv[:, (H + kv) * D :].view(B, kv, D)
             q = qk[:, :H, None]  # (B, H, 1, D)
-            out = F.scaled_dot_product_attention(
-                q, keys[:, :, : L + 1], values[:, :, : L + 1], attn_mask=mask, enable_gqa=kv != H
-            ).reshape(B, H * D)
+            out = attend(q, keys[:, :, : L + 1], values[:, :, : L + 1], mask, kv != H).reshape(B, H * D)
             h = layer.o.residual(h, out)
             h = self._mlp(h, layer)
         cache.length += 1

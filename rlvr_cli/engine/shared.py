@@ -17,10 +17,10 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from rlvr_cli.engine.forward import Batch, distinct_prompts
 from rlvr_cli.engine.fused import why_not
+from rlvr_cli.engine.precision import attention as attend
 
 
 def why_not_shared(model: Any) -> str | None:
@@ -85,21 +85,21 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 def _attention(
     s: _Shapes, layer: Any, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Queries `(N, H, L, D)`, keys and values `(N, kv, L, D)` of one layer's input, computed
-    by the layer's own modules as its forward does."""
+    """Queries `(..., H, D)`, keys and values `(..., kv, D)` of one layer's input `(..., hidden)`,
+    computed by the layer's own modules as its forward does, the queries and keys rotated by
+    `cos`/`sin` `(..., 1, D)`."""
     attn, x = layer.self_attn, layer.input_layernorm(h)
     q = attn.q_proj(x).unflatten(-1, (s.heads, s.dim))
     k = attn.k_proj(x).unflatten(-1, (s.kv, s.dim))
-    v = attn.v_proj(x).unflatten(-1, (s.kv, s.dim)).transpose(1, 2)
+    v = attn.v_proj(x).unflatten(-1, (s.kv, s.dim))
     if s.qk_norm:
         q, k = attn.q_norm(q), attn.k_norm(k)
-    q, k = q.transpose(1, 2), k.transpose(1, 2)
     return _rotate(q, cos, sin), _rotate(k, cos, sin), v
 
 
 def _rest(layer: Any, h: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """The attention output projected and added, then the MLP."""
-    h = h + layer.self_attn.o_proj(out.transpose(1, 2).flatten(2))
+    """The attention output `(..., H·D)` projected and added, then the MLP."""
+    h = h + layer.self_attn.o_proj(out)
     return h + layer.mlp(layer.post_attention_layernorm(h))
 
 
@@ -114,11 +114,12 @@ def _prompts(
     cos, sin = (t[:, None] for t in model.model.rotary_emb(h, positions))  # (G, 1, P, D)
     seen = torch.ones(P, P, dtype=torch.bool, device=ids.device).tril()[None] & attention.bool()[:, None, :]
     seen = (seen | torch.eye(P, dtype=torch.bool, device=ids.device)[None])[:, None]  # padding sees itself: no NaN
+    cos, sin = cos.transpose(1, 2), sin.transpose(1, 2)  # (G, P, 1, D)
     for layer in model.model.layers:
-        q, k, v = _attention(s, layer, h, cos, sin)
+        q, k, v = (t.transpose(1, 2) for t in _attention(s, layer, h, cos, sin))  # (G, heads, P, D)
         cache.append((k, v))
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=seen, enable_gqa=s.kv != s.heads)
-        h = _rest(layer, h, out)
+        out = attend(q, k, v, seen, s.kv != s.heads)
+        h = _rest(layer, h, out.transpose(1, 2).flatten(2))
     return cache, h[:, -1]
 
 
@@ -126,35 +127,69 @@ def shared_prompt_logprobs(
     model: Any, batch: Batch, temperature: float, with_entropy: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs `(B, T)` of the response tokens under softmax(logits / temperature), and
-    optionally their entropy — what `engine.forward.token_logprobs` computes on the same batch."""
+    optionally their entropy — what `engine.forward.token_logprobs` computes on the same batch
+    (0 where a row has no token).
+
+    The responses' tokens run flattened `(n, hidden)`, padding left out, through every matrix
+    product; only attention sees them as rows `(B, T)`, where a response's queries never reach
+    its padding (causal) and the padding's own results are dropped."""
     s, P = _Shapes(model.config), batch.prompt_width
     first, owner = distinct_prompts(batch)
     prompt_mask = batch.attention_mask[:, :P]
     responses = batch.input_ids[:, P:]  # (B, T)
     B, T = responses.shape
+    real = batch.attention_mask[:, P:].flatten().nonzero().squeeze(1)  # (n,) the tokens, row-major
     cache, last = _prompts(model, s, batch.input_ids[first, :P], prompt_mask[first])
-    h = model.model.embed_tokens(responses)
+    h = model.model.embed_tokens(responses.flatten().index_select(0, real))  # (n, hidden)
     positions = prompt_mask.sum(dim=1, keepdim=True) + torch.arange(T, device=responses.device)  # (B, T)
-    cos, sin = (t[:, None] for t in model.model.rotary_emb(h, positions))
+    cos, sin = (t.flatten(0, 1).index_select(0, real)[:, None] for t in model.model.rotary_emb(h, positions))
     causal = torch.ones(T, T, dtype=torch.bool, device=responses.device).tril()[None].expand(B, T, T)
     seen = torch.cat([prompt_mask.bool()[:, None, :].expand(B, T, P), causal], dim=2)[:, None]  # (B, 1, T, P + T)
+
+    def rows(x: torch.Tensor) -> torch.Tensor:  # (n, heads, D) → (B, heads, T, D), padding zero
+        return x.new_zeros(B * T, *x.shape[1:]).index_copy(0, real, x).unflatten(0, (B, T)).transpose(1, 2)
+
     for layer, (prompt_k, prompt_v) in zip(model.model.layers, cache, strict=True):
         q, k, v = _attention(s, layer, h, cos, sin)
         # index_select, not prompt_k[owner]: the indexing's backward (index_put_ with accumulate on
         # CPU) adds the rows of a shared prompt in an order that depends on thread timing, so two
         # identical runs on a busy machine drifted apart; index_select's backward is deterministic
-        keys = torch.cat([prompt_k.index_select(0, owner), k], dim=2)
-        values = torch.cat([prompt_v.index_select(0, owner), v], dim=2)
-        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=seen, enable_gqa=s.kv != s.heads)
-        h = _rest(layer, h, out)
-    norm = model.model.norm
-    head = model.lm_head
-    # (B, 1, V): a prompt's last position predicts token 0
-    first_token = head(norm(last)).index_select(0, owner)[:, None]
-    logits = torch.cat([first_token, head(norm(h[:, :-1]))], dim=1).float()  # (B, T, V)
-    if temperature > 0 and temperature != 1.0:
-        logits = logits / temperature
-    logp_all = torch.log_softmax(logits, dim=-1)
-    logp = logp_all.gather(-1, responses.unsqueeze(-1)).squeeze(-1)
-    entropy = -(logp_all.exp() * logp_all).sum(dim=-1) if with_entropy else None
-    return logp, entropy
+        keys = torch.cat([prompt_k.index_select(0, owner), rows(k)], dim=2)
+        values = torch.cat([prompt_v.index_select(0, owner), rows(v)], dim=2)
+        out = attend(rows(q), keys, values, seen, s.kv != s.heads)  # (B, H, T, D)
+        h = _rest(layer, h, out.transpose(1, 2).flatten(2).flatten(0, 1).index_select(0, real))
+    return _read_out(model, last, h, owner, responses, real, temperature, with_entropy)
+
+
+def _read_out(
+    model: Any,
+    last: torch.Tensor,
+    h: torch.Tensor,
+    owner: torch.Tensor,
+    responses: torch.Tensor,
+    real: torch.Tensor,
+    temperature: float,
+    with_entropy: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs (and entropies) `(B, T)`: token 0 from its prompt's last position `last`
+    `(G, hidden)`, token t + 1 from the flattened response token t `h` `(n, hidden)`."""
+    B, T = responses.shape
+    head, norm = model.lm_head, model.model.norm
+    nxt = responses.roll(-1, dims=1).flatten().index_select(0, real)  # the token each position predicts
+    out: list[tuple[torch.Tensor, torch.Tensor | None]] = []
+    for hidden, targets in ((last, None), (h, nxt)):
+        logits = head(norm(hidden)).float()
+        if temperature > 0 and temperature != 1.0:
+            logits = logits / temperature
+        logp_all = torch.log_softmax(logits, dim=-1)
+        if targets is None:  # a prompt's last position predicts token 0 of each of its responses
+            logp_all, targets = logp_all.index_select(0, owner), responses[:, 0]
+        logp = logp_all.gather(-1, targets[:, None]).squeeze(-1)
+        out.append((logp, -(logp_all.exp() * logp_all).sum(dim=-1) if with_entropy else None))
+
+    def place(first: torch.Tensor, rest: torch.Tensor) -> torch.Tensor:
+        shifted = rest.new_zeros(B * T).index_copy(0, real, rest).view(B, T)  # [b, t]: of token t + 1
+        return torch.cat([first[:, None], shifted[:, :-1]], dim=1)
+
+    (first_logp, first_ent), (logp, entropy) = out
+    return place(first_logp, logp), (place(first_ent, entropy) if with_entropy else None)

@@ -90,6 +90,31 @@ def test_the_fused_forward_gives_the_models_own_logits(monkeypatch, name: str, c
             assert torch.allclose(step, own, atol=1e-5)
 
 
+@pytest.mark.parametrize("mode", ["autocast bf16", "pure bf16"])
+def test_the_fused_forward_in_bf16_gives_the_models_own_logits_to_bf16_rounding(mode: str) -> None:
+    """bf16 compute, over fp32 weights (autocast) or bf16 weights: the decoder keeps its cache
+    and attention in fp32 on a CPU (engine/precision.py `attention`), the model its own way;
+    they agree to bf16's rounding through prefill and decode steps."""
+    from rlvr_cli.engine.precision import autocast
+
+    model = family("qwen2")
+    if mode == "pure bf16":
+        model = model.to(torch.bfloat16)
+    batch = make_batch(PROMPTS, [[] for _ in PROMPTS], [[] for _ in PROMPTS], 0, response_width=1)
+    P = batch.prompt_width
+    ids, attention = batch.input_ids[:, :P], batch.attention_mask[:, :P]
+    with torch.no_grad(), autocast(torch.bfloat16 if mode == "autocast bf16" else None, "cpu"):
+        decoder = Decoder(model)
+        logits, cache = decoder.prefill(ids, attention, room=1)
+        step = decoder.step(torch.tensor([20, 21, 22, 23]), cache)
+        ids = torch.cat([ids, torch.tensor([20, 21, 22, 23])[:, None]], 1)
+        attention = torch.cat([attention, torch.ones(4, 1, dtype=torch.long)], 1)
+        positions = (attention.cumsum(1) - 1).clamp(min=0)
+        own = model(input_ids=ids, attention_mask=attention, position_ids=positions).logits.float()
+    assert cache.keys[0].dtype == torch.float32
+    assert (logits - own[:, -2]).abs().max() < 0.02 and (step - own[:, -1]).abs().max() < 0.02
+
+
 @pytest.mark.parametrize("name", ["llama", "qwen3", "gpt2"])
 def test_greedy_lean_decoding_is_generates_and_its_logprobs_are_the_training_forwards(name: str) -> None:
     model = family(name)

@@ -93,3 +93,40 @@ def test_layouts_of_released_models_sample_and_train_as_their_own_forward(config
     own, _ = token_logprobs(model.train(), b, 1.0)
     shared, _ = shared_prompt_logprobs(model, b, 1.0)
     assert torch.allclose(shared[b.response_mask.bool()], own[b.response_mask.bool()], atol=1e-5)
+
+
+def test_padding_never_reaches_a_matrix_product() -> None:
+    """Every projection sees each distinct prompt's rows once and each response's real tokens
+    once: the responses' right padding (here 4 + 0 + 3 + 2 + 5 + 4 slots) costs no FLOPs."""
+    model, b = family("qwen2").train(), batch()
+    seen: list[int] = []
+    hook = model.model.layers[0].self_attn.q_proj.register_forward_hook(
+        lambda _m, args, _out: seen.append(args[0].shape[:-1].numel())
+    )
+    shared_prompt_logprobs(model, b, 1.0)
+    hook.remove()
+    prompt_rows = 3 * b.prompt_width  # three distinct prompts, left-padded to the widest
+    assert seen == [prompt_rows, sum(len(r) for r in RESPONSES)]
+    assert b.response_mask.numel() > sum(len(r) for r in RESPONSES)  # the rectangle has padding to skip
+
+
+@pytest.mark.parametrize("name", ["qwen2", "qwen3"])
+def test_under_bf16_autocast_log_probs_and_gradients_stay_the_models_own(name: str) -> None:
+    """Mixed precision (autocast bf16 over fp32 weights): attention runs in fp32 on the CPU
+    (engine/precision.py) and the rest as the model's own forward does; both agree to bf16's
+    rounding, gradients included."""
+    from rlvr_cli.engine.precision import autocast
+
+    model, b = family(name).train(), batch()
+    real = b.response_mask.bool()
+
+    def run(forward):
+        model.zero_grad()
+        with autocast(torch.bfloat16, "cpu"):
+            logp, _ = forward(model, b, 1.0)
+        (logp * b.response_mask).sum().backward()
+        return logp.detach()[real], torch.cat([p.grad.flatten() for p in model.parameters()])
+
+    (own, own_grad), (shared, grad) = run(token_logprobs), run(shared_prompt_logprobs)
+    assert (shared - own).abs().max() < 0.05 and shared.dtype == torch.float32
+    assert torch.nn.functional.cosine_similarity(grad, own_grad, dim=0) > 0.99
