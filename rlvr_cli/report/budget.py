@@ -119,3 +119,18 @@ def section(names: list[str], metrics: list[list[dict[str, Any]]], starts: list[
         f"<p class='verdict'>{_esc(verdict(key, common, standing, by))}</p>"
         + _table(["run", "spent in all", key, "measured at"], rows)
     )
+
+
+def compute_fact(plan: dict[str, Any], metrics: list[dict[str, Any]]) -> str:
+    """Model FLOPs of the steps and the MFU over all of them: what they did against the measured
+    peak of the devices for their time (train/flops.py)."""
+    done = [r for r in metrics if isinstance(r.get("step_tflop"), float) and r.get("step_seconds")]
+    peak, processes = plan.get("peak_tflops"), plan.get("processes") or 1
+    if not done or not isinstance(peak, float | int) or peak <= 0:
+        return ""
+    tflop, seconds = sum(r["step_tflop"] for r in done), sum(r["step_seconds"] for r in done)
+    mfu = tflop / (seconds * float(peak) * int(processes))
+    return (
+        f"{tflop:,.2f} TFLOP of model FLOPs in {seconds:,.0f} s: MFU {mfu:.1%} of {float(peak):g} TFLOP/s "
+        f"measured per device × {int(processes)}"
+    )

@@ -53,3 +53,19 @@ def _page(title: str, body: str) -> str:
         f"<!doctype html><html><head><meta charset='utf-8'><meta name='viewport' content='width=device-width'>"
         f"<title>{_esc(title)}</title><style>{STYLE}</style></head><body>{body}</body></html>"
     )
+
+
+def _duration(seconds: float) -> str:
+    return (
+        f"{seconds:.0f} s"
+        if seconds < 120
+        else f"{seconds / 60:.1f} min"
+        if seconds < 7200
+        else f"{seconds / 3600:.1f} h"
+    )
+
+
+def _facts(rows: list[list[str]]) -> str:
+    return (
+        "<div class='wide'><table>" + "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows) + "</table></div>"
+    )

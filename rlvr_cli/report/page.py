@@ -21,8 +21,9 @@ from typing import Any
 from rlvr_cli.contract.diagnostics import ContractError
 from rlvr_cli.files import atomic_write_text
 from rlvr_cli.report import from_records as records
+from rlvr_cli.report.budget import compute_fact
 from rlvr_cli.report.charts import Chart, render
-from rlvr_cli.report.html import _esc, _num, _page, _table, points
+from rlvr_cli.report.html import _duration, _esc, _facts, _num, _page, _table, points
 from rlvr_cli.store.run import RunFolder
 
 
@@ -36,22 +37,6 @@ def _contract(run: RunFolder) -> Any:
 
 
 # ── one run ───────────────────────────────────────────────────────────────────────────
-
-
-def _duration(seconds: float) -> str:
-    return (
-        f"{seconds:.0f} s"
-        if seconds < 120
-        else f"{seconds / 60:.1f} min"
-        if seconds < 7200
-        else f"{seconds / 3600:.1f} h"
-    )
-
-
-def _facts(rows: list[list[str]]) -> str:
-    return (
-        "<div class='wide'><table>" + "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows) + "</table></div>"
-    )
 
 
 def _header(run_dir: Path, run: RunFolder, plan: dict[str, Any], metrics: list[dict[str, Any]]) -> str:
@@ -73,6 +58,9 @@ def _header(run_dir: Path, run: RunFolder, plan: dict[str, Any], metrics: list[d
             f"{_esc(plan.get('device'))}, {_esc(plan.get('precision'))}, {_esc(plan.get('seed'))}",
         ],
     ]
+    compute = compute_fact(plan, metrics)
+    if compute:
+        facts.append(["compute", compute])
     if plan.get("trains"):  # every weight, or an adapter over the frozen policy, and what the reference is
         facts.append(["what trains", _esc(plan["trains"])])
     if status.rule:

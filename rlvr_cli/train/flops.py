@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,7 @@ def measured_peak(device: torch.device, dtype: torch.dtype, enough_s: float = 0.
     """FLOP/s of the best of a few n×n matrix products, n doubling from 256 until a product takes
     `enough_s` or n reaches 1024 on CPU, 8192 on a GPU: bounded whatever the dtype costs (fp16
     products on a CPU run at under 1 GFLOP/s, where four 1024² products took 12 s of every run)."""
-    top = 8192 if device.type == "cuda" else 1024
+    top = 8192 if device.type == "cuda" else 1024  # torch is imported by then: the trainer holds a model
     n = 256
     while True:
         best = _best_product(device, dtype, n)
@@ -99,6 +100,8 @@ def measured_peak(device: torch.device, dtype: torch.dtype, enough_s: float = 0.
 
 
 def _best_product(device: torch.device, dtype: torch.dtype, n: int) -> float:
+    import torch
+
     a = torch.full((n, n), 0.5, device=device, dtype=dtype)  # no random draw: the run's RNG is untouched
     b = torch.full((n, n), 0.25, device=device, dtype=dtype)
     best = float("inf")
@@ -111,3 +114,30 @@ def _best_product(device: torch.device, dtype: torch.dtype, n: int) -> float:
             torch.cuda.synchronize(device)
         best = min(best, time.perf_counter() - start)
     return best
+
+
+def planned(
+    shape: Shape, prompts: int, group: int, prompt: int, response: int, passes: int, reference: bool, kl_in_reward: bool
+) -> str:
+    """`rlvr plan`'s compute line: a step's model FLOPs at most (every prompt and response at
+    its maximum length), split as `step_flops` counts them, and the forwards that pay for them."""
+    one = shape.group(prompt, [response] * group) * prompts  # one forward of every group
+    sampling, update, ref = one, shape.training(prompt, [response] * group) * prompts * passes, one * reference
+    backward = "the adapter's weight gradients" if shape.adapter else "backward"
+    extra = (
+        "; the policy's log-probs once before the update, the KL being in the reward (counted in no term)"
+        if kl_in_reward
+        else ""
+    )
+    return (
+        f"compute per step, at most (prompts of {prompt} and responses of {response} tokens): "
+        f"{_tera(sampling + update + ref)} TFLOP of model FLOPs: sampling {_tera(sampling)} "
+        f"(each group's prompt once), update {_tera(update)} ({passes} optimizer pass(es), forward and "
+        f"{backward}; the ratio's denominator is the engine's log-probs or the first pass's own), reference "
+        f"{_tera(ref)}" + (" (one forward of the trained groups)" if reference else " (no KL: none runs)") + extra
+    )
+
+
+def _tera(flop: float) -> str:
+    t = flop / 1e12
+    return f"{t:,.0f}" if t >= 100 else f"{t:.2f}" if t >= 1 else f"{t:.3g}"

@@ -282,7 +282,33 @@ def plan_table(contract: Contract, shape: ModelShape, devices: int, memory_gib: 
             for key, words, limit in (("group_size", "group size", 4096), ("max_response_tokens", "response", 1 << 20)):
                 lora, weights = (largest(c, shape, devices, budget, key, limit) for c in (contract, full))
                 lines.append(f"largest {words} that fits: {lora} with the adapter, {weights} training every weight")
+    lines.append(compute_line(contract, shape))
     return "\n".join(lines), fits
+
+
+def compute_line(contract: Contract, shape: ModelShape) -> str:
+    """A step's model FLOPs at most (train/flops.py), from config.json's shape."""
+    from rlvr_cli.train import flops
+
+    hp, length, a = contract.hyperparameters, contract.length, contract.hyperparameters.adapter
+    embedding = 0 if shape.tied else shape.vocab * shape.hidden  # the input table multiplies nothing
+    counted = flops.Shape(
+        shape.parameters - embedding,
+        shape.layers,
+        shape.heads * shape.head_dim,
+        shape.adapter_parameters(a.rank, a.target_modules) if a is not None else 0,
+    )
+    kl = contract.objective.kl
+    return flops.planned(
+        counted,
+        hp.prompts_per_step,
+        hp.group_size,
+        length.max_prompt_tokens,
+        length.max_response_tokens,
+        hp.updates_per_batch,
+        kl.coef > 0,
+        kl.coef > 0 and kl.placement == "reward",
+    )
 
 
 def fmt_bytes(value: float) -> str:

@@ -97,6 +97,22 @@ def test_the_report_of_tampered_records_says_so_and_exits_1(trained: tuple[Path,
     assert "MISMATCH" in page and "shard-000002.parquet does not match its sha256" in page
 
 
+def test_the_report_says_the_runs_model_flops_and_mfu_from_its_metrics(
+    trained: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """The compute fact: Σ step_tflop over Σ step_seconds × the peak plan.json measured."""
+    import re
+
+    run_dir = trained[1]
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = [r for r in rows if r.get("step_tflop") and r.get("step_seconds")]
+    peak = json.loads((run_dir / "plan.json").read_text())["peak_tflops"]
+    mfu = sum(r["step_tflop"] for r in rows) / (sum(r["step_seconds"] for r in rows) * peak)
+    assert rlvr("report", run_dir, "--out", tmp_path / "r.html").code == 0
+    fact = re.search(r"compute</th><td>([^<]*)", (tmp_path / "r.html").read_text()).group(1)
+    assert f"MFU {mfu:.1%} of {peak:g} TFLOP/s measured per device × 1" in fact, fact
+
+
 def test_missing_and_foreign_shards_are_detected(run_copy: Path) -> None:
     (run_copy / "records" / "shard-000001.parquet").unlink()
     shutil.copyfile(run_copy / "records" / "shard-000002.parquet", run_copy / "records" / "extra.parquet")

@@ -65,6 +65,35 @@ def test_plan_for_a_7b_class_config() -> None:
     assert rlvr("plan", ROOT / "contracts" / "nope.rlvr.yaml").code == 2
 
 
+def test_the_plan_counts_a_steps_model_flops_as_the_trainer_does(tmp_path: Path) -> None:
+    """Full weights, one pass: the update is 3 forwards of what sampling runs once, the
+    reference one; an adapter's update is cheaper (no weight gradients for the frozen base);
+    without KL no reference runs."""
+    import re
+
+    def terms(contract: Path) -> dict[str, float]:
+        line = rlvr("plan", contract).stdout.splitlines()[-1]
+        assert line.startswith("compute per step, at most (prompts of 1024 and responses of 4096 tokens): "), line
+        return {k: float(v.replace(",", "")) for k, v in re.findall(r"(sampling|update|reference) ([\d,.]+)", line)}
+
+    full = terms(SEVEN_B)
+    assert full["update"] == pytest.approx(3 * full["sampling"], rel=1e-3)
+    assert full["reference"] == full["sampling"]
+    text = SEVEN_B.read_text()
+    shutil.copytree(SEVEN_B.parent / "llama-7b", tmp_path / "llama-7b")  # plan reads only its config.json
+    adapter, no_kl = tmp_path / "adapter.rlvr.yaml", tmp_path / "no-kl.rlvr.yaml"
+    lora = "{kind: lora, rank: 16, alpha: 32, dropout: 0.0, target_modules: all-linear, bias: none, init: default}"
+    sharded = "  parallel: {strategy: fsdp2, activation_checkpointing: true}\n"  # an adapter runs with ddp
+    adapter.write_text(text.replace(sharded, f"  adapter: {lora}\n"))
+    with_adapter = terms(adapter)
+    assert with_adapter["sampling"] == full["sampling"]
+    assert 2 * full["sampling"] < with_adapter["update"] < 2.1 * full["sampling"]
+    kl = "kl: {coef: 0.01, estimator: k3, placement: loss}"
+    assert kl in text
+    no_kl.write_text(text.replace(kl, "kl: {coef: 0.0}"))
+    assert terms(no_kl)["reference"] == 0
+
+
 def test_the_plan_divides_memory_only_where_the_trainer_shards(tmp_path: Path) -> None:
     """Data parallel keeps a whole copy of the weights, gradients and optimizer state on every GPU:
     the same 7B contract without fsdp2 does not fit 8 × 80 GiB, and the plan names what does."""
