@@ -90,7 +90,7 @@ def measured_peak(device: torch.device, dtype: torch.dtype, enough_s: float = 0.
     """FLOP/s of the best of a few n×n matrix products, n doubling from 256 until a product takes
     `enough_s` or n reaches 1024 on CPU, 8192 on a GPU: bounded whatever the dtype costs (fp16
     products on a CPU run at under 1 GFLOP/s, where four 1024² products took 12 s of every run)."""
-    top = 8192 if device.type == "cuda" else 1024  # torch is imported by then: the trainer holds a model
+    top = 8192 if device.type == "cuda" else 1024
     n = 256
     while True:
         best = _best_product(device, dtype, n)
