@@ -70,8 +70,11 @@ class LeanEngine:
         return [Generation(ids, [1] * len(ids), finish, seed, logps) for ids, logps, finish in rows]
 
     def load_weights(self, model: Any) -> None:
+        from rlvr_cli.engine.sampler import weights_written
+
         if model is not self.model:
             copy_weights(model, self.model)
+        weights_written(self.model)  # an optimizer step may not have counted as a write (fused AdamW)
 
     def describe(self) -> str:
         from rlvr_cli import __version__

@@ -179,6 +179,13 @@ class Decoder:
             raise RuntimeError("the model this decoder reads was freed")
         return model
 
+    def written(self) -> None:
+        """The weights were written in place by something that may not count as a write: PyTorch's
+        fused AdamW kernel leaves `Tensor._version` as it was, so the next prefill re-reads them
+        whatever the versions say."""
+        if self._seen is not None:
+            self._seen = (self._seen[0], ())
+
     def _refresh(self) -> None:
         """Read the weights: copy them again after they were written (an optimizer step, a
         load), build the layers again when a parameter was replaced."""

@@ -108,6 +108,13 @@ class _ModelForward:
 _DECODERS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
 
+def weights_written(model: Any) -> None:
+    """Tell the decoder kept for `model` (if any) that its weights changed in place."""
+    decoder = _DECODERS.get(model)
+    if decoder is not None:
+        decoder.written()
+
+
 class _LeanForward:
     def __init__(self, model: Any) -> None:
         from rlvr_cli.engine.fused import Decoder

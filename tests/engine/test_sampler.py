@@ -191,6 +191,30 @@ def test_a_decoder_kept_across_calls_samples_with_the_weights_an_optimizer_step_
     assert [g.response_ids for g in generate(model, PROMPTS, **kw)] == before
 
 
+def test_the_engine_samples_with_the_weights_of_a_fused_adamw_step_once_synced() -> None:
+    """PyTorch's fused AdamW writes the weights without counting a write (`Tensor._version`
+    stays), so the decoder's own check cannot see the step; the trainer's sync after every step
+    (`PolicyEngine.sync`) tells it, and the next samples are the new weights' own."""
+    from rlvr_cli.engine.engines import PolicyEngine
+    from rlvr_cli.engine.types import SamplingParams
+
+    model = family("qwen2")
+    engine = PolicyEngine.of("lean", model)
+    params = SamplingParams(max_new_tokens=8, temperature=0.0, top_p=1.0, top_k=0, stop_ids=tuple(STOPS), pad_id=0)
+    before = [g.response_ids for g in engine.sample(PROMPTS, params, 0, 0)]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.05, fused=True)
+    versions = [p._version for p in model.parameters()]
+    for _ in range(3):
+        (-model(torch.tensor([PROMPTS[0]])).logits[0, -1, 40]).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    assert [p._version for p in model.parameters()] == versions  # the step is invisible to the version check
+    engine.sync(model, 1)
+    after = [g.response_ids for g in engine.sample(PROMPTS, params, 0, 1)]
+    kw = dict(max_new_tokens=8, temperature=0.0, top_p=1.0, top_k=0, stop_ids=STOPS, pad_id=0, seed=0)
+    assert after == [g.response_ids for g in generate(model, PROMPTS, **kw, engine="transformers")] != before
+
+
 def test_a_decoder_kept_for_a_model_does_not_keep_it_alive() -> None:
     import gc
     import weakref
