@@ -3,7 +3,8 @@
 A checkpoint is written into `checkpoints/.step-<N>.tmp/`, every file fsynced, a `COMPLETE`
 marker holding each file's sha256 written last, and the folder renamed to `step-<N>/`. A
 folder named `step-<N>` therefore always holds a complete checkpoint; a crash leaves at most
-a `.tmp` folder, removed on the next start. Resume verifies the checksums and refuses a
+a `.tmp` folder, or a `.removed` one (a pruned checkpoint is renamed aside before it is
+deleted), removed on the next start. Resume verifies the checksums and refuses a
 checkpoint whose contract differs from the one given. `state.pt` holds tensors and plain
 values only and is read with `weights_only=True`: a checkpoint from elsewhere runs no code.
 """
@@ -111,7 +112,7 @@ def save_checkpoint(
     final = root / f"step-{state.step}"
     if final.is_dir() and (final / MARKER).is_file():
         return final
-    shutil.rmtree(final, ignore_errors=True)  # a step folder without its marker was never complete
+    _remove(final)  # a step folder without its marker was never complete
     tmp = tmp_folder(run, state.step)
     if not sharded:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -178,9 +179,22 @@ def _lock_hash(contract: Any, contract_path: Path) -> str | None:
 
 
 def clear_interrupted(root: Path) -> None:
-    """Remove `.tmp` folders a crash left mid-write; they were never published."""
-    for path in root.glob(".step-*.tmp"):
-        shutil.rmtree(path, ignore_errors=True)
+    """Remove `.tmp` folders a crash left mid-write (never published) and `.removed` ones a
+    crash left mid-removal."""
+    for pattern in (".step-*.tmp", ".step-*.removed"):
+        for path in root.glob(pattern):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _remove(path: Path) -> None:
+    """Unpublish a step folder at once (renamed aside), then delete it: a kill during the
+    deletion leaves a `.removed` folder, never a `step-<N>/` that lost some of its files."""
+    if not path.exists():
+        return
+    aside = path.with_name(f".{path.name}.removed")
+    shutil.rmtree(aside, ignore_errors=True)
+    os.replace(path, aside)
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def prune(run: RunFolder, keep_last: int) -> None:
@@ -188,7 +202,7 @@ def prune(run: RunFolder, keep_last: int) -> None:
     clear_interrupted(run.checkpoints)
     found = run.complete_checkpoints()
     for _, path in found[: max(0, len(found) - max(keep_last, 1))]:
-        shutil.rmtree(path, ignore_errors=True)
+        _remove(path)
 
 
 def verify(path: Path) -> None:

@@ -183,3 +183,37 @@ def test_sigkill_at_random_moments_never_leaves_a_partial_checkpoint(experiment:
     assert records(run_dir) == records(straight)
     lines = [json.loads(x)["step"] for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert lines == list(range(newest + 2))
+
+
+def test_a_kill_while_an_old_checkpoint_is_pruned_never_leaves_a_step_folder_without_its_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pruning unpublishes a step folder (renamed aside) before deleting it: a kill halfway
+    through the deletion (here after its marker went first) leaves a `.removed` folder, which
+    the next prune clears, never a `step-<N>/` missing some of its files."""
+    import rlvr_cli.train.checkpoint as checkpoint
+    from rlvr_cli.store.run import MARKER, RunFolder, complete_checkpoints
+
+    run = RunFolder(tmp_path / "run")
+    for step in (1, 2, 3):
+        folder = run.checkpoints / f"step-{step}"
+        folder.mkdir(parents=True)
+        (folder / "state.pt").write_bytes(b"x")
+        (folder / MARKER).write_text("{}")
+    real = checkpoint.shutil.rmtree
+
+    def killed(path: Path, ignore_errors: bool = False) -> None:
+        if (Path(path) / MARKER).exists():  # the first checkpoint deleted: killed halfway
+            (Path(path) / MARKER).unlink()  # the deletion got this far
+            raise KeyboardInterrupt
+        real(path, ignore_errors=ignore_errors)
+
+    monkeypatch.setattr(checkpoint.shutil, "rmtree", killed)
+    with pytest.raises(KeyboardInterrupt):
+        checkpoint.prune(run, keep_last=1)
+    steps = [p.name for p in run.checkpoints.iterdir() if p.name.startswith("step-")]
+    assert all((run.checkpoints / name / MARKER).is_file() for name in steps)
+    monkeypatch.setattr(checkpoint.shutil, "rmtree", real)
+    checkpoint.prune(run, keep_last=1)
+    assert sorted(p.name for p in run.checkpoints.iterdir()) == ["step-3"]
+    assert [s for s, _ in complete_checkpoints(run.checkpoints)] == [3]
