@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
+from rlvr_cli.contract.layout import Layout
 from rlvr_cli.contract.sections import Int, Section
+from rlvr_cli.errors import RlvrError
 
 if TYPE_CHECKING:
     from rlvr_cli.contract.models import Contract
@@ -22,18 +24,6 @@ ALL_LINEAR = "all-linear"
 WEIGHTS = "adapter_model.safetensors"  # the only form an adapter's weights are read in
 CONFIG = "adapter_config.json"
 
-# The linear layers of one decoder layer, by config.json's model_type: what `all-linear` means and
-# what a name may be, without loading the model. Other model types are checked against the loaded
-# module names (`validate --deep`, and before training).
-_LLAMA = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-LINEAR_MODULES: dict[str, tuple[str, ...]] = {
-    **dict.fromkeys(
-        ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "olmo", "olmo2", "granite"), _LLAMA
-    ),
-    "phi3": ("qkv_proj", "o_proj", "gate_up_proj", "down_proj"),
-    "gpt2": ("c_attn", "c_proj", "c_fc"),
-    "gpt_neox": ("query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h"),
-}
 # never adapted: rlvr's log-prob and sampling paths read the head's and the embedding's weights
 # directly, so an adapter on them would be skipped there
 UNADAPTABLE = ("lm_head", "embed_tokens", "wte", "wpe", "embed_out")
@@ -77,32 +67,23 @@ class Adapter(Section):
 
 
 def linear_names(config: dict[str, Any]) -> tuple[str, ...] | None:
-    """The decoder's linear layer names for this config's model type, or None when unknown."""
-    return LINEAR_MODULES.get(str(config.get("model_type")))
+    """The decoder's linear layer names for this config's model type (contract/layout.py), or None
+    when its layout is not known here: then the loaded module names are the check."""
+    try:
+        layout = Layout.from_config(config)
+    except RlvrError:
+        return None
+    return layout.names if layout.known else None
 
 
 def layer_sides(config: dict[str, Any]) -> dict[str, tuple[int, int]]:
-    """(in, out) features of each Llama-style linear layer, from config.json (empty when the model
-    type's layout is not known here)."""
-    if linear_names(config) != _LLAMA:
-        return {}
+    """(in, out) features of each linear layer, from config.json (empty when the model type's
+    layout is not known here or config.json lacks a size)."""
     try:
-        h, heads = int(config["hidden_size"]), int(config["num_attention_heads"])
-        d = int(config.get("head_dim") or h // heads)
-        kv = int(config.get("num_key_value_heads") or heads) * d
-        inter = int(config.get("intermediate_size") or 4 * h)
-    except (KeyError, TypeError, ValueError):
+        layout = Layout.from_config(config)
+    except RlvrError:
         return {}
-    q = heads * d
-    return {
-        "q_proj": (h, q),
-        "k_proj": (h, kv),
-        "v_proj": (h, kv),
-        "o_proj": (q, h),
-        "gate_proj": (h, inter),
-        "up_proj": (h, inter),
-        "down_proj": (inter, h),
-    }
+    return layout.sides() if layout.known else {}
 
 
 def base_name(contract: Contract, folder: Path) -> str:

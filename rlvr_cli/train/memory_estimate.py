@@ -12,11 +12,10 @@ the 5·a·s²·b·L attention scores; no activation recomputation.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from rlvr_cli.contract.adapter import Adapter
+from rlvr_cli.contract.layout import Layout
 from rlvr_cli.contract.models import Contract
 from rlvr_cli.errors import RlvrError, UsageProblem
 
@@ -25,84 +24,29 @@ BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}  # by dtype name
 OPTIMIZER_STATES = {"adamw": 2, "adam": 2, "sgd": 0}
 
 
-@dataclass
-class ModelShape:
-    vocab: int
-    hidden: int
-    layers: int
-    heads: int
-    kv_heads: int
-    intermediate: int
-    tied: bool
-
-    @classmethod
-    def from_config(cls, config: dict[str, Any]) -> ModelShape:
-        try:
-            hidden = int(config["hidden_size"])
-            heads = int(config["num_attention_heads"])
-            return cls(
-                vocab=int(config["vocab_size"]),
-                hidden=hidden,
-                layers=int(config["num_hidden_layers"]),
-                heads=heads,
-                kv_heads=int(config.get("num_key_value_heads") or heads),
-                intermediate=int(config.get("intermediate_size") or 4 * hidden),
-                tied=bool(config.get("tie_word_embeddings", False)),
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise RlvrError(f"config.json lacks a field the estimate needs: {exc}") from None
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden // self.heads
-
-    @property
-    def layer_parameters(self) -> int:
-        h, kv = self.hidden, self.kv_heads * self.head_dim
-        return 2 * h * h + 2 * h * kv + 3 * h * self.intermediate + 2 * h
-
-    @property
-    def parameters(self) -> int:
-        """Llama-style decoder: attention q/k/v/o, gated MLP, two norms per layer."""
-        h, kv = self.hidden, self.kv_heads * self.head_dim
-        per_layer = 2 * h * h + 2 * h * kv + 3 * h * self.intermediate + 2 * h
-        embeddings = self.vocab * h * (1 if self.tied else 2)
-        return self.layers * per_layer + embeddings + h
-
-    def adapter_parameters(self, rank: int, targets: list[str] | str) -> int:
-        """LoRA parameters over the named linear layers (all-linear: the seven of a Llama-style
-        layer): rank × (in + out) each, in every layer."""
-        h, q, kv, inter = self.hidden, self.heads * self.head_dim, self.kv_heads * self.head_dim, self.intermediate
-        sides = {
-            "q_proj": h + q,
-            "k_proj": h + kv,
-            "v_proj": h + kv,
-            "o_proj": q + h,
-            "gate_proj": h + inter,
-            "up_proj": h + inter,
-            "down_proj": inter + h,
-        }
-        chosen = sides.values() if targets == "all-linear" else [sides[t] for t in targets if t in sides]
-        return self.layers * rank * sum(chosen)
-
-
 def reference_is_base(contract: Contract) -> bool:
     """With an adapter (no bias trained) the reference is the policy with its adapter switched off."""
     a, ref = contract.hyperparameters.adapter, contract.artifacts.reference
     return a is not None and a.bias == "none" and ref is not None and bool(ref.same_as_policy)
 
 
-def load_shape(contract: Contract, folder: Path) -> ModelShape:
+def load_shape(contract: Contract, folder: Path) -> Layout:
     policy = contract.artifacts.policy
     if policy.path is None:
         raise UsageProblem("rlvr plan reads the model's config.json from disk; artifacts.policy is a hub id")
     path = folder / policy.path / "config.json"
     if not path.is_file():
         raise UsageProblem(f"{path} does not exist")
-    return ModelShape.from_config(json.loads(path.read_text(encoding="utf-8")))
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise RlvrError(f"{path} cannot be read: {exc}") from None
+    if not isinstance(config, dict):
+        raise RlvrError(f"{path} is not a JSON object")
+    return Layout.from_config(config)
 
 
-def estimate(contract: Contract, shape: ModelShape, devices: int = 1) -> dict[str, float]:
+def estimate(contract: Contract, shape: Layout, devices: int = 1) -> dict[str, float]:
     """Bytes per device for each term, as the trainer runs the contract: the parameter terms are
     divided over the devices only with `parallel.strategy: fsdp2` (ddp keeps a whole copy on
     each), offloaded terms live in CPU memory, a sharded policy samples from a whole copy of the
@@ -114,7 +58,7 @@ def estimate(contract: Contract, shape: ModelShape, devices: int = 1) -> dict[st
     return terms
 
 
-def _terms(contract: Contract, shape: ModelShape, devices: int) -> dict[str, float]:
+def _terms(contract: Contract, shape: Layout, devices: int) -> dict[str, float]:
     hp, length = contract.hyperparameters, contract.length
     p, par = hp.dtypes, hp.strategy
     bp, bc = BYTES[p.params], BYTES[p.compute]
@@ -152,7 +96,7 @@ def _terms(contract: Contract, shape: ModelShape, devices: int) -> dict[str, flo
 
 
 def _adapter_terms(
-    contract: Contract, shape: ModelShape, bc: int, kv_tokens: float, activations: float, micro: float
+    contract: Contract, shape: Layout, bc: int, kv_tokens: float, activations: float, micro: float
 ) -> dict[str, float]:
     hp, a = contract.hyperparameters, contract.hyperparameters.adapter
     assert a is not None
@@ -170,7 +114,7 @@ def _adapter_terms(
     }
 
 
-def largest(contract: Contract, shape: ModelShape, devices: int, budget: float, key: str, limit: int) -> int:
+def largest(contract: Contract, shape: Layout, devices: int, budget: float, key: str, limit: int) -> int:
     """The largest power of two for `key` (hyperparameters.group_size or length.max_response_tokens),
     up to `limit`, whose plan fits the budget; 0 when none does."""
     best, size = 0, 1
@@ -184,9 +128,7 @@ def largest(contract: Contract, shape: ModelShape, devices: int, budget: float, 
     return best
 
 
-def advice(
-    contract: Contract, shape: ModelShape, terms: dict[str, float], budget: float | None, devices: int
-) -> list[str]:
+def advice(contract: Contract, shape: Layout, terms: dict[str, float], budget: float | None, devices: int) -> list[str]:
     """When the total exceeds the budget: the dominant term, then the first change of the
     contract (in this order) that makes the plan fit, with its total."""
     total = sum(terms.values())
@@ -245,7 +187,7 @@ def _changes(contract: Contract, devices: int) -> list[tuple[str, Contract]]:
     return out
 
 
-def plan_table(contract: Contract, shape: ModelShape, devices: int, memory_gib: float | None) -> tuple[str, bool]:
+def plan_table(contract: Contract, shape: Layout, devices: int, memory_gib: float | None) -> tuple[str, bool]:
     terms = estimate(contract, shape, devices)
     total = sum(terms.values())
     budget = memory_gib * GIB if memory_gib else None
@@ -259,7 +201,8 @@ def plan_table(contract: Contract, shape: ModelShape, devices: int, memory_gib: 
     ]
     lines = [
         f"model: {shape.parameters / 1e6:,.2f} M parameters ({shape.layers} layers, hidden {shape.hidden}, "
-        f"{shape.heads}/{shape.kv_heads} heads, vocab {shape.vocab}); {hp.dtypes.name}; "
+        f"{shape.heads}/{shape.kv_heads} heads of {shape.head_dim}, vocab {shape.vocab}{_assumed(shape)}); "
+        f"{hp.dtypes.name}; "
         f"{devices} device(s), {how}{''.join(', ' + e.replace('_', ' ') for e in extras)}",
         f"{'term':<22}{'per device':>14}{'share':>8}",
     ]
@@ -286,14 +229,19 @@ def plan_table(contract: Contract, shape: ModelShape, devices: int, memory_gib: 
     return "\n".join(lines), fits
 
 
-def compute_line(contract: Contract, shape: ModelShape) -> str:
+def _assumed(shape: Layout) -> str:
+    if shape.known:
+        return ""
+    return f"; model type {shape.model_type or '(none)'!r} is not one rlvr knows: counted as a Llama-style decoder"
+
+
+def compute_line(contract: Contract, shape: Layout) -> str:
     """A step's model FLOPs at most (train/flops.py), from config.json's shape."""
     from rlvr_cli.train import flops
 
     hp, length, a = contract.hyperparameters, contract.length, contract.hyperparameters.adapter
-    embedding = 0 if shape.tied else shape.vocab * shape.hidden  # the input table multiplies nothing
     counted = flops.Shape(
-        shape.parameters - embedding,
+        shape.multiplying,
         shape.layers,
         shape.heads * shape.head_dim,
         shape.adapter_parameters(a.rank, a.target_modules) if a is not None else 0,

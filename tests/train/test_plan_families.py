@@ -1,0 +1,163 @@
+"""`rlvr plan` on the config.json of model families other than Llama: GPT-2's field names and
+learned positions, Qwen3's and Gemma's heads wider than hidden / heads, fused projections (Phi-3,
+GPT-2, GPT-NeoX), output heads tied by the family's default. The counts are checked against the
+models transformers builds from the same file (on the meta device: no weights) and the adapter
+against the one peft builds over it."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, rlvr
+
+SEVEN_B = ROOT / "contracts" / "grpo-7b-plan.rlvr.yaml"
+LORA = (
+    "  adapter: {kind: lora, rank: 16, alpha: 32, dropout: 0.0, target_modules: all-linear, "
+    "bias: none, init: default}\n"
+)
+
+# The shapes of published checkpoints, written with each family's own field names and leaving out
+# what their config.json files leave out (GPT-2's tie_word_embeddings, its n_inner).
+SHAPES = {
+    "gpt2 (124 M)": {
+        "model_type": "gpt2",
+        "n_embd": 768,
+        "n_layer": 12,
+        "n_head": 12,
+        "n_positions": 1024,
+        "vocab_size": 50257,
+    },
+    "Qwen3-0.6B": {
+        "model_type": "qwen3",
+        "hidden_size": 1024,
+        "intermediate_size": 3072,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "vocab_size": 151936,
+        "tie_word_embeddings": True,
+    },
+    "Gemma-2B": {
+        "model_type": "gemma",
+        "hidden_size": 2048,
+        "intermediate_size": 16384,
+        "num_hidden_layers": 18,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 1,
+        "head_dim": 256,
+        "vocab_size": 256000,
+    },
+    "Phi-3-mini": {
+        "model_type": "phi3",
+        "hidden_size": 3072,
+        "intermediate_size": 8192,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 32,
+        "vocab_size": 32064,
+        "pad_token_id": 32000,
+        "tie_word_embeddings": False,
+    },
+    "Pythia-160M": {
+        "model_type": "gpt_neox",
+        "hidden_size": 768,
+        "intermediate_size": 3072,
+        "num_hidden_layers": 12,
+        "num_attention_heads": 12,
+        "vocab_size": 50304,
+        "tie_word_embeddings": False,
+    },
+}
+
+
+def _contract(tmp_path: Path, config: dict, adapter: bool = False) -> Path:
+    (tmp_path / "llama-7b").mkdir()
+    (tmp_path / "llama-7b" / "config.json").write_text(json.dumps(config))
+    text = SEVEN_B.read_text()
+    if adapter:  # on ddp: an adapter does not run sharded yet
+        lines = text.splitlines(keepends=True)
+        text = "".join(x + (LORA if x.startswith("  precision: ") else "") for x in lines if "  parallel:" not in x)
+    path = tmp_path / "plan.rlvr.yaml"
+    path.write_text(text)
+    return path
+
+
+def _transformers_counts(folder: Path) -> tuple[int, int, int]:
+    """(parameters, head size, LoRA r=16 all-linear parameters) of the model transformers and peft
+    build from this config.json."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(folder)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    total = sum(p.numel() for p in model.parameters())
+    head = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    adapted = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, target_modules="all-linear"))
+    lora = sum(p.numel() for name, p in adapted.named_parameters() if "lora_" in name)
+    return total, head, lora
+
+
+@pytest.mark.parametrize("name", sorted(SHAPES))
+def test_the_plan_counts_what_transformers_builds_from_a_familys_config(name: str, tmp_path: Path) -> None:
+    contract = _contract(tmp_path, SHAPES[name], adapter=True)
+    plan = rlvr("plan", contract, "--gpus", "8", "--gpu-memory", "80")
+    assert plan.code in (0, 1), plan.stderr
+    total, head, lora = _transformers_counts(tmp_path / "llama-7b")
+    model = re.search(r"model: ([\d,.]+) M parameters \((\d+) layers, hidden \d+, \d+/\d+ heads of (\d+)", plan.stdout)
+    assert model is not None, plan.stdout
+    assert float(model.group(1).replace(",", "")) == pytest.approx(total / 1e6, abs=0.006), (name, total)
+    assert int(model.group(3)) == head
+    trained = re.search(r"([\d,.]+) M trained parameters", plan.stdout)
+    assert trained is not None and float(trained.group(1).replace(",", "")) == pytest.approx(lora / 1e6, abs=0.006)
+    assert "is not one rlvr knows" not in plan.stdout
+
+
+def test_a_model_type_without_a_written_layout_is_said_to_be_counted_as_llama_style(tmp_path: Path) -> None:
+    config = {**SHAPES["Qwen3-0.6B"], "model_type": "ernie4_5"}
+    plan = rlvr("plan", _contract(tmp_path, config))
+    assert plan.code == 0, plan.stderr
+    assert "model type 'ernie4_5' is not one rlvr knows: counted as a Llama-style decoder" in plan.stdout
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("{not json", "cannot be read"),
+        ("[1, 2]", "is not a JSON object"),
+        ('{"model_type": "gpt2", "n_embd": 768, "vocab_size": 50257}', "lacks a field the estimate needs"),
+        (
+            '{"model_type": "llama", "hidden_size": "wide", "num_attention_heads": 8, "num_hidden_layers": 2, '
+            '"vocab_size": 10}',
+            "cannot read",
+        ),
+    ],
+)
+def test_a_config_the_plan_cannot_read_is_named_without_a_traceback(text: str, words: str, tmp_path: Path) -> None:
+    contract = _contract(tmp_path, {})
+    (tmp_path / "llama-7b" / "config.json").write_text(text)
+    plan = rlvr("plan", contract)
+    assert plan.code == 1 and words in plan.stderr and "Traceback" not in plan.stderr, plan.stderr
+
+
+def test_validate_checks_an_adapters_rank_against_fused_and_wide_layers(tmp_path: Path) -> None:
+    """GPT-2's narrowest layer named c_proj is the attention's (768 × 768): rank 1024 is refused
+    there. Qwen3-0.6B's k_proj is 1024 × 1024 (8 heads of 128, not of hidden / heads = 64): rank 768
+    fits it (no false alarm), rank 1536 does not."""
+    shutil.copytree(SEVEN_B.parent / "arith", tmp_path / "arith")
+    contract = _contract(tmp_path, SHAPES["gpt2 (124 M)"], adapter=True)
+    contract.write_text(contract.read_text().replace("rank: 16", "rank: 1024").replace("all-linear", "[c_proj]"))
+    out = rlvr("validate", contract).stdout
+    assert "RLV305" in out and "rank 1024 exceeds c_proj's smaller side (768×768)" in out, out
+    (tmp_path / "llama-7b" / "config.json").write_text(json.dumps(SHAPES["Qwen3-0.6B"]))
+    contract.write_text(contract.read_text().replace("rank: 1024", "rank: 768").replace("[c_proj]", "[k_proj]"))
+    assert "RLV305" not in rlvr("validate", contract).stdout
+    contract.write_text(contract.read_text().replace("rank: 768", "rank: 1536"))
+    assert "rank 1536 exceeds k_proj's smaller side (1024×1024)" in rlvr("validate", contract).stdout
