@@ -46,11 +46,44 @@ def locked_paths(contract: Contract) -> dict[str, str]:
         roles["splits.manifest"] = d.split_manifest
     for source in d.sources:
         roles[f"sources.{source.name}"] = source.path
-    verifier = contract.environment.verifier
-    if verifier:
-        module = verifier.split(":", 1)[0].replace(".", "/")
-        roles["verifier"] = f"{module}.py"
     return {role: path for role, path in roles.items() if path}
+
+
+def module_source(module: str, folder: Path) -> Path | None:
+    """The source file `module` (dotted) imports from as the run imports a verifier (the contract's
+    folder first, then the environment), found without running any of it: a plain module or a
+    package's `__init__.py`, on the import path or below a top-level package's own locations."""
+    import importlib.util
+    import sys
+
+    parts = module.split(".")
+    if not all(p.isidentifier() for p in parts):
+        return None
+
+    def within(root: Path, rest: list[str]) -> Path | None:
+        base = root.joinpath(*rest) if rest else root
+        for candidate in (base.with_name(base.name + ".py") if rest else None, base / "__init__.py"):
+            if candidate is not None and candidate.is_file():
+                return candidate
+        return None
+
+    for entry in [str(folder), *sys.path]:
+        found = within(Path(entry or "."), parts)
+        if found is not None:
+            return found
+    try:  # a package installed through an import hook (an editable install): its locations, unimported
+        spec = importlib.util.find_spec(parts[0])
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    if len(parts) == 1:
+        return Path(spec.origin) if spec.origin and spec.origin.endswith(".py") else None
+    for location in spec.submodule_search_locations or ():
+        found = within(Path(location), parts[1:])
+        if found is not None:
+            return found
+    return None
 
 
 def files_under(root: Path) -> list[Path]:
@@ -78,6 +111,9 @@ def compute(contract: Contract, folder: Path) -> dict:
             files[name] = sha256_file(path)
             names.append(name)
         artifacts[role] = names
+    verifier = contract.environment.verifier
+    if verifier:
+        _pin_verifier(verifier.partition(":")[0], folder, artifacts, files)
     for role, ref in (
         ("policy", contract.artifacts.policy),
         ("tokenizer", contract.artifacts.tokenizer),
@@ -95,6 +131,28 @@ def compute(contract: Contract, folder: Path) -> dict:
         "artifacts": artifacts,
         "files": dict(sorted(files.items())),
     }
+
+
+def _pin_verifier(module: str, folder: Path, artifacts: dict[str, list[str]], files: dict[str, str]) -> None:
+    """The verifier's module file: by its path when it lives beside the contract, else (an
+    installed package, rlvr's built-ins) by its module name, so the lock holds on any machine."""
+    source = module_source(module, folder)
+    if source is None:
+        raise FileNotFoundError(
+            f"verifier: module {module} is neither beside the contract nor importable in this environment"
+        )
+    resolved = source.resolve()
+    if not resolved.is_relative_to(folder):
+        files[f"module:{module}"] = sha256_file(source)
+        artifacts["verifier"] = [f"module:{module}"]
+        return
+    # a package beside the contract: each of its Python files (the module may import its siblings;
+    # never the interpreter's caches)
+    top = folder / module.split(".")[0]
+    sources = sorted(top.rglob("*.py")) if top.is_dir() and resolved.is_relative_to(top) else [resolved]
+    names = [p.relative_to(folder).as_posix() for p in sources]
+    files.update({name: sha256_file(p) for name, p in zip(names, sources, strict=True)})
+    artifacts["verifier"] = names
 
 
 def write(contract: Contract, contract_path: Path) -> Path:

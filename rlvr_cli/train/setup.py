@@ -17,6 +17,7 @@ import torch
 
 from rlvr_cli.chat.render import ChatRenderer
 from rlvr_cli.contract import hub, waivers
+from rlvr_cli.contract.lock import module_source
 from rlvr_cli.contract.models import Contract
 from rlvr_cli.contract.tasks import read_splits
 from rlvr_cli.data.check import check
@@ -219,7 +220,7 @@ def _version_of(library: str) -> str:
 
 def verifier_identity(contract: Contract, folder: Path) -> str:
     """Which verifier scored the run: its entry point, the contract's version string, and the
-    sha256 of its module file when the module lives beside the contract."""
+    sha256 of its module file, beside the contract or installed (contract/lock.py `module_source`)."""
     env = contract.environment
     for kind, library in (("answer_check", "math-verify"), ("unit_tests", "bubblewrap"), ("judge", "openai")):
         section = getattr(env, kind)
@@ -229,8 +230,7 @@ def verifier_identity(contract: Contract, folder: Path) -> str:
                 settings += f", rubric sha256:{hashlib.sha256(section.rubric.encode()).hexdigest()[:16]}"
             return f"{kind}({settings}) {library} {_version_of(library)} {contract.artifacts.verifier.version}"
     spec = contract.environment.verifier or contract.environment.server or ""
-    module = spec.partition(":")[0].replace(".", "/")
-    found = next((p for p in (folder / f"{module}.py", folder / module / "__init__.py") if p.is_file()), None)
+    found = module_source(spec.partition(":")[0], folder) if spec else None
     digest = f" sha256:{sha256_file(found)}" if found else ""
     return f"{spec} {contract.artifacts.verifier.version}{digest}"
 

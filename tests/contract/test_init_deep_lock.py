@@ -165,3 +165,54 @@ def test_lock_refuses_an_invalid_contract(experiment: Path) -> None:
     assert run.code == 1 and "RLV301" in run.stderr
     assert not (experiment / "experiment.lock.json").exists()
     assert rlvr("lock", experiment / "missing.rlvr.yaml").code == 2
+
+
+def test_lock_pins_a_verifier_installed_elsewhere_by_its_module_and_a_package_by_its_files(
+    experiment: Path, tmp_path: Path
+) -> None:
+    """A verifier from an installed package (rlvr's built-ins, a team's own checks) is pinned by
+    module name, so the lock holds wherever the package lies; a package beside the contract by
+    each of its Python files. Either edited afterwards is RLV104; a module found nowhere is named."""
+    import os
+
+    site = tmp_path / "site" / "teamchecks"
+    site.mkdir(parents=True)
+    (site / "__init__.py").write_text("")
+    shutil.copyfile(experiment / "verifier.py", site / "arith.py")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "site")}
+    edit(experiment, "verifier: verifier:verify", "verifier: teamchecks.arith:verify")
+    run = rlvr("lock", contract(experiment), env=env)
+    assert run.code == 0, run.stderr
+    lock = json.loads((experiment / "experiment.lock.json").read_text())
+    assert lock["artifacts"]["verifier"] == ["module:teamchecks.arith"]
+    assert rlvr("validate", "--deep", contract(experiment), env=env).code == 0
+    with (site / "arith.py").open("a") as fh:
+        fh.write("\n# a change to what scores the rollouts\n")
+    drift = rlvr("validate", "--deep", contract(experiment), env=env)
+    assert drift.code == 1 and "RLV104" in drift.stdout and "module:teamchecks.arith changed" in drift.stdout
+
+    shutil.move(str(site), str(experiment / "teamchecks"))  # the package beside the contract
+    (experiment / "teamchecks" / "helpers.py").write_text("SCALE = 1\n")
+    assert rlvr("lock", contract(experiment)).code == 0
+    lock = json.loads((experiment / "experiment.lock.json").read_text())
+    assert lock["artifacts"]["verifier"] == ["teamchecks/__init__.py", "teamchecks/arith.py", "teamchecks/helpers.py"]
+    (experiment / "teamchecks" / "helpers.py").write_text("SCALE = 2\n")
+    assert "teamchecks/helpers.py changed" in rlvr("validate", "--deep", contract(experiment)).stdout
+
+    edit(experiment, "teamchecks.arith:verify", "nowhere.arith:verify")
+    missing = rlvr("lock", contract(experiment))
+    assert missing.code == 1 and "module nowhere.arith is neither beside the contract nor importable" in missing.stderr
+
+
+def test_a_shipped_contract_with_a_builtin_verifier_locks(tmp_path: Path) -> None:
+    from tests.conftest import ROOT
+
+    folder = tmp_path / "contracts"
+    shutil.copytree(ROOT / "contracts", folder, ignore=shutil.ignore_patterns("runs"))
+    from rlvr_cli.toy.tiny import ARITHMETIC, build_tiny
+
+    build_tiny(folder / "arith" / "model", "chatml", alphabet=ARITHMETIC)
+    assert rlvr("lock", folder / "dr-grpo-cpu.rlvr.yaml").code == 0
+    lock = json.loads((folder / "dr-grpo-cpu.lock.json").read_text())
+    assert lock["artifacts"]["verifier"] == ["module:rlvr_cli.env.builtin.arith"]
+    assert rlvr("validate", "--deep", folder / "dr-grpo-cpu.rlvr.yaml").code == 0
