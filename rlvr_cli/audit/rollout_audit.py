@@ -157,6 +157,7 @@ def audit(run_dir: Path) -> dict[str, Any]:
         "data_check": _data_check(run_dir, rows),
         "train_vs_holdout": [{"step": s, "train_reward": t, "holdout_reward": h} for s, t, h in holdout],
         "holdout_evaluations": len(holdout),
+        "holdout_every": contract.monitoring.holdout_every if contract else None,
         "format_errors": statuses.get("format_error", 0),
         "suspicious_successes": suspicious(rows, prompts, best),
     }
@@ -296,6 +297,11 @@ def report_text(report: dict[str, Any]) -> str:
                 f"step {e['step']}: {_num(e['train_reward'])}/{_num(e['holdout_reward'])}"
                 for e in report["train_vs_holdout"]
             )
+        )
+    elif report.get("holdout_every"):
+        lines.append(
+            f"train vs holdout: no holdout evaluation during the run (monitoring.holdout_every is "
+            f"{report['holdout_every']}; the run has {report['steps']} step(s))"
         )
     else:
         lines.append("train vs holdout: no holdout evaluation in this run (set monitoring.holdout_every)")

@@ -48,6 +48,17 @@ def test_audit_rollouts_reports_the_evidence(trained: tuple[Path, Path]) -> None
     assert re.findall(r"\d\.\d{4,}", text) == []  # rounded for reading; --format json keeps every digit
 
 
+def test_a_run_shorter_than_holdout_every_is_told_so_not_to_set_it(run_copy: Path) -> None:
+    """A run that stopped before its first holdout evaluation: the audit names the contract's
+    holdout_every and the run's steps (it is set; the run was short), not "set holdout_every"."""
+    metrics = run_copy / "metrics.jsonl"
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()][:5]
+    metrics.write_text("".join(json.dumps({k: v for k, v in r.items() if "holdout" not in k}) + "\n" for r in rows))
+    text = rlvr("audit", "rollouts", run_copy).stdout
+    assert "no holdout evaluation during the run (monitoring.holdout_every is 10; the run has 5 step(s))" in text, text
+    assert "set monitoring.holdout_every" not in text
+
+
 def test_one_changed_byte_in_a_shard_is_detected(run_copy: Path) -> None:
     shard = run_copy / "records" / "shard-000003.parquet"
     data = bytearray(shard.read_bytes())
