@@ -262,7 +262,7 @@ class Decoder:
     def _logits(self, last: torch.Tensor) -> torch.Tensor:
         return self.head(_rms(last, self.model.model.norm.weight, self.eps)).float()  # (B, V)
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def prefill(self, ids: torch.Tensor, attention: torch.Tensor, room: int = 0) -> tuple[torch.Tensor, Cache]:
         """Left-padded prompts `(B, P)` with their mask → logits of the next token `(B, V)`,
         and a cache with `room` free slots for the tokens to come."""
@@ -292,7 +292,7 @@ class Decoder:
             h = self._mlp(h, layer)
         return self._logits(h[:, -1]), cache
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def step(self, tokens: torch.Tensor, cache: Cache) -> torch.Tensor:
         """One new token per row `(B,)` → logits of the next `(B, V)`; the cache grows by one."""
         if cache.length == cache.mask.size(1):

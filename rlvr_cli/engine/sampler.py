@@ -139,7 +139,7 @@ def forward_for(model: Any) -> _LeanForward | _ModelForward:
     return _LeanForward(model) if why_not(model) is None else _ModelForward(model)
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def lean_sample(
     model: Any,
     prompts: list[list[int]],
