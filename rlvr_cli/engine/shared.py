@@ -103,26 +103,6 @@ def _rest(layer: Any, h: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     return h + layer.mlp(layer.post_attention_layernorm(h))
 
 
-def _prompts(
-    model: Any, s: _Shapes, ids: torch.Tensor, attention: torch.Tensor
-) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor]:
-    """The distinct prompts `(G, P)`: every layer's keys and values, and the last position's
-    final hidden state `(G, hidden)`."""
-    P = ids.shape[1]
-    positions = (attention.cumsum(dim=1) - 1).clamp(min=0)
-    h, cache = model.model.embed_tokens(ids), []
-    cos, sin = (t[:, None] for t in model.model.rotary_emb(h, positions))  # (G, 1, P, D)
-    seen = torch.ones(P, P, dtype=torch.bool, device=ids.device).tril()[None] & attention.bool()[:, None, :]
-    seen = (seen | torch.eye(P, dtype=torch.bool, device=ids.device)[None])[:, None]  # padding sees itself: no NaN
-    cos, sin = cos.transpose(1, 2), sin.transpose(1, 2)  # (G, P, 1, D)
-    for layer in model.model.layers:
-        q, k, v = (t.transpose(1, 2) for t in _attention(s, layer, h, cos, sin))  # (G, heads, P, D)
-        cache.append((k, v))
-        out = attend(q, k, v, seen, s.kv != s.heads)
-        h = _rest(layer, h, out.transpose(1, 2).flatten(2))
-    return cache, h[:, -1]
-
-
 def shared_prompt_logprobs(
     model: Any, batch: Batch, temperature: float, with_entropy: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -130,35 +110,48 @@ def shared_prompt_logprobs(
     optionally their entropy — what `engine.forward.token_logprobs` computes on the same batch
     (0 where a row has no token).
 
-    The responses' tokens run flattened `(n, hidden)`, padding left out, through every matrix
-    product; only attention sees them as rows `(B, T)`, where a response's queries never reach
-    its padding (causal) and the padding's own results are dropped."""
+    The distinct prompts' tokens `(G·P)` and the responses' real tokens `(n)`, padding left out,
+    run as one flattened `(G·P + n, hidden)` tensor through every matrix product, norm and MLP:
+    one call of each per layer, not one for the prompts and one for the responses. Only attention
+    splits them: each prompt attends causally to itself, each response to its prompt's keys and
+    values and its own earlier tokens (as rows `(B, T)`, where a response's queries never reach
+    its padding and the padding's own results are dropped)."""
     s, P = _Shapes(model.config), batch.prompt_width
     first, owner = distinct_prompts(batch)
     prompt_mask = batch.attention_mask[:, :P]
+    ids, own_mask = batch.input_ids[first, :P], prompt_mask[first]  # (G, P) the distinct prompts
+    G, m = ids.shape[0], ids.numel()
     responses = batch.input_ids[:, P:]  # (B, T)
     B, T = responses.shape
     real = batch.attention_mask[:, P:].flatten().nonzero().squeeze(1)  # (n,) the tokens, row-major
-    cache, last = _prompts(model, s, batch.input_ids[first, :P], prompt_mask[first])
-    h = model.model.embed_tokens(responses.flatten().index_select(0, real))  # (n, hidden)
+    h = model.model.embed_tokens(torch.cat([ids.flatten(), responses.flatten().index_select(0, real)]))
+    prompt_positions = (own_mask.cumsum(dim=1) - 1).clamp(min=0)  # (G, P)
     positions = prompt_mask.sum(dim=1, keepdim=True) + torch.arange(T, device=responses.device)  # (B, T)
-    cos, sin = (t.flatten(0, 1).index_select(0, real)[:, None] for t in model.model.rotary_emb(h, positions))
+    positions = torch.cat([prompt_positions.flatten(), positions.flatten().index_select(0, real)])
+    cos, sin = (t[0][:, None] for t in model.model.rotary_emb(h, positions[None]))  # (m + n, 1, D)
+    seen_prompt = torch.ones(P, P, dtype=torch.bool, device=ids.device).tril()[None] & own_mask.bool()[:, None, :]
+    seen_prompt = (seen_prompt | torch.eye(P, dtype=torch.bool, device=ids.device)[None])[:, None]  # no NaN rows
     causal = torch.ones(T, T, dtype=torch.bool, device=responses.device).tril()[None].expand(B, T, T)
     seen = torch.cat([prompt_mask.bool()[:, None, :].expand(B, T, P), causal], dim=2)[:, None]  # (B, 1, T, P + T)
+    H, D, gqa = s.heads, s.dim, s.kv != s.heads
 
     def rows(x: torch.Tensor) -> torch.Tensor:  # (n, heads, D) → (B, heads, T, D), padding zero
         return x.new_zeros(B * T, *x.shape[1:]).index_copy(0, real, x).unflatten(0, (B, T)).transpose(1, 2)
 
-    for layer, (prompt_k, prompt_v) in zip(model.model.layers, cache, strict=True):
-        q, k, v = _attention(s, layer, h, cos, sin)
+    for layer in model.model.layers:
+        q, k, v = _attention(s, layer, h, cos, sin)  # (m + n, heads, D)
+        prompt_q, prompt_k, prompt_v = (t[:m].unflatten(0, (G, P)).transpose(1, 2) for t in (q, k, v))
+        prompt_out = attend(prompt_q, prompt_k, prompt_v, seen_prompt, gqa).transpose(1, 2).reshape(m, H * D)
         # index_select, not prompt_k[owner]: the indexing's backward (index_put_ with accumulate on
         # CPU) adds the rows of a shared prompt in an order that depends on thread timing, so two
         # identical runs on a busy machine drifted apart; index_select's backward is deterministic
-        keys = torch.cat([prompt_k.index_select(0, owner), rows(k)], dim=2)
-        values = torch.cat([prompt_v.index_select(0, owner), rows(v)], dim=2)
-        out = attend(rows(q), keys, values, seen, s.kv != s.heads)  # (B, H, T, D)
-        h = _rest(layer, h, out.transpose(1, 2).flatten(2).flatten(0, 1).index_select(0, real))
-    return _read_out(model, last, h, owner, responses, real, temperature, with_entropy)
+        keys = torch.cat([prompt_k.index_select(0, owner), rows(k[m:])], dim=2)
+        values = torch.cat([prompt_v.index_select(0, owner), rows(v[m:])], dim=2)
+        out = attend(rows(q[m:]), keys, values, seen, gqa)  # (B, H, T, D)
+        out = out.transpose(1, 2).flatten(2).flatten(0, 1).index_select(0, real)
+        h = _rest(layer, h, torch.cat([prompt_out, out]))
+    last = h[:m].unflatten(0, (G, P))[:, -1]  # each prompt's last position
+    return _read_out(model, last, h[m:], owner, responses, real, temperature, with_entropy)
 
 
 def _read_out(

@@ -97,7 +97,8 @@ def test_layouts_of_released_models_sample_and_train_as_their_own_forward(config
 
 def test_padding_never_reaches_a_matrix_product() -> None:
     """Every projection sees each distinct prompt's rows once and each response's real tokens
-    once: the responses' right padding (here 4 + 0 + 3 + 2 + 5 + 4 slots) costs no FLOPs."""
+    once, in one call: the responses' right padding (here 4 + 0 + 3 + 2 + 5 + 4 slots) costs no
+    FLOPs."""
     model, b = family("qwen2").train(), batch()
     seen: list[int] = []
     hook = model.model.layers[0].self_attn.q_proj.register_forward_hook(
@@ -106,7 +107,7 @@ def test_padding_never_reaches_a_matrix_product() -> None:
     shared_prompt_logprobs(model, b, 1.0)
     hook.remove()
     prompt_rows = 3 * b.prompt_width  # three distinct prompts, left-padded to the widest
-    assert seen == [prompt_rows, sum(len(r) for r in RESPONSES)]
+    assert seen == [prompt_rows + sum(len(r) for r in RESPONSES)]
     assert b.response_mask.numel() > sum(len(r) for r in RESPONSES)  # the rectangle has padding to skip
 
 
