@@ -42,10 +42,14 @@ class Shape:
         heads = int(getattr(config, "num_attention_heads", 0) or getattr(config, "n_head", 0))
         hidden = int(getattr(config, "hidden_size", 0) or getattr(config, "n_embd", 0))
         head_dim = int(getattr(config, "head_dim", 0) or (hidden // heads if heads else 0))
+        import torch
+
         total = sum(p.numel() for p in model.parameters())
-        embedding = model.get_input_embeddings().weight
-        tied = any(p is embedding for p in [getattr(model.get_output_embeddings(), "weight", None)])
-        multiplying = total - (0 if tied else embedding.numel())
+        # lookup tables (the input embedding, GPT-2's learned positions) multiply nothing; an output
+        # head tied to the input table does, once
+        head = getattr(model.get_output_embeddings(), "weight", None)
+        tables = {id(m.weight): m.weight for m in model.modules() if isinstance(m, torch.nn.Embedding)}
+        multiplying = total - sum(w.numel() for w in tables.values() if w is not head)
         frozen = any(not p.requires_grad for p in model.parameters())
         adapter = sum(p.numel() for p in model.parameters() if p.requires_grad) if frozen else 0
         return cls(multiplying, layers, heads * head_dim, adapter)

@@ -161,3 +161,28 @@ def test_validate_checks_an_adapters_rank_against_fused_and_wide_layers(tmp_path
     assert "RLV305" not in rlvr("validate", contract).stdout
     contract.write_text(contract.read_text().replace("rank: 768", "rank: 1536"))
     assert "rank 1536 exceeds k_proj's smaller side (1024×1024)" in rlvr("validate", contract).stdout
+
+
+@pytest.mark.parametrize("name", sorted(SHAPES))
+def test_the_plans_compute_is_the_trainers_count_for_the_model_it_builds(name: str, tmp_path: Path) -> None:
+    """The plan's sampling FLOPs, from config.json, equal what the trainer counts on the model
+    transformers builds (train/flops.py): lookup tables (GPT-2's learned positions too) multiply
+    nothing."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from rlvr_cli.train import flops
+
+    contract = _contract(tmp_path, SHAPES[name])
+    line = rlvr("plan", contract).stdout.splitlines()[-1]
+    found = re.search(r"prompts of (\d+) and responses of (\d+) tokens\): .* sampling ([\d,.]+) ", line)
+    assert found is not None, line
+    prompt, response, planned = int(found.group(1)), int(found.group(2)), found.group(3)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(tmp_path / "llama-7b"))
+    text = SEVEN_B.read_text()
+    prompts = int(re.search(r"prompts_per_step: (\d+)", text).group(1))
+    group = int(re.search(r"group_size: (\d+)", text).group(1))
+    counted = flops.Shape.of(model).group(prompt, [response] * group) * prompts / 1e12
+    shown = f"{counted:,.0f}" if counted >= 100 else f"{counted:.2f}" if counted >= 1 else f"{counted:.3g}"
+    assert planned == shown, (planned, counted)  # as the plan rounds it
