@@ -4,9 +4,10 @@ Model FLOPs are what the objective needs, not what an implementation happens to 
 (recomputation, padding and repeated prompts are not counted):
 
 - a forward over a token at position p (0-based): 2·N + 4·L·d·p, where N is the parameters that
-  multiply (every weight but the input embedding table; a tied output head counts once), L the
-  decoder layers and d the attention width (heads × head size): 2·N for the matrix products,
-  4·L·d·p for the scores and the weighted values over the p earlier positions;
+  multiply (every weight but the lookup tables: the input embedding, learned positions; a tied
+  output head counts once), L the decoder layers and d the attention width (heads × head size):
+  2·N for the matrix products, 4·L·d·p for the scores and the weighted values over the p earlier
+  positions;
 - a group: its prompt once (the responses share its keys and values), then each response's
   tokens at their positions after the prompt;
 - a step: sampling (one forward of every group generated, dynamic-sampling rounds included),
