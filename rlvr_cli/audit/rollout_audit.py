@@ -290,22 +290,23 @@ def report_text(report: dict[str, Any]) -> str:
         if dc["ok"]
         else "data check: FAILED — the records name another data check than data-check.json (edited after the run?)"
     )
-    if report["holdout_evaluations"]:
-        lines.append(
-            "train vs holdout: "
-            + ", ".join(
-                f"step {e['step']}: {_num(e['train_reward'])}/{_num(e['holdout_reward'])}"
-                for e in report["train_vs_holdout"]
-            )
-        )
-    elif report.get("holdout_every"):
-        lines.append(
-            f"train vs holdout: no holdout evaluation during the run (monitoring.holdout_every is "
-            f"{report['holdout_every']}; the run has {report['steps']} step(s))"
-        )
-    else:
-        lines.append("train vs holdout: no holdout evaluation in this run (set monitoring.holdout_every)")
+    lines.append(_holdout_line(report))
     sus = report["suspicious_successes"]
     lines.append(f"suspicious successes for review: {len(sus)}")
     lines += [f"  step {s['step']} {s['prompt_id']}: {s['why']} {s['response']!r}" for s in sus[:20]]
     return "\n".join(lines)
+
+
+def _holdout_line(report: dict[str, Any]) -> str:
+    if report["holdout_evaluations"]:
+        pairs = (
+            f"step {e['step']}: {_num(e['train_reward'])}/{_num(e['holdout_reward'])}"
+            for e in report["train_vs_holdout"]
+        )
+        return "train vs holdout: " + ", ".join(pairs)
+    if report.get("holdout_every"):
+        return (
+            f"train vs holdout: no holdout evaluation during the run (monitoring.holdout_every is "
+            f"{report['holdout_every']}; the run has {report['steps']} step(s))"
+        )
+    return "train vs holdout: no holdout evaluation in this run (set monitoring.holdout_every)"
