@@ -53,7 +53,12 @@ def run_import(peer: str, config: Path, extra: list[str], into: Path, out: Path 
         if extra:
             raise UsageProblem("overrides (key=value) are verl's; give trl's options in the config file")
         mapping = trl_map.import_config(
-            data, train_rows=rows, processes=processes, components=len(weights), policy=_policy(contract)
+            data,
+            train_rows=rows,
+            processes=processes,
+            components=len(weights),
+            policy=_policy(contract),
+            model_type=_model_type(contract, into),
         )
     else:
         try:
@@ -81,6 +86,19 @@ def run_import(peer: str, config: Path, extra: list[str], into: Path, out: Path 
     _report(mapping, peer)
     sys.stdout.write(f"wrote {target}\n")
     return 0
+
+
+def _model_type(contract: Any, into: Path) -> str | None:
+    """The policy's model_type from its config.json (a local folder), for peft's default targets."""
+    import json
+
+    if contract.artifacts.policy.path is None:
+        return None
+    try:
+        config = json.loads((into.resolve().parent / contract.artifacts.policy.path / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return config.get("model_type") if isinstance(config, dict) else None
 
 
 def _policy(contract: Any) -> str:

@@ -65,6 +65,27 @@ DEFAULTS: dict[str, Any] = {
     "use_adaptive_entropy": False,
     "sync_ref_model": False,
 }
+#: TRL's ModelConfig (1.16) defaults for the options that say what trains: `trl grpo --config`
+#: reads them from the same YAML, and `get_peft_config` turns them into peft's LoraConfig
+PEFT_DEFAULTS: dict[str, Any] = {
+    "use_peft": False,
+    "lora_r": 16,
+    "lora_alpha": 32,
+    "lora_dropout": 0.05,
+    "lora_target_modules": None,
+    "lora_target_parameters": None,
+    "lora_modules_to_save": None,
+    "lora_task_type": "CAUSAL_LM",
+    "use_rslora": False,
+    "use_dora": False,
+}
+_PEFT_NO_EQUIVALENT = {
+    "use_rslora": "rank-stabilised scaling (alpha / √r)",
+    "use_dora": "DoRA (weight-decomposed adapters)",
+    "lora_modules_to_save": "whole modules trained beside the adapter",
+    "lora_target_parameters": "adapters on parameters (MoE experts)",
+}
+
 #: TRL's loss_type → the contract's aggregation of the same number (tests/train/test_peers.py)
 AGGREGATION = {"grpo": "seq_mean_token_mean", "bnpo": "token_mean", "dapo": "token_mean", "dr_grpo": "constant_norm"}
 SCALE = {"group": "group_std", "batch": "batch_std", "none": "none", True: "group_std", False: "none"}
@@ -88,7 +109,7 @@ class Reader:
 
     def __call__(self, key: str) -> Any:
         self.read.add(key)
-        return self.config.get(key, DEFAULTS.get(key))
+        return self.config.get(key, DEFAULTS.get(key, PEFT_DEFAULTS.get(key)))
 
     def source(self, key: str) -> str:
         given = key in self.config
@@ -98,8 +119,17 @@ class Reader:
         return sorted(k for k in self.config if k not in self.read)
 
 
-def import_config(config: dict[str, Any], *, train_rows: int, processes: int, components: int, policy: str) -> Mapping:
-    """The contract's values for a GRPOConfig (its keys over 1.16's defaults)."""
+def import_config(
+    config: dict[str, Any],
+    *,
+    train_rows: int,
+    processes: int,
+    components: int,
+    policy: str,
+    model_type: str | None = None,
+) -> Mapping:
+    """The contract's values for a GRPOConfig (its keys over 1.16's defaults), and the adapter
+    its ModelConfig options (`use_peft`, `lora_*`) train."""
     get, out = Reader(config), Mapping()
     for key, what in NO_EQUIVALENT.items():
         if get(key) != DEFAULTS[key] and not (key == "generation_kwargs" and not get(key)):
@@ -108,8 +138,58 @@ def import_config(config: dict[str, Any], *, train_rows: int, processes: int, co
     _objective(get, out, components)
     _sampling(get, out, policy)
     _optimizer(get, out)
+    _adapter(get, out, model_type)
     out.unread = get.unread()
     return out
+
+
+def _adapter(get: Reader, out: Mapping, model_type: str | None) -> None:
+    """`use_peft` and its `lora_*` options as TRL's get_peft_config passes them to peft (bias
+    none, peft's default initialisation); without use_peft every weight trains."""
+    if not get("use_peft"):
+        out.set("hyperparameters.adapter", None, get.source("use_peft"))
+        return
+    for key, what in _PEFT_NO_EQUIVALENT.items():
+        if get(key) not in (PEFT_DEFAULTS[key], None, []):
+            out.refuse(key, f"{plain(get(key))}: {what}; the contract's adapter is plain LoRA")
+    if get("lora_task_type") != "CAUSAL_LM":
+        out.refuse("lora_task_type", f"{plain(get('lora_task_type'))}: the policy is a causal language model")
+    targets = get("lora_target_modules")
+    if targets is None:
+        targets = _peft_default_targets(model_type)
+        if targets is None:
+            out.refuse(
+                "lora_target_modules",
+                f"unset: peft then picks the layers by model type, and has no default for {model_type!r}; "
+                "write them out (all-linear or a list of module names)",
+            )
+            return
+    elif isinstance(targets, str) and targets != "all-linear":  # peft matches a string as a regex on full names
+        out.refuse("lora_target_modules", f"{targets!r}: a regular expression over module paths; list module names")
+        return
+    adapter = {
+        "kind": "lora",
+        "rank": get("lora_r"),
+        "alpha": float(get("lora_alpha")),
+        "dropout": float(get("lora_dropout")),
+        "target_modules": targets if isinstance(targets, str) else list(targets),
+        "bias": "none",
+        "init": "default",
+    }
+    names = ", ".join(
+        get.source(k) for k in ("use_peft", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules")
+    )
+    out.set("hyperparameters.adapter", adapter, names + "; bias none and peft's initialisation, as get_peft_config")
+
+
+def _peft_default_targets(model_type: str | None) -> list[str] | None:
+    """The layers peft adapts when none are named (its table by model type), or None."""
+    try:
+        from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as table
+    except ImportError:
+        return None
+    found = table.get(model_type or "")
+    return list(found) if found else None
 
 
 def _batch(get: Reader, out: Mapping, train_rows: int, processes: int) -> None:

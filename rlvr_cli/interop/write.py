@@ -48,6 +48,9 @@ def merged(base: dict[str, Any], mapping: Mapping) -> dict[str, Any]:
         out["objective"].pop("correction", None)  # the peer's correction replaces the base's whole
     if values.get("hyperparameters.sampling.engine") not in ("vllm", "sglang"):
         out["hyperparameters"].get("sampling", {}).pop("server", None)
+    if "hyperparameters.adapter" in values and values["hyperparameters.adapter"] is None:
+        values.pop("hyperparameters.adapter")  # the peer trains every weight: no adapter from the base either
+        out["hyperparameters"].pop("adapter", None)
     if values.get("objective.kl.coef") == 0:
         out["objective"]["kl"] = {}
     if values.get("objective.advantage.scale") == "none":

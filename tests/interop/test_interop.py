@@ -306,3 +306,50 @@ def test_numbers_in_exponent_form_and_a_training_arguments_dump_import(exp: Path
 def test_a_malformed_override_is_a_usage_error(exp: Path) -> None:
     done = rlvr("import", "verl", write(exp / "v.yaml", {}), "algorithm.adv_estimator", "--into", exp)
     assert done.code == 2 and "is not key=value" in done.stderr
+
+
+def test_trls_peft_options_table_is_the_installed_trls_model_config() -> None:
+    trl = pytest.importorskip("trl", reason="TRL is the peers extra (make install installs it)")
+    fields = {f.name: f.default for f in dataclasses.fields(trl.ModelConfig)}
+    assert {key: fields[key] for key in trl_map.PEFT_DEFAULTS} == trl_map.PEFT_DEFAULTS
+
+
+def test_a_trl_lora_run_imports_as_the_adapter_trls_get_peft_config_builds(exp: Path) -> None:
+    """`use_peft` with its lora_* options (what `trl grpo --config` reads) trains an adapter: the
+    contract's is the LoraConfig TRL builds from them; unset targets are peft's default for the
+    policy's model type; what plain LoRA cannot state is refused; use_peft off trains every weight
+    even over a base contract with an adapter."""
+    trl = pytest.importorskip("trl", reason="TRL is the peers extra (make install installs it)")
+    from trl.trainer.utils import get_peft_config
+
+    options = {
+        "use_peft": True,
+        "lora_r": 8,
+        "lora_alpha": 24,
+        "lora_dropout": 0.1,
+        "lora_target_modules": ["q_proj", "o_proj"],
+    }
+    done = rlvr("import", "trl", write(exp / "lora.yaml", options), "--into", exp / "experiment.rlvr.yaml")
+    assert done.code == 0, done.stderr
+    adapter = load(exp / "lora.rlvr.yaml").hyperparameters.adapter
+    theirs = get_peft_config(trl.ModelConfig(**options))
+    assert adapter is not None and (adapter.rank, adapter.alpha, adapter.dropout) == (
+        theirs.r,
+        theirs.lora_alpha,
+        theirs.lora_dropout,
+    )
+    assert set(adapter.target_modules) == set(theirs.target_modules) and adapter.bias == theirs.bias == "none"
+    assert "use_peft" not in done.stderr  # read, not listed as unread
+
+    done = rlvr("import", "trl", write(exp / "unset.yaml", {"use_peft": True}), "--into", exp / "experiment.rlvr.yaml")
+    assert done.code == 0, done.stderr
+    adapter = load(exp / "unset.rlvr.yaml").hyperparameters.adapter
+    assert adapter is not None and adapter.target_modules == ["q_proj", "v_proj"]  # peft's for llama
+    assert (adapter.rank, adapter.alpha, adapter.dropout) == (16, 32.0, 0.05)  # ModelConfig's defaults
+
+    done = rlvr("import", "trl", write(exp / "dora.yaml", {"use_peft": True, "use_dora": True}), "--into", exp / "experiment.rlvr.yaml")
+    assert done.code == 1 and "no equivalent: use_dora" in done.stderr and not (exp / "dora.rlvr.yaml").exists()
+
+    done = rlvr("import", "trl", write(exp / "full.yaml", {"use_peft": False}), "--into", exp / "lora.rlvr.yaml")
+    assert done.code == 0, done.stderr
+    assert load(exp / "full.rlvr.yaml").hyperparameters.adapter is None
