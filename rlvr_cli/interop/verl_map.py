@@ -14,6 +14,7 @@ VERSION = "0.9.1"
 A = "actor_rollout_ref.actor"
 R = "actor_rollout_ref.rollout"
 C = "algorithm.rollout_correction"
+M = "actor_rollout_ref.model"
 #: verl 0.9.1's defaults for every key the mapping reads (dotted paths of ppo_trainer)
 DEFAULTS: dict[str, Any] = {
     "algorithm.adv_estimator": "gae",
@@ -53,6 +54,11 @@ DEFAULTS: dict[str, Any] = {
     f"{A}.optim.min_lr_ratio": 0.0,
     f"{A}.fsdp_config.model_dtype": "fp32",
     f"{A}.fsdp_config.dtype": "bfloat16",
+    f"{M}.lora_rank": 0,
+    f"{M}.lora_alpha": 16,
+    f"{M}.target_modules": "all-linear",
+    f"{M}.exclude_modules": None,
+    f"{M}.lora_adapter_path": None,
     f"{R}.n": 1,
     f"{R}.name": "???",
     f"{R}.temperature": 1.0,
@@ -140,8 +146,41 @@ def import_config(
     _batch(get, out, train_rows)
     _sampling(get, out)
     _optimizer(get, out)
+    _adapter(get, out)
     out.unread = sorted(k for k in given if k not in get.read)
     return out
+
+
+def _adapter(get: Reader, out: Mapping) -> None:
+    """`model.lora_rank` > 0 trains a LoRA adapter, the LoraConfig verl's FSDP engine builds (no
+    dropout, bias none, peft's initialisation); 0 trains every weight."""
+    rank = get(f"{M}.lora_rank")
+    if not rank:
+        out.set("hyperparameters.adapter", None, get.source(f"{M}.lora_rank"))
+        return
+    if get(f"{M}.exclude_modules"):
+        out.refuse(f"{M}.exclude_modules", f"{plain(get(f'{M}.exclude_modules'))}: list the modules to adapt instead")
+    if get(f"{M}.lora_adapter_path"):
+        out.refuse(
+            f"{M}.lora_adapter_path",
+            f"{plain(get(f'{M}.lora_adapter_path'))}: set hyperparameters.adapter.path to the adapter folder beside "
+            "the contract",
+        )
+    targets = get(f"{M}.target_modules")
+    if isinstance(targets, str) and targets != "all-linear":
+        out.refuse(f"{M}.target_modules", f"{targets!r}: a regular expression over module paths; list module names")
+        return
+    adapter = {
+        "kind": "lora",
+        "rank": int(rank),
+        "alpha": float(get(f"{M}.lora_alpha")),
+        "dropout": 0.0,
+        "target_modules": targets if isinstance(targets, str) else list(targets),
+        "bias": "none",
+        "init": "default",
+    }
+    keys = (f"{M}.lora_rank", f"{M}.lora_alpha", f"{M}.target_modules")
+    out.set("hyperparameters.adapter", adapter, ", ".join(get.source(k) for k in keys) + "; no dropout, bias none")
 
 
 def _advantage(get: Reader, out: Mapping, weights: list[float]) -> None:

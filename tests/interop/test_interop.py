@@ -347,9 +347,47 @@ def test_a_trl_lora_run_imports_as_the_adapter_trls_get_peft_config_builds(exp: 
     assert adapter is not None and adapter.target_modules == ["q_proj", "v_proj"]  # peft's for llama
     assert (adapter.rank, adapter.alpha, adapter.dropout) == (16, 32.0, 0.05)  # ModelConfig's defaults
 
-    done = rlvr("import", "trl", write(exp / "dora.yaml", {"use_peft": True, "use_dora": True}), "--into", exp / "experiment.rlvr.yaml")
+    done = rlvr(
+        "import",
+        "trl",
+        write(exp / "dora.yaml", {"use_peft": True, "use_dora": True}),
+        "--into",
+        exp / "experiment.rlvr.yaml",
+    )
     assert done.code == 1 and "no equivalent: use_dora" in done.stderr and not (exp / "dora.rlvr.yaml").exists()
 
     done = rlvr("import", "trl", write(exp / "full.yaml", {"use_peft": False}), "--into", exp / "lora.rlvr.yaml")
     assert done.code == 0, done.stderr
     assert load(exp / "full.rlvr.yaml").hyperparameters.adapter is None
+
+
+def test_a_verl_lora_run_imports_as_the_adapter_verls_engine_builds(exp: Path) -> None:
+    """actor_rollout_ref.model.lora_rank > 0 trains the LoraConfig verl's FSDP engine builds
+    (lora_alpha, target_modules, no dropout, bias none); exclude_modules has no equivalent; rank 0
+    trains every weight."""
+    config = write(
+        exp / "verl.yaml",
+        {
+            "algorithm": {"adv_estimator": "grpo"},
+            "actor_rollout_ref": {"rollout": {"n": 4, "name": "vllm"}, "actor": {"ppo_mini_batch_size": 8}},
+            "data": {"train_batch_size": 8},
+        },
+    )
+    into = exp / "experiment.rlvr.yaml"
+    lora = ["actor_rollout_ref.model.lora_rank=32", "actor_rollout_ref.model.lora_alpha=64"]
+    done = rlvr("import", "verl", config, *lora, "--into", into, "--out", exp / "lora.rlvr.yaml")
+    assert done.code == 0, done.stderr
+    adapter = load(exp / "lora.rlvr.yaml").hyperparameters.adapter
+    assert adapter is not None
+    assert (adapter.rank, adapter.alpha, adapter.dropout, adapter.target_modules) == (32, 64.0, 0.0, "all-linear")
+    named = [*lora, "actor_rollout_ref.model.target_modules=[q_proj,v_proj]"]
+    done = rlvr("import", "verl", config, *named, "--into", into, "--out", exp / "named.rlvr.yaml")
+    assert done.code == 0 and load(exp / "named.rlvr.yaml").hyperparameters.adapter.target_modules == [  # type: ignore[union-attr]
+        "q_proj",
+        "v_proj",
+    ]
+    excluded = [*lora, "actor_rollout_ref.model.exclude_modules=[o_proj]"]
+    done = rlvr("import", "verl", config, *excluded, "--into", into, "--out", exp / "x.rlvr.yaml")
+    assert done.code == 1 and "no equivalent: actor_rollout_ref.model.exclude_modules" in done.stderr
+    done = rlvr("import", "verl", config, "--into", exp / "lora.rlvr.yaml", "--out", exp / "full.rlvr.yaml")
+    assert done.code == 0 and load(exp / "full.rlvr.yaml").hyperparameters.adapter is None
