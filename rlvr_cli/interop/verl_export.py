@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rlvr_cli.contract.models import Contract
 from rlvr_cli.interop.common import Mapping, check_std, float32_exact
-from rlvr_cli.interop.verl_map import AGGREGATION, A, C, R, aggregation_bounds
+from rlvr_cli.interop.verl_map import AGGREGATION, A, C, M, R, aggregation_bounds
 
 LOSS_AGG = {v: k for k, v in AGGREGATION.items() if v != "constant_norm"}
 KL = {"k1": "kl", "k2": "mse", "k3": "low_var_kl"}
@@ -20,7 +20,27 @@ def export_config(contract: Contract) -> Mapping:
     _batch(contract, out)
     _sampling(contract, out)
     _optimizer(contract, out)
+    _adapter(contract, out)
     return out
+
+
+def _adapter(contract: Contract, out: Mapping) -> None:
+    """The adapter as verl's model keys: its FSDP engine builds LoraConfig(r, lora_alpha,
+    target_modules, bias none), with no dropout and peft's initialisation; rank 0 trains every weight."""
+    a = contract.hyperparameters.adapter
+    out.set(f"{M}.lora_rank", a.rank if a else 0, "adapter.rank" if a else "no adapter: every weight trains")
+    if a is None:
+        return
+    out.set(f"{M}.lora_alpha", a.alpha, "adapter.alpha")
+    out.set(f"{M}.target_modules", a.target_modules, "adapter.target_modules")
+    if a.dropout:
+        out.refuse("hyperparameters.adapter.dropout", f"{a.dropout:g}: verl's LoRA has no dropout")
+    if a.bias != "none":
+        out.refuse("hyperparameters.adapter.bias", f"{a.bias}: verl trains no bias with an adapter")
+    if a.init != "default":
+        out.refuse("hyperparameters.adapter.init", f"{a.init}: verl initialises as peft's default")
+    if a.path is not None:
+        out.refuse("hyperparameters.adapter.path", "verl reads a starting adapter from lora_adapter_path: set it there")
 
 
 def _objective(contract: Contract, out: Mapping) -> None:

@@ -391,3 +391,22 @@ def test_a_verl_lora_run_imports_as_the_adapter_verls_engine_builds(exp: Path) -
     assert done.code == 1 and "no equivalent: actor_rollout_ref.model.exclude_modules" in done.stderr
     done = rlvr("import", "verl", config, "--into", exp / "lora.rlvr.yaml", "--out", exp / "full.rlvr.yaml")
     assert done.code == 0 and load(exp / "full.rlvr.yaml").hyperparameters.adapter is None
+
+
+def test_an_adapter_exports_to_verl_and_imports_back_the_same(single_turn: Path, tmp_path: Path) -> None:
+    """The adapter is part of what trains: exported as verl's model.lora_* keys, imported back
+    equal; a dropout verl's LoRA lacks is refused rather than written as a run without it."""
+    from tests.train.test_adapter import LORA, with_adapter
+
+    adapter = with_adapter(LORA.replace("all-linear", "[q_proj, v_proj]"))
+    exp = copy_experiment(single_turn, tmp_path / "exp", [EPS6, WEIGHT, adapter])
+    before, after, _ = round_trip(exp, "verl", tmp_path)
+    assert before.hyperparameters.adapter is not None
+    assert after.hyperparameters.adapter == before.hyperparameters.adapter
+    (exp / "experiment.rlvr.yaml").write_text(
+        (exp / "experiment.rlvr.yaml").read_text().replace("dropout: 0.0", "dropout: 0.05")
+    )
+    done = rlvr(
+        "export", exp / "experiment.rlvr.yaml", "--to", "verl", "--out", tmp_path / "dropout", "--allow-inexact"
+    )
+    assert done.code == 1 and "no equivalent: hyperparameters.adapter.dropout" in done.stderr
