@@ -1,4 +1,5 @@
-"""What `rlvr export` writes: for TRL the GRPOConfig keywords (YAML), for verl a Hydra config over
+"""What `rlvr export` writes: for TRL the GRPOConfig keywords (YAML) and, with an adapter, peft's
+LoraConfig keywords for GRPOTrainer's peft_config; for verl a Hydra config over
 verl's own ppo_trainer, the reward function that runs the contract's verifier, and the task data
 as the parquet files verl reads (each row carrying its rlvr task)."""
 
@@ -7,6 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from rlvr_cli.contract.models import Contract
 from rlvr_cli.interop import trl_export, verl_export
@@ -86,7 +89,23 @@ def _trl(
     reward.write_text(TRL_MODULE.format(name=contract.name, contract=str(contract_path.resolve())), "utf-8")
     tasks = read_split(folder / contract.data.splits.train.path, "train")
     data.write_text("".join(json.dumps(row) + "\n" for row in rows(tasks)), "utf-8")
-    return [config, reward, data]
+    written = [config, reward, data]
+    adapter = contract.hyperparameters.adapter
+    if adapter is not None:  # what trains: GRPOTrainer's peft_config, peft's own LoraConfig keywords
+        lora = {
+            "task_type": "CAUSAL_LM",
+            "r": adapter.rank,
+            "lora_alpha": adapter.alpha,
+            "lora_dropout": adapter.dropout,
+            "target_modules": adapter.target_modules,
+            "bias": adapter.bias,
+            "init_lora_weights": True if adapter.init == "default" else "gaussian",
+        }
+        peft = out / "peft_config.yaml"
+        note = f"# rlvr export of {contract_path.name}: GRPOTrainer(..., peft_config=LoraConfig(**yaml.safe_load(open(this))))"  # noqa: E501
+        peft.write_text(note + "\n" + yaml.safe_dump(lora, sort_keys=False), "utf-8")
+        written.append(peft)
+    return written
 
 
 def _model(contract: Contract, folder: Path) -> str:
@@ -118,7 +137,8 @@ def _parquet(contract: Contract, folder: Path, split: str, path: Path) -> None:
 
 def how_to_run(to: str, out: Path) -> str:
     if to == "trl":
-        return f"run: see {out / 'reward.py'} (GRPOTrainer with REWARD_FUNCS, grpo_config.yaml, train.jsonl)\n"
+        adapter = " and peft_config.yaml" if (out / "peft_config.yaml").exists() else ""
+        return f"run: see {out / 'reward.py'} (GRPOTrainer with REWARD_FUNCS, grpo_config.yaml{adapter}, train.jsonl)\n"
     return (
         f"run: python -m verl.trainer.main_ppo --config-path={out.resolve()} --config-name=rlvr "
         "trainer.n_gpus_per_node=8 trainer.nnodes=1\n"

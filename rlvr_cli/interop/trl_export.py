@@ -153,5 +153,4 @@ def _optimizer(contract: Contract, out: Mapping) -> None:
         out.refuse("hyperparameters.precision", f"{dtypes.params} weights: transformers keeps fp32 master weights")
     out.set("bf16", dtypes.compute == "bf16", "precision")
     out.set("fp16", dtypes.compute == "fp16", "precision")
-    if contract.hyperparameters.adapter is not None:
-        out.differs("hyperparameters.adapter", "trl takes the LoRA adapter as peft_config=, not in GRPOConfig")
+    # an adapter goes to GRPOTrainer(peft_config=LoraConfig(**peft_config.yaml)) (export_files.py)

@@ -410,3 +410,24 @@ def test_an_adapter_exports_to_verl_and_imports_back_the_same(single_turn: Path,
         "export", exp / "experiment.rlvr.yaml", "--to", "verl", "--out", tmp_path / "dropout", "--allow-inexact"
     )
     assert done.code == 1 and "no equivalent: hyperparameters.adapter.dropout" in done.stderr
+
+
+def test_an_adapter_exports_to_trl_as_the_loraconfig_grpotrainer_takes(single_turn: Path, tmp_path: Path) -> None:
+    peft = pytest.importorskip("peft", reason="peft is the lora extra (make install installs it)")
+    from tests.train.test_adapter import LORA, with_adapter
+
+    spec = LORA.replace("dropout: 0.0", "dropout: 0.05").replace("init: default", "init: gaussian")
+    exp = copy_experiment(single_turn, tmp_path / "exp", [with_adapter(spec)])
+    done = rlvr("export", exp, "--to", "trl", "--out", tmp_path / "trl", "--allow-inexact")
+    assert done.code == 0, done.stderr
+    assert "hyperparameters.adapter" not in done.stderr and "peft_config.yaml" in done.stdout
+    config = peft.LoraConfig(**yaml.safe_load((tmp_path / "trl" / "peft_config.yaml").read_text()))
+    adapter = load(exp / "experiment.rlvr.yaml").hyperparameters.adapter
+    assert (config.r, config.lora_alpha, config.lora_dropout, config.bias) == (4, 8, 0.05, "none")
+    assert config.target_modules == adapter.target_modules == "all-linear"  # type: ignore[union-attr]
+    assert config.init_lora_weights == "gaussian" and config.task_type == "CAUSAL_LM"
+    assert not (tmp_path / "full").exists()
+    full = rlvr(
+        "export", single_turn / "experiment.rlvr.yaml", "--to", "trl", "--out", tmp_path / "full", "--allow-inexact"
+    )
+    assert full.code == 0 and not (tmp_path / "full" / "peft_config.yaml").exists()  # every weight trains: no adapter
