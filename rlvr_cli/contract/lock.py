@@ -60,12 +60,9 @@ def module_source(module: str, folder: Path) -> Path | None:
     if not all(p.isidentifier() for p in parts):
         return None
 
-    def within(root: Path, rest: list[str]) -> Path | None:
-        base = root.joinpath(*rest) if rest else root
-        for candidate in (base.with_name(base.name + ".py") if rest else None, base / "__init__.py"):
-            if candidate is not None and candidate.is_file():
-                return candidate
-        return None
+    def within(root: Path, rest: list[str]) -> Path | None:  # rest: at least one name
+        base = root.joinpath(*rest)
+        return next((c for c in (base.with_name(base.name + ".py"), base / "__init__.py") if c.is_file()), None)
 
     for entry in [str(folder), *sys.path]:
         found = within(Path(entry or "."), parts)

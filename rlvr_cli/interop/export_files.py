@@ -102,8 +102,10 @@ def _trl(
             "init_lora_weights": True if adapter.init == "default" else "gaussian",
         }
         peft = out / "peft_config.yaml"
-        note = f"# rlvr export of {contract_path.name}: GRPOTrainer(..., peft_config=LoraConfig(**yaml.safe_load(open(this))))"  # noqa: E501
-        peft.write_text(note + "\n" + yaml.safe_dump(lora, sort_keys=False), "utf-8")
+        use = "GRPOTrainer(..., peft_config=LoraConfig(**yaml.safe_load(open(this))))"
+        peft.write_text(
+            f"# rlvr export of {contract_path.name}: {use}\n" + yaml.safe_dump(lora, sort_keys=False), "utf-8"
+        )
         written.append(peft)
     return written
 

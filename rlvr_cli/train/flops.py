@@ -38,13 +38,13 @@ class Shape:
 
     @classmethod
     def of(cls, model: Any) -> Shape:
+        import torch  # the trainer's: it holds a model
+
         config = model.config
         layers = int(getattr(config, "num_hidden_layers", 0) or getattr(config, "n_layer", 0))
         heads = int(getattr(config, "num_attention_heads", 0) or getattr(config, "n_head", 0))
         hidden = int(getattr(config, "hidden_size", 0) or getattr(config, "n_embd", 0))
         head_dim = int(getattr(config, "head_dim", 0) or (hidden // heads if heads else 0))
-        import torch
-
         total = sum(p.numel() for p in model.parameters())
         # lookup tables (the input embedding, GPT-2's learned positions) multiply nothing; an output
         # head tied to the input table does, once
