@@ -29,10 +29,8 @@ import torch
 import torch.nn.functional as F
 
 from rlvr_cli.engine.adapted import effective_weight, is_adapted, weight_bytes
+from rlvr_cli.engine.limits import COPY_BYTES, FAMILIES
 from rlvr_cli.engine.precision import attention as attend
-
-FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
-COPY_BYTES = 256 << 20  # the most the decoder's transposed copies of the weights may take
 
 
 def why_not(model: Any) -> str | None:

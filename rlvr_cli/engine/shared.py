@@ -14,6 +14,7 @@ on every supported family.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -33,8 +34,8 @@ def why_not_shared(model: Any) -> str | None:
         checkpointing = getattr(model, "is_gradient_checkpointing", False)
     if checkpointing or getattr(model, "rlvr_recomputes_layers", False):
         return "gradient checkpointing is on"
-    if type(model).__name__.startswith("FSDP"):  # fully_shard's class: only its own forward gathers the weights
-        return "the model is sharded (FSDP2)"
+    if type(model).__name__.startswith("FSDP") and not hasattr(model, UNIT):  # only forward methods gather
+        return "the model is sharded (FSDP2) without the shared forward registered on its units"
     if model.training and float(getattr(model.config, "attention_dropout", 0.0) or 0.0) > 0:
         return "attention dropout"
     return None
@@ -103,6 +104,30 @@ def _rest(layer: Any, h: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     return h + layer.mlp(layer.post_attention_layernorm(h))
 
 
+UNIT = "rlvr_shared_forward"  # the forward method FSDP2 runs its hooks around (`register_units`)
+
+
+def register_units(model: Any, layers: list[Any]) -> None:
+    """Let the shared-prompt forward train a model sharded by FSDP2 (`fully_shard` on `model` and
+    on each of its decoder `layers`): a unit gathers its weights only in a forward method, so the
+    whole forward (on `model`, whose unit holds the embeddings, final norm and head) and each
+    layer's step (on the layer's unit) become forward methods of their units
+    (`register_fsdp_forward_method`): gathered before, resharded after, gradients reduced in the
+    backward, as the model's own forward does. Every process calls the units in the same order as
+    the model's own forward, so a process running that one instead stays in step."""
+    import types
+
+    from torch.distributed.fsdp import register_fsdp_forward_method
+
+    if why_not(model) is not None:
+        return
+    for layer in layers:
+        setattr(layer, UNIT, types.MethodType(_layer_step, layer))
+        register_fsdp_forward_method(layer, UNIT)
+    setattr(model, UNIT, types.MethodType(_shared, model))
+    register_fsdp_forward_method(model, UNIT)
+
+
 def shared_prompt_logprobs(
     model: Any, batch: Batch, temperature: float, with_entropy: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -116,6 +141,37 @@ def shared_prompt_logprobs(
     splits them: each prompt attends causally to itself, each response to its prompt's keys and
     values and its own earlier tokens (as rows `(B, T)`, where a response's queries never reach
     its padding and the padding's own results are dropped)."""
+    sharded = getattr(model, UNIT, None)
+    if sharded is not None:
+        return sharded(batch, temperature, with_entropy)
+    return _shared(model, batch, temperature, with_entropy)
+
+
+@dataclass
+class _Rows:
+    """What every layer's attention needs to split the flattened tokens: `m` prompt tokens of `G`
+    prompts `P` wide, then the responses' real tokens (`real`, row-major in `(B, T)`), each
+    response's prompt (`owner`), and who sees whom (`seen_prompt`, `seen`)."""
+
+    shapes: _Shapes
+    m: int
+    G: int
+    P: int
+    B: int
+    T: int
+    real: torch.Tensor
+    owner: torch.Tensor
+    seen_prompt: torch.Tensor
+    seen: torch.Tensor
+
+    def rows(self, x: torch.Tensor) -> torch.Tensor:  # (n, heads, D) → (B, heads, T, D), padding zero
+        full = x.new_zeros(self.B * self.T, *x.shape[1:]).index_copy(0, self.real, x)
+        return full.unflatten(0, (self.B, self.T)).transpose(1, 2)
+
+
+def _shared(
+    model: Any, batch: Batch, temperature: float, with_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     s, P = _Shapes(model.config), batch.prompt_width
     first, owner = distinct_prompts(batch)
     prompt_mask = batch.attention_mask[:, :P]
@@ -133,25 +189,29 @@ def shared_prompt_logprobs(
     seen_prompt = (seen_prompt | torch.eye(P, dtype=torch.bool, device=ids.device)[None])[:, None]  # no NaN rows
     causal = torch.ones(T, T, dtype=torch.bool, device=responses.device).tril()[None].expand(B, T, T)
     seen = torch.cat([prompt_mask.bool()[:, None, :].expand(B, T, P), causal], dim=2)[:, None]  # (B, 1, T, P + T)
-    H, D, gqa = s.heads, s.dim, s.kv != s.heads
-
-    def rows(x: torch.Tensor) -> torch.Tensor:  # (n, heads, D) → (B, heads, T, D), padding zero
-        return x.new_zeros(B * T, *x.shape[1:]).index_copy(0, real, x).unflatten(0, (B, T)).transpose(1, 2)
-
+    split = _Rows(s, m, G, P, B, T, real, owner, seen_prompt, seen)
     for layer in model.model.layers:
-        q, k, v = _attention(s, layer, h, cos, sin)  # (m + n, heads, D)
-        prompt_q, prompt_k, prompt_v = (t[:m].unflatten(0, (G, P)).transpose(1, 2) for t in (q, k, v))
-        prompt_out = attend(prompt_q, prompt_k, prompt_v, seen_prompt, gqa).transpose(1, 2).reshape(m, H * D)
-        # index_select, not prompt_k[owner]: the indexing's backward (index_put_ with accumulate on
-        # CPU) adds the rows of a shared prompt in an order that depends on thread timing, so two
-        # identical runs on a busy machine drifted apart; index_select's backward is deterministic
-        keys = torch.cat([prompt_k.index_select(0, owner), rows(k[m:])], dim=2)
-        values = torch.cat([prompt_v.index_select(0, owner), rows(v[m:])], dim=2)
-        out = attend(rows(q[m:]), keys, values, seen, gqa)  # (B, H, T, D)
-        out = out.transpose(1, 2).flatten(2).flatten(0, 1).index_select(0, real)
-        h = _rest(layer, h, torch.cat([prompt_out, out]))
+        step = getattr(layer, UNIT, None)  # sharded: the layer's unit gathers its weights around it
+        h = step(h, cos, sin, split) if step is not None else _layer_step(layer, h, cos, sin, split)
     last = h[:m].unflatten(0, (G, P))[:, -1]  # each prompt's last position
     return _read_out(model, last, h[m:], owner, responses, real, temperature, with_entropy)
+
+
+def _layer_step(layer: Any, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, split: _Rows) -> torch.Tensor:
+    """One decoder layer over the flattened tokens `h` `(m + n, hidden)`."""
+    s, m, G, P = split.shapes, split.m, split.G, split.P
+    H, D, gqa = s.heads, s.dim, s.kv != s.heads
+    q, k, v = _attention(s, layer, h, cos, sin)  # (m + n, heads, D)
+    prompt_q, prompt_k, prompt_v = (t[:m].unflatten(0, (G, P)).transpose(1, 2) for t in (q, k, v))
+    prompt_out = attend(prompt_q, prompt_k, prompt_v, split.seen_prompt, gqa).transpose(1, 2).reshape(m, H * D)
+    # index_select, not prompt_k[owner]: the indexing's backward (index_put_ with accumulate on
+    # CPU) adds the rows of a shared prompt in an order that depends on thread timing, so two
+    # identical runs on a busy machine drifted apart; index_select's backward is deterministic
+    keys = torch.cat([prompt_k.index_select(0, split.owner), split.rows(k[m:])], dim=2)
+    values = torch.cat([prompt_v.index_select(0, split.owner), split.rows(v[m:])], dim=2)
+    out = attend(split.rows(q[m:]), keys, values, split.seen, gqa)  # (B, H, T, D)
+    out = out.transpose(1, 2).flatten(2).flatten(0, 1).index_select(0, split.real)
+    return _rest(layer, h, torch.cat([prompt_out, out]))
 
 
 def _read_out(

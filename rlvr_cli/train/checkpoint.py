@@ -69,14 +69,6 @@ def set_rng_state(state: dict[str, Any]) -> None:
         np.random.set_state((kind, keys.numpy().astype("uint32"), pos, has_gauss, cached))
 
 
-def final_weights(setup: Setup) -> dict[str, torch.Tensor] | None:
-    """A sharded policy's whole weights, gathered on the main process for `final/` (a collective:
-    every process calls it), or None when the policy is not sharded (its own weights are whole)."""
-    if not sharding.is_sharded(setup.policy):
-        return None
-    return sharding.full_weights(setup.policy)
-
-
 def tmp_folder(run: RunFolder, step: int) -> Path:
     return run.checkpoints / f".step-{step}.tmp"
 

@@ -54,7 +54,8 @@ def estimate(contract: Contract, shape: Layout, devices: int = 1) -> dict[str, f
     own, so its KV cache and weights are not the trainer's."""
     terms = _terms(contract, shape, devices)
     if contract.hyperparameters.sampling.server is not None:
-        terms = {name: value for name, value in terms.items() if name not in ("rollout KV cache", "rollout weights")}
+        served = ("rollout KV cache", "rollout weights", "sampler's weight copy")
+        terms = {name: value for name, value in terms.items() if name not in served}
     return terms
 
 
@@ -86,6 +87,7 @@ def _terms(contract: Contract, shape: Layout, devices: int) -> dict[str, float]:
         "activations": activations,
         "logits": 2 * micro * length.max_response_tokens * shape.vocab * 4,
     }
+    terms["sampler's weight copy"] = sampler_copy(contract, shape, bc if sharded else bp, bc)
     if sharded:
         terms["rollout weights"] = params * bc  # the engine's whole copy (sampling cannot run in lockstep)
         terms["gathered layers"] = 2 * shape.layer_parameters * bc  # the layer computing and the next one
@@ -111,7 +113,21 @@ def _adapter_terms(
         "rollout KV cache": 2 * shape.layers * shape.kv_heads * shape.head_dim * bc * kv_tokens,
         "activations": activations,
         "logits": 2 * micro * contract.length.max_response_tokens * shape.vocab * 4,
+        "sampler's weight copy": sampler_copy(contract, shape, bc, bc),
     }
+
+
+def sampler_copy(contract: Contract, shape: Layout, held: int, computed: int) -> float:
+    """The lean sampler's transposed, concatenated copy of every linear layer's weights
+    (engine/fused.py), in the dtype it computes in (`computed` bytes each): made only for the
+    families it runs and where the weights it reads, `held` bytes each, fit in COPY_BYTES. A
+    larger model samples from its weights as they are, and nothing is copied."""
+    from rlvr_cli.engine.limits import COPY_BYTES, FAMILIES
+
+    if contract.hyperparameters.sampling.engine != "lean" or shape.model_type not in FAMILIES:
+        return 0.0
+    linear = shape.layers * sum(a * b for _, a, b in shape.linears) + shape.vocab * shape.hidden  # and the head
+    return float(linear * computed) if linear * held <= COPY_BYTES else 0.0
 
 
 def largest(contract: Contract, shape: Layout, devices: int, budget: float, key: str, limit: int) -> int:

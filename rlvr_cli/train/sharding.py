@@ -10,9 +10,13 @@ What changes when the model is sharded, and how rlvr keeps the run the same run:
 - **Sampling reads a whole copy of the weights** (the rollout engine's, like a colocated vLLM's):
   sampling lengths differ between processes and cannot be in lockstep. After each optimizer
   step the full weights are gathered into it.
+- **The update's shared-prompt forward** (engine/shared.py: each group's prompt once) runs
+  as forward methods of the same units, so a layer's weights are gathered around its step there
+  as around its own forward.
 - **Checkpoints are written as shards** by every process (train/shards.py, DCP), and DCP
   reshards them on load, so a run resumes with another number of processes; `final/` is
-  gathered on the main process (a `save_pretrained` folder).
+  gathered file by file and written by the main process (train/final_shards.py: a
+  `save_pretrained` folder, never the whole model on one process).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from typing import Any
 import torch
 
 from rlvr_cli.engine.precision import DTYPES
+from rlvr_cli.engine.shared import register_units
 
 
 def shard(model: Any, parallel: Any, compute: torch.dtype | None, reduce: str) -> Any:
@@ -46,6 +51,7 @@ def shard(model: Any, parallel: Any, compute: torch.dtype | None, reduce: str) -
     for layer in layers:
         fully_shard(layer, **options)
     fully_shard(model, **options)
+    register_units(model, layers)  # the update's shared-prompt forward runs through the same units
     for module in model.modules():
         if isinstance(module, FSDPModule):
             module.set_gradient_divide_factor(1.0)
@@ -57,20 +63,6 @@ def is_sharded(model: Any) -> bool:
     from torch.distributed.fsdp import FSDPModule
 
     return isinstance(model, FSDPModule)
-
-
-def full_weights(model: Any) -> dict[str, torch.Tensor]:
-    """The whole state dict of a sharded model, gathered on the main process (a collective: every
-    process calls it; the others get an empty dict)."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-    weights = get_model_state_dict(model, options=options)
-    if getattr(model.config, "tie_word_embeddings", False):  # saved once, as an unsharded model saves it
-        tied = getattr(model, "_tied_weights_keys", None) or {}
-        for key in tied if isinstance(tied, dict | list) else ():
-            weights.pop(key, None)
-    return weights
 
 
 class Lockstep:

@@ -10,7 +10,8 @@ from rlvr_cli.errors import ExitCode
 from rlvr_cli.files import disk_errors
 from rlvr_cli.store.run import FiredRule
 from rlvr_cli.train import distributed as dist
-from rlvr_cli.train.checkpoint import final_weights, rng_state, save_checkpoint, set_rng_state, start_sharded
+from rlvr_cli.train.checkpoint import rng_state, save_checkpoint, set_rng_state, start_sharded
+from rlvr_cli.train.final_shards import save_final_sharded
 from rlvr_cli.train.run_plan import SKIPPED_UPDATES_STOP
 from rlvr_cli.train.sharding import is_sharded
 from rlvr_cli.train.state import TrainState
@@ -106,22 +107,24 @@ def finish(run: Run, reason: str) -> int:
     final = run.folder.final
     if run.records is not None:
         run.records.flush()  # "finished" means every record is listed
-    whole = final_weights(run.setup)  # sharded: gathered on the main process
+    if is_sharded(run.setup.policy):  # every process gathers, file by file; the main one writes
+        save_final_sharded(run.setup.policy, final, run.setup.main)
     if run.setup.main:
         with disk_errors(final.parent):  # safetensors hides ENOSPC in an error of its own
-            save_final(run.setup, final, whole)
+            save_final(run.setup, final)
         run.status("finished", reason=reason, final=str(final))
         what = "adapter (peft's format, over the contract's policy)" if run.setup.peft_model is not None else "policy"
         _eprint(f"finished: {reason}; {what} saved to {final}")
     return ExitCode.OK
 
 
-def save_final(setup: Any, final: Path, whole: Any) -> None:
-    """final/: the policy (loadable with from_pretrained), or with an adapter the adapter in peft's
-    format (PeftModel.from_pretrained over the base) and, when asked, final/merged/ the base with
-    the adapter merged in; the tokenizer beside each."""
+def save_final(setup: Any, final: Path) -> None:
+    """final/: the policy (loadable with from_pretrained; a sharded one is written already), or with
+    an adapter the adapter in peft's format (PeftModel.from_pretrained over the base) and, when
+    asked, final/merged/ the base with the adapter merged in; the tokenizer beside each."""
     if setup.peft_model is None:
-        setup.policy.save_pretrained(final, state_dict=whole)
+        if not is_sharded(setup.policy):
+            setup.policy.save_pretrained(final)
         setup.tokenizer.save_pretrained(final)
         return
     from rlvr_cli.engine.adapted import merged_state

@@ -1,0 +1,92 @@
+"""`final/` of a sharded policy, written file by file (train/final_shards.py): the folder loads
+with from_pretrained as the model it was written from, in one file or in several with an index.
+The torchrun tests (test_distributed.py) write it from FSDP2 shards."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from rlvr_cli.toy.tiny import build_tiny
+from rlvr_cli.train import final_shards
+from rlvr_cli.train.final_shards import plan_files, save_final_sharded
+
+
+def test_files_are_cut_in_order_at_the_limit_and_a_large_weight_gets_its_own() -> None:
+    sizes = {"a": 4, "b": 4, "c": 10, "d": 1, "e": 1}
+    assert plan_files(sizes, 8) == [["a", "b"], ["c"], ["d", "e"]]
+    assert plan_files(sizes, 100) == [["a", "b", "c", "d", "e"]]
+
+
+@pytest.mark.parametrize("limit", [1 << 40, 100_000])
+def test_the_folder_loads_as_the_model_it_was_written_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, limit: int
+) -> None:
+    source = AutoModelForCausalLM.from_pretrained(build_tiny(tmp_path / "tiny"))
+    with torch.no_grad():
+        for p in source.parameters():
+            p.add_(torch.randn_like(p) * 0.01)  # not the weights on disk
+    monkeypatch.setattr(final_shards, "FILE_BYTES", limit)
+    final = tmp_path / "final"
+    save_final_sharded(source, final, main=True)
+    files = sorted(p.name for p in final.glob("*.safetensors"))
+    if limit > 1 << 30:
+        assert files == ["model.safetensors"] and not (final / final_shards.INDEX).exists()
+    else:
+        assert len(files) > 2 and files[0] == f"model-00001-of-{len(files):05d}.safetensors"
+        index = json.loads((final / final_shards.INDEX).read_text())
+        assert set(index["weight_map"].values()) == set(files)
+        assert index["metadata"]["total_size"] == sum(
+            p.numel() * p.element_size() for n, p in source.state_dict().items() if n in index["weight_map"]
+        )
+    loaded = AutoModelForCausalLM.from_pretrained(final)
+    for (name, a), (_, b) in zip(source.state_dict().items(), loaded.state_dict().items(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, msg=name)
+    assert loaded.config.architectures == source.config.architectures
+
+
+class _Shard:
+    """Stands in for a DTensor shard: gathering it is a collective every process must join."""
+
+    gathered = 0
+
+    def __init__(self, whole: torch.Tensor) -> None:
+        self.whole = whole
+
+    def numel(self) -> int:
+        return self.whole.numel()
+
+    def element_size(self) -> int:
+        return self.whole.element_size()
+
+    def detach(self) -> _Shard:
+        return self
+
+    def full_tensor(self) -> torch.Tensor:
+        _Shard.gathered += 1
+        return self.whole
+
+
+def test_a_write_error_on_the_main_process_is_raised_after_every_gather(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Otherwise the other processes would wait forever in the next gather."""
+    import safetensors.torch
+
+    source = AutoModelForCausalLM.from_pretrained(build_tiny(tmp_path / "tiny"))
+    state = {name: _Shard(t) for name, t in source.state_dict().items()}
+    monkeypatch.setattr(source, "state_dict", lambda: state)
+    monkeypatch.setattr(final_shards, "FILE_BYTES", 100_000)
+
+    def full(*_: object, **__: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(safetensors.torch, "save_file", full)
+    with pytest.raises(OSError, match="No space left"):
+        save_final_sharded(source, tmp_path / "final", main=True)
+    kept = len(state) - len(final_shards.tied_names(source))
+    assert _Shard.gathered == kept > 3
