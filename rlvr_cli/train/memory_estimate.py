@@ -87,7 +87,8 @@ def _terms(contract: Contract, shape: Layout, devices: int) -> dict[str, float]:
         "activations": activations,
         "logits": 2 * micro * length.max_response_tokens * shape.vocab * 4,
     }
-    terms["sampler's weight copy"] = sampler_copy(contract, shape, bc if sharded else bp, bc)
+    if copied := sampler_copy(contract, shape, bc if sharded else bp, bc):
+        terms["sampler's weight copy"] = copied
     if sharded:
         terms["rollout weights"] = params * bc  # the engine's whole copy (sampling cannot run in lockstep)
         terms["gathered layers"] = 2 * shape.layer_parameters * bc  # the layer computing and the next one
@@ -104,7 +105,7 @@ def _adapter_terms(
     assert a is not None
     trained = shape.adapter_parameters(a.rank, a.target_modules) * BYTES[hp.dtypes.params]  # the adapter's dtype
     separate = contract.objective.kl.coef > 0 and not reference_is_base(contract)
-    return {
+    terms = {
         "policy parameters": shape.parameters * bc,
         "adapter": trained,
         "gradients": trained,
@@ -113,8 +114,10 @@ def _adapter_terms(
         "rollout KV cache": 2 * shape.layers * shape.kv_heads * shape.head_dim * bc * kv_tokens,
         "activations": activations,
         "logits": 2 * micro * contract.length.max_response_tokens * shape.vocab * 4,
-        "sampler's weight copy": sampler_copy(contract, shape, bc, bc),
     }
+    if copied := sampler_copy(contract, shape, bc, bc):
+        terms["sampler's weight copy"] = copied
+    return terms
 
 
 def sampler_copy(contract: Contract, shape: Layout, held: int, computed: int) -> float:
