@@ -76,14 +76,19 @@ def linear_names(config: dict[str, Any]) -> tuple[str, ...] | None:
     return layout.names if layout.known else None
 
 
-def layer_sides(config: dict[str, Any]) -> dict[str, tuple[int, int]]:
+def layer_sides(config: dict[str, Any], every_linear: bool = False) -> dict[str, tuple[int, int]]:
     """(in, out) features of each linear layer, from config.json (empty when the model type's
-    layout is not known here or config.json lacks a size)."""
+    layout is not known here or config.json lacks a size). `every_linear` (all-linear): without
+    the gates narrower than one attention head (Qwen2-MoE's shared_expert_gate, hidden × 1), which
+    peft adapts at any rank and a user cannot leave out of all-linear."""
     try:
         layout = Layout.from_config(config)
     except RlvrError:
         return {}
-    return layout.sides() if layout.known else {}
+    sides = layout.sides() if layout.known else {}
+    if every_linear:
+        sides = {name: side for name, side in sides.items() if min(side) >= layout.head_dim}
+    return sides
 
 
 def base_name(contract: Contract, folder: Path) -> str:

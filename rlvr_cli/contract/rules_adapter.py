@@ -46,7 +46,7 @@ def rlv305_adapter(c: Contract, folder: Path) -> Iterator[Finding]:
     names = linear_names(config)
     if names is not None:
         yield from target_findings(adapter.target_modules, names, str(config.get("model_type")))
-    sides = layer_sides(config)
+    sides = layer_sides(config, every_linear=adapter.target_modules == ALL_LINEAR)
     targets = names if adapter.target_modules == ALL_LINEAR else adapter.target_modules
     for name in targets or ():
         if name in sides and adapter.rank > min(sides[name]):
@@ -135,6 +135,12 @@ with torch.device("meta"):
 head = model.get_output_embeddings()
 linear = [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear | Conv1D) and m is not head]
 names = {n.rsplit(".", 1)[-1] for n in linear}
+try:  # peft maps a mixture's older linear names onto its experts and router (transformers 5)
+    from peft.utils import transformers_weight_conversion as moe
+    pattern = moe._MODEL_TO_CONVERSION_PATTERN.get(config.model_type)
+    names |= set(moe._MOE_TARGET_MODULE_MAPPING.get(pattern) or ())
+except (ImportError, AttributeError):
+    pass
 print(json.dumps(sorted(names)))
 """
 

@@ -25,6 +25,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from rlvr_cli.contract.layout import EXPERT_FIELDS
+
 if TYPE_CHECKING:
     import torch
 
@@ -50,7 +52,7 @@ class Shape:
         # head tied to the input table does, once
         head = getattr(model.get_output_embeddings(), "weight", None)
         tables = {id(m.weight): m.weight for m in model.modules() if isinstance(m, torch.nn.Embedding)}
-        multiplying = total - sum(w.numel() for w in tables.values() if w is not head)
+        multiplying = total - sum(w.numel() for w in tables.values() if w is not head) - _idle_experts(model)
         frozen = any(not p.requires_grad for p in model.parameters())
         adapter = sum(p.numel() for p in model.parameters() if p.requires_grad) if frozen else 0
         return cls(multiplying, layers, heads * head_dim, adapter)
@@ -71,6 +73,18 @@ class Shape:
         if not self.adapter:
             return 3.0 * fwd
         return 2.0 * fwd + 2.0 * self.adapter * (prompt + sum(responses))
+
+
+def _idle_experts(model: Any) -> int:
+    """A mixture of experts' weights a token does not run through: of each layer's experts (the
+    parameters under an `experts` module), all but `num_experts_per_tok` of them."""
+    config = model.config
+    experts = next((getattr(config, f, None) for f in EXPERT_FIELDS if getattr(config, f, None)), 0)
+    active = getattr(config, "num_experts_per_tok", None) or 0
+    if not experts or not active:
+        return 0
+    held = sum(p.numel() for name, p in model.named_parameters() if ".experts." in f".{name}")
+    return held * (experts - active) // experts
 
 
 def groups(samples: list[Any]) -> list[tuple[int, list[int]]]:

@@ -129,7 +129,7 @@ def sampler_copy(contract: Contract, shape: Layout, held: int, computed: int) ->
 
     if contract.hyperparameters.sampling.engine != "lean" or shape.model_type not in FAMILIES:
         return 0.0
-    linear = shape.layers * sum(a * b for _, a, b in shape.linears) + shape.vocab * shape.hidden  # and the head
+    linear = shape.linear_weights
     return float(linear * computed) if linear * held <= COPY_BYTES else 0.0
 
 
@@ -220,7 +220,8 @@ def plan_table(contract: Contract, shape: Layout, devices: int, memory_gib: floa
     ]
     lines = [
         f"model: {shape.parameters / 1e6:,.2f} M parameters ({shape.layers} layers, hidden {shape.hidden}, "
-        f"{shape.heads}/{shape.kv_heads} heads of {shape.head_dim}, vocab {shape.vocab}{_assumed(shape)}); "
+        f"{shape.heads}/{shape.kv_heads} heads of {shape.head_dim}, vocab {shape.vocab}{_experts(shape)}"
+        f"{_assumed(shape)}); "
         f"{hp.dtypes.name}; "
         f"{devices} device(s), {how}{''.join(', ' + e.replace('_', ' ') for e in extras)}",
         f"{'term':<22}{'per device':>14}{'share':>8}",
@@ -248,10 +249,22 @@ def plan_table(contract: Contract, shape: Layout, devices: int, memory_gib: floa
     return "\n".join(lines), fits
 
 
+def _experts(shape: Layout) -> str:
+    if not shape.sparse_layers:
+        return ""
+    return (
+        f", {shape.experts} experts in {shape.sparse_layers} layers, {shape.active_experts} per token: "
+        f"{shape.multiplying / 1e6:,.2f} M parameters multiply per token"
+    )
+
+
 def _assumed(shape: Layout) -> str:
     if shape.known:
         return ""
-    return f"; model type {shape.model_type or '(none)'!r} is not one rlvr knows: counted as a Llama-style decoder"
+    note = f"; model type {shape.model_type or '(none)'!r} is not one rlvr knows: counted as a Llama-style decoder"
+    if shape.unknown_experts:
+        note += f" without its {shape.unknown_experts} experts per layer (an underestimate)"
+    return note
 
 
 def compute_line(contract: Contract, shape: Layout) -> str:

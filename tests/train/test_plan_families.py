@@ -73,6 +73,76 @@ SHAPES = {
         "vocab_size": 50304,
         "tie_word_embeddings": False,
     },
+    # mixtures of experts, as their config.json files give them
+    "Mixtral-8x7B": {
+        "model_type": "mixtral",
+        "hidden_size": 4096,
+        "intermediate_size": 14336,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "num_local_experts": 8,
+        "num_experts_per_tok": 2,
+        "vocab_size": 32000,
+        "tie_word_embeddings": False,
+    },
+    "Qwen3-30B-A3B": {
+        "model_type": "qwen3_moe",
+        "hidden_size": 2048,
+        "intermediate_size": 6144,
+        "moe_intermediate_size": 768,
+        "num_hidden_layers": 48,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 4,
+        "head_dim": 128,
+        "num_experts": 128,
+        "num_experts_per_tok": 8,
+        "decoder_sparse_step": 1,
+        "mlp_only_layers": [],
+        "vocab_size": 151936,
+        "tie_word_embeddings": False,
+    },
+    "Qwen1.5-MoE-A2.7B": {
+        "model_type": "qwen2_moe",
+        "hidden_size": 2048,
+        "intermediate_size": 5632,
+        "moe_intermediate_size": 1408,
+        "shared_expert_intermediate_size": 5632,
+        "num_hidden_layers": 24,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 16,
+        "num_experts": 60,
+        "num_experts_per_tok": 4,
+        "vocab_size": 151936,
+        "tie_word_embeddings": False,
+    },
+    "OLMoE-1B-7B": {
+        "model_type": "olmoe",
+        "hidden_size": 2048,
+        "intermediate_size": 1024,
+        "num_hidden_layers": 16,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 16,
+        "num_experts": 64,
+        "num_experts_per_tok": 8,
+        "vocab_size": 50304,
+        "tie_word_embeddings": False,
+    },
+    # a Qwen MoE with dense layers among the sparse ones (mlp_only_layers, decoder_sparse_step)
+    "qwen3_moe, dense layers mixed in": {
+        "model_type": "qwen3_moe",
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "moe_intermediate_size": 64,
+        "num_hidden_layers": 6,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "num_experts": 8,
+        "num_experts_per_tok": 2,
+        "decoder_sparse_step": 2,
+        "mlp_only_layers": [3],
+        "vocab_size": 1000,
+    },
 }
 
 
@@ -186,3 +256,55 @@ def test_the_plans_compute_is_the_trainers_count_for_the_model_it_builds(name: s
     counted = flops.Shape.of(model).group(prompt, [response] * group) * prompts / 1e12
     shown = f"{counted:,.0f}" if counted >= 100 else f"{counted:.2f}" if counted >= 1 else f"{counted:.3g}"
     assert planned == shown, (planned, counted)  # as the plan rounds it
+
+
+@pytest.mark.parametrize(
+    ("name", "total", "active"),
+    [
+        ("Mixtral-8x7B", 46.7, 12.9),
+        ("Qwen3-30B-A3B", 30.5, 3.3),
+        ("Qwen1.5-MoE-A2.7B", 14.3, 2.7),
+        ("OLMoE-1B-7B", 6.9, 1.3),
+    ],
+)
+def test_a_mixture_of_experts_holds_every_expert_and_multiplies_by_the_active_ones(
+    name: str, total: float, active: float, tmp_path: Path
+) -> None:
+    """The totals and active counts their publishers give (billions; active ones count the input
+    table, which the plan's multiplying count leaves out as every lookup table); before, every
+    mixture was counted as one Llama-style MLP (Mixtral-8x7B as 7.2 B)."""
+    plan = rlvr("plan", _contract(tmp_path, SHAPES[name]))
+    found = re.search(r"model: ([\d,.]+) M parameters .* per token: ([\d,.]+) M parameters multiply", plan.stdout)
+    assert found is not None, plan.stdout
+    held, multiplying = (float(x.replace(",", "")) / 1e3 for x in found.groups())
+    table = SHAPES[name]["vocab_size"] * SHAPES[name]["hidden_size"] / 1e9
+    assert held == pytest.approx(total, rel=0.02)
+    assert multiplying + table == pytest.approx(active, rel=0.02)
+
+
+def test_validate_takes_peft_s_names_for_experts_and_never_blocks_all_linear_on_a_gate(tmp_path: Path) -> None:
+    """all-linear at rank 16 on Qwen1.5-MoE adapts its 2048 × 1 shared_expert_gate, as peft does (no
+    false alarm); naming that gate at rank 16 is refused. Mixtral's experts are 3-D parameters under
+    transformers 5, which peft still targets by their older names w1, w3 (validate and --deep take
+    them)."""
+    shutil.copytree(SEVEN_B.parent / "arith", tmp_path / "arith")
+    contract = _contract(tmp_path, SHAPES["Qwen1.5-MoE-A2.7B"], adapter=True)
+    assert "RLV305" not in rlvr("validate", contract).stdout
+    contract.write_text(contract.read_text().replace("all-linear", "[shared_expert_gate]"))
+    assert "rank 16 exceeds shared_expert_gate's smaller side (2048×1)" in rlvr("validate", contract).stdout
+    small = {**SHAPES["Mixtral-8x7B"], "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 1}
+    small.update(num_attention_heads=4, num_key_value_heads=2, vocab_size=100)
+    (tmp_path / "llama-7b" / "config.json").write_text(json.dumps(small))
+    contract.write_text(contract.read_text().replace("[shared_expert_gate]", "[q_proj, w1, w3]").replace("rank: 16", "rank: 4"))
+    for deep in ((), ("--deep",)):
+        out = rlvr("validate", contract, *deep, timeout=300).stdout
+        assert "RLV305" not in out, out
+    contract.write_text(contract.read_text().replace("[q_proj, w1, w3]", "[q_proj, gate_up_proj]"))
+    assert "gate_up_proj" in rlvr("validate", contract).stdout  # a parameter, not a module peft targets by name
+
+
+def test_a_mixture_rlvr_does_not_lay_out_is_said_to_be_counted_without_its_experts(tmp_path: Path) -> None:
+    config = {**SHAPES["Qwen3-0.6B"], "model_type": "deepseek_v3", "n_routed_experts": 256}
+    plan = rlvr("plan", _contract(tmp_path, config))
+    assert plan.code == 0, plan.stderr
+    assert "counted as a Llama-style decoder without its 256 experts per layer (an underestimate)" in plan.stdout
