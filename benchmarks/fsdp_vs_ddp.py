@@ -2,7 +2,7 @@
 
 Per process: peak resident memory (ru_maxrss, each rank measures itself) and the memory the
 plan estimates for it; per run: seconds per step (metrics.jsonl `step_seconds`, steps after
-the first). Run: `.venv/bin/python benchmarks/fsdp_vs_ddp.py` (about 5 minutes on 2 cores).
+the first). Run: `.venv/bin/python benchmarks/fsdp_vs_ddp.py` (about 8 minutes on 2 cores).
 """
 
 from __future__ import annotations
@@ -45,8 +45,8 @@ def experiment(root: Path) -> Path:
 
 
 def run(folder: Path, name: str, out: Path) -> dict:
-    """`name`: ddp, fsdp2, or ddp-own: ddp with the model's own update forward, as fsdp2 has
-    (responses padded on the right, so the shared-prompt forward steps aside)."""
+    """`name`: ddp, fsdp2, or ddp-own: ddp with the model's own update forward (responses padded
+    on the right, so the shared-prompt forward steps aside)."""
     strategy = name.removesuffix("-own")
     contract = folder / f"{name}.rlvr.yaml"
     text = (folder / "experiment.rlvr.yaml").read_text()
