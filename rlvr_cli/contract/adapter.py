@@ -76,6 +76,14 @@ def linear_names(config: dict[str, Any]) -> tuple[str, ...] | None:
     return layout.names if layout.known else None
 
 
+def fused_expert_names(config: dict[str, Any]) -> tuple[str, ...]:
+    """The names peft fuses into a mixture's gate_up_proj (empty where it fuses none)."""
+    try:
+        return Layout.from_config(config).fused_expert_names
+    except RlvrError:
+        return ()
+
+
 def layer_sides(config: dict[str, Any], every_linear: bool = False) -> dict[str, tuple[int, int]]:
     """(in, out) features of each linear layer, from config.json (empty when the model type's
     layout is not known here or config.json lacks a size). `every_linear` (all-linear): without

@@ -168,6 +168,12 @@ class Layout:
         return _OLD_NAMES[_CONVERTED[self.model_type]] if self.sparse_layers and self.model_type in _CONVERTED else None
 
     @property
+    def fused_expert_names(self) -> tuple[str, ...]:
+        """The older names peft fuses into a mixture's experts' gate_up_proj (both or neither)."""
+        old = self._old_names
+        return tuple(old[1]) if old else ()
+
+    @property
     def names(self) -> tuple[str, ...]:
         linears = (name for _, sparse in self._kinds() for name, _, _ in self.layer_linears(sparse))
         old = self._old_names

@@ -14,7 +14,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from rlvr_cli.contract.adapter import ALL_LINEAR, UNADAPTABLE, layer_sides, linear_names, starting_adapter_problem
+from rlvr_cli.contract.adapter import (
+    ALL_LINEAR,
+    UNADAPTABLE,
+    fused_expert_names,
+    layer_sides,
+    linear_names,
+    starting_adapter_problem,
+)
 from rlvr_cli.contract.diagnostics import Finding, error
 from rlvr_cli.contract.models import Contract
 from rlvr_cli.contract.rules import rule
@@ -46,6 +53,7 @@ def rlv305_adapter(c: Contract, folder: Path) -> Iterator[Finding]:
     names = linear_names(config)
     if names is not None:
         yield from target_findings(adapter.target_modules, names, str(config.get("model_type")))
+    yield from _half_fused(adapter.target_modules, fused_expert_names(config))
     sides = layer_sides(config, every_linear=adapter.target_modules == ALL_LINEAR)
     targets = names if adapter.target_modules == ALL_LINEAR else adapter.target_modules
     for name in targets or ():
@@ -83,6 +91,22 @@ def target_findings(targets: list[str] | str, names: tuple[str, ...] | set[str],
                 f"target module '{name}' matches no linear layer of the policy ({what}); {hint}its layers: "
                 f"{', '.join(known)} (or all-linear)",
             )
+
+
+def _half_fused(targets: list[str] | str, fused: tuple[str, ...]) -> Iterator[Finding]:
+    """One of the two names peft fuses into the experts' gate_up_proj without the other: peft
+    refuses it when the adapter is built (transformers 5 holds the two as one weight)."""
+    if targets == ALL_LINEAR or not fused:
+        return
+    named = [name for name in fused if name in targets]
+    if len(named) == 1:
+        other = next(name for name in fused if name != named[0])
+        yield error(
+            "RLV305",
+            (*WHERE, "target_modules", list(targets).index(named[0])),
+            f"'{named[0]}' and '{other}' are one weight in this mixture's experts (gate_up_proj, transformers 5): "
+            f"peft adapts both or neither; add '{other}' or leave '{named[0]}' out",
+        )
 
 
 def _quantised(c: Contract, config: dict[str, Any]) -> Iterator[Finding]:

@@ -295,12 +295,32 @@ def test_validate_takes_peft_s_names_for_experts_and_never_blocks_all_linear_on_
     small = {**SHAPES["Mixtral-8x7B"], "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 1}
     small.update(num_attention_heads=4, num_key_value_heads=2, vocab_size=100)
     (tmp_path / "llama-7b" / "config.json").write_text(json.dumps(small))
-    contract.write_text(contract.read_text().replace("[shared_expert_gate]", "[q_proj, w1, w3]").replace("rank: 16", "rank: 4"))
+    contract.write_text(
+        contract.read_text().replace("[shared_expert_gate]", "[q_proj, w1, w3]").replace("rank: 16", "rank: 4")
+    )
     for deep in ((), ("--deep",)):
         out = rlvr("validate", contract, *deep, timeout=300).stdout
         assert "RLV305" not in out, out
     contract.write_text(contract.read_text().replace("[q_proj, w1, w3]", "[q_proj, gate_up_proj]"))
     assert "gate_up_proj" in rlvr("validate", contract).stdout  # a parameter, not a module peft targets by name
+    contract.write_text(contract.read_text().replace("[q_proj, gate_up_proj]", "[q_proj, w1]"))
+    out = rlvr("validate", contract).stdout
+    assert "'w1' and 'w3' are one weight in this mixture's experts" in out and ":50:" in out, out
+
+
+def test_peft_refuses_half_of_a_fused_expert_pair_as_validate_says(tmp_path: Path) -> None:
+    """The finding above is what the installed peft does: building the adapter fails."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    small = {**SHAPES["Mixtral-8x7B"], "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 1}
+    small.update(num_attention_heads=4, num_key_value_heads=2, vocab_size=100)
+    config = AutoConfig.for_model(**small)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    with pytest.raises(ValueError, match="w1 without also targeting w3"):
+        get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj", "w1"]))
 
 
 def test_a_mixture_rlvr_does_not_lay_out_is_said_to_be_counted_without_its_experts(tmp_path: Path) -> None:
