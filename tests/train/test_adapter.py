@@ -293,3 +293,46 @@ def test_the_adapter_trains_in_the_params_dtype_the_contract_writes(
     assert trained and {p.dtype for p in trained} == {dtype}
     warned = "RLV304" in rlvr("validate", exp / CONTRACT).stdout
     assert warned == (dtype == torch.bfloat16)
+
+
+@pytest.mark.slow
+def test_a_mixture_of_experts_trains_with_an_adapter_on_its_experts(single_turn: Path, tmp_path: Path) -> None:
+    """A Mixtral-architecture policy (4 experts, 2 per token) with all-linear LoRA: peft adapts its
+    attention, router and 3-D expert weights; the run trains them (the reference is the base with
+    the adapter off), final/ loads with PeftModel.from_pretrained, and the plan's adapter size is
+    the trained one."""
+    from peft import PeftModel
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    folder = copy_experiment(single_turn, tmp_path / "arith", [("max_steps: 200", "max_steps: 2"), with_adapter()])
+    tokenizer = AutoTokenizer.from_pretrained(folder / "model")
+    dense = AutoConfig.from_pretrained(folder / "model")
+    config = AutoConfig.for_model(
+        "mixtral",
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        vocab_size=dense.vocab_size,
+        bos_token_id=dense.bos_token_id,
+        eos_token_id=dense.eos_token_id,
+        pad_token_id=dense.pad_token_id,
+    )
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(folder / "model")
+    tokenizer.save_pretrained(folder / "model")
+    contract = folder / CONTRACT
+    assert rlvr("validate", contract, "--deep").code == 0
+    run = rlvr("train", contract, "--run-dir", tmp_path / "run", timeout=600)
+    assert run.code == 0, run.stderr[-2000:]
+    base = AutoModelForCausalLM.from_pretrained(folder / "model")
+    adapted = PeftModel.from_pretrained(base, tmp_path / "run" / "final")
+    lora = {name: p for name, p in adapted.named_parameters() if "lora_" in name}
+    assert any(".experts." in name for name in lora) and any(".gate." in name for name in lora)
+    trained = [p for name, p in lora.items() if "lora_B" in name]
+    assert all(p.abs().sum() > 0 for p in trained)  # B starts at zero: every adapted weight moved
+    plan = rlvr("plan", contract).stdout
+    assert f"{sum(p.numel() for p in lora.values()) / 1e6:.2f} M trained parameters" in plan, plan
