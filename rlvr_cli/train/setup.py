@@ -93,24 +93,37 @@ def build(contract: Contract, folder: Path, fault: Fault, run_dir: Path | None =
     load_on = torch.device("cpu") if sharded else device
     # an adapter trains over a frozen base, which never needs more precision than it computes in
     base_dtype = compute if hp.adapter is not None and compute is not None else dtype
-    policy = load_model(artifact_path(policy_ref, folder, "policy"), policy_ref.revision, base_dtype, load_on)
+    loader = load_model
+    if sharded and rank != 0:  # only the main process reads the weights (train/sharding.py)
+        from rlvr_cli.train.sharding import meta_model
+
+        loader = lambda source, revision, dtype, _device: meta_model(source, revision, dtype)  # noqa: E731
+    policy_source = artifact_path(policy_ref, folder, "policy")
+    policy = loader(policy_source, policy_ref.revision, base_dtype, load_on)
     peft_model = None
     if hp.adapter is not None:
         from rlvr_cli.train import lora
 
         peft_model = lora.attach(policy, contract, folder)  # policy is modified in place
-    engine = served_engine(contract, folder, run_dir, policy) or make_engine(
-        hp.sampling.engine, policy, fault, compute, copy=sharded, device=device
-    )
-    reference = load_reference(contract, folder, base_dtype, load_on, policy if peft_model is not None else None)
+    engine = served_engine(contract, folder, run_dir, policy)
+    if engine is None and not sharded:
+        engine = make_engine(hp.sampling.engine, policy, fault, compute)
+    adapted = policy if peft_model is not None else None
+    reference = load_reference(contract, folder, base_dtype, load_on, adapted, loader)
     if hp.strategy.activation_checkpointing:
         recompute_layers(policy)
     if sharded:
-        from rlvr_cli.train.sharding import shard
+        from rlvr_cli.train.sharding import fill_from_main, shard, whole_copy
 
         for model in (policy, reference):
             if model is not None:  # (an adapter, whose reference is the policy itself, is refused with fsdp2)
+                whole = model.state_dict() if rank == 0 else None  # the loaded tensors, kept for the broadcast
                 shard(model, hp.strategy, compute, hp.dtypes.reduce)
+                fill_from_main(model, whole, device)
+                del whole
+        if engine is None:  # the engine's own whole copy, in the compute dtype
+            own = whole_copy(policy, policy_source, policy_ref.revision, compute or base_dtype, device)
+            engine = make_engine(hp.sampling.engine, policy, fault, compute, own=own)
     optimizer = make_optimizer(contract, policy)
     splits = read_splits(folder, contract.data.splits)
     return Setup(
@@ -159,22 +172,17 @@ def served_engine(contract: Contract, folder: Path, run_dir: Path | None, policy
 
 
 def make_engine(
-    name: str,
-    policy: Any,
-    fault: Fault,
-    compute: torch.dtype | None = None,
-    copy: bool = False,
-    device: torch.device | None = None,
+    name: str, policy: Any, fault: Fault, compute: torch.dtype | None = None, own: Any = None
 ) -> PolicyEngine:
     """The run's rollout engine, sampling from the policy itself (lean, transformers) or from
-    its own copy of the weights (vLLM; a sharded policy; on CPU `RLVR_FAULT=engine_copy` stands
-    in for it). The copy holds the compute dtype: it samples and never trains."""
-    if fault.engine is None and not copy:
+    its own copy of the weights `own` (a sharded policy's, in the compute dtype: it samples and
+    never trains; on CPU `RLVR_FAULT=engine_copy` stands in for vLLM's with a copy of the policy)."""
+    if fault.engine is None and own is None:
         return PolicyEngine.of(name, policy, compute=compute)
-    import copy as copying
+    if own is None:
+        import copy as copying
 
-    own = copying.deepcopy(policy).eval().requires_grad_(False)
-    own = own.to(device=device or next(policy.parameters()).device, dtype=compute if compute and copy else None)
+        own = copying.deepcopy(policy).eval().requires_grad_(False)
     engine = PolicyEngine.of(name, own, compute=compute)
     if fault.engine == "stale_engine":  # the bug this guards against: weights never reach the engine
         engine.engine.load_weights = lambda model: None  # type: ignore[method-assign]
@@ -270,10 +278,16 @@ def load_model(source: str, revision: str | None, dtype: torch.dtype, device: to
 
 
 def load_reference(
-    contract: Contract, folder: Path, dtype: torch.dtype, device: torch.device, adapted: Any | None = None
+    contract: Contract,
+    folder: Path,
+    dtype: torch.dtype,
+    device: torch.device,
+    adapted: Any | None = None,
+    loader: Any = None,
 ) -> Any | None:
     """The frozen reference; with an adapter over the policy (`adapted`) and no bias trained, the
-    adapted policy itself, whose adapter is switched off to compute the reference."""
+    adapted policy itself, whose adapter is switched off to compute the reference. `loader`:
+    `load_model`'s stand-in (a sharded run's meta model on all but the main process)."""
     ref = contract.artifacts.reference
     watched = any(r.metric == "kl" for r in contract.monitoring.rules)
     if ref is None or ref.is_none or (contract.objective.kl.coef == 0 and not watched):
@@ -286,7 +300,7 @@ def load_reference(
         source, revision = artifact_path(policy, folder, "policy"), policy.revision
     else:
         source, revision = artifact_path(ref, folder, "reference"), ref.revision
-    model = load_model(source, revision, dtype, device)
+    model = (loader or load_model)(source, revision, dtype, device)
     for p in model.parameters():
         p.requires_grad_(False)
     return model

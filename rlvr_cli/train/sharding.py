@@ -13,6 +13,12 @@ What changes when the model is sharded, and how rlvr keeps the run the same run:
 - **The update's shared-prompt forward** (engine/shared.py: each group's prompt once) runs
   as forward methods of the same units, so a layer's weights are gathered around its step there
   as around its own forward.
+- **Only the main process reads the weights from disk**: the others build the model on the meta
+  device (no memory), shard it, and receive their shard from the main process tensor by tensor
+  (`set_model_state_dict(..., broadcast_from_rank0=True)`); buffers that are not saved (rotary
+  tables) are broadcast too. With 8 processes on a node, a 70B policy in fp32 is 280 GB of host
+  memory once, not eight times. The engine's copy is built the same way and filled from the
+  sharded policy.
 - **Checkpoints are written as shards** by every process (train/shards.py, DCP), and DCP
   reshards them on load, so a run resumes with another number of processes; `final/` is
   gathered file by file and written by the main process (train/final_shards.py: a
@@ -63,6 +69,51 @@ def is_sharded(model: Any) -> bool:
     from torch.distributed.fsdp import FSDPModule
 
     return isinstance(model, FSDPModule)
+
+
+def meta_model(source: str, revision: str | None, dtype: torch.dtype) -> Any:
+    """The model `source` describes, on the meta device: its structure without memory or a read of
+    its weights (what every process but the main one starts from)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(source, revision=revision, local_files_only=True)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    return model.eval()
+
+
+def unsaved_buffers(model: Any) -> list[str]:
+    """Buffers a state dict leaves out (rotary tables): rebuilt by each process from its config
+    normally, broadcast here because a meta model holds none."""
+    saved = set(model.state_dict())
+    return sorted(name for name, _ in model.named_buffers() if name not in saved)
+
+
+def fill_from_main(model: Any, whole: dict[str, torch.Tensor] | None, device: torch.device) -> None:
+    """After `shard`: every process's shard of the main process's weights (`whole`, its state dict
+    taken before sharding; None on the others, whose model is on the meta device), and the
+    buffers a state dict leaves out. A collective."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    if whole is None:
+        model.to_empty(device=device)
+    options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True, strict=False)
+    set_model_state_dict(model, whole or {}, options=options)
+    for name in unsaved_buffers(model):
+        torch.distributed.broadcast(model.get_buffer(name), src=0)
+
+
+def whole_copy(policy: Any, source: str, revision: str | None, dtype: torch.dtype, device: torch.device) -> Any:
+    """The rollout engine's whole copy of a sharded policy, in `dtype` (a collective): built empty
+    from the config, then each weight gathered from the shards, each unsaved buffer copied."""
+    from rlvr_cli.engine.engines import copy_weights
+
+    own = meta_model(source, revision, dtype).to_empty(device=device).requires_grad_(False)
+    copy_weights(policy, own)
+    with torch.no_grad():
+        for name in unsaved_buffers(own):
+            own.get_buffer(name).copy_(policy.get_buffer(name))
+    return own
 
 
 class Lockstep:

@@ -281,3 +281,58 @@ def test_cpu_offload_without_a_gpu_is_refused_with_the_reason(scaffold: Path, tm
     refused = rlvr("train", contract, "--nproc", "1", "--run-dir", tmp_path / "run", "--max-steps", "1", timeout=300)
     assert refused.code != 0 and "drop cpu_offload for CPU runs" in refused.stderr, refused.stderr[-2000:]
     assert "internal error" not in refused.stderr
+
+
+SETUP = """
+import json, os, resource, sys
+from pathlib import Path
+from rlvr_cli.contract.load import load
+from rlvr_cli.train import distributed as dist
+from rlvr_cli.train.faults import Fault
+from rlvr_cli.train.setup import build
+
+if __name__ == "__main__":  # the verifier's worker processes import this file too
+    dist.init()
+    path = Path(sys.argv[1])
+    base = int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    setup = build(load(path), path.resolve().parent, Fault.none())
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    print(json.dumps({"rank": setup.rank, "added": peak - base}))
+    dist.shutdown()
+"""
+
+
+@pytest.mark.slow
+def test_only_the_main_process_reads_the_weights_of_a_sharded_run(scaffold: Path, tmp_path: Path) -> None:
+    """A bf16 checkpoint trained with fp32 weights: a process that loads it holds the policy and
+    the reference whole in fp32 while it shards them. Under fsdp2 only the main process does; the
+    other builds the model on the meta device and receives its shard tensor by tensor, so its
+    setup adds less (here about 2 bytes a parameter less; before, both processes loaded the same
+    and added the same). The torchrun tests above show it receives the same weights (2 processes
+    train what 1 does)."""
+    from transformers import AutoModelForCausalLM
+
+    from rlvr_cli.toy.tiny import build_tiny
+
+    folder = tmp_path / "exp"
+    shutil.copytree(scaffold, folder, ignore=shutil.ignore_patterns("model"))
+    build_tiny(folder / "model", hidden=768, layers=9)
+    model = AutoModelForCausalLM.from_pretrained(folder / "model", dtype=torch.bfloat16)
+    model.save_pretrained(folder / "model")
+    parameters = sum(p.numel() for p in model.parameters())
+    contract = folder / CONTRACT
+    contract.write_text(contract.read_text().replace("  precision: fp32\n", FSDP2 % "false"))
+    (tmp_path / "setup.py").write_text(SETUP)
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    done = subprocess.run(
+        [*command, str(tmp_path / "setup.py"), str(contract)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "MALLOC_TRIM_THRESHOLD_": "0"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith('{"rank"')]
+    added = {r["rank"]: r["added"] for r in rows}
+    print("setup adds (bytes, by rank):", added, "parameters:", parameters)
+    assert added[1] < added[0] - parameters, (added, parameters)  # at least 1 byte a parameter less
