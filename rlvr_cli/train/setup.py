@@ -28,6 +28,7 @@ from rlvr_cli.errors import RlvrError
 from rlvr_cli.files import sha256_file
 from rlvr_cli.train import distributed as dist
 from rlvr_cli.train.faults import Fault
+from rlvr_cli.train.sharding import meta_loader, shard_loaded
 
 
 @dataclass
@@ -93,37 +94,22 @@ def build(contract: Contract, folder: Path, fault: Fault, run_dir: Path | None =
     load_on = torch.device("cpu") if sharded else device
     # an adapter trains over a frozen base, which never needs more precision than it computes in
     base_dtype = compute if hp.adapter is not None and compute is not None else dtype
-    loader = load_model
-    if sharded and rank != 0:  # only the main process reads the weights (train/sharding.py)
-        from rlvr_cli.train.sharding import meta_model
-
-        loader = lambda source, revision, dtype, _device: meta_model(source, revision, dtype)  # noqa: E731
-    policy_source = artifact_path(policy_ref, folder, "policy")
-    policy = loader(policy_source, policy_ref.revision, base_dtype, load_on)
+    loader = meta_loader if sharded and rank != 0 else load_model  # only the main process reads the weights
+    policy = loader(artifact_path(policy_ref, folder, "policy"), policy_ref.revision, base_dtype, load_on)
     peft_model = None
     if hp.adapter is not None:
         from rlvr_cli.train import lora
 
         peft_model = lora.attach(policy, contract, folder)  # policy is modified in place
-    engine = served_engine(contract, folder, run_dir, policy)
-    if engine is None and not sharded:
-        engine = make_engine(hp.sampling.engine, policy, fault, compute)
+    # sharded: the engine is made once the policy holds its weights (below)
+    engine = None if sharded else _engine(contract, folder, run_dir, fault, policy, compute)
     adapted = policy if peft_model is not None else None
     reference = load_reference(contract, folder, base_dtype, load_on, adapted, loader)
     if hp.strategy.activation_checkpointing:
         recompute_layers(policy)
-    if sharded:
-        from rlvr_cli.train.sharding import fill_from_main, shard, whole_copy
-
-        for model in (policy, reference):
-            if model is not None:  # (an adapter, whose reference is the policy itself, is refused with fsdp2)
-                whole = model.state_dict() if rank == 0 else None  # the loaded tensors, kept for the broadcast
-                shard(model, hp.strategy, compute, hp.dtypes.reduce)
-                fill_from_main(model, whole, device)
-                del whole
-        if engine is None:  # the engine's own whole copy, in the compute dtype
-            own = whole_copy(policy, policy_source, policy_ref.revision, compute or base_dtype, device)
-            engine = make_engine(hp.sampling.engine, policy, fault, compute, own=own)
+    if sharded:  # (an adapter, whose reference is the policy itself, is refused with fsdp2)
+        shard_loaded([m for m in (policy, reference) if m is not None], rank == 0, hp, compute, device)
+        engine = _engine(contract, folder, run_dir, fault, policy, compute, (compute or base_dtype, device))
     optimizer = make_optimizer(contract, policy)
     splits = read_splits(folder, contract.data.splits)
     return Setup(
@@ -169,6 +155,29 @@ def served_engine(contract: Contract, folder: Path, run_dir: Path | None, policy
         weights = Path(run_dir or folder).resolve() / "engine_weights"
         shutil.rmtree(weights, ignore_errors=True)
     return PolicyEngine.of(sampling.engine, policy, server=sampling.server, weights=weights)
+
+
+def _engine(
+    contract: Contract,
+    folder: Path,
+    run_dir: Path | None,
+    fault: Fault,
+    policy: Any,
+    compute: torch.dtype | None,
+    copy: tuple[torch.dtype, torch.device] | None = None,
+) -> PolicyEngine:
+    """A served engine, else `make_engine`'s; `copy` (dtype, device): a sharded policy's engine
+    holds a whole copy of it (train/sharding.py `whole_copy`)."""
+    served = served_engine(contract, folder, run_dir, policy)
+    if served is not None:
+        return served
+    own = None
+    if copy is not None:
+        from rlvr_cli.train.sharding import whole_copy
+
+        ref = contract.artifacts.policy
+        own = whole_copy(policy, artifact_path(ref, folder, "policy"), ref.revision, *copy)
+    return make_engine(contract.hyperparameters.sampling.engine, policy, fault, compute, own=own)
 
 
 def make_engine(

@@ -82,6 +82,21 @@ def meta_model(source: str, revision: str | None, dtype: torch.dtype) -> Any:
     return model.eval()
 
 
+def meta_loader(source: str, revision: str | None, dtype: torch.dtype, _device: torch.device) -> Any:
+    """`setup.load_model`'s stand-in on every process but the main one."""
+    return meta_model(source, revision, dtype)
+
+
+def shard_loaded(models: list[Any], main: bool, hp: Any, compute: torch.dtype | None, device: torch.device) -> None:
+    """Shard each model (`hp.strategy`), then give every process its shard of what the main
+    process loaded (a collective). The main process keeps its loaded tensors until then."""
+    for model in models:
+        whole = model.state_dict() if main else None
+        shard(model, hp.strategy, compute, hp.dtypes.reduce)
+        fill_from_main(model, whole, device)
+        del whole
+
+
 def unsaved_buffers(model: Any) -> list[str]:
     """Buffers a state dict leaves out (rotary tables): rebuilt by each process from its config
     normally, broadcast here because a meta model holds none."""
