@@ -43,6 +43,22 @@ def transformers_generate(model: Any, prompts: list[list[int]], params: Sampling
 def _generate(
     model: Any, input_ids: torch.Tensor, attention: torch.Tensor, params: SamplingParams, greedy: bool
 ) -> Any:
+    """Only what the contract says: `generate` fills every setting it is not given from the
+    model's generation_config.json (Qwen2.5-Instruct's sets top_k 20 and repetition_penalty 1.05),
+    so for the call the model's is replaced by transformers' own defaults, which sample from the
+    distribution unchanged."""
+    from transformers import GenerationConfig
+
+    own, model.generation_config = model.generation_config, GenerationConfig()
+    try:
+        return _call_generate(model, input_ids, attention, params, greedy)
+    finally:
+        model.generation_config = own
+
+
+def _call_generate(
+    model: Any, input_ids: torch.Tensor, attention: torch.Tensor, params: SamplingParams, greedy: bool
+) -> Any:
     return model.generate(
         input_ids=input_ids,
         attention_mask=attention,

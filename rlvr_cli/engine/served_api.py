@@ -73,6 +73,7 @@ class VllmApi:
             "temperature": 0.0 if greedy else params.temperature,
             "top_p": 1.0 if greedy else params.top_p,
             "top_k": -1 if greedy or not params.top_k else params.top_k,
+            **NEUTRAL,  # what the request leaves out, the server takes from generation_config.json
             "seed": seed,
             "stop_token_ids": list(params.stop_ids),
             "ignore_eos": True,
@@ -109,6 +110,13 @@ class VllmApi:
         server.call("POST", "/reset_prefix_cache")  # cached prefixes hold the old weights' keys and values
 
 
+#: Settings that reshape the distribution, each at the value that leaves it as the model gives it.
+#: A request must say them: vLLM (`--generation-config auto`, its default) and SGLang fill what a
+#: request leaves out from the model's generation_config.json (Qwen2.5-Instruct's repetition_penalty
+#: 1.05), and the sampled tokens would no longer follow the log-probs the trainer counts.
+NEUTRAL = {"repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "min_p": 0.0}
+
+
 def _token_id(token: Any) -> int:
     text = str(token)
     if not text.startswith("token_id:"):
@@ -139,6 +147,7 @@ class SglangApi:
             "temperature": 0.0 if greedy else params.temperature,
             "top_p": 1.0 if greedy else params.top_p,
             "top_k": -1 if greedy or not params.top_k else params.top_k,
+            **NEUTRAL,
             "stop_token_ids": list(params.stop_ids),
             "ignore_eos": True,
             "skip_special_tokens": False,

@@ -25,6 +25,8 @@ from typing import Any
 from fastapi import FastAPI, Request  # (module level: the routes' annotations are resolved here)
 from fastapi.responses import JSONResponse, PlainTextResponse
 
+from rlvr_cli.engine.served_api import NEUTRAL
+
 FAULTS = (
     "hang",  # never answers
     "http_500",  # answers 500
@@ -145,6 +147,13 @@ def app(standin: StandIn) -> Any:
             return PlainTextResponse("<html>502 Bad Gateway</html>")
         return None
 
+    def reshaped(sampling: dict[str, Any]) -> Any:
+        """Like vLLM (`--generation-config auto`) and SGLang, a setting a request leaves out would be
+        the model's generation_config.json's; this stand-in samples only the distribution as the
+        model gives it, so it refuses a request that does not pin each reshaping setting."""
+        loose = {k: sampling.get(k) for k, v in NEUTRAL.items() if sampling.get(k) != v}
+        return JSONResponse({"error": f"unpinned sampling settings {loose}"}, status_code=400) if loose else None
+
     def bend(ids: list[int], logps: list[float], max_tokens: int, stops: list[int]) -> tuple[list[int], list[float]]:
         if standin.active("short_logprobs"):
             return ids, logps[:-1]
@@ -176,7 +185,7 @@ def app(standin: StandIn) -> Any:
 
         @api.post("/v1/completions")
         def completions(body: dict[str, Any]) -> Any:
-            if (wrong := misbehaving()) is not None:
+            if (wrong := misbehaving() or reshaped(body)) is not None:
                 return wrong
             greedy = body["temperature"] == 0
             params = {
@@ -233,7 +242,7 @@ def app(standin: StandIn) -> Any:
 
         @api.post("/generate")
         def generate(body: dict[str, Any]) -> Any:
-            if (wrong := misbehaving()) is not None:
+            if (wrong := misbehaving() or reshaped(body["sampling_params"])) is not None:
                 return wrong
             sp = body["sampling_params"]
             params = {

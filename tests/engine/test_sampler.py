@@ -225,3 +225,24 @@ def test_a_decoder_kept_for_a_model_does_not_keep_it_alive() -> None:
     del model
     gc.collect()
     assert ref() is None
+
+
+def test_the_transformers_engine_samples_what_the_contract_says_not_the_models_generation_config() -> None:
+    """A checkpoint's generation_config.json (Qwen2.5-Instruct's: top_k 20, repetition_penalty 1.05)
+    is what `generate` falls back on for every setting it is not given. Here one that forbids any
+    token already in the sequence: the contract says nothing of the kind, so the prompt's own
+    tokens must still be drawn about as often as the distribution gives them, and the model's
+    own settings stay as they were."""
+    from transformers import GenerationConfig
+
+    from rlvr_cli.engine.engines import PolicyEngine
+    from rlvr_cli.engine.types import SamplingParams
+
+    model = family("qwen2")
+    model.generation_config = GenerationConfig(repetition_penalty=100.0, no_repeat_ngram_size=1)
+    params = SamplingParams(max_new_tokens=8, temperature=1.0, top_p=1.0, top_k=0, stop_ids=(), pad_id=0)
+    prompt = [5, 6, 7]
+    drawn = PolicyEngine.of("transformers", model).sample([prompt] * 64, params, seed=0, revision=0)
+    repeats = sum(token in prompt for g in drawn for token in g.response_ids)
+    assert repeats >= 5, repeats  # 512 draws over 64 tokens; forbidden, there would be none
+    assert model.generation_config.no_repeat_ngram_size == 1  # the model's own config is left as it was
