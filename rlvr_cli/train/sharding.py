@@ -107,12 +107,13 @@ def unsaved_buffers(model: Any) -> list[str]:
 def fill_from_main(model: Any, whole: dict[str, torch.Tensor] | None, device: torch.device) -> None:
     """After `shard`: every process's shard of the main process's weights (`whole`, its state dict
     taken before sharding; None on the others, whose model is on the meta device), and the
-    buffers a state dict leaves out. A collective."""
+    buffers a state dict leaves out. Strict: a weight the main process does not send is an
+    error, never left as the empty memory it was allocated as. A collective."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
     if whole is None:
         model.to_empty(device=device)
-    options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True, strict=False)
+    options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True, strict=True)
     set_model_state_dict(model, whole or {}, options=options)
     for name in unsaved_buffers(model):
         torch.distributed.broadcast(model.get_buffer(name), src=0)
