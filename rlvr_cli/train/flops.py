@@ -77,13 +77,14 @@ class Shape:
 
 def _idle_experts(model: Any) -> int:
     """A mixture of experts' weights a token does not run through: of each layer's experts (the
-    parameters under an `experts` module), all but `num_experts_per_tok` of them."""
+    parameters under an `experts` module, an adapter's on them aside), all but
+    `num_experts_per_tok` of them."""
     config = model.config
     experts = next((getattr(config, f, None) for f in EXPERT_FIELDS if getattr(config, f, None)), 0)
     active = getattr(config, "num_experts_per_tok", None) or 0
     if not experts or not active:
         return 0
-    held = sum(p.numel() for name, p in model.named_parameters() if ".experts." in f".{name}")
+    held = sum(p.numel() for name, p in model.named_parameters() if ".experts." in f".{name}" and "lora_" not in name)
     return held * (experts - active) // experts
 
 

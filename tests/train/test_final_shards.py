@@ -78,6 +78,7 @@ def test_a_write_error_on_the_main_process_is_raised_after_every_gather(
     import safetensors.torch
 
     source = AutoModelForCausalLM.from_pretrained(build_tiny(tmp_path / "tiny"))
+    _Shard.gathered = 0
     state = {name: _Shard(t) for name, t in source.state_dict().items()}
     monkeypatch.setattr(source, "state_dict", lambda: state)
     monkeypatch.setattr(final_shards, "FILE_BYTES", 100_000)

@@ -145,6 +145,17 @@ SHAPES = {
     },
 }
 
+# Mixtral's layout at a size built in milliseconds (its experts, router and older names as they are)
+SMALL_MIXTRAL = {
+    **SHAPES["Mixtral-8x7B"],
+    "hidden_size": 64,
+    "intermediate_size": 96,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 100,
+}
+
 
 def _contract(tmp_path: Path, config: dict, adapter: bool = False) -> Path:
     (tmp_path / "llama-7b").mkdir()
@@ -292,9 +303,7 @@ def test_validate_takes_peft_s_names_for_experts_and_never_blocks_all_linear_on_
     assert "RLV305" not in rlvr("validate", contract).stdout
     contract.write_text(contract.read_text().replace("all-linear", "[shared_expert_gate]"))
     assert "rank 16 exceeds shared_expert_gate's smaller side (2048×1)" in rlvr("validate", contract).stdout
-    small = {**SHAPES["Mixtral-8x7B"], "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 1}
-    small.update(num_attention_heads=4, num_key_value_heads=2, vocab_size=100)
-    (tmp_path / "llama-7b" / "config.json").write_text(json.dumps(small))
+    (tmp_path / "llama-7b" / "config.json").write_text(json.dumps(SMALL_MIXTRAL))
     contract.write_text(
         contract.read_text().replace("[shared_expert_gate]", "[q_proj, w1, w3]").replace("rank: 16", "rank: 4")
     )
@@ -314,9 +323,7 @@ def test_peft_refuses_half_of_a_fused_expert_pair_as_validate_says(tmp_path: Pat
     from peft import LoraConfig, get_peft_model
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    small = {**SHAPES["Mixtral-8x7B"], "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 1}
-    small.update(num_attention_heads=4, num_key_value_heads=2, vocab_size=100)
-    config = AutoConfig.for_model(**small)
+    config = AutoConfig.for_model(**SMALL_MIXTRAL)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
     with pytest.raises(ValueError, match="w1 without also targeting w3"):
