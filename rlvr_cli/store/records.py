@@ -158,6 +158,17 @@ class RecordStore:
             if path.name not in listed:
                 path.unlink()
 
+    def keep_before(self, step: int) -> None:
+        """Unlist (then remove) the shards of steps at or after `step`: an earlier attempt that ran
+        further than this run will leaves no records of steps this run never takes."""
+        kept = [s for s in self.shards if s.get("step", -1) < step]
+        if len(kept) == len(self.shards):
+            return
+        dropped, self.shards = self.shards[len(kept) :], kept
+        atomic_write_bytes(self.folder / MANIFEST, (json.dumps({"shards": self.shards}, indent=1) + "\n").encode())
+        for shard in dropped:
+            (self.folder / shard["file"]).unlink(missing_ok=True)
+
     @property
     def cursor(self) -> int:
         self.flush()

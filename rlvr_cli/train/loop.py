@@ -283,6 +283,8 @@ def start(contract: Contract, contract_path: Path, run_dir: Path, steps: int, re
         folder.truncate_metrics(state.step)  # steps after the checkpoint are redone and logged once
     # one process owns the record store: opening it also clears orphans of interrupted writes
     records = RecordStore(folder.records, contract.records.shard_rows, setup.fault.records) if setup.main else None
+    if records is not None:
+        records.keep_before(steps)  # an interrupted attempt may have gone further than this run goes
     setup.engine.sync(setup.policy, state.optimizer_steps)  # a resumed run's weights, wherever it samples
     ahead = None
     if overlap.allowed(setup):

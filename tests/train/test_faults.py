@@ -7,6 +7,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -194,6 +195,26 @@ def test_ctrl_c_before_the_first_checkpoint_leaves_a_way_forward(
     assert done.code == 0 and "starting from step 0" in done.stderr, done.stderr[-2000:]
     assert steps_logged(run_dir) == [0, 1, 2, 3]
     assert same_final(run_dir, straight) and record_keys(run_dir) == record_keys(straight)
+
+
+@pytest.mark.slow
+def test_a_restart_that_stops_earlier_keeps_no_records_of_steps_it_never_took(
+    experiment: Path, tmp_path: Path, straight: Path
+) -> None:
+    """An attempt without a checkpoint that got to step 6, then `--auto --max-steps 4` in the same
+    folder: the records are the straight 4-step run's, none of the first attempt's steps 4 and 5
+    (an interrupt that came late left them before)."""
+    edit(experiment, "every_steps: 1", "every_steps: 100")
+    run_dir = tmp_path / "run"
+    first = rlvr("train", experiment / CONTRACT, "--run-dir", run_dir, "--max-steps", "6", timeout=300)
+    assert first.code == 0 and max(k[0] for k in record_keys(run_dir)) == 5, first.stderr[-2000:]
+    shutil.rmtree(run_dir / "checkpoints")  # as if killed before its first checkpoint, records written
+    edit(experiment, "every_steps: 100", "every_steps: 1")
+    done = rlvr("train", experiment / CONTRACT, "--run-dir", run_dir, "--max-steps", "4", "--auto", timeout=300)
+    assert done.code == 0 and "starting from step 0" in done.stderr, done.stderr[-2000:]
+    assert record_keys(run_dir) == record_keys(straight)
+    manifest = json.loads((run_dir / "records" / "manifest.json").read_text())["shards"]
+    assert sorted(p.name for p in (run_dir / "records").glob("*.parquet")) == sorted(s["file"] for s in manifest)
 
 
 @pytest.mark.parametrize("fault", ["disk_full@3", "records_full@2"], ids=["at a checkpoint", "writing records"])
