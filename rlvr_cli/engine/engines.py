@@ -126,6 +126,20 @@ class PolicyEngine:
     def __init__(self, engine: RolloutEngine, revision: int = 0, compute: Any = None, device: str = "cpu") -> None:
         self.engine, self.revision = engine, revision
         self.compute, self.device = compute, device  # autocast dtype (None: the weights' own) and device type
+        self.lender: Any = None  # a sharded policy's (train/sharding.py `Lender`): weights lent per phase
+
+    def lent(self) -> Any:
+        """The scope of one sampling phase. A sharded policy's engine holds its weights only
+        inside it (a collective: every process enters it at the same points of a step); any
+        other engine holds them always, and this is a null scope."""
+        import contextlib
+
+        return self.lender() if self._borrows() else contextlib.nullcontext()
+
+    def _borrows(self) -> bool:
+        """It samples from its model's tensors, lent per phase (an engine that holds weights of
+        its own, vLLM's, is given them at each sync instead)."""
+        return self.lender is not None and not getattr(self.engine, "holds_weights", False)
 
     @classmethod
     def of(
@@ -144,12 +158,19 @@ class PolicyEngine:
         already given this revision is not given it again (writing the weights costs seconds)."""
         if getattr(self.engine, "remote", False) and self.engine.held is not None and revision == self.revision:
             return
-        self.engine.load_weights(model)
+        if self.lender is None:
+            self.engine.load_weights(model)
+        elif not self._borrows():  # a sharded policy's weights, gathered to be handed over (a collective)
+            with self.lender() as whole:
+                self.engine.load_weights(whole)
+        # else: it reads the weights as they are when it is lent them, at each sampling phase
         self.revision = revision
 
     def sample(self, prompts: list[list[int]], params: SamplingParams, seed: int, revision: int) -> list[Generation]:
         if revision != self.revision:
             raise StaleWeights(f"the rollout engine holds weights of revision {self.revision}, asked for {revision}")
+        if self._borrows() and not self.lender.active:
+            raise StaleWeights("the rollout engine of a sharded policy samples only inside `lent()`")
         from rlvr_cli.engine.precision import autocast
 
         with autocast(self.compute, self.device):

@@ -11,8 +11,9 @@ queries and keys together from cos/sin tables built once per prefill, and one at
 with an additive mask kept with the cache. Where they fit in `COPY_BYTES`, the decoder keeps
 the weights concatenated and transposed (the layout the CPU's GEMM reads fastest at a few
 rows); it re-reads them whenever a parameter was written or replaced (an optimizer step, a
-load), so it always samples with the model's current weights. Otherwise it uses the model's
-own weights as they are.
+load), so it always samples with the model's current weights. Otherwise, and for weights lent
+for one sampling phase (a sharded policy's, gathered: a copy would double them for no speed at
+the sizes sharding is for), it uses the model's own weights as they are.
 
 `why_not(model)` says when a model is outside what it reproduces (another architecture, scaled
 RoPE, a sliding window, a non-SiLU MLP); the sampler then uses the model's own forward. A test
@@ -207,6 +208,7 @@ class Decoder:
                 layers, head = self.model.model.layers, self.model.lm_head
                 linears = [m for m in self.model.modules() if isinstance(m, torch.nn.Linear)]
                 copy = sum(m.weight.numel() * m.weight.element_size() for m in linears) <= COPY_BYTES
+                copy = copy and not getattr(self.model, "weights_lent", False)  # gathered for this phase only
                 copy = copy or is_adapted(self.model)  # adapted layers compute with a merged weight
                 self.layers = [self._layer(layer, copy, dtype) for layer in layers]
                 self.head = _Linear([head], copy, dtype)

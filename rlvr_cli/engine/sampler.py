@@ -115,6 +115,11 @@ def weights_written(model: Any) -> None:
         decoder.written()
 
 
+def forget(model: Any) -> None:
+    """Drop the decoder kept for `model` and its copies of the weights (they were lent)."""
+    _DECODERS.pop(model, None)
+
+
 class _LeanForward:
     def __init__(self, model: Any) -> None:
         from rlvr_cli.engine.fused import Decoder

@@ -35,6 +35,7 @@ TRANSIENT = (502, 503, 504)
 
 class ServedEngine:
     remote = True  # samples from its own copy of the weights: every new revision must be handed over
+    holds_weights = True  # (so a sharded policy hands them over at each sync, never lends them)
 
     def __init__(self, engine: str, server: Any, model: Any, weights_dir: Path | None = None) -> None:
         import httpx

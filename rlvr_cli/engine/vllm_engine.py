@@ -23,6 +23,7 @@ from rlvr_cli.errors import UsageProblem
 
 class VllmEngine:
     name = "vllm"
+    holds_weights = True  # in its own GPU memory: given the trainer's at every sync, never lent them
 
     def __init__(self, model: Any) -> None:
         try:

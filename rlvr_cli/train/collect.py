@@ -62,10 +62,11 @@ def sample_groups(
     seed = step_seed(setup, step, round_)
     hinted = hints.hinted_per_group(setup.contract, step)
     request = Draw(group_size=hp.group_size, seed=seed, round=round_, revision=revision, hinted=hinted)
-    if setup.per_group_seeds:
-        return rollout.sample_share(tasks, request, setup.rank, setup.world, times)
-    request = replace(request, groups=list(range(first, first + len(tasks))))
-    return rollout.sample(tasks, request, times), tasks
+    with setup.engine.lent():  # a sharded policy's weights, gathered for this phase (train/sharding.py)
+        if setup.per_group_seeds:
+            return rollout.sample_share(tasks, request, setup.rank, setup.world, times)
+        request = replace(request, groups=list(range(first, first + len(tasks))))
+        return rollout.sample(tasks, request, times), tasks
 
 
 def collect(setup: Setup, state: TrainState, rollout: Rollout, ahead: Any = None) -> StepResult:

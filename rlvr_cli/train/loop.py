@@ -240,7 +240,8 @@ def _holdout_rows(run: Run, rollout: Rollout) -> list[Sample]:
     if run.ahead is not None:
         run.ahead.wait()  # the sampling in flight shares the reward source
     draw = Draw(group_size=1, seed=0, revision=run.state.optimizer_steps, greedy=True)
-    return rollout.sample(run.setup.holdout_tasks, draw)
+    with run.setup.engine.lent():
+        return rollout.sample(run.setup.holdout_tasks, draw)
 
 
 def _holdout_values(run: Run, rows: list[Sample], metrics: StepMetrics) -> None:

@@ -49,8 +49,8 @@ def load_shape(contract: Contract, folder: Path) -> Layout:
 def estimate(contract: Contract, shape: Layout, devices: int = 1) -> dict[str, float]:
     """Bytes per device for each term, as the trainer runs the contract: the parameter terms are
     divided over the devices only with `parallel.strategy: fsdp2` (ddp keeps a whole copy on
-    each), offloaded terms live in CPU memory, a sharded policy samples from a whole copy of the
-    weights in the compute dtype; a served engine (`sampling.server`) samples on devices of its
+    each), offloaded terms live in CPU memory, a sharded policy samples from its weights gathered
+    whole in the compute dtype; a served engine (`sampling.server`) samples on devices of its
     own, so its KV cache and weights are not the trainer's."""
     terms = _terms(contract, shape, devices)
     if contract.hyperparameters.sampling.server is not None:
@@ -87,10 +87,10 @@ def _terms(contract: Contract, shape: Layout, devices: int) -> dict[str, float]:
         "activations": activations,
         "logits": 2 * micro * length.max_response_tokens * shape.vocab * 4,
     }
-    if copied := sampler_copy(contract, shape, bc if sharded else bp, bc):
+    if not sharded and (copied := sampler_copy(contract, shape, bp, bc)):  # lent weights are read as they are
         terms["sampler's weight copy"] = copied
     if sharded:
-        terms["rollout weights"] = params * bc  # the engine's whole copy (sampling cannot run in lockstep)
+        terms["rollout weights"] = params * bc  # gathered whole to sample (sampling cannot run in lockstep)
         terms["gathered layers"] = 2 * shape.layer_parameters * bc  # the layer computing and the next one
     if hp.ahead_steps:  # train/overlap.py: a copy of the policy per step in flight; one samples at a time
         terms["weights sampled ahead"] = params * bp * hp.ahead_steps

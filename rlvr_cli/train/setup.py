@@ -164,27 +164,29 @@ def _engine(
     fault: Fault,
     policy: Any,
     compute: torch.dtype | None,
-    copy: tuple[torch.dtype, torch.device] | None = None,
+    lent: tuple[torch.dtype, torch.device] | None = None,
 ) -> PolicyEngine:
-    """A served engine, else `make_engine`'s; `copy` (dtype, device): a sharded policy's engine
-    holds a whole copy of it (train/sharding.py `whole_copy`)."""
+    """A served engine, else `make_engine`'s; `lent` (dtype, device): the policy is sharded, and its
+    engine's model is lent the gathered weights for each sampling phase (train/sharding.py `Lender`)."""
     served = served_engine(contract, folder, run_dir, policy)
     if served is not None:
         return served
-    own = None
-    if copy is not None:
-        from rlvr_cli.train.sharding import whole_copy
+    if lent is None:
+        return make_engine(contract.hyperparameters.sampling.engine, policy, fault, compute)
+    from rlvr_cli.train.sharding import rollout_model
 
-        ref = contract.artifacts.policy
-        own = whole_copy(policy, artifact_path(ref, folder, "policy"), ref.revision, *copy)
-    return make_engine(contract.hyperparameters.sampling.engine, policy, fault, compute, own=own)
+    ref = contract.artifacts.policy
+    own, lender = rollout_model(policy, artifact_path(ref, folder, "policy"), ref.revision, lent[0])
+    engine = make_engine(contract.hyperparameters.sampling.engine, policy, fault, compute, own=own)
+    engine.lender, engine.device = lender, lent[1].type  # (its parameters are on the meta device until lent)
+    return engine
 
 
 def make_engine(
     name: str, policy: Any, fault: Fault, compute: torch.dtype | None = None, own: Any = None
 ) -> PolicyEngine:
     """The run's rollout engine, sampling from the policy itself (lean, transformers) or from
-    its own copy of the weights `own` (a sharded policy's, in the compute dtype: it samples and
+    a model of its own `own` (a sharded policy's, lent the gathered weights: it samples and
     never trains; on CPU `RLVR_FAULT=engine_copy` stands in for vLLM's with a copy of the policy)."""
     if fault.engine is None and own is None:
         return PolicyEngine.of(name, policy, compute=compute)

@@ -7,9 +7,11 @@ What changes when the model is sharded, and how rlvr keeps the run the same run:
 - **Every process runs the same number of forwards and backwards**, because each layer's
   weights are gathered by a collective: a process with fewer micro-batches than another runs
   empty ones (`Lockstep`), whose loss is 0 and whose gradient is 0.
-- **Sampling reads a whole copy of the weights** (the rollout engine's, like a colocated vLLM's):
-  sampling lengths differ between processes and cannot be in lockstep. After each optimizer
-  step the full weights are gathered into it.
+- **Sampling reads the policy's whole weights, gathered once per sampling phase** (`Lender`):
+  sampling lengths differ between processes and cannot run in lockstep through the units'
+  hooks, so every unit is gathered before the phase (one all-gather each) and the engine's
+  model, a skeleton on the meta device, samples from those tensors. They are freed again
+  before the update, whose peak never holds them.
 - **The update's shared-prompt forward** (engine/shared.py: each group's prompt once) runs
   as forward methods of the same units, so a layer's weights are gathered around its step there
   as around its own forward.
@@ -17,8 +19,7 @@ What changes when the model is sharded, and how rlvr keeps the run the same run:
   device (no memory), shard it, and receive their shard from the main process tensor by tensor
   (`set_model_state_dict(..., broadcast_from_rank0=True)`); buffers that are not saved (rotary
   tables) are broadcast too. With 8 processes on a node, a 70B policy in fp32 is 280 GB of host
-  memory once, not eight times. The engine's copy is built the same way and filled from the
-  sharded policy.
+  memory once, not eight times.
 - **Checkpoints are written as shards** by every process (train/shards.py, DCP), and DCP
   reshards them on load, so a run resumes with another number of processes; `final/` is
   gathered file by file and written by the main process (train/final_shards.py: a
@@ -27,6 +28,8 @@ What changes when the model is sharded, and how rlvr keeps the run the same run:
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -119,17 +122,54 @@ def fill_from_main(model: Any, whole: dict[str, torch.Tensor] | None, device: to
         torch.distributed.broadcast(model.get_buffer(name), src=0)
 
 
-def whole_copy(policy: Any, source: str, revision: str | None, dtype: torch.dtype, device: torch.device) -> Any:
-    """The rollout engine's whole copy of a sharded policy, in `dtype` (a collective): built empty
-    from the config, then each weight gathered from the shards, each unsaved buffer copied."""
-    from rlvr_cli.engine.engines import copy_weights
+class Lender:
+    """The policy's own weights lent to the rollout engine for one sampling phase (a collective,
+    the same number of times on every process): every unit gathered (`unshard`, one all-gather
+    each, in the compute dtype), its whole tensors set on `own` (the engine's model: a skeleton
+    on the meta device with the policy's buffers), then taken back and every unit resharded.
+    Between phases nothing whole is held: the update's peak never meets the rollout weights."""
 
-    own = meta_model(source, revision, dtype).to_empty(device=device).requires_grad_(False)
-    copy_weights(policy, own)
-    with torch.no_grad():
-        for name in unsaved_buffers(own):
-            own.get_buffer(name).copy_(policy.get_buffer(name))
-    return own
+    def __init__(self, policy: Any, own: Any) -> None:
+        from torch.distributed.fsdp import FSDPModule
+
+        self.policy, self.own, self.active = policy, own, False
+        self.units = [m for m in policy.modules() if isinstance(m, FSDPModule)]
+        self.empty = dict(own.named_parameters(remove_duplicate=False))  # meta: restored after each phase
+        for name, buffer in policy.named_buffers(remove_duplicate=False):  # never sharded, never trained
+            _place(own, name, buffer, "_buffers")
+
+    @contextlib.contextmanager
+    def __call__(self) -> Iterator[Any]:
+        from rlvr_cli.engine.sampler import forget
+
+        self.policy._get_fsdp_state()._lazy_init()  # the root's streams, before any forward has run
+        try:
+            for unit in self.units:
+                unit.unshard()
+            for name, tensor in self.policy.named_parameters(remove_duplicate=False):
+                _place(self.own, name, tensor, "_parameters")  # whole now: registered by `unshard`
+            self.active = True
+            yield self.own
+        finally:
+            self.active = False
+            forget(self.own)  # the decoder's copies of these weights go with them
+            for name, empty in self.empty.items():
+                _place(self.own, name, empty, "_parameters")
+            for unit in self.units:
+                unit.reshard()
+
+
+def _place(model: Any, name: str, tensor: torch.Tensor, where: str) -> None:
+    owner, _, leaf = name.rpartition(".")
+    getattr(model.get_submodule(owner), where)[leaf] = tensor
+
+
+def rollout_model(policy: Any, source: str, revision: str | None, dtype: torch.dtype) -> tuple[Any, Lender]:
+    """The rollout engine's model for a sharded policy: its structure on the meta device, which
+    holds the policy's own whole weights only while they are lent (`Lender`)."""
+    own = meta_model(source, revision, dtype).requires_grad_(False)
+    own.weights_lent = True  # the lean sampler reads them as they are (engine/fused.py): no copy
+    return own, Lender(policy, own)
 
 
 class Lockstep:

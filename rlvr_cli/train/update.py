@@ -245,6 +245,7 @@ def optimizer_passes(
             _step(setup, state)
         elif setup.scaler is not None:
             setup.scaler.update()  # the scaler's bookkeeping of this pass ends (the scale is lowered)
+    setup.optimizer.zero_grad(set_to_none=True)  # read by nothing until the next backward: sampling gets their memory
     for sample, lp in zip(samples, torch.cat(olds).tolist() if samples else [], strict=True):  # type: ignore[arg-type]
         sample.old_logp = lp[: len(sample.response_ids)]
         sample.lag = lag

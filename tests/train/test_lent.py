@@ -1,0 +1,105 @@
+"""A sharded policy's rollout engine: the policy's own gathered weights, lent per sampling phase."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.distributed as tdist
+
+from rlvr_cli.engine.engines import PolicyEngine, StaleWeights
+from rlvr_cli.engine.sampler import lean_sample
+from rlvr_cli.engine.types import SamplingParams
+from rlvr_cli.toy.tiny import build_tiny
+from rlvr_cli.train.setup import load_model
+from rlvr_cli.train.sharding import rollout_model, shard
+
+PROMPTS = [[5, 6, 7, 8], [9, 10]]
+
+
+@pytest.fixture
+def one_process(tmp_path: Path):
+    store = tdist.FileStore(str(tmp_path / "store"), 1)
+    tdist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        tdist.destroy_process_group()
+
+
+def draw(model, seed: int) -> list:
+    return lean_sample(
+        model, PROMPTS, max_new_tokens=6, temperature=1.0, top_p=1.0, top_k=0, stop_ids=[], pad_id=0, seed=seed
+    )
+
+
+def test_the_engine_samples_from_the_gathered_policy_and_holds_nothing_between_phases(
+    one_process: None, tmp_path: Path
+) -> None:
+    folder = build_tiny(tmp_path / "model", hidden=64, layers=2)
+    policy = load_model(str(folder), None, torch.float32, torch.device("cpu"))
+    plain = copy.deepcopy(policy)
+    shard(policy, SimpleNamespace(cpu_offload=False, reshard_after_forward=True), None, "fp32")
+    own, lender = rollout_model(policy, str(folder), None, torch.float32)
+    engine = PolicyEngine.of("lean", own)
+    engine.lender, engine.device = lender, "cpu"
+    params = SamplingParams(max_new_tokens=6, temperature=1.0, top_p=1.0, top_k=0, stop_ids=(), pad_id=0)
+
+    assert all(p.is_meta for p in own.parameters())  # no memory between phases
+    with pytest.raises(StaleWeights, match="inside `lent"):
+        engine.sample(PROMPTS, params, seed=3, revision=0)
+    with engine.lent():
+        whole = {n: p.data_ptr() for n, p in policy.named_parameters()}  # gathered: plain tensors
+        assert {n: p.data_ptr() for n, p in own.named_parameters()} == whole  # the same memory, no copy
+        drawn = [g.response_ids for g in engine.sample(PROMPTS, params, seed=3, revision=0)]
+    assert drawn == [ids for ids, _, _ in draw(plain, 3)]
+    assert all(p.is_meta for p in own.parameters())
+    assert all(hasattr(p, "full_tensor") for p in policy.parameters())  # resharded
+
+    with torch.no_grad():  # an optimizer step's worth of change: the next phase samples the new weights
+        for (name, p), q in zip(policy.named_parameters(), plain.parameters(), strict=True):
+            p.to_local().mul_(1.5)
+            q.mul_(1.5)
+    engine.sync(policy, 1)
+    with engine.lent():
+        after = [g.response_ids for g in engine.sample(PROMPTS, params, seed=3, revision=1)]
+    assert after == [ids for ids, _, _ in draw(plain, 3)] and after != drawn
+
+
+class Holder:
+    """An engine that keeps weights of its own, as vLLM does: handed them at every sync."""
+
+    name, holds_weights = "holder", True
+
+    def __init__(self) -> None:
+        self.given: dict[str, torch.Tensor] = {}
+
+    def load_weights(self, model) -> None:
+        self.given = {n: t.detach().clone() for n, t in model.state_dict().items()}
+
+    def sample(self, prompts, params, seed):
+        return []
+
+    def describe(self) -> str:
+        return "holder"
+
+
+def test_an_engine_with_weights_of_its_own_is_handed_the_gathered_weights_at_each_sync(
+    one_process: None, tmp_path: Path
+) -> None:
+    folder = build_tiny(tmp_path / "model", hidden=64, layers=2)
+    policy = load_model(str(folder), None, torch.float32, torch.device("cpu"))
+    plain = copy.deepcopy(policy)
+    shard(policy, SimpleNamespace(cpu_offload=False, reshard_after_forward=True), None, "fp32")
+    own, lender = rollout_model(policy, str(folder), None, torch.float32)
+    engine = PolicyEngine(holder := Holder())
+    engine.lender = lender
+    engine.sync(policy, 1)
+    assert holder.given.keys() == plain.state_dict().keys()
+    for name, tensor in plain.state_dict().items():
+        assert torch.equal(holder.given[name], tensor), name
+    assert all(p.is_meta for p in own.parameters())  # taken back after the hand-over
+    assert engine.sample(PROMPTS, None, seed=0, revision=1) == []  # no phase needed: it holds its own
