@@ -60,7 +60,7 @@ def test_the_engine_samples_from_the_gathered_policy_and_holds_nothing_between_p
     assert all(hasattr(p, "full_tensor") for p in policy.parameters())  # resharded
 
     with torch.no_grad():  # an optimizer step's worth of change: the next phase samples the new weights
-        for (name, p), q in zip(policy.named_parameters(), plain.parameters(), strict=True):
+        for p, q in zip(policy.parameters(), plain.parameters(), strict=True):
             p.to_local().mul_(1.5)
             q.mul_(1.5)
     engine.sync(policy, 1)
