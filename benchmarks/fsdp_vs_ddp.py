@@ -2,7 +2,9 @@
 
 Per process: peak resident memory (ru_maxrss, each rank measures itself) and the memory the
 plan estimates for it; per run: seconds per step (metrics.jsonl `step_seconds`, steps after
-the first). Run: `.venv/bin/python benchmarks/fsdp_vs_ddp.py` (about 8 minutes on 2 cores).
+the first). Run: `.venv/bin/python benchmarks/fsdp_vs_ddp.py` (about 10 minutes on 2 cores).
+`--live`: with MALLOC_TRIM_THRESHOLD_=0, so glibc returns freed memory at once and the resident
+peak is the live memory (as a GPU's allocated memory is); steps are slower that way.
 """
 
 from __future__ import annotations
@@ -44,13 +46,15 @@ def experiment(root: Path) -> Path:
     return folder
 
 
-def run(folder: Path, name: str, out: Path) -> dict:
-    """`name`: ddp, fsdp2, or ddp-own: ddp with the model's own update forward (responses padded
-    on the right, so the shared-prompt forward steps aside)."""
-    strategy = name.removesuffix("-own")
+def run(folder: Path, name: str, out: Path, live: bool) -> dict:
+    """`name`: ddp, fsdp2, ddp-own: ddp with the model's own update forward (responses padded
+    on the right, so the shared-prompt forward steps aside), or fsdp2-kept: fsdp2 with
+    `reshard_after_forward: false` (each unit gathered once a pass)."""
+    strategy = name.removesuffix("-own").removesuffix("-kept")
+    kept = ", reshard_after_forward: false" if name.endswith("-kept") else ""
     contract = folder / f"{name}.rlvr.yaml"
     text = (folder / "experiment.rlvr.yaml").read_text()
-    text = text.replace("  precision: fp32\n", f"  precision: fp32\n  parallel: {{strategy: {strategy}}}\n")
+    text = text.replace("  precision: fp32\n", f"  precision: fp32\n  parallel: {{strategy: {strategy}{kept}}}\n")
     if name.endswith("-own"):
         assert "padding_side: left" in text
         text = text.replace("padding_side: left", "padding_side: right")
@@ -59,6 +63,8 @@ def run(folder: Path, name: str, out: Path) -> dict:
     peaks.mkdir(parents=True)
     (out / "rank.py").write_text(RANK)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PEAK_DIR": str(peaks), "PYTHONPATH": str(ROOT)}
+    if live:
+        env["MALLOC_TRIM_THRESHOLD_"] = "0"
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
     command += [str(out / "rank.py"), "train", str(contract), "--run-dir", str(out / f"run-{name}")]
     done = subprocess.run([*command, "--max-steps", str(STEPS)], capture_output=True, text=True, env=env, timeout=1800)
@@ -78,16 +84,18 @@ def run(folder: Path, name: str, out: Path) -> dict:
 
 
 def main() -> None:
+    live = "--live" in sys.argv
     with tempfile.TemporaryDirectory() as tmp:
         folder = experiment(Path(tmp))
-        results = {s: run(folder, s, Path(tmp) / "out") for s in ("ddp", "ddp-own", "fsdp2")}
+        results = {s: run(folder, s, Path(tmp) / "out", live) for s in ("ddp", "ddp-own", "fsdp2", "fsdp2-kept")}
     print(json.dumps(results, indent=1))
-    f = results["fsdp2"]
-    for base in ("ddp", "ddp-own"):
-        d = results[base]
-        memory = max(f["peak_per_process_mib"]) / max(d["peak_per_process_mib"])
-        speed = d["seconds_per_step"] / f["seconds_per_step"]
-        print(f"fsdp2/{base}: memory per process {memory:.2f}, steps/s {speed:.2f}")
+    for sharded in ("fsdp2", "fsdp2-kept"):
+        f = results[sharded]
+        for base in ("ddp", "ddp-own"):
+            d = results[base]
+            memory = max(f["peak_per_process_mib"]) / max(d["peak_per_process_mib"])
+            speed = d["seconds_per_step"] / f["seconds_per_step"]
+            print(f"{sharded}/{base}: memory per process {memory:.2f}, steps/s {speed:.2f}")
 
 
 if __name__ == "__main__":

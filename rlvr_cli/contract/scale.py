@@ -68,7 +68,11 @@ class Parallel(Section):
         "holds 1/N of them (torch.distributed.fsdp.fully_shard, one unit per decoder layer)."
     )
     reshard_after_forward: bool = Field(
-        True, description="fsdp2: free a layer's gathered weights after its forward (less memory, one more gather)."
+        True,
+        description="fsdp2: true frees a layer's gathered weights after its forward and after its backward (two "
+        "gathers a micro-batch); false keeps every layer gathered from the first forward of a training pass to its "
+        "last backward (one gather a pass: the whole weights in the compute dtype during the update, as sampling "
+        "holds them).",
     )
     cpu_offload: bool = Field(
         False, description="fsdp2 on GPUs: keep the sharded weights, gradients and optimizer state in CPU memory."

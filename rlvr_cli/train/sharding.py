@@ -68,6 +68,40 @@ def shard(model: Any, parallel: Any, compute: torch.dtype | None, reduce: str) -
     return model
 
 
+def units(model: Any) -> list[Any]:
+    from torch.distributed.fsdp import FSDPModule
+
+    return [m for m in model.modules() if isinstance(m, FSDPModule)]
+
+
+@contextlib.contextmanager
+def whole_for_pass(model: Any, after: bool) -> Iterator[None]:
+    """A pass of forwards without a backward over several micro-batches (the reference's log-probs,
+    the old ones): each unit is gathered at its first forward and kept for the pass, one
+    all-gather a unit instead of one a micro-batch, then resharded (`after`: the contract's
+    `reshard_after_forward` again). Its memory is the whole weights in the compute dtype, which
+    every sampling phase gathers anyway (`Lender`)."""
+    if not is_sharded(model):
+        yield
+        return
+    model.set_reshard_after_forward(False)
+    try:
+        yield
+    finally:
+        model.set_reshard_after_forward(after)
+        for unit in units(model):
+            unit.reshard()
+
+
+def keep_gathered(model: Any, keep: bool, last: bool) -> None:
+    """Before each backward of a training pass. `keep` (`parallel.reshard_after_forward: false`):
+    a unit gathered for the first micro-batch's forward stays gathered through every backward of
+    the pass but the `last`, one all-gather a unit a pass (the reduce-scatters stay one a
+    micro-batch); otherwise FSDP2 gathers it again for each forward and each backward."""
+    if keep:
+        model.set_reshard_after_backward(last)
+
+
 def is_sharded(model: Any) -> bool:
     from torch.distributed.fsdp import FSDPModule
 
@@ -130,10 +164,8 @@ class Lender:
     Between phases nothing whole is held: the update's peak never meets the rollout weights."""
 
     def __init__(self, policy: Any, own: Any) -> None:
-        from torch.distributed.fsdp import FSDPModule
-
         self.policy, self.own, self.active = policy, own, False
-        self.units = [m for m in policy.modules() if isinstance(m, FSDPModule)]
+        self.units = units(policy)
         self.empty = dict(own.named_parameters(remove_duplicate=False))  # meta: restored after each phase
         for name, buffer in policy.named_buffers(remove_duplicate=False):  # never sharded, never trained
             _place(own, name, buffer, "_buffers")

@@ -25,7 +25,7 @@ from rlvr_cli.train import objective as obj
 from rlvr_cli.train.importance import correction_metrics, engine_logprobs
 from rlvr_cli.train.layer_stats import LayerWatch
 from rlvr_cli.train.setup import Setup
-from rlvr_cli.train.sharding import Lockstep, is_sharded
+from rlvr_cli.train.sharding import Lockstep, is_sharded, keep_gathered, whole_for_pass
 from rlvr_cli.train.state import TrainState
 
 
@@ -42,6 +42,7 @@ class Forward:
     compute: torch.dtype | None = None  # mixed precision: the autocast dtype of every forward
     lockstep: Lockstep | None = None  # a sharded policy: empty rounds up to `rounds` (train/sharding.py)
     rounds: int = 0  # micro-batches of the process that has the most
+    reshard: bool = True  # sharded: `parallel.reshard_after_forward` (False: kept gathered for the whole pass)
 
     @classmethod
     def of(cls, setup: Setup, samples: list[Sample]) -> Forward:
@@ -49,6 +50,7 @@ class Forward:
         if is_sharded(setup.policy):  # every process runs as many forwards as the busiest one
             fwd.lockstep = Lockstep(setup.renderer.pad_id, setup.device)
             fwd.rounds = int(dist.maximum(float(len(fwd.parts))))
+            fwd.reshard = setup.contract.hyperparameters.strategy.reshard_after_forward
         return fwd
 
     @classmethod
@@ -109,10 +111,11 @@ class Forward:
 
     @torch.no_grad()
     def logprobs(self, model: object, temperature: float) -> torch.Tensor:
-        rows = [self.forward(model, part, temperature)[0] for part in self.parts]
-        for _ in range(self.empty_rounds):
-            with autocast(self.compute, self.batch.input_ids.device.type):
-                self.lockstep.forward(model)  # type: ignore[union-attr]
+        with whole_for_pass(model, self.reshard):  # sharded: one gather a unit for every micro-batch
+            rows = [self.forward(model, part, temperature)[0] for part in self.parts]
+            for _ in range(self.empty_rounds):
+                with autocast(self.compute, self.batch.input_ids.device.type):
+                    self.lockstep.forward(model)  # type: ignore[union-attr]
         return torch.cat(rows) if rows else torch.zeros(0, self.batch.response_mask.shape[1])  # (B, T)
 
     @property
@@ -285,7 +288,9 @@ def _backward(
     c = setup.contract
     olds, engines = denominators
     stats, loss_sum, bad = obj.LossStats.empty(), 0.0, 0.0
+    backwards = len(fwd.parts) + fwd.empty_rounds
     for i, part in enumerate(fwd.parts):
+        keep_gathered(setup.policy, fwd.lockstep is not None and not fwd.reshard, last=i == backwards - 1)
         logp, entropy, response_mask = fwd.forward(
             setup.policy, part, c.hyperparameters.sampling.temperature, with_entropy=True
         )
@@ -308,7 +313,8 @@ def _backward(
         (loss if setup.scaler is None else setup.scaler.scale(loss)).backward()
         loss_sum += float(loss.detach())
         stats = stats.add(st)
-    for _ in range(fwd.empty_rounds):
+    for i in range(len(fwd.parts), backwards):
+        keep_gathered(setup.policy, fwd.lockstep is not None and not fwd.reshard, last=i == backwards - 1)
         with autocast(fwd.compute, setup.device.type):
             empty = fwd.lockstep.forward(setup.policy)  # type: ignore[union-attr]
         (empty if setup.scaler is None else setup.scaler.scale(empty)).backward()

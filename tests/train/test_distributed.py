@@ -68,6 +68,7 @@ LORA = (
         ("token_mean", None),
         ("seq_mean_token_mean", FSDP2 % "false"),
         ("token_mean", FSDP2 % "true"),
+        ("seq_mean_token_mean", FSDP2 % "false, reshard_after_forward: false"),
         ("token_mean", LORA),
     ],
     ids=[
@@ -75,6 +76,7 @@ LORA = (
         "ddp-token_mean",
         "fsdp2-seq_mean_token_mean",
         "fsdp2-checkpointing-token_mean",
+        "fsdp2-kept-gathered-seq_mean_token_mean",
         "ddp-lora-token_mean",
     ],
 )
