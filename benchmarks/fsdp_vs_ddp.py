@@ -75,7 +75,7 @@ def run(folder: Path, name: str, out: Path, live: bool) -> dict:
     plan = subprocess.run(
         [sys.executable, "-m", "rlvr_cli", "plan", str(contract), "--gpus", "2"], capture_output=True, text=True
     ).stdout
-    total = next(line for line in plan.splitlines() if line.startswith("total"))
+    total = next(line for line in plan.splitlines() if line.startswith("peak"))
     return {
         "peak_per_process_mib": [json.loads(p.read_text())["peak"] / 2**20 for p in sorted(peaks.glob("*.json"))],
         "seconds_per_step": sum(seconds) / len(seconds),

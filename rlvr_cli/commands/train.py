@@ -93,7 +93,7 @@ def refuse_unfit(contract: Any, contract_path: Path, world: int, device_memory: 
     flag nothing is checked (host memory is shared with everything else)."""
     import torch
 
-    from rlvr_cli.train.memory_estimate import GIB, advice, estimate, fmt_bytes, load_shape
+    from rlvr_cli.train.memory_estimate import GIB, advice, estimate, fmt_bytes, load_shape, peak
 
     if device_memory is None and not torch.cuda.is_available():
         return
@@ -102,11 +102,12 @@ def refuse_unfit(contract: Any, contract_path: Path, world: int, device_memory: 
     budget = device_memory * GIB if device_memory is not None else float(torch.cuda.mem_get_info()[1])
     shape = load_shape(contract, contract_path.resolve().parent)
     terms = estimate(contract, shape, world)
-    if sum(terms.values()) <= budget:
+    needed = peak(contract, terms)[0]
+    if needed <= budget:
         return
     tips = "; ".join(advice(contract, shape, terms, budget, world))
     raise RlvrError(
-        f"the plan needs {fmt_bytes(sum(terms.values()))} per device, more than the {fmt_bytes(budget)} "
+        f"the plan needs {fmt_bytes(needed)} per device, more than the {fmt_bytes(budget)} "
         f"each of the {world} device(s) has: {tips} (`rlvr plan {contract_path} --gpus {world}` lists every term)"
     )
 

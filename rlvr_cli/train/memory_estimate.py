@@ -3,7 +3,11 @@
 Terms (bytes): policy parameters, gradients and optimizer state (sharded N ways with
 FSDP), the frozen reference (only when kl.coef > 0), the rollout KV cache at the
 contract's group size and lengths, training activations for one micro-batch, and the
-logits of that micro-batch (kept in fp32 for the log-softmax). The activation term follows
+logits of that micro-batch (kept in fp32 for the log-softmax). A step's phases do not hold
+their terms at once (`PHASES`): the KV cache and the weights gathered to sample are freed
+before the update, whose gradients, activations and logits are freed before the next
+sampling; the plan's figure is the peak, what is held throughout plus the largest phase (all
+of them together when `sample_ahead` samples during the update). The activation term follows
 Korthikanti et al. 2022 (https://arxiv.org/abs/2205.05198): ≈ 34·s·b·h·L bytes at 16-bit
 (doubled at fp32) with memory-efficient attention (PyTorch SDPA), which never materializes
 the 5·a·s²·b·L attention scores; no activation recomputation.
@@ -22,6 +26,43 @@ from rlvr_cli.errors import RlvrError, UsageProblem
 GIB = 1024**3
 BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}  # by dtype name
 OPTIMIZER_STATES = {"adamw": 2, "adam": 2, "sgd": 0}
+
+
+#: the terms alive during one phase of a step only; every other term is held throughout
+PHASES = {
+    "sampling": ("rollout KV cache", "rollout weights"),
+    "reference pass": ("gathered reference", "logits"),
+    "update": ("gradients", "activations", "logits", "gathered layers"),
+}
+
+
+def at_peak(contract: Contract, terms: dict[str, float]) -> tuple[dict[str, float], str]:
+    """The terms a device holds at once at its peak, and when: what is held throughout plus the
+    largest phase, or plus every phase when sampling ahead runs during the update."""
+    transient = {name for names in PHASES.values() for name in names}
+    if colocated_vllm(contract):  # vLLM keeps its weights and reserves its cache for the whole run
+        transient -= set(PHASES["sampling"])
+    if contract.hyperparameters.ahead_steps:
+        return dict(terms), "sampling ahead during the update"
+    phase = max(PHASES, key=lambda p: sum(terms.get(name, 0.0) for name in PHASES[p] if name in transient))
+    return {k: v for k, v in terms.items() if k not in transient or k in PHASES[phase]}, phase
+
+
+def colocated_vllm(contract: Contract) -> bool:
+    sampling = contract.hyperparameters.sampling
+    return sampling.engine == "vllm" and sampling.server is None
+
+
+def peak(contract: Contract, terms: dict[str, float]) -> tuple[float, str]:
+    counted, phase = at_peak(contract, terms)
+    return sum(counted.values()), phase
+
+
+def when(contract: Contract, name: str) -> str:
+    """The phases a term is alive in."""
+    if colocated_vllm(contract) and name in PHASES["sampling"]:
+        return "throughout"
+    return ", ".join(p for p, names in PHASES.items() if name in names) or "throughout"
 
 
 def reference_is_base(contract: Contract) -> bool:
@@ -89,9 +130,13 @@ def _terms(contract: Contract, shape: Layout, devices: int) -> dict[str, float]:
     }
     if not sharded and (copied := sampler_copy(contract, shape, bp, bc)):  # lent weights are read as they are
         terms["sampler's weight copy"] = copied
+    if sharded or colocated_vllm(contract):  # gathered whole to sample (it cannot run in lockstep); vLLM's own
+        terms["rollout weights"] = params * bc
     if sharded:
-        terms["rollout weights"] = params * bc  # gathered whole to sample (sampling cannot run in lockstep)
-        terms["gathered layers"] = 2 * shape.layer_parameters * bc  # the layer computing and the next one
+        if terms["reference"]:  # gathered whole for its pass over the micro-batches (train/sharding.py)
+            terms["gathered reference"] = params * bc
+        # the layer computing and the next one; every layer with reshard_after_forward: false
+        terms["gathered layers"] = (2 * shape.layer_parameters if par.reshard_after_forward else params) * bc
     if hp.ahead_steps:  # train/overlap.py: a copy of the policy per step in flight; one samples at a time
         terms["weights sampled ahead"] = params * bp * hp.ahead_steps
         terms["rollout KV cache"] *= 2
@@ -117,6 +162,8 @@ def _adapter_terms(
     }
     if copied := sampler_copy(contract, shape, bc, bc):
         terms["sampler's weight copy"] = copied
+    if colocated_vllm(contract):  # vLLM's own copy of the base (the adapter handed to it is small)
+        terms["rollout weights"] = shape.parameters * bc
     return terms
 
 
@@ -141,7 +188,7 @@ def largest(contract: Contract, shape: Layout, devices: int, budget: float, key:
     while size <= limit:
         changed_section = getattr(contract, section).model_copy(update={key: size})
         changed = contract.model_copy(update={section: changed_section})
-        if sum(estimate(changed, shape, devices).values()) > budget:
+        if peak(changed, estimate(changed, shape, devices))[0] > budget:
             break
         best, size = size, size * 2
     return best
@@ -150,13 +197,14 @@ def largest(contract: Contract, shape: Layout, devices: int, budget: float, key:
 def advice(contract: Contract, shape: Layout, terms: dict[str, float], budget: float | None, devices: int) -> list[str]:
     """When the total exceeds the budget: the dominant term, then the first change of the
     contract (in this order) that makes the plan fit, with its total."""
-    total = sum(terms.values())
+    total = peak(contract, terms)[0]
     if budget is None or total <= budget:
         return []
-    top = max(terms, key=terms.get)  # type: ignore[arg-type]
+    counted = at_peak(contract, terms)[0]
+    top = max(counted, key=counted.get)  # type: ignore[arg-type]
     out = [f"{top} dominates ({fmt_bytes(terms[top])} of {fmt_bytes(total)} > {fmt_bytes(budget)})"]
     for words, changed in _changes(contract, devices):
-        after = sum(estimate(changed, shape, devices).values())
+        after = peak(changed, estimate(changed, shape, devices))[0]
         if after <= budget:
             out.append(f"fits with {words}: {fmt_bytes(after)} per device")
             return out
@@ -208,7 +256,7 @@ def _changes(contract: Contract, devices: int) -> list[tuple[str, Contract]]:
 
 def plan_table(contract: Contract, shape: Layout, devices: int, memory_gib: float | None) -> tuple[str, bool]:
     terms = estimate(contract, shape, devices)
-    total = sum(terms.values())
+    total, phase = peak(contract, terms)
     budget = memory_gib * GIB if memory_gib else None
     hp = contract.hyperparameters
     par = hp.strategy
@@ -224,11 +272,11 @@ def plan_table(contract: Contract, shape: Layout, devices: int, memory_gib: floa
         f"{_assumed(shape)}); "
         f"{hp.dtypes.name}; "
         f"{devices} device(s), {how}{''.join(', ' + e.replace('_', ' ') for e in extras)}",
-        f"{'term':<22}{'per device':>14}{'share':>8}",
+        f"{'term':<22}{'per device':>14}  held",
     ]
     for name, value in sorted(terms.items(), key=lambda kv: -kv[1]):
-        lines.append(f"{name:<22}{fmt_bytes(value):>14}{value / total if total else 0:>8.0%}")
-    lines.append(f"{'total':<22}{fmt_bytes(total):>14}")
+        lines.append(f"{name:<22}{fmt_bytes(value):>14}  {when(contract, name)}")
+    lines.append(f"{'peak':<22}{fmt_bytes(total):>14}  {phase}")
     fits = budget is None or total <= budget
     if budget is not None:
         lines.append(f"{'fits' if fits else 'does NOT fit'} in {memory_gib:g} GiB per device")

@@ -23,7 +23,7 @@ from pathlib import Path
 from rlvr_cli.__main__ import main
 from rlvr_cli.contract.load import load
 from rlvr_cli.train import loop, setup  # noqa: F401
-from rlvr_cli.train.memory_estimate import estimate, load_shape
+from rlvr_cli.train.memory_estimate import estimate, load_shape, peak
 
 
 def rss():
@@ -38,11 +38,11 @@ if __name__ == "__main__":  # the verifier's worker processes import this file t
         main()
     except SystemExit as stop:
         assert not stop.code, stop.code
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    top = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     contract = load(path)
     terms = estimate(contract, load_shape(contract, path.resolve().parent), world)
     rank = int(os.environ.get("RANK", "0"))
-    print(json.dumps({"rank": rank, "measured": peak - base, "estimate": sum(terms.values())}))
+    print(json.dumps({"rank": rank, "measured": top - base, "estimate": peak(contract, terms)[0]}))
 """
 
 
@@ -98,7 +98,49 @@ def test_the_plan_divides_memory_only_where_the_trainer_shards(tmp_path: Path) -
     shutil.copytree(SEVEN_B.parent / "llama-7b", tmp_path / "llama-7b")  # plan reads only its config.json
     plan = rlvr("plan", ddp, "--gpus", "8", "--gpu-memory", "80")
     assert plan.code == 1 and "8 device(s), ddp" in plan.stdout and "does NOT fit" in plan.stdout, plan.stdout
-    assert "fits with parallel.strategy: fsdp2" in plan.stdout and "activation_checkpointing: true" in plan.stdout
+    assert "fits with parallel.strategy: fsdp2" in plan.stdout
+
+
+def _table(out: str) -> tuple[dict[str, tuple[float, str]], float, str]:
+    """`rlvr plan`'s terms (GiB, when held) and its peak (GiB, the phase)."""
+    units = {"GiB": 1.0, "MiB": 1 / 1024, "KiB": 1 / 1024**2, "B": 1 / 1024**3}
+    rows, top = {}, None
+    for line in out.splitlines()[2:]:
+        name, value, unit, held = line[:22].strip(), *line[22:].split(None, 2)
+        if name == "peak":
+            top = (float(value) * units[unit], held)
+            break
+        rows[name] = (float(value) * units[unit], held)
+    assert top is not None, out
+    return rows, *top
+
+
+def test_the_plan_counts_each_phase_of_a_step_at_its_own_time(tmp_path: Path) -> None:
+    """The KV cache and the weights gathered to sample are freed before the update, whose
+    gradients, activations and logits are freed before the next sampling: the peak is what is
+    held throughout plus the largest phase, not every term at once. A colocated vLLM keeps its
+    weights and cache all run long, so there they are held throughout."""
+    plan = rlvr("plan", SEVEN_B, "--gpus", "8")
+    rows, top, phase = _table(plan.stdout)
+    held = sum(v for v, when in rows.values() if when == "throughout")
+    phases = {p: sum(v for v, when in rows.values() if p in when) for p in ("sampling", "reference pass", "update")}
+    assert phase == "sampling" and phases["sampling"] == max(phases.values())
+    assert top == pytest.approx(held + phases["sampling"], abs=0.02)
+    assert top < sum(v for v, _ in rows.values()) - 5  # the update's terms are not added to sampling's
+    text = SEVEN_B.read_text()
+    shutil.copytree(SEVEN_B.parent / "llama-7b", tmp_path / "llama-7b")
+    sampling = "  sampling: {temperature: 1.0, top_p: 1.0, top_k: 0}\n"
+    assert sampling in text
+    vllm = tmp_path / "vllm.rlvr.yaml"
+    text = text.replace(sampling, sampling.replace("top_k: 0}", "top_k: 0, engine: vllm}"))
+    vllm.write_text(text.replace("  aggregation:", "  ratio: {level: token, denominator: engine}\n  aggregation:", 1))
+    out = rlvr("plan", vllm, "--gpus", "8")
+    assert out.code == 0, out.stdout + out.stderr
+    rows, top, phase = _table(out.stdout)
+    assert rows["rollout KV cache"][1] == rows["rollout weights"][1] == "throughout"
+    assert phase != "sampling" and top == pytest.approx(
+        sum(v for v, w in rows.values() if w == "throughout") + sum(v for v, w in rows.values() if phase in w), abs=0.02
+    )
 
 
 @pytest.fixture(scope="module")
