@@ -347,3 +347,61 @@ def test_only_the_main_process_reads_the_weights_of_a_sharded_run(scaffold: Path
     added = {r["rank"]: r["added"] for r in rows}
     print("setup adds (bytes, by rank):", added, "parameters:", parameters)
     assert added[1] < added[0] - 4 * parameters, (added, parameters)
+
+
+COUNT = """
+import json, os, sys
+import torch.distributed.fsdp._fully_shard._fsdp_param_group as group
+from rlvr_cli.__main__ import main
+
+gathers = 0
+real = group.foreach_all_gather
+
+
+def counted(*args, **kwargs):
+    global gathers
+    gathers += 1
+    return real(*args, **kwargs)
+
+
+if __name__ == "__main__":  # the verifier's worker processes import this file too
+    group.foreach_all_gather = counted
+    sys.argv = ["rlvr", *sys.argv[1:]]
+    try:
+        main()
+    except SystemExit as stop:
+        assert not stop.code, stop.code
+    out = os.path.join(os.environ["COUNT_DIR"], f"{os.path.basename(os.environ['RUN'])}-{os.environ['RANK']}.json")
+    with open(out, "w") as fh:
+        json.dump(gathers, fh)
+"""
+
+
+@pytest.mark.slow
+def test_reshard_after_forward_false_gathers_each_unit_once_a_training_pass(scaffold: Path, tmp_path: Path) -> None:
+    """One step, 2 processes, 2 micro-batches each, 3 units (2 layers and the rest): FSDP2's
+    all-gathers counted. The runs differ only in the training pass: with the default a unit is
+    gathered for each micro-batch's forward and again for its backward (4 a unit), with
+    `reshard_after_forward: false` once (1 a unit), so the second run gathers 3 × 3 fewer."""
+    (tmp_path / "count.py").write_text(COUNT)
+    counts = {}
+    for name, keep in (("default", "true"), ("kept", "false")):
+        folder = tmp_path / name
+        shutil.copytree(scaffold, folder)
+        contract = folder / CONTRACT
+        parallel = f"  precision: fp32\n  parallel: {{strategy: fsdp2, reshard_after_forward: {keep}}}\n"
+        contract.write_text(contract.read_text().replace("  precision: fp32\n", parallel))
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+        run = tmp_path / f"run-{name}"
+        done = subprocess.run(
+            [*command, str(tmp_path / "count.py"), "train", str(contract), "--run-dir", str(run), "--max-steps", "1"],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env={**os.environ, "OMP_NUM_THREADS": "1", "COUNT_DIR": str(tmp_path), "RUN": str(run)},
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        counts[name] = [json.loads((tmp_path / f"run-{name}-{rank}.json").read_text()) for rank in (0, 1)]
+    print(counts)
+    assert counts["default"][0] == counts["default"][1] and counts["kept"][0] == counts["kept"][1]  # in lockstep
+    assert counts["default"][0] - counts["kept"][0] == 3 * 3, counts
