@@ -295,11 +295,13 @@ def plan(
 
     Parameters, gradients, optimizer, reference, KV cache, activations; exit 1 when it does not fit."""
     from rlvr_cli.commands.common import load_valid_contract
+    from rlvr_cli.train.collectives import plan_lines
     from rlvr_cli.train.memory_estimate import load_shape, plan_table
 
     parsed = load_valid_contract(contract, artifacts=True)
-    table, fits = plan_table(parsed, load_shape(parsed, contract.resolve().parent), gpus, gpu_memory)
-    print(table)
+    shape = load_shape(parsed, contract.resolve().parent)
+    table, fits = plan_table(parsed, shape, gpus, gpu_memory)
+    print("\n".join([table, *plan_lines(parsed, shape, gpus)]))
     return 0 if fits else 1
 
 

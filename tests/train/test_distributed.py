@@ -382,9 +382,10 @@ def test_reshard_after_forward_false_gathers_each_unit_once_a_training_pass(scaf
     """One step, 2 processes, 2 micro-batches each, 3 units (2 layers and the rest): FSDP2's
     all-gathers counted. The runs differ only in the training pass: with the default a unit is
     gathered for each micro-batch's forward and again for its backward (4 a unit), with
-    `reshard_after_forward: false` once (1 a unit), so the second run gathers 3 × 3 fewer."""
+    `reshard_after_forward: false` once (1 a unit), so the second run gathers 3 × 3 fewer. `rlvr
+    plan` says how many a step gathers."""
     (tmp_path / "count.py").write_text(COUNT)
-    counts = {}
+    counts, planned = {}, {}
     for name, keep in (("default", "true"), ("kept", "false")):
         folder = tmp_path / name
         shutil.copytree(scaffold, folder)
@@ -402,6 +403,9 @@ def test_reshard_after_forward_false_gathers_each_unit_once_a_training_pass(scaf
         )
         assert done.returncode == 0, done.stderr[-3000:]
         counts[name] = [json.loads((tmp_path / f"run-{name}-{rank}.json").read_text()) for rank in (0, 1)]
-    print(counts)
+        plan = rlvr("plan", contract, "--gpus", "2").stdout  # what it says a step gathers (the holdout apart)
+        planned[name] = int(plan.split(" all-gathers,")[0].rsplit(None, 1)[-1])
+    print(counts, planned)
+    assert planned == {"default": counts["default"][0] - 3, "kept": counts["kept"][0] - 3}  # holdout at step 0: 3
     assert counts["default"][0] == counts["default"][1] and counts["kept"][0] == counts["kept"][1]  # in lockstep
     assert counts["default"][0] - counts["kept"][0] == 3 * 3, counts
