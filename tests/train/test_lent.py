@@ -30,6 +30,17 @@ def one_process(tmp_path: Path):
         tdist.destroy_process_group()
 
 
+def sharded(tmp_path: Path) -> tuple:
+    """A tiny policy sharded over the one process, an unsharded copy of it, and the engine's model
+    with its lender."""
+    folder = build_tiny(tmp_path / "model", hidden=64, layers=2)
+    policy = load_model(str(folder), None, torch.float32, torch.device("cpu"))
+    plain = copy.deepcopy(policy)
+    shard(policy, SimpleNamespace(cpu_offload=False, reshard_after_forward=True), None, "fp32")
+    own, lender = rollout_model(policy, str(folder), None, torch.float32)
+    return policy, plain, own, lender
+
+
 def draw(model, seed: int) -> list:
     return lean_sample(
         model, PROMPTS, max_new_tokens=6, temperature=1.0, top_p=1.0, top_k=0, stop_ids=[], pad_id=0, seed=seed
@@ -39,11 +50,7 @@ def draw(model, seed: int) -> list:
 def test_the_engine_samples_from_the_gathered_policy_and_holds_nothing_between_phases(
     one_process: None, tmp_path: Path
 ) -> None:
-    folder = build_tiny(tmp_path / "model", hidden=64, layers=2)
-    policy = load_model(str(folder), None, torch.float32, torch.device("cpu"))
-    plain = copy.deepcopy(policy)
-    shard(policy, SimpleNamespace(cpu_offload=False, reshard_after_forward=True), None, "fp32")
-    own, lender = rollout_model(policy, str(folder), None, torch.float32)
+    policy, plain, own, lender = sharded(tmp_path)
     engine = PolicyEngine.of("lean", own)
     engine.lender, engine.device = lender, "cpu"
     params = SamplingParams(max_new_tokens=6, temperature=1.0, top_p=1.0, top_k=0, stop_ids=(), pad_id=0)
@@ -90,11 +97,7 @@ class Holder:
 def test_an_engine_with_weights_of_its_own_is_handed_the_gathered_weights_at_each_sync(
     one_process: None, tmp_path: Path
 ) -> None:
-    folder = build_tiny(tmp_path / "model", hidden=64, layers=2)
-    policy = load_model(str(folder), None, torch.float32, torch.device("cpu"))
-    plain = copy.deepcopy(policy)
-    shard(policy, SimpleNamespace(cpu_offload=False, reshard_after_forward=True), None, "fp32")
-    own, lender = rollout_model(policy, str(folder), None, torch.float32)
+    policy, plain, own, lender = sharded(tmp_path)
     engine = PolicyEngine(holder := Holder())
     engine.lender = lender
     engine.sync(policy, 1)
