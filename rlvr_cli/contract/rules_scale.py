@@ -61,7 +61,11 @@ def rlv003_strategy_keys(c: Contract, _: Path) -> Iterator[Finding]:
         )
     if par is None or par.strategy == "fsdp2":
         return
-    for key, default in (("reshard_after_forward", True), ("cpu_offload", False)):
+    for key, default in (
+        ("reshard_after_forward", True),
+        ("accumulate_whole_gradients", False),
+        ("cpu_offload", False),
+    ):
         if key in par.model_fields_set and getattr(par, key) != default:
             yield error(
                 "RLV003",

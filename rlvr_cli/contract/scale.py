@@ -74,6 +74,12 @@ class Parallel(Section):
         "last backward (one gather a pass: the whole weights in the compute dtype during the update, as sampling "
         "holds them).",
     )
+    accumulate_whole_gradients: bool = Field(
+        False,
+        description="fsdp2: accumulate each micro-batch's gradients whole and reduce-scatter them once a training "
+        "pass (one reduce-scatter a layer a pass instead of one a micro-batch; the whole gradients in the reduce "
+        "dtype during the update).",
+    )
     cpu_offload: bool = Field(
         False, description="fsdp2 on GPUs: keep the sharded weights, gradients and optimizer state in CPU memory."
     )

@@ -9,11 +9,23 @@ from rlvr_cli.train.memory_estimate import BYTES, estimate, fmt_bytes, peak
 
 
 def plan_lines(contract: Contract, shape: Layout, devices: int) -> list[str]:
-    """The lines `rlvr plan` ends with for several processes."""
+    """The lines `rlvr plan` ends with for several processes: the collectives a step runs, then
+    what each fsdp2 setting left at its default would save in them and cost at the peak."""
     lines = [talk] if (talk := communication_line(contract, shape, devices)) else []
     par = contract.hyperparameters.strategy
-    if devices > 1 and par.strategy == "fsdp2" and par.reshard_after_forward:
-        lines.append(kept_line(contract, shape, devices, peak(contract, estimate(contract, shape, devices))[0]))
+    if devices < 2 or par.strategy != "fsdp2":
+        return lines
+    total = peak(contract, estimate(contract, shape, devices))[0]
+    micro, units = micro_batches(contract, devices), shape.layers + 1
+    passes = contract.hyperparameters.updates_per_batch
+    if par.reshard_after_forward:
+        fewer = units * (2 * micro - 1) * passes
+        lines.append(_instead(contract, shape, devices, total, "reshard_after_forward", False, f"{fewer} all-gathers"))
+    if not par.accumulate_whole_gradients and micro > 1:
+        fewer = units * (micro - 1) * passes
+        lines.append(
+            _instead(contract, shape, devices, total, "accumulate_whole_gradients", True, f"{fewer} reduce-scatters")
+        )
     return lines
 
 
@@ -46,7 +58,7 @@ def communication_line(contract: Contract, shape: Layout, devices: int) -> str |
     old = int(kl.coef > 0 and kl.placement == "reward")  # the policy's log-probs before the update
     gathers = 1 + reference + old + training
     received = gathers * share * shape.parameters * BYTES[hp.dtypes.compute]
-    scatters = micro * hp.updates_per_batch
+    scatters = (1 if hp.strategy.accumulate_whole_gradients else micro) * hp.updates_per_batch
     return (
         f"collectives per step and process (fsdp2, {units} units, {micro} micro-batch(es)): every unit gathered "
         f"{gathers} times (sampling 1, reference {reference}, old log-probs {old}, training {training}): "
@@ -56,16 +68,11 @@ def communication_line(contract: Contract, shape: Layout, devices: int) -> str |
     )
 
 
-def kept_line(contract: Contract, shape: Layout, devices: int, total: float) -> str:
-    """What `reshard_after_forward: false` would cost in memory and save in all-gathers."""
+def _instead(contract: Contract, shape: Layout, devices: int, total: float, key: str, value: bool, fewer: str) -> str:
+    """What `parallel.KEY: VALUE` would save in collectives a step and cost at the peak."""
     hp = contract.hyperparameters
-    kept = hp.strategy.model_copy(update={"reshard_after_forward": False})
-    changed = contract.model_copy(update={"hyperparameters": hp.model_copy(update={"parallel": kept})})
+    changed_parallel = hp.strategy.model_copy(update={key: value})
+    changed = contract.model_copy(update={"hyperparameters": hp.model_copy(update={"parallel": changed_parallel})})
     after = peak(changed, estimate(changed, shape, devices))[0]
-    micro = micro_batches(contract, devices)
-    fewer = (shape.layers + 1) * (2 * micro - 1) * hp.updates_per_batch
     same = " (the same peak)" if after <= total * 1.001 else ""
-    return (
-        f"with parallel.reshard_after_forward: false: {fewer} all-gathers fewer a step (each unit kept gathered "
-        f"through a training pass), peak {fmt_bytes(after)} per device{same}"
-    )
+    return f"with parallel.{key}: {str(value).lower()}: {fewer} fewer a step, peak {fmt_bytes(after)} per device{same}"

@@ -32,7 +32,7 @@ OPTIMIZER_STATES = {"adamw": 2, "adam": 2, "sgd": 0}
 PHASES = {
     "sampling": ("rollout KV cache", "rollout weights"),
     "reference pass": ("gathered reference", "logits"),
-    "update": ("gradients", "activations", "logits", "gathered layers"),
+    "update": ("gradients", "gradients accumulated whole", "activations", "logits", "gathered layers"),
 }
 
 
@@ -137,6 +137,8 @@ def _terms(contract: Contract, shape: Layout, devices: int) -> dict[str, float]:
             terms["gathered reference"] = params * bc
         # the layer computing and the next one; every layer with reshard_after_forward: false
         terms["gathered layers"] = (2 * shape.layer_parameters if par.reshard_after_forward else params) * bc
+        if par.accumulate_whole_gradients:  # summed whole over the micro-batches, then reduce-scattered
+            terms["gradients accumulated whole"] = params * BYTES[p.reduce]
     if hp.ahead_steps:  # train/overlap.py: a copy of the policy per step in flight; one samples at a time
         terms["weights sampled ahead"] = params * bp * hp.ahead_steps
         terms["rollout KV cache"] *= 2

@@ -93,13 +93,17 @@ def whole_for_pass(model: Any, after: bool) -> Iterator[None]:
             unit.reshard()
 
 
-def keep_gathered(model: Any, keep: bool, last: bool) -> None:
-    """Before each backward of a training pass. `keep` (`parallel.reshard_after_forward: false`):
+def keep_gathered(model: Any, parallel: Any, last: bool) -> None:
+    """Before each backward of a training pass of a sharded policy. `reshard_after_forward: false`:
     a unit gathered for the first micro-batch's forward stays gathered through every backward of
-    the pass but the `last`, one all-gather a unit a pass (the reduce-scatters stay one a
-    micro-batch); otherwise FSDP2 gathers it again for each forward and each backward."""
-    if keep:
+    the pass but the `last` (one all-gather a unit a pass); otherwise FSDP2 gathers it again for
+    each forward and each backward. `accumulate_whole_gradients`: the gradients of every
+    micro-batch but the last accumulate whole, and the last's backward reduce-scatters the sum
+    (one reduce-scatter a unit a pass, not one a micro-batch)."""
+    if not parallel.reshard_after_forward:
         model.set_reshard_after_backward(last)
+    if parallel.accumulate_whole_gradients:
+        model.set_requires_gradient_sync(last)
 
 
 def is_sharded(model: Any) -> bool:

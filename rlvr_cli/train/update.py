@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -42,7 +43,7 @@ class Forward:
     compute: torch.dtype | None = None  # mixed precision: the autocast dtype of every forward
     lockstep: Lockstep | None = None  # a sharded policy: empty rounds up to `rounds` (train/sharding.py)
     rounds: int = 0  # micro-batches of the process that has the most
-    reshard: bool = True  # sharded: `parallel.reshard_after_forward` (False: kept gathered for the whole pass)
+    parallel: Any = None  # sharded: the contract's `parallel` (what stays gathered or whole during a pass)
 
     @classmethod
     def of(cls, setup: Setup, samples: list[Sample]) -> Forward:
@@ -50,7 +51,7 @@ class Forward:
         if is_sharded(setup.policy):  # every process runs as many forwards as the busiest one
             fwd.lockstep = Lockstep(setup.renderer.pad_id, setup.device)
             fwd.rounds = int(dist.maximum(float(len(fwd.parts))))
-            fwd.reshard = setup.contract.hyperparameters.strategy.reshard_after_forward
+            fwd.parallel = setup.contract.hyperparameters.strategy
         return fwd
 
     @classmethod
@@ -111,7 +112,8 @@ class Forward:
 
     @torch.no_grad()
     def logprobs(self, model: object, temperature: float) -> torch.Tensor:
-        with whole_for_pass(model, self.reshard):  # sharded: one gather a unit for every micro-batch
+        after = self.parallel is None or self.parallel.reshard_after_forward
+        with whole_for_pass(model, after):  # sharded: one gather a unit for every micro-batch
             rows = [self.forward(model, part, temperature)[0] for part in self.parts]
             for _ in range(self.empty_rounds):
                 with autocast(self.compute, self.batch.input_ids.device.type):
@@ -290,7 +292,8 @@ def _backward(
     stats, loss_sum, bad = obj.LossStats.empty(), 0.0, 0.0
     backwards = len(fwd.parts) + fwd.empty_rounds
     for i, part in enumerate(fwd.parts):
-        keep_gathered(setup.policy, fwd.lockstep is not None and not fwd.reshard, last=i == backwards - 1)
+        if fwd.parallel is not None:
+            keep_gathered(setup.policy, fwd.parallel, last=i == backwards - 1)
         logp, entropy, response_mask = fwd.forward(
             setup.policy, part, c.hyperparameters.sampling.temperature, with_entropy=True
         )
@@ -314,7 +317,8 @@ def _backward(
         loss_sum += float(loss.detach())
         stats = stats.add(st)
     for i in range(len(fwd.parts), backwards):
-        keep_gathered(setup.policy, fwd.lockstep is not None and not fwd.reshard, last=i == backwards - 1)
+        if fwd.parallel is not None:
+            keep_gathered(setup.policy, fwd.parallel, last=i == backwards - 1)
         with autocast(fwd.compute, setup.device.type):
             empty = fwd.lockstep.forward(setup.policy)  # type: ignore[union-attr]
         (empty if setup.scaler is None else setup.scaler.scale(empty)).backward()

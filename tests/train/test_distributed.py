@@ -68,7 +68,7 @@ LORA = (
         ("token_mean", None),
         ("seq_mean_token_mean", FSDP2 % "false"),
         ("token_mean", FSDP2 % "true"),
-        ("seq_mean_token_mean", FSDP2 % "false, reshard_after_forward: false"),
+        ("seq_mean_token_mean", FSDP2 % "false, reshard_after_forward: false, accumulate_whole_gradients: true"),
         ("token_mean", LORA),
     ],
     ids=[
@@ -76,7 +76,7 @@ LORA = (
         "ddp-token_mean",
         "fsdp2-seq_mean_token_mean",
         "fsdp2-checkpointing-token_mean",
-        "fsdp2-kept-gathered-seq_mean_token_mean",
+        "fsdp2-kept-gathered-whole-gradients-seq_mean_token_mean",
         "ddp-lora-token_mean",
     ],
 )
@@ -354,18 +354,20 @@ import json, os, sys
 import torch.distributed.fsdp._fully_shard._fsdp_param_group as group
 from rlvr_cli.__main__ import main
 
-gathers = 0
-real = group.foreach_all_gather
+counts = {"gathers": 0, "scatters": 0}
 
 
-def counted(*args, **kwargs):
-    global gathers
-    gathers += 1
-    return real(*args, **kwargs)
+def counting(real, key):
+    def counted(*args, **kwargs):
+        counts[key] += 1
+        return real(*args, **kwargs)
+
+    return counted
 
 
 if __name__ == "__main__":  # the verifier's worker processes import this file too
-    group.foreach_all_gather = counted
+    group.foreach_all_gather = counting(group.foreach_all_gather, "gathers")
+    group.foreach_reduce = counting(group.foreach_reduce, "scatters")
     sys.argv = ["rlvr", *sys.argv[1:]]
     try:
         main()
@@ -373,24 +375,28 @@ if __name__ == "__main__":  # the verifier's worker processes import this file t
         assert not stop.code, stop.code
     out = os.path.join(os.environ["COUNT_DIR"], f"{os.path.basename(os.environ['RUN'])}-{os.environ['RANK']}.json")
     with open(out, "w") as fh:
-        json.dump(gathers, fh)
+        json.dump(counts, fh)
 """
 
 
 @pytest.mark.slow
-def test_reshard_after_forward_false_gathers_each_unit_once_a_training_pass(scaffold: Path, tmp_path: Path) -> None:
+def test_what_stays_gathered_or_whole_in_a_training_pass_saves_the_collectives_the_plan_names(
+    scaffold: Path, tmp_path: Path
+) -> None:
     """One step, 2 processes, 2 micro-batches each, 3 units (2 layers and the rest): FSDP2's
-    all-gathers counted. The runs differ only in the training pass: with the default a unit is
-    gathered for each micro-batch's forward and again for its backward (4 a unit), with
-    `reshard_after_forward: false` once (1 a unit), so the second run gathers 3 × 3 fewer. `rlvr
-    plan` says how many a step gathers."""
+    all-gathers and reduce-scatters counted. The runs differ only in the training pass. By
+    default a unit is gathered for each micro-batch's forward and again for its backward (4 a
+    unit) and reduce-scattered once a micro-batch (2); `reshard_after_forward: false` gathers it
+    once a pass (3 × 3 fewer all-gathers); `accumulate_whole_gradients` reduce-scatters once a
+    pass (3 fewer). `rlvr plan` says how many a step runs."""
     (tmp_path / "count.py").write_text(COUNT)
     counts, planned = {}, {}
-    for name, keep in (("default", "true"), ("kept", "false")):
+    runs = {"default": "", "kept": ", reshard_after_forward: false", "whole": ", accumulate_whole_gradients: true"}
+    for name, keys in runs.items():
         folder = tmp_path / name
         shutil.copytree(scaffold, folder)
         contract = folder / CONTRACT
-        parallel = f"  precision: fp32\n  parallel: {{strategy: fsdp2, reshard_after_forward: {keep}}}\n"
+        parallel = f"  precision: fp32\n  parallel: {{strategy: fsdp2{keys}}}\n"
         contract.write_text(contract.read_text().replace("  precision: fp32\n", parallel))
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
         run = tmp_path / f"run-{name}"
@@ -402,10 +408,31 @@ def test_reshard_after_forward_false_gathers_each_unit_once_a_training_pass(scaf
             env={**os.environ, "OMP_NUM_THREADS": "1", "COUNT_DIR": str(tmp_path), "RUN": str(run)},
         )
         assert done.returncode == 0, done.stderr[-3000:]
-        counts[name] = [json.loads((tmp_path / f"run-{name}-{rank}.json").read_text()) for rank in (0, 1)]
-        plan = rlvr("plan", contract, "--gpus", "2").stdout  # what it says a step gathers (the holdout apart)
-        planned[name] = int(plan.split(" all-gathers,")[0].rsplit(None, 1)[-1])
+        ranks = [json.loads((tmp_path / f"run-{name}-{rank}.json").read_text()) for rank in (0, 1)]
+        assert ranks[0] == ranks[1], ranks  # in lockstep
+        counts[name] = ranks[0]
+        plan = rlvr("plan", contract, "--gpus", "2").stdout  # what it says a step runs (the holdout apart)
+        said = plan.split("all-gathers,")[0].rsplit(None, 1)[-1], plan.split(" reduce-scatters,")[0].rsplit(None, 1)[-1]
+        planned[name] = {"gathers": int(said[0]) + 3, "scatters": int(said[1])}  # + the holdout at step 0: 3
     print(counts, planned)
-    assert planned == {"default": counts["default"][0] - 3, "kept": counts["kept"][0] - 3}  # holdout at step 0: 3
-    assert counts["default"][0] == counts["default"][1] and counts["kept"][0] == counts["kept"][1]  # in lockstep
-    assert counts["default"][0] - counts["kept"][0] == 3 * 3, counts
+    assert planned == counts
+    assert counts["default"]["gathers"] - counts["kept"]["gathers"] == 3 * 3
+    assert counts["default"]["scatters"] == 2 * 3 and counts["whole"]["scatters"] == 3
+    assert counts["whole"]["gathers"] == counts["default"]["gathers"]
+
+
+@pytest.mark.parametrize("key", ["reshard_after_forward: false", "accumulate_whole_gradients: true"])
+def test_an_fsdp2_key_under_ddp_is_refused_as_changing_nothing(scaffold: Path, tmp_path: Path, key: str) -> None:
+    folder = tmp_path / "exp"
+    shutil.copytree(scaffold, folder)
+    contract = folder / CONTRACT
+    text = contract.read_text()
+    contract.write_text(
+        text.replace("  precision: fp32\n", f"  precision: fp32\n  parallel: {{strategy: ddp, {key}}}\n")
+    )
+    out = rlvr("validate", contract)
+    assert out.code == 1 and "RLV003" in out.stdout and "applies to strategy fsdp2 only" in out.stdout, out.stdout
+    contract.write_text(
+        text.replace("  precision: fp32\n", f"  precision: fp32\n  parallel: {{strategy: fsdp2, {key}}}\n")
+    )
+    assert rlvr("validate", contract).code == 0  # the paired pass
