@@ -3,8 +3,9 @@
 Per process: peak resident memory (ru_maxrss, each rank measures itself) and the memory the
 plan estimates for it; per run: seconds per step (metrics.jsonl `step_seconds`, steps after
 the first). Run: `.venv/bin/python benchmarks/fsdp_vs_ddp.py` (about 10 minutes on 2 cores).
-`--live`: with MALLOC_TRIM_THRESHOLD_=0, so glibc returns freed memory at once and the resident
-peak is the live memory (as a GPU's allocated memory is); steps are slower that way.
+`--only=ddp,fsdp2`: those runs alone. `--live`: with MALLOC_TRIM_THRESHOLD_=0, so glibc
+returns freed memory at once and the resident peak is the live memory (as a GPU's allocated
+memory is); steps are slower that way.
 """
 
 from __future__ import annotations
@@ -48,10 +49,14 @@ def experiment(root: Path) -> Path:
 
 def run(folder: Path, name: str, out: Path, live: bool) -> dict:
     """`name`: ddp, fsdp2, ddp-own: ddp with the model's own update forward (responses padded
-    on the right, so the shared-prompt forward steps aside), or fsdp2-kept: fsdp2 with
-    `reshard_after_forward: false` (each unit gathered once a pass)."""
-    strategy = name.removesuffix("-own").removesuffix("-kept")
-    kept = ", reshard_after_forward: false" if name.endswith("-kept") else ""
+    on the right, so the shared-prompt forward steps aside), fsdp2-kept: fsdp2 with
+    `reshard_after_forward: false` (each unit gathered once a pass), or fsdp2-whole: that and
+    `accumulate_whole_gradients: true` (each unit reduce-scattered once a pass)."""
+    strategy = name.split("-")[0]
+    kept = {
+        "fsdp2-kept": ", reshard_after_forward: false",
+        "fsdp2-whole": ", reshard_after_forward: false, accumulate_whole_gradients: true",
+    }.get(name, "")
     contract = folder / f"{name}.rlvr.yaml"
     text = (folder / "experiment.rlvr.yaml").read_text()
     text = text.replace("  precision: fp32\n", f"  precision: fp32\n  parallel: {{strategy: {strategy}{kept}}}\n")
@@ -85,13 +90,15 @@ def run(folder: Path, name: str, out: Path, live: bool) -> dict:
 
 def main() -> None:
     live = "--live" in sys.argv
+    names = ("ddp", "ddp-own", "fsdp2", "fsdp2-kept", "fsdp2-whole")
+    only = next((a.split("=", 1)[1].split(",") for a in sys.argv if a.startswith("--only=")), names)
     with tempfile.TemporaryDirectory() as tmp:
         folder = experiment(Path(tmp))
-        results = {s: run(folder, s, Path(tmp) / "out", live) for s in ("ddp", "ddp-own", "fsdp2", "fsdp2-kept")}
+        results = {s: run(folder, s, Path(tmp) / "out", live) for s in names if s in only}
     print(json.dumps(results, indent=1))
-    for sharded in ("fsdp2", "fsdp2-kept"):
+    for sharded in (s for s in results if s.startswith("fsdp2")):
         f = results[sharded]
-        for base in ("ddp", "ddp-own"):
+        for base in (s for s in results if s.startswith("ddp")):
             d = results[base]
             memory = max(f["peak_per_process_mib"]) / max(d["peak_per_process_mib"])
             speed = d["seconds_per_step"] / f["seconds_per_step"]
