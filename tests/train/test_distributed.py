@@ -69,6 +69,7 @@ LORA = (
         ("seq_mean_token_mean", FSDP2 % "false"),
         ("token_mean", FSDP2 % "true"),
         ("seq_mean_token_mean", FSDP2 % "false, reshard_after_forward: false, accumulate_whole_gradients: true"),
+        ("token_mean", FSDP2 % "true, reshard_after_forward: false, accumulate_whole_gradients: true"),
         ("token_mean", LORA),
     ],
     ids=[
@@ -77,6 +78,7 @@ LORA = (
         "fsdp2-seq_mean_token_mean",
         "fsdp2-checkpointing-token_mean",
         "fsdp2-kept-gathered-whole-gradients-seq_mean_token_mean",
+        "fsdp2-kept-gathered-whole-gradients-checkpointing-token_mean",
         "ddp-lora-token_mean",
     ],
 )
