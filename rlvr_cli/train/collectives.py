@@ -16,16 +16,9 @@ def plan_lines(contract: Contract, shape: Layout, devices: int) -> list[str]:
     if devices < 2 or par.strategy != "fsdp2":
         return lines
     total = peak(contract, estimate(contract, shape, devices))[0]
-    micro, units = micro_batches(contract, devices), shape.layers + 1
-    passes = contract.hyperparameters.updates_per_batch
-    if par.reshard_after_forward:
-        fewer = units * (2 * micro - 1) * passes
-        lines.append(_instead(contract, shape, devices, total, "reshard_after_forward", False, f"{fewer} all-gathers"))
-    if not par.accumulate_whole_gradients and micro > 1:
-        fewer = units * (micro - 1) * passes
-        lines.append(
-            _instead(contract, shape, devices, total, "accumulate_whole_gradients", True, f"{fewer} reduce-scatters")
-        )
+    for key, value in (("reshard_after_forward", False), ("accumulate_whole_gradients", True)):
+        if getattr(par, key) != value and (line := _instead(contract, shape, devices, total, key, value)):
+            lines.append(line)
     return lines
 
 
@@ -36,13 +29,26 @@ def micro_batches(contract: Contract, devices: int) -> int:
     return -(-rollouts // (hp.micro_batch_sequences or rollouts))
 
 
+def gathers(contract: Contract, devices: int) -> dict[str, int]:
+    """fsdp2: how many times a step gathers each unit, by reason, and reduce-scatters it."""
+    hp, kl = contract.hyperparameters, contract.objective.kl
+    micro = micro_batches(contract, devices)
+    return {
+        "sampling": 1,
+        "reference": int(kl.coef > 0),
+        "old log-probs": int(kl.coef > 0 and kl.placement == "reward"),  # the policy's before the update
+        "training": (2 * micro if hp.strategy.reshard_after_forward else 1) * hp.updates_per_batch,
+        "scatters": (1 if hp.strategy.accumulate_whole_gradients else micro) * hp.updates_per_batch,
+    }
+
+
 def communication_line(contract: Contract, shape: Layout, devices: int) -> str | None:
     """What one step moves between processes, per process (ring collectives: (N - 1)/N of a
     tensor each way): ddp's all-reduce of the gradients, or fsdp2's gathers of every unit in
     the compute dtype and reduce-scatters of the gradients (train/sharding.py says when)."""
     if devices < 2:
         return None
-    hp, kl = contract.hyperparameters, contract.objective.kl
+    hp = contract.hyperparameters
     share, reduce = (devices - 1) / devices, BYTES[hp.dtypes.reduce]
     a = hp.adapter
     trained = shape.adapter_parameters(a.rank, a.target_modules) if a is not None else shape.parameters
@@ -52,27 +58,33 @@ def communication_line(contract: Contract, shape: Layout, devices: int) -> str |
         return (
             f"collectives per step and process (ddp): the gradients all-reduced {times} time(s), {fmt_bytes(sent)} sent"
         )
-    micro = micro_batches(contract, devices)
-    units, reference = shape.layers + 1, int(kl.coef > 0)
-    training = (2 * micro if hp.strategy.reshard_after_forward else 1) * hp.updates_per_batch
-    old = int(kl.coef > 0 and kl.placement == "reward")  # the policy's log-probs before the update
-    gathers = 1 + reference + old + training
-    received = gathers * share * shape.parameters * BYTES[hp.dtypes.compute]
-    scatters = (1 if hp.strategy.accumulate_whole_gradients else micro) * hp.updates_per_batch
+    counts, units = gathers(contract, devices), shape.layers + 1
+    scatters = counts.pop("scatters")
+    gathered = sum(counts.values())
+    received = gathered * share * shape.parameters * BYTES[hp.dtypes.compute]
+    why = ", ".join(f"{reason} {n}" for reason, n in counts.items())
     return (
-        f"collectives per step and process (fsdp2, {units} units, {micro} micro-batch(es)): every unit gathered "
-        f"{gathers} times (sampling 1, reference {reference}, old log-probs {old}, training {training}): "
-        f"{units * gathers} all-gathers, {fmt_bytes(received)} received; {units * scatters} reduce-scatters, "
+        f"collectives per step and process (fsdp2, {units} units, {micro_batches(contract, devices)} "
+        f"micro-batch(es)): every unit gathered {gathered} times ({why}): {units * gathered} all-gathers, "
+        f"{fmt_bytes(received)} received; {units * scatters} reduce-scatters, "
         f"{fmt_bytes(scatters * share * shape.parameters * reduce)} sent; more where untrained samples need their "
         "log-probs or a holdout evaluation samples"
     )
 
 
-def _instead(contract: Contract, shape: Layout, devices: int, total: float, key: str, value: bool, fewer: str) -> str:
-    """What `parallel.KEY: VALUE` would save in collectives a step and cost at the peak."""
+def _instead(contract: Contract, shape: Layout, devices: int, total: float, key: str, value: bool) -> str | None:
+    """What `parallel.KEY: VALUE` would save in collectives a step and cost at the peak (None:
+    it would save none, one micro-batch a pass)."""
     hp = contract.hyperparameters
     changed_parallel = hp.strategy.model_copy(update={key: value})
     changed = contract.model_copy(update={"hyperparameters": hp.model_copy(update={"parallel": changed_parallel})})
+    before, after_counts = gathers(contract, devices), gathers(changed, devices)
+    units = shape.layers + 1
+    fewer_scatters = units * (before.pop("scatters") - after_counts.pop("scatters"))
+    fewer_gathers = units * (sum(before.values()) - sum(after_counts.values()))
+    if not (fewer_gathers or fewer_scatters):
+        return None
+    fewer = f"{fewer_gathers} all-gathers" if fewer_gathers else f"{fewer_scatters} reduce-scatters"
     after = peak(changed, estimate(changed, shape, devices))[0]
     same = " (the same peak)" if after <= total * 1.001 else ""
     return f"with parallel.{key}: {str(value).lower()}: {fewer} fewer a step, peak {fmt_bytes(after)} per device{same}"

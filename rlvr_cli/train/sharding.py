@@ -93,7 +93,7 @@ def whole_for_pass(model: Any, after: bool) -> Iterator[None]:
             unit.reshard()
 
 
-def keep_gathered(model: Any, parallel: Any, last: bool) -> None:
+def before_backward(model: Any, parallel: Any, last: bool) -> None:
     """Before each backward of a training pass of a sharded policy. `reshard_after_forward: false`:
     a unit gathered for the first micro-batch's forward stays gathered through every backward of
     the pass but the `last` (one all-gather a unit a pass); otherwise FSDP2 gathers it again for

@@ -26,7 +26,7 @@ from rlvr_cli.train import objective as obj
 from rlvr_cli.train.importance import correction_metrics, engine_logprobs
 from rlvr_cli.train.layer_stats import LayerWatch
 from rlvr_cli.train.setup import Setup
-from rlvr_cli.train.sharding import Lockstep, is_sharded, keep_gathered, whole_for_pass
+from rlvr_cli.train.sharding import Lockstep, before_backward, is_sharded, whole_for_pass
 from rlvr_cli.train.state import TrainState
 
 
@@ -293,7 +293,7 @@ def _backward(
     backwards = len(fwd.parts) + fwd.empty_rounds
     for i, part in enumerate(fwd.parts):
         if fwd.parallel is not None:
-            keep_gathered(setup.policy, fwd.parallel, last=i == backwards - 1)
+            before_backward(setup.policy, fwd.parallel, last=i == backwards - 1)
         logp, entropy, response_mask = fwd.forward(
             setup.policy, part, c.hyperparameters.sampling.temperature, with_entropy=True
         )
@@ -318,7 +318,7 @@ def _backward(
         stats = stats.add(st)
     for i in range(len(fwd.parts), backwards):
         if fwd.parallel is not None:
-            keep_gathered(setup.policy, fwd.parallel, last=i == backwards - 1)
+            before_backward(setup.policy, fwd.parallel, last=i == backwards - 1)
         with autocast(fwd.compute, setup.device.type):
             empty = fwd.lockstep.forward(setup.policy)  # type: ignore[union-attr]
         (empty if setup.scaler is None else setup.scaler.scale(empty)).backward()

@@ -30,10 +30,21 @@ def one_process(tmp_path: Path):
         tdist.destroy_process_group()
 
 
-def sharded(tmp_path: Path) -> tuple:
+def gpt2(folder: Path) -> Path:
+    """Another family: a tied head and the model's own forward (the lean sampler's fused one is
+    for the Llama family)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=64, n_embd=32, n_layer=2, n_head=4, n_positions=64)
+    GPT2LMHeadModel(config).save_pretrained(folder)
+    return folder
+
+
+def sharded(tmp_path: Path, family: str = "llama") -> tuple:
     """A tiny policy sharded over the one process, an unsharded copy of it, and the engine's model
     with its lender."""
-    folder = build_tiny(tmp_path / "model", hidden=64, layers=2)
+    folder = build_tiny(tmp_path / "model", hidden=64, layers=2) if family == "llama" else gpt2(tmp_path / "model")
     policy = load_model(str(folder), None, torch.float32, torch.device("cpu"))
     plain = copy.deepcopy(policy)
     shard(policy, SimpleNamespace(cpu_offload=False, reshard_after_forward=True), None, "fp32")
@@ -47,10 +58,11 @@ def draw(model, seed: int) -> list:
     )
 
 
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
 def test_the_engine_samples_from_the_gathered_policy_and_holds_nothing_between_phases(
-    one_process: None, tmp_path: Path
+    one_process: None, tmp_path: Path, family: str
 ) -> None:
-    policy, plain, own, lender = sharded(tmp_path)
+    policy, plain, own, lender = sharded(tmp_path, family)
     engine = PolicyEngine.of("lean", own)
     engine.lender, engine.device = lender, "cpu"
     params = SamplingParams(max_new_tokens=6, temperature=1.0, top_p=1.0, top_k=0, stop_ids=(), pad_id=0)
