@@ -52,13 +52,6 @@ def rlv003_strategy_keys(c: Contract, _: Path) -> Iterator[Finding]:
             "sample_ahead does not run with strategy fsdp2 yet (its copy of the weights would be a shard); "
             "turn it off or use ddp",
         )
-    if par is not None and par.strategy == "fsdp2" and c.hyperparameters.adapter is not None:
-        yield error(
-            "RLV010",
-            ("hyperparameters", "adapter"),
-            "an adapter does not run with strategy fsdp2 yet (an adapter's state is small: ddp holds it whole on "
-            "every process); use ddp",
-        )
     if par is None or par.strategy == "fsdp2":
         return
     for key, default in (

@@ -130,7 +130,9 @@ def _write_checkpoint(
     if sharded:  # the weights and the optimizer state are in shards/
         del saved["optimizer"]
     with disk_errors(tmp):  # torch and safetensors hide ENOSPC in errors of their own
-        if "model" in parts and setup.peft_model is not None:  # the adapter only: the base never changes
+        if (
+            "model" in parts and setup.peft_model is not None and not sharded
+        ):  # the adapter only: the base never changes
             lora.save(setup.peft_model, tmp / "adapter")
         elif "model" in parts and not sharded:
             setup.policy.save_pretrained(tmp / "model")  # safetensors, loadable by transformers
@@ -233,10 +235,10 @@ def load_latest(setup: Setup, run: RunFolder, contract_path: Path, force: bool =
     in_shards = shards.present(path)
     if not in_shards and sharding.is_sharded(setup.policy):
         raise RlvrError(
-            f"checkpoint {path.name} holds whole weights (model/), not the shards a sharded (fsdp2) run writes "
-            "and reads; it was not written by this run"
+            f"checkpoint {path.name} holds whole weights (model/ or adapter/), not the shards a sharded (fsdp2) "
+            "run writes and reads; it was not written by this run"
         )
-    if setup.peft_model is not None or (path / "adapter").is_dir():
+    if not in_shards and (setup.peft_model is not None or (path / "adapter").is_dir()):
         _load_adapter(setup, path)
     elif not in_shards:
         _load_weights(setup, path)

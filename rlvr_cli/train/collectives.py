@@ -67,7 +67,7 @@ def communication_line(contract: Contract, shape: Layout, devices: int) -> str |
         f"collectives per step and process (fsdp2, {units} units, {micro_batches(contract, devices)} "
         f"micro-batch(es)): every unit gathered {gathered} times ({why}): {units * gathered} all-gathers, "
         f"{fmt_bytes(received)} received; {units * scatters} reduce-scatters, "
-        f"{fmt_bytes(scatters * share * shape.parameters * reduce)} sent; more where untrained samples need their "
+        f"{fmt_bytes(scatters * share * trained * reduce)} sent; more where untrained samples need their "
         "log-probs or a holdout evaluation samples"
     )
 

@@ -8,7 +8,9 @@ either), with config.json and generation_config.json beside them."""
 
 from __future__ import annotations
 
+import functools
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,14 +44,69 @@ def plan_files(sizes: dict[str, int], limit: int | None = None) -> list[list[str
     return files
 
 
-def save_final_sharded(model: Any, final: Path, main: bool) -> None:
+def whole(tensor: torch.Tensor) -> torch.Tensor:
+    """A sharded tensor gathered whole on every process (a collective); a plain one as it is."""
+    tensor = tensor.detach()
+    return tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
+
+
+Pieces = dict[str, tuple[int, Callable[[], torch.Tensor]]]  # name → (bytes, gathers it whole)
+
+
+def model_pieces(model: Any) -> Pieces:
+    """The model's weights as `save_pretrained` writes them (a tied head left out)."""
+    state = {name: t for name, t in model.state_dict().items() if name not in tied_names(model)}
+    return {name: (t.numel() * t.element_size(), lambda t=t: whole(t)) for name, t in state.items()}
+
+
+def merged_pieces(model: Any) -> Pieces:
+    """The weights of a policy with LoRA adapter layers, under the names of the model without
+    them, each adapted layer's weight merged (base + scale·B·A, computed on the gathered tensors):
+    `final/merged/` of a sharded adapter run (engine/adapted.py `merged_state` for a whole one)."""
+    adapted = {name: m for name, m in model.named_modules() if hasattr(m, "lora_A") and hasattr(m, "base_layer")}
+    out: Pieces = {}
+    for name, (size, get) in model_pieces(model).items():
+        if ".lora_" in name:
+            continue
+        owner, _, leaf = name.rpartition(".")
+        layer = owner.removesuffix(".base_layer")
+        if owner.endswith(".base_layer") and layer in adapted:
+            name = f"{layer}.{leaf}"
+            if leaf == "weight":
+                get = functools.partial(_merge, adapted[layer], get)
+        out[name] = (size, get)
+    return out
+
+
+def _merge(module: Any, base: Callable[[], torch.Tensor]) -> torch.Tensor:
+    weight = base()
+    for name in module.active_adapters:
+        if name in module.lora_A:
+            delta = (whole(module.lora_B[name].weight) @ whole(module.lora_A[name].weight)) * module.scaling[name]
+            weight = weight + (delta.t() if getattr(module, "fan_in_fan_out", False) else delta).to(weight.dtype)
+    return weight
+
+
+def save_adapter_sharded(peft_model: Any, final: Path, main: bool) -> None:
+    """`final/` of a sharded adapter run: the adapter's tensors gathered (small), written by the main
+    process in peft's format; every process calls it."""
+    from rlvr_cli.train import lora
+
+    state = peft_model.state_dict()
+    gathered = {name: whole(state[name]).to("cpu") for name in lora.saved_names(peft_model)}
+    if main:
+        with disk_errors(final):
+            lora.save(peft_model, final, gathered)
+
+
+def save_final_sharded(model: Any, final: Path, main: bool, pieces: Pieces | None = None) -> None:
     """Every process calls this (the gathers are collectives); only `main` writes. A write error
     on the main process is raised after every gather, so the other processes are never left
-    waiting in one."""
+    waiting in one. `pieces`: what to write (`model_pieces`, the default, or `merged_pieces`)."""
     from safetensors.torch import save_file
 
-    state = {name: t for name, t in model.state_dict().items() if name not in tied_names(model)}
-    files = plan_files({name: t.numel() * t.element_size() for name, t in state.items()})
+    pieces = model_pieces(model) if pieces is None else pieces
+    files = plan_files({name: size for name, (size, _) in pieces.items()})
     names = (
         ["model.safetensors"]
         if len(files) == 1
@@ -59,30 +116,29 @@ def save_final_sharded(model: Any, final: Path, main: bool) -> None:
     if main:
         final.mkdir(parents=True, exist_ok=True)
     for filename, group in zip(names, files, strict=True):
-        whole: dict[str, torch.Tensor] = {}
+        file: dict[str, torch.Tensor] = {}
         for name in group:
-            tensor = state[name].detach()
-            tensor = tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
+            tensor = pieces[name][1]()
             if main:
-                whole[name] = tensor.to("cpu").contiguous()
+                file[name] = tensor.to("cpu").contiguous()
         if main and failed is None:
             try:
                 with disk_errors(final):
-                    save_file(whole, str(final / filename), metadata={"format": "pt"})
+                    save_file(file, str(final / filename), metadata={"format": "pt"})
             except Exception as exc:  # raised below, once every process has gathered every weight
                 failed = exc
-        del whole
+        del file
     if failed is not None:
         raise failed
     if main:
-        _describe(model, final, names, files, state)
+        _describe(model, final, names, files, sum(size for size, _ in pieces.values()))
 
 
-def _describe(model: Any, final: Path, names: list[str], files: list[list[str]], state: dict[str, Any]) -> None:
+def _describe(model: Any, final: Path, names: list[str], files: list[list[str]], total: int) -> None:
     with disk_errors(final):
         if len(files) > 1:
             index = {
-                "metadata": {"total_size": sum(t.numel() * t.element_size() for t in state.values())},
+                "metadata": {"total_size": total},
                 "weight_map": {name: filename for filename, group in zip(names, files, strict=True) for name in group},
             }
             (final / INDEX).write_text(json.dumps(index, indent=2) + "\n")

@@ -47,11 +47,12 @@ def lora_config(spec: Adapter, base: str) -> Any:
     )
 
 
-def attach(policy: Any, contract: Contract, folder: Path) -> Any:
+def attach(policy: Any, contract: Contract, folder: Path, load: bool = True) -> Any:
     """Wrap `policy` (modified in place) with the contract's adapter; the base's weights are frozen,
     the adapter's (and the biases `bias` names) train, in `precision.params` (fp32 unless the
-    contract writes out pure bf16). A starting adapter is loaded from safetensors only. Returns
-    peft's model."""
+    contract writes out pure bf16). A starting adapter is loaded from safetensors only, and only
+    with `load` (a model on the meta device, which receives its weights from the main process,
+    reads none). Returns peft's model."""
     spec = contract.hyperparameters.adapter
     assert spec is not None
     peft = _peft()
@@ -66,7 +67,7 @@ def attach(policy: Any, contract: Contract, folder: Path) -> Any:
         for parameter in model.parameters():
             if parameter.requires_grad:
                 parameter.data = parameter.data.to(torch.bfloat16)
-    if spec.path is not None:
+    if spec.path is not None and load:
         problem = starting_adapter_problem(contract, folder)
         if problem:
             raise RlvrError(f"hyperparameters.adapter.path: {problem}")
@@ -77,6 +78,14 @@ def attach(policy: Any, contract: Contract, folder: Path) -> Any:
 def state(model: Any) -> dict[str, torch.Tensor]:
     """The adapter's weights (and trained biases) as peft saves them."""
     return _peft().get_peft_model_state_dict(model)
+
+
+def saved_names(model: Any) -> list[str]:
+    """The names in `model.state_dict()` of the tensors peft saves (`state` strips the adapter's
+    name from them): what a sharded policy gathers to save its adapter."""
+    adapter = model.active_adapter
+    kept = set(state(model))
+    return [k for k in model.state_dict() if k in kept or k.replace(f".{adapter}", "") in kept]
 
 
 def load_weights(model: Any, root: Path, name: str) -> None:
@@ -104,9 +113,10 @@ def load_weights(model: Any, root: Path, name: str) -> None:
     _peft().set_peft_model_state_dict(model, weights)
 
 
-def save(model: Any, root: Path) -> None:
-    """peft's own format: adapter_config.json and adapter_model.safetensors."""
-    model.save_pretrained(root, safe_serialization=True)
+def save(model: Any, root: Path, whole: dict[str, torch.Tensor] | None = None) -> None:
+    """peft's own format: adapter_config.json and adapter_model.safetensors. `whole`: the adapter's
+    tensors gathered from a sharded policy, under the names of `model.state_dict()`."""
+    model.save_pretrained(root, safe_serialization=True, **({"state_dict": whole} if whole is not None else {}))
     (root / "README.md").unlink(missing_ok=True)  # peft's model card template: not rlvr's to write
 
 

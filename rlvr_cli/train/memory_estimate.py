@@ -118,55 +118,52 @@ def _terms(contract: Contract, shape: Layout, devices: int) -> dict[str, float]:
     else:
         activations = seq * micro * shape.hidden * shape.layers * per_token_layer
     if hp.adapter is not None:  # a frozen base in the compute dtype; the adapter (params) trains
-        return _adapter_terms(contract, shape, bc, rollouts * seq, activations, micro)
-    terms = {
-        "policy parameters": params * bp / shard * on_device,
-        "gradients": params * bp / shard * on_device,
-        "optimizer state": params * bp * OPTIMIZER_STATES[hp.optimizer.name] / shard * on_device,
-        "reference": params * bp / shard * on_device if contract.objective.kl.coef > 0 else 0.0,
+        trained = shape.adapter_parameters(hp.adapter.rank, hp.adapter.target_modules)
+        terms = _adapter_terms(contract, shape, trained * bp, bc, on_device / shard)
+        held, whole_gradients = bc, trained * BYTES[p.reduce]
+    else:
+        terms = {
+            "policy parameters": params * bp / shard * on_device,
+            "gradients": params * bp / shard * on_device,
+            "optimizer state": params * bp * OPTIMIZER_STATES[hp.optimizer.name] / shard * on_device,
+            "reference": params * bp / shard * on_device if contract.objective.kl.coef > 0 else 0.0,
+        }
+        held, whole_gradients = bp, params * BYTES[p.reduce]
+    terms |= {
         "rollout KV cache": 2 * shape.layers * shape.kv_heads * shape.head_dim * bc * seq * rollouts,
         "activations": activations,
         "logits": 2 * micro * length.max_response_tokens * shape.vocab * 4,
     }
-    if not sharded and (copied := sampler_copy(contract, shape, bp, bc)):  # lent weights are read as they are
+    # lent weights are read as they are, but an adapted layer computes with a merged copy (engine/fused.py)
+    if (not sharded or hp.adapter is not None) and (copied := sampler_copy(contract, shape, held, bc)):
         terms["sampler's weight copy"] = copied
     if sharded or colocated_vllm(contract):  # gathered whole to sample (it cannot run in lockstep); vLLM's own
-        terms["rollout weights"] = params * bc
+        terms["rollout weights"] = params * bc  # (an adapter handed to vLLM is merged into these)
     if sharded:
         if terms["reference"]:  # gathered whole for its pass over the micro-batches (train/sharding.py)
             terms["gathered reference"] = params * bc
         # the layer computing and the next one; every layer with reshard_after_forward: false
         terms["gathered layers"] = (2 * shape.layer_parameters if par.reshard_after_forward else params) * bc
         if par.accumulate_whole_gradients:  # summed whole over the micro-batches, then reduce-scattered
-            terms["gradients accumulated whole"] = params * BYTES[p.reduce]
+            terms["gradients accumulated whole"] = whole_gradients
     if hp.ahead_steps:  # train/overlap.py: a copy of the policy per step in flight; one samples at a time
-        terms["weights sampled ahead"] = params * bp * hp.ahead_steps
+        adapter = shape.adapter_parameters(hp.adapter.rank, hp.adapter.target_modules) * bp if hp.adapter else 0
+        terms["weights sampled ahead"] = (params * held + adapter) * hp.ahead_steps
         terms["rollout KV cache"] *= 2
     return terms
 
 
-def _adapter_terms(
-    contract: Contract, shape: Layout, bc: int, kv_tokens: float, activations: float, micro: float
-) -> dict[str, float]:
-    hp, a = contract.hyperparameters, contract.hyperparameters.adapter
-    assert a is not None
-    trained = shape.adapter_parameters(a.rank, a.target_modules) * BYTES[hp.dtypes.params]  # the adapter's dtype
+def _adapter_terms(contract: Contract, shape: Layout, trained: float, bc: int, per: float) -> dict[str, float]:
+    """The weight terms of an adapter run (`trained`: the adapter's bytes, in the params dtype),
+    each times `per` (1 / the processes sharding them; 0 when offloaded from the device)."""
     separate = contract.objective.kl.coef > 0 and not reference_is_base(contract)
-    terms = {
-        "policy parameters": shape.parameters * bc,
-        "adapter": trained,
-        "gradients": trained,
-        "optimizer state": trained * OPTIMIZER_STATES[hp.optimizer.name],
-        "reference": shape.parameters * bc if separate else 0.0,
-        "rollout KV cache": 2 * shape.layers * shape.kv_heads * shape.head_dim * bc * kv_tokens,
-        "activations": activations,
-        "logits": 2 * micro * contract.length.max_response_tokens * shape.vocab * 4,
+    return {
+        "policy parameters": shape.parameters * bc * per,
+        "adapter": trained * per,
+        "gradients": trained * per,
+        "optimizer state": trained * OPTIMIZER_STATES[contract.hyperparameters.optimizer.name] * per,
+        "reference": shape.parameters * bc * per if separate else 0.0,
     }
-    if copied := sampler_copy(contract, shape, bc, bc):
-        terms["sampler's weight copy"] = copied
-    if colocated_vllm(contract):  # vLLM's own copy of the base (the adapter handed to it is small)
-        terms["rollout weights"] = shape.parameters * bc
-    return terms
 
 
 def sampler_copy(contract: Contract, shape: Layout, held: int, computed: int) -> float:
@@ -241,18 +238,18 @@ def _changes(contract: Contract, devices: int) -> list[tuple[str, Contract]]:
     if devices > 1 and not par["cpu_offload"]:
         par["cpu_offload"] = True
         add("parallel.cpu_offload: true (the sharded state in CPU memory)")
-    if hp.adapter is None:  # the last resort changes what trains: said apart, never added to the others
+    if hp.adapter is None:  # the last resort changes what trains: alone first, then with the changes above
         lora = Adapter(
             kind="lora", rank=16, alpha=32, dropout=0.0, target_modules="all-linear", bias="none", init="default"
         )
-        updated = hp.model_copy(update={"adapter": lora})
-        out.append(
-            (
-                "a LoRA adapter instead of full weights (hyperparameters.adapter: rank 16, all-linear; the reference "
-                "is then the base with the adapter off)",
-                contract.model_copy(update={"hyperparameters": updated}),
-            )
+        words = (
+            "a LoRA adapter instead of full weights (hyperparameters.adapter: rank 16, all-linear; the reference "
+            "is then the base with the adapter off)"
         )
+        for before, changed in [("", contract), *out[-1:]]:
+            updated = changed.hyperparameters.model_copy(update={"adapter": lora})
+            said_too = f"{before} + " if before else ""
+            out.append((said_too + words, changed.model_copy(update={"hyperparameters": updated})))
     return out
 
 

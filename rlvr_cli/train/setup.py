@@ -100,15 +100,17 @@ def build(contract: Contract, folder: Path, fault: Fault, run_dir: Path | None =
     if hp.adapter is not None:
         from rlvr_cli.train import lora
 
-        peft_model = lora.attach(policy, contract, folder)  # policy is modified in place
+        # policy is modified in place; a meta model receives the adapter's weights from the main process
+        peft_model = lora.attach(policy, contract, folder, load=loader is load_model)
     # sharded: the engine is made once the policy holds its weights (below)
     engine = None if sharded else _engine(contract, folder, run_dir, fault, policy, compute)
     adapted = policy if peft_model is not None else None
     reference = load_reference(contract, folder, base_dtype, load_on, adapted, loader)
     if hp.strategy.activation_checkpointing:
         recompute_layers(policy)
-    if sharded:  # (an adapter, whose reference is the policy itself, is refused with fsdp2)
-        shard_loaded([m for m in (policy, reference) if m is not None], rank == 0, hp, compute, device)
+    if sharded:  # the policy once, when the reference is the policy with its adapter switched off
+        models = [policy] if reference is None or reference is policy else [policy, reference]
+        shard_loaded(models, rank == 0, hp, compute, device)
         engine = _engine(contract, folder, run_dir, fault, policy, compute, (compute or base_dtype, device))
     optimizer = make_optimizer(contract, policy)
     splits = read_splits(folder, contract.data.splits)
@@ -176,7 +178,14 @@ def _engine(
     from rlvr_cli.train.sharding import rollout_model
 
     ref = contract.artifacts.policy
-    own, lender = rollout_model(policy, artifact_path(ref, folder, "policy"), ref.revision, lent[0])
+    adapt = None
+    if contract.hyperparameters.adapter is not None:  # the skeleton carries the adapter's layers too
+        from rlvr_cli.train import lora
+
+        def adapt(model: Any) -> None:
+            lora.attach(model, contract, folder, load=False)
+
+    own, lender = rollout_model(policy, artifact_path(ref, folder, "policy"), ref.revision, lent[0], adapt)
     engine = make_engine(contract.hyperparameters.sampling.engine, policy, fault, compute, own=own)
     engine.lender, engine.device = lender, lent[1].type  # (its parameters are on the meta device until lent)
     return engine

@@ -200,10 +200,16 @@ def _place(model: Any, name: str, tensor: torch.Tensor, where: str) -> None:
     getattr(model.get_submodule(owner), where)[leaf] = tensor
 
 
-def rollout_model(policy: Any, source: str, revision: str | None, dtype: torch.dtype) -> tuple[Any, Lender]:
-    """The rollout engine's model for a sharded policy: its structure on the meta device, which
-    holds the policy's own whole weights only while they are lent (`Lender`)."""
-    own = meta_model(source, revision, dtype).requires_grad_(False)
+def rollout_model(
+    policy: Any, source: str, revision: str | None, dtype: torch.dtype, adapt: Any = None
+) -> tuple[Any, Lender]:
+    """The rollout engine's model for a sharded policy: its structure on the meta device (`adapt`:
+    with the policy's adapter layers attached), which holds the policy's own whole weights only
+    while they are lent (`Lender`)."""
+    own = meta_model(source, revision, dtype)
+    if adapt is not None:
+        adapt(own)
+    own.requires_grad_(False)
     own.weights_lent = True  # the lean sampler reads them as they are (engine/fused.py): no copy
     return own, Lender(policy, own)
 

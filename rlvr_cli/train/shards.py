@@ -70,10 +70,22 @@ def _reader(folder: Path) -> Any:
     return SafeReader(str(folder))
 
 
+def _options() -> Any:
+    """Frozen weights (an adapter's base) are never written: they are the policy's, unchanged.
+    Not strict on load, as the model's own state then lacks them; DCP itself refuses a
+    checkpoint that lacks a tensor this run saves, or holds it in another shape."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    return StateDictOptions(ignore_frozen_params=True, strict=False)
+
+
 def _state(policy: Any, optimizer: torch.optim.Optimizer, parts: set[str]) -> dict[str, Any]:
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
-    model, optim = get_state_dict(policy, optimizer)
+    model, optim = get_state_dict(policy, optimizer, options=_options())
+    # a frozen weight tied to another (an adapter's base with a tied head) escapes DCP's own filter
+    frozen = {name for name, p in policy.named_parameters(remove_duplicate=False) if not p.requires_grad}
+    model = {name: tensor for name, tensor in model.items() if name not in frozen}
     return {k: v for k, v in (("model", model), ("optimizer", optim)) if k in parts}
 
 
@@ -103,7 +115,11 @@ def load(policy: Any, optimizer: torch.optim.Optimizer, path: Path, parts: set[s
         raise RlvrError(f"checkpoint {path.name}: its shards do not fit this run ({first})") from None
     _refuse_nonfinite(state, path.name)
     set_state_dict(
-        policy, optimizer, model_state_dict=state.get("model", {}), optim_state_dict=state.get("optimizer", {})
+        policy,
+        optimizer,
+        model_state_dict=state.get("model", {}),
+        optim_state_dict=state.get("optimizer", {}),
+        options=_options(),
     )
 
 

@@ -11,7 +11,7 @@ from rlvr_cli.files import disk_errors
 from rlvr_cli.store.run import FiredRule
 from rlvr_cli.train import distributed as dist
 from rlvr_cli.train.checkpoint import rng_state, save_checkpoint, set_rng_state, start_sharded
-from rlvr_cli.train.final_shards import save_final_sharded
+from rlvr_cli.train.final_shards import merged_pieces, save_adapter_sharded, save_final_sharded
 from rlvr_cli.train.run_plan import SKIPPED_UPDATES_STOP
 from rlvr_cli.train.sharding import is_sharded
 from rlvr_cli.train.state import TrainState
@@ -108,7 +108,7 @@ def finish(run: Run, reason: str) -> int:
     if run.records is not None:
         run.records.flush()  # "finished" means every record is listed
     if is_sharded(run.setup.policy):  # every process gathers, file by file; the main one writes
-        save_final_sharded(run.setup.policy, final, run.setup.main)
+        save_sharded(run.setup, final)
     if run.setup.main:
         with disk_errors(final.parent):  # safetensors hides ENOSPC in an error of its own
             save_final(run.setup, final)
@@ -118,21 +118,37 @@ def finish(run: Run, reason: str) -> int:
     return ExitCode.OK
 
 
-def save_final(setup: Any, final: Path) -> None:
-    """final/: the policy (loadable with from_pretrained; a sharded one is written already), or with
-    an adapter the adapter in peft's format (PeftModel.from_pretrained over the base) and, when
-    asked, final/merged/ the base with the adapter merged in; the tokenizer beside each."""
+def save_sharded(setup: Any, final: Path) -> None:
+    """The weights of `final/` for a sharded policy, gathered piece by piece by every process and
+    written by the main one: the policy, or its adapter and (when asked) final/merged/."""
     if setup.peft_model is None:
-        if not is_sharded(setup.policy):
+        save_final_sharded(setup.policy, final, setup.main)
+        return
+    save_adapter_sharded(setup.peft_model, final, setup.main)
+    if setup.contract.hyperparameters.adapter.save_merged:
+        save_final_sharded(setup.policy, final / "merged", setup.main, merged_pieces(setup.policy))
+
+
+def save_final(setup: Any, final: Path) -> None:
+    """final/: the policy (loadable with from_pretrained), or with an adapter the adapter in peft's
+    format (PeftModel.from_pretrained over the base) and, when asked, final/merged/ the base with
+    the adapter merged in; the tokenizer beside each. A sharded policy's weights are written
+    already (`save_sharded`)."""
+    sharded = is_sharded(setup.policy)
+    if setup.peft_model is None:
+        if not sharded:
             setup.policy.save_pretrained(final)
         setup.tokenizer.save_pretrained(final)
         return
     from rlvr_cli.engine.adapted import merged_state
     from rlvr_cli.train import lora
 
-    lora.save(setup.peft_model, final)
+    if not sharded:
+        lora.save(setup.peft_model, final)
     setup.tokenizer.save_pretrained(final)
-    if setup.contract.hyperparameters.adapter.save_merged:
+    if setup.contract.hyperparameters.adapter.save_merged and sharded:
+        setup.tokenizer.save_pretrained(final / "merged")
+    elif setup.contract.hyperparameters.adapter.save_merged:
         merged = merged_state(setup.policy)
         base = setup.peft_model.get_base_model()
         with setup.peft_model.disable_adapter():  # the base's own module tree saves under the base's names

@@ -233,13 +233,6 @@ def test_the_plan_counts_the_adapter_alone_and_no_reference_copy(single_turn: Pa
     assert _term(rlvr("plan", exp / CONTRACT).stdout, "reference") > 0
 
 
-def test_an_adapter_with_fsdp2_is_refused_until_it_runs(single_turn: Path, tmp_path: Path) -> None:
-    exp = copy_experiment(single_turn, tmp_path / "exp", [with_adapter()])
-    edit(exp, "  precision: fp32\n", "  precision: fp32\n  parallel: {strategy: fsdp2}\n")
-    out = rlvr("validate", exp / CONTRACT)
-    assert out.code == 1 and "RLV010" in out.stdout and "fsdp2" in out.stdout
-
-
 def test_validate_deep_checks_targets_of_an_architecture_it_has_no_table_for(single_turn: Path, tmp_path: Path) -> None:
     """Phi (model_type `phi`): plain `validate` has no table of its layers and says nothing; `--deep`
     builds the model from its config on the meta device and names the layers it has."""

@@ -71,6 +71,7 @@ LORA = (
         ("seq_mean_token_mean", FSDP2 % "false, reshard_after_forward: false, accumulate_whole_gradients: true"),
         ("token_mean", FSDP2 % "true, reshard_after_forward: false, accumulate_whole_gradients: true"),
         ("token_mean", LORA),
+        ("seq_mean_token_mean", LORA + "  parallel: {strategy: fsdp2}\n"),
     ],
     ids=[
         "ddp-seq_mean_token_mean",
@@ -80,6 +81,7 @@ LORA = (
         "fsdp2-kept-gathered-whole-gradients-seq_mean_token_mean",
         "fsdp2-kept-gathered-whole-gradients-checkpointing-token_mean",
         "ddp-lora-token_mean",
+        "fsdp2-lora-seq_mean_token_mean",
     ],
 )
 def test_two_processes_equal_one(scaffold: Path, tmp_path: Path, aggregation: str, parallel: str | None) -> None:
@@ -96,7 +98,9 @@ def test_two_processes_equal_one(scaffold: Path, tmp_path: Path, aggregation: st
     second = torchrun(2, contract, two, "--max-steps", "3")
     assert second.returncode == 0, second.stderr[-3000:]
     sharded = bool(parallel and "fsdp2" in parallel)
-    weights = "adapter_model.safetensors" if parallel == LORA else "model.safetensors"  # an adapter run: the adapter
+    weights = (
+        "adapter_model.safetensors" if parallel and "adapter" in parallel else "model.safetensors"
+    )  # an adapter run: the adapter
     a, b = load_file(one / "final" / weights), load_file(two / "final" / weights)
     for key in a:
         torch.testing.assert_close(a[key], b[key], atol=1e-5, rtol=1e-4)
@@ -208,6 +212,47 @@ def test_a_sharded_run_resumes_with_another_number_of_processes(scaffold: Path, 
         assert sorted(a) == sorted(b)
         for key in a:
             torch.testing.assert_close(a[key], b[key], atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.slow
+def test_a_sharded_adapter_run_keeps_the_adapter_alone_and_resumes_with_another_number_of_processes(
+    scaffold: Path, tmp_path: Path
+) -> None:
+    """fsdp2 with an adapter: each process holds 1/N of the base and of the adapter; the
+    checkpoint's shards hold the adapter and its optimizer state (never the frozen base, nor its
+    tied head); 2 → 1 processes continue the run; final/ is the adapter in peft's format, and
+    final/merged/ the base with it merged, as peft merges it."""
+    import pickle
+
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    folder = tmp_path / "exp"
+    shutil.copytree(scaffold, folder)
+    contract = folder / CONTRACT
+    sharded = LORA.replace("init: default}", "init: default, save_merged: true}") + "  parallel: {strategy: fsdp2}\n"
+    contract.write_text(contract.read_text().replace("  precision: fp32\n", sharded))
+    straight, run = tmp_path / "straight", tmp_path / "run"
+    done = torchrun(1, contract, straight, "--max-steps", "3")
+    assert done.returncode == 0, done.stderr[-3000:]
+    begun = torchrun(2, contract, run, "--max-steps", "2")
+    assert begun.returncode == 0, begun.stderr[-3000:]
+    written = run / "checkpoints" / "step-2" / "shards" / ".metadata"
+    weights = [k for k in pickle.loads(written.read_bytes()).state_dict_metadata if k.startswith("model.")]
+    assert weights and all(".lora_" in k for k in weights), weights  # our own file: plain pickle is safe here
+    resumed = torchrun(1, contract, run, "--max-steps", "3", "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    a, b = (load_file(r / "final" / "adapter_model.safetensors") for r in (run, straight))
+    assert sorted(a) == sorted(b) and len(a) == 2 * 7 * 2  # 2 layers, 7 linear layers each, A and B
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], atol=1e-5, rtol=1e-4)
+    assert any(a[k].abs().max() > 0 for k in a if "lora_B" in k)  # B starts at 0: it trained
+    base = AutoModelForCausalLM.from_pretrained(folder / "model")
+    expected = PeftModel.from_pretrained(base, run / "final").merge_and_unload().state_dict()
+    merged = AutoModelForCausalLM.from_pretrained(run / "final" / "merged").state_dict()
+    assert sorted(merged) == sorted(expected)
+    for key in merged:
+        torch.testing.assert_close(merged[key], expected[key], atol=1e-6, rtol=1e-5)
 
 
 def _forge(checkpoint: Path, metadata: bytes) -> None:

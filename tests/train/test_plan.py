@@ -87,6 +87,36 @@ def test_the_plan_counts_a_steps_model_flops_as_the_trainer_does(tmp_path: Path)
     assert terms(no_kl)["reference"] == 0
 
 
+def test_an_adapter_under_fsdp2_is_planned_as_the_trainer_shards_it(tmp_path: Path) -> None:
+    """Sharded, the base, the adapter, its gradients and optimizer state are 1/8 of data
+    parallel's on each GPU; the base is gathered whole to sample (lent to the engine) and each
+    reduce-scatter sends the adapter's gradients only; validate accepts the pair."""
+    shutil.copytree(SEVEN_B.parent / "llama-7b", tmp_path / "llama-7b")  # plan reads only its config.json
+    lora = "{kind: lora, rank: 16, alpha: 32, dropout: 0.0, target_modules: all-linear, bias: none, init: default}"
+    sharded_line = "  parallel: {strategy: fsdp2, activation_checkpointing: true}\n"
+    text = SEVEN_B.read_text()
+    plans = {}
+    for name, parallel in (
+        ("fsdp2", sharded_line),
+        ("ddp", "  parallel: {strategy: ddp, activation_checkpointing: true}\n"),
+    ):
+        contract = tmp_path / f"{name}.rlvr.yaml"
+        contract.write_text(text.replace(sharded_line, f"{parallel}  adapter: {lora}\n"))
+        assert rlvr("validate", contract).code == 0
+        out = rlvr("plan", contract, "--gpus", "8", "--gpu-memory", "80")
+        assert out.code == 0, out.stdout
+        plans[name] = out.stdout
+    fsdp, ddp = _table(plans["fsdp2"])[0], _table(plans["ddp"])[0]
+    for term in ("policy parameters", "adapter", "gradients", "optimizer state"):
+        assert fsdp[term][0] == pytest.approx(ddp[term][0] / 8, rel=0.01), term
+    assert fsdp["rollout weights"] == (ddp["policy parameters"][0], "sampling")  # the base gathered whole
+    assert "rollout weights" not in ddp and fsdp["reference"][0] == ddp["reference"][0] == 0  # the base itself
+    scatter = next(line for line in plans["fsdp2"].splitlines() if line.startswith("collectives per step"))
+    adapter_gib = fsdp["adapter"][0] * 8
+    sent = float(scatter.split("reduce-scatters, ")[1].split()[0])  # every scatter a pass: the adapter's gradients
+    assert sent < 16 * adapter_gib * 1024, scatter  # MiB, never the base's 7 B weights
+
+
 def test_the_plan_divides_memory_only_where_the_trainer_shards(tmp_path: Path) -> None:
     """Data parallel keeps a whole copy of the weights, gradients and optimizer state on every GPU:
     the same 7B contract without fsdp2 does not fit 8 × 80 GiB, and the plan names what does."""
