@@ -5,7 +5,8 @@ plan estimates for it; per run: seconds per step (metrics.jsonl `step_seconds`, 
 the first). Run: `.venv/bin/python benchmarks/fsdp_vs_ddp.py` (about 10 minutes on 2 cores).
 `--only=ddp,fsdp2`: those runs alone. `--live`: with MALLOC_TRIM_THRESHOLD_=0, so glibc
 returns freed memory at once and the resident peak is the live memory (as a GPU's allocated
-memory is); steps are slower that way.
+memory is); steps are slower that way. `--precision=bf16`: the contract's `precision: bf16` (fp32
+master weights and optimizer state, bf16 compute: what a GPU run uses) instead of fp32.
 """
 
 from __future__ import annotations
@@ -47,20 +48,25 @@ def experiment(root: Path) -> Path:
     return folder
 
 
-def run(folder: Path, name: str, out: Path, live: bool) -> dict:
+def run(folder: Path, name: str, out: Path, live: bool, precision: str = "fp32") -> dict:
     """`name`: ddp, fsdp2, ddp-own: ddp with the model's own update forward (responses padded
     on the right, so the shared-prompt forward steps aside), fsdp2-kept: fsdp2 with
     `reshard_after_forward: false` (each unit gathered once a pass), or fsdp2-whole: that and
-    `accumulate_whole_gradients: true` (each unit reduce-scattered once a pass)."""
+    `accumulate_whole_gradients: true` (each unit reduce-scattered once a pass); a `-ckpt` suffix
+    adds `activation_checkpointing: true`. Not the default set: `--only=...,NAME-ckpt`."""
     strategy = name.split("-")[0]
     kept = {
         "fsdp2-kept": ", reshard_after_forward: false",
         "fsdp2-whole": ", reshard_after_forward: false, accumulate_whole_gradients: true",
-    }.get(name, "")
+    }.get(name.removesuffix("-ckpt"), "")
+    if name.endswith("-ckpt"):  # activation checkpointing: each layer keeps its input, its forward runs again
+        kept += ", activation_checkpointing: true"
     contract = folder / f"{name}.rlvr.yaml"
     text = (folder / "experiment.rlvr.yaml").read_text()
-    text = text.replace("  precision: fp32\n", f"  precision: fp32\n  parallel: {{strategy: {strategy}{kept}}}\n")
-    if name.endswith("-own"):
+    text = text.replace(
+        "  precision: fp32\n", f"  precision: {precision}\n  parallel: {{strategy: {strategy}{kept}}}\n"
+    )
+    if "-own" in name:
         assert "padding_side: left" in text
         text = text.replace("padding_side: left", "padding_side: right")
     contract.write_text(text)
@@ -91,10 +97,12 @@ def run(folder: Path, name: str, out: Path, live: bool) -> dict:
 def main() -> None:
     live = "--live" in sys.argv
     names = ("ddp", "ddp-own", "fsdp2", "fsdp2-kept", "fsdp2-whole")
-    only = next((a.split("=", 1)[1].split(",") for a in sys.argv if a.startswith("--only=")), names)
+    names += tuple(f"{n}-ckpt" for n in ("ddp", "fsdp2", "fsdp2-kept", "fsdp2-whole"))
+    precision = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--precision=")), "fp32")
+    only = next((a.split("=", 1)[1].split(",") for a in sys.argv if a.startswith("--only=")), names[:5])
     with tempfile.TemporaryDirectory() as tmp:
         folder = experiment(Path(tmp))
-        results = {s: run(folder, s, Path(tmp) / "out", live) for s in names if s in only}
+        results = {s: run(folder, s, Path(tmp) / "out", live, precision) for s in names if s in only}
     print(json.dumps(results, indent=1))
     for sharded in (s for s in results if s.startswith("fsdp2")):
         f = results[sharded]

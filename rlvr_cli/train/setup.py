@@ -335,8 +335,13 @@ def make_optimizer(contract: Contract, policy: Any) -> torch.optim.Optimizer:
     # PyTorch's fused kernel: one pass over each weight, its gradient and moments where the
     # default per-tensor loop makes ~10 (91 → 27 ms a step for 42 M parameters on 2 CPU threads),
     # the same update to float rounding. It leaves `Tensor._version` as it was, so the rollout
-    # engine is told of every step (engine/engines.py). Sharded (DTensor) weights keep the default.
-    fused = all(type(p) is torch.nn.Parameter and p.device.type in ("cpu", "cuda") for p in params) or None
+    # engine is told of every step (engine/engines.py). Sharded (DTensor) weights run it on each
+    # process's shard (an element-wise update: no collective): 86 → 19 ms a step for the 53 M
+    # model's halves on 2 processes.
+    from torch.distributed.tensor import DTensor
+
+    kinds = (torch.nn.Parameter, DTensor)
+    fused = all(type(p) in kinds and p.device.type in ("cpu", "cuda") for p in params) or None
     return cls(params, lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay, fused=fused)
 
 

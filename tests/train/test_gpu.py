@@ -44,10 +44,16 @@ def test_mixed_precision_on_a_gpu_resumes_exactly_with_its_cuda_rng(
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+LORA = (
+    "  adapter: {kind: lora, rank: 4, alpha: 8, dropout: 0.0, target_modules: all-linear, bias: none, init: default}\n"
+)
+
+
 @TWO_GPUS
 @pytest.mark.slow
-def test_fsdp2_on_two_gpus_trains_what_one_trains(single_turn: Path, tmp_path: Path) -> None:
-    parallel = "  precision: fp32\n  parallel: {strategy: fsdp2}\n"
+@pytest.mark.parametrize("adapter", ["", LORA], ids=["full", "lora"])
+def test_fsdp2_on_two_gpus_trains_what_one_trains(single_turn: Path, tmp_path: Path, adapter: str) -> None:
+    parallel = f"  precision: fp32\n  parallel: {{strategy: fsdp2}}\n{adapter}"
     experiment = copy_experiment(single_turn, tmp_path / "exp", [("  precision: fp32\n", parallel)])
     runs = {}
     for n in (1, 2):
