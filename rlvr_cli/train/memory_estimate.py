@@ -10,12 +10,14 @@ sampling; the plan's figure is the peak, what is held throughout plus the larges
 of them together when `sample_ahead` samples during the update). The activation term follows
 Korthikanti et al. 2022 (https://arxiv.org/abs/2205.05198): ≈ 34·s·b·h·L bytes at 16-bit
 (doubled at fp32) with memory-efficient attention (PyTorch SDPA), which never materializes
-the 5·a·s²·b·L attention scores; no activation recomputation.
+the 5·a·s²·b·L attention scores; no activation recomputation. Its tokens are those the update's
+forward runs: each group's prompt once where the update shares it (`update_tokens`).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from rlvr_cli.contract.adapter import Adapter
@@ -113,10 +115,11 @@ def _terms(contract: Contract, shape: Layout, devices: int) -> dict[str, float]:
     micro = hp.micro_batch_sequences or hp.prompts_per_step * hp.group_size
     micro = min(micro, rollouts) if devices > 1 else micro
     per_token_layer = 34 * (2 if bc == 4 else 1)  # bytes per token, hidden unit and layer
+    tokens = update_tokens(contract, shape, micro)
     if par.activation_checkpointing:  # each layer keeps its input; one layer's activations are alive at a time
-        activations = seq * micro * shape.hidden * (shape.layers * bc + per_token_layer)
+        activations = tokens * shape.hidden * (shape.layers * bc + per_token_layer)
     else:
-        activations = seq * micro * shape.hidden * shape.layers * per_token_layer
+        activations = tokens * shape.hidden * shape.layers * per_token_layer
     if hp.adapter is not None:  # a frozen base in the compute dtype; the adapter (params) trains
         trained = shape.adapter_parameters(hp.adapter.rank, hp.adapter.target_modules)
         terms = _adapter_terms(contract, shape, trained * bp, bc, on_device / shard)
@@ -151,6 +154,30 @@ def _terms(contract: Contract, shape: Layout, devices: int) -> dict[str, float]:
         terms["weights sampled ahead"] = (params * held + adapter) * hp.ahead_steps
         terms["rollout KV cache"] *= 2
     return terms
+
+
+def update_tokens(contract: Contract, shape: Layout, micro: float) -> float:
+    """Tokens whose activations one micro-batch of the update keeps, at the contract's longest
+    prompt and response. Each group's prompt counts once where the update shares it: the
+    shared-prompt forward (engine/shared.py: the Llama family, left padding, no packing, no
+    activation checkpointing), or rows of whole groups (engine/prefix.py), which the update
+    takes where they cost less attention than one row per answer. Otherwise every row is
+    counted whole."""
+    from rlvr_cli.engine.limits import FAMILIES
+
+    hp, length = contract.hyperparameters, contract.length
+    prompt, response, size = length.max_prompt_tokens, length.max_response_tokens, hp.group_size
+    whole = micro * (prompt + response)
+    if length.packing is not None or length.padding_side == "right" or size < 2:
+        return whole
+    groups = min(micro, math.ceil(micro / size) + (1 if micro % size else 0))  # a micro-batch may cut a group
+    shared = groups * prompt + micro * response
+    if shape.model_type in FAMILIES and not hp.strategy.activation_checkpointing:
+        return shared
+    rows_pay = groups * (prompt + micro / groups * response) ** 2 < micro * (prompt + response) ** 2
+    if shape.model_type in (*FAMILIES, "gpt2") and rows_pay:
+        return shared
+    return whole
 
 
 def _adapter_terms(contract: Contract, shape: Layout, trained: float, bc: int, per: float) -> dict[str, float]:

@@ -31,8 +31,10 @@ def rss():
 
 
 if __name__ == "__main__":  # the verifier's worker processes import this file too
-    base = rss()
     path, world = Path(sys.argv[2]), int(os.environ.get("WORLD_SIZE", "1"))
+    with torch.device("meta"):  # transformers imports a model's code when first built: ~135 MiB, no tensor
+        transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.from_pretrained(path.parent / "model"))
+    base = rss()
     sys.argv = ["rlvr", *sys.argv[1:]]
     try:
         main()
@@ -117,6 +119,36 @@ def test_an_adapter_under_fsdp2_is_planned_as_the_trainer_shards_it(tmp_path: Pa
     assert sent < 16 * adapter_gib * 1024, scatter  # MiB, never the base's 7 B weights
 
 
+def test_the_update_activations_count_each_groups_prompt_once_where_the_update_shares_it(tmp_path: Path) -> None:
+    """A micro-batch of 8 answers of one prompt: the shared-prompt forward (left padding) runs the
+    prompt once, so its activations are those of 1024 + 8 × 256 tokens, not 8 × (1024 + 256);
+    padded on the right every row runs whole. With activation checkpointing the update takes
+    rows of whole groups where they cost less attention: (1024 + 8 × 256)² < 8 × 1280², but
+    (1024 + 8 × 4096)² > 8 × 5120²."""
+    shutil.copytree(SEVEN_B.parent / "llama-7b", tmp_path / "llama-7b")  # plan reads only its config.json
+    checkpointed = SEVEN_B.read_text().replace("micro_batch_sequences: 1\n", "micro_batch_sequences: 8\n")
+    assert "activation_checkpointing: true" in checkpointed
+    short = checkpointed.replace("max_response_tokens: 4096", "max_response_tokens: 256")
+    shared = short.replace("activation_checkpointing: true", "activation_checkpointing: false")
+    variants = {
+        "shared": shared,
+        "right": shared.replace("padding_side: left", "padding_side: right"),
+        "rows of groups": short,
+        "long answers": checkpointed,
+    }
+    activations = {}
+    for name, text in variants.items():
+        contract = tmp_path / f"{name.replace(' ', '-')}.rlvr.yaml"
+        contract.write_text(text)
+        out = rlvr("plan", contract, "--gpus", "8")
+        assert out.code == 0, out.stdout
+        activations[name] = _table(out.stdout)[0]["activations"][0]  # GiB
+    assert activations["right"] / activations["shared"] == pytest.approx(8 * 1280 / (1024 + 8 * 256), rel=0.01)
+    kept = 4096 * (32 * 2 + 34) / 1024**3  # a token's bytes: each layer's bf16 input, one layer's activations
+    assert activations["rows of groups"] == pytest.approx((1024 + 8 * 256) * kept, rel=0.01)
+    assert activations["long answers"] == pytest.approx(8 * (1024 + 4096) * kept, rel=0.01)
+
+
 def test_the_plan_divides_memory_only_where_the_trainer_shards(tmp_path: Path) -> None:
     """Data parallel keeps a whole copy of the weights, gradients and optimizer state on every GPU:
     the same 7B contract without fsdp2 does not fit 8 × 80 GiB, and the plan names what does."""
@@ -197,7 +229,8 @@ def test_the_plan_is_within_25_percent_of_each_process_measured_peak(
     fifty_million: Path, tmp_path: Path, processes: int, strategy: str
 ) -> None:
     """`rlvr train` for 2 steps; each process's peak resident memory, less what it held before
-    the run (the interpreter and libraries), against the plan's total for that many devices.
+    the run (the interpreter and libraries, the model's code included: transformers imports it
+    when a model is first built), against the plan's total for that many devices.
     glibc's allocator keeps freed blocks in its heap by default, and FSDP2 frees a gathered
     layer many times a step, so the resident size would count the allocator's cache: with
     MALLOC_TRIM_THRESHOLD_=0 it returns them, and the resident peak is the live memory the plan
@@ -232,11 +265,11 @@ def test_train_refuses_a_plan_that_does_not_fit_the_devices_with_the_change_that
 ) -> None:
     """`--device-memory` stands in on CPU for the memory CUDA reports on a GPU."""
     run = tmp_path / "run"
-    small = rlvr("train", single_turn / "experiment.rlvr.yaml", "--run-dir", run, "--device-memory", "0.01")
-    assert small.code == 1 and "the plan needs" in small.stderr and "than the 10.2 MiB" in small.stderr, small.stderr
+    small = rlvr("train", single_turn / "experiment.rlvr.yaml", "--run-dir", run, "--device-memory", "0.004")
+    assert small.code == 1 and "the plan needs" in small.stderr and "than the 4.1 MiB" in small.stderr, small.stderr
     assert "fits with precision: bf16" in small.stderr or "no single change" in small.stderr, small.stderr
     assert not run.exists()  # refused before anything was written
-    plan = rlvr("plan", single_turn / "experiment.rlvr.yaml", "--gpu-memory", "0.01")
+    plan = rlvr("plan", single_turn / "experiment.rlvr.yaml", "--gpu-memory", "0.004")
     needs = small.stderr.split("the plan needs ")[1].split(" per device")[0]
     assert plan.code == 1 and f"total {needs}".split()[-2] in plan.stdout  # the same total as `rlvr plan`
 
