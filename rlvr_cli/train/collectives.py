@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rlvr_cli.contract.layout import Layout
 from rlvr_cli.contract.models import Contract
-from rlvr_cli.train.memory_estimate import BYTES, estimate, fmt_bytes, peak
+from rlvr_cli.train.memory_estimate import BYTES, estimate, fmt_bytes, peak, reference_pass
 
 
 def plan_lines(contract: Contract, shape: Layout, devices: int) -> list[str]:
@@ -35,7 +35,7 @@ def gathers(contract: Contract, devices: int) -> dict[str, int]:
     micro = micro_batches(contract, devices)
     return {
         "sampling": 1,
-        "reference": int(kl.coef > 0),
+        "reference": int(reference_pass(contract)),
         "old log-probs": int(kl.coef > 0 and kl.placement == "reward"),  # the policy's before the update
         "training": (2 * micro if hp.strategy.reshard_after_forward else 1) * hp.updates_per_batch,
         "scatters": (1 if hp.strategy.accumulate_whole_gradients else micro) * hp.updates_per_batch,

@@ -1,7 +1,7 @@
 """`rlvr plan`: memory per device for a contract, from the model's config.json on disk.
 
 Terms (bytes): policy parameters, gradients and optimizer state (sharded N ways with
-FSDP), the frozen reference (only when kl.coef > 0), the rollout KV cache at the
+FSDP), the frozen reference (when the KL is in the loss or a rule watches it), the rollout KV cache at the
 contract's group size and lengths, training activations for one micro-batch, and the
 logits of that micro-batch (kept in fp32 for the log-softmax). A step's phases do not hold
 their terms at once (`PHASES`): the KV cache and the weights gathered to sample are freed
@@ -61,10 +61,18 @@ def peak(contract: Contract, terms: dict[str, float]) -> tuple[float, str]:
 
 
 def when(contract: Contract, name: str) -> str:
-    """The phases a term is alive in."""
+    """The phases a term is alive in (a step without a reference has no reference pass)."""
     if colocated_vllm(contract) and name in PHASES["sampling"]:
         return "throughout"
-    return ", ".join(p for p, names in PHASES.items() if name in names) or "throughout"
+    passes = [p for p in PHASES if p != "reference pass" or reference_pass(contract)]
+    return ", ".join(p for p in passes if name in PHASES[p]) or "throughout"
+
+
+def reference_pass(contract: Contract) -> bool:
+    """Whether a step computes the reference's log-probs (train/setup.py `load_reference`)."""
+    ref, kl = contract.artifacts.reference, contract.objective.kl
+    watched = any(r.metric == "kl" for r in contract.monitoring.rules)
+    return ref is not None and not ref.is_none and (kl.coef > 0 or watched)
 
 
 def reference_is_base(contract: Contract) -> bool:
@@ -129,7 +137,7 @@ def _terms(contract: Contract, shape: Layout, devices: int) -> dict[str, float]:
             "policy parameters": params * bp / shard * on_device,
             "gradients": params * bp / shard * on_device,
             "optimizer state": params * bp * OPTIMIZER_STATES[hp.optimizer.name] / shard * on_device,
-            "reference": params * bp / shard * on_device if contract.objective.kl.coef > 0 else 0.0,
+            "reference": params * bp / shard * on_device if reference_pass(contract) else 0.0,
         }
         held, whole_gradients = bp, params * BYTES[p.reduce]
     terms |= {
@@ -183,7 +191,7 @@ def update_tokens(contract: Contract, shape: Layout, micro: float) -> float:
 def _adapter_terms(contract: Contract, shape: Layout, trained: float, bc: int, per: float) -> dict[str, float]:
     """The weight terms of an adapter run (`trained`: the adapter's bytes, in the params dtype),
     each times `per` (1 / the processes sharding them; 0 when offloaded from the device)."""
-    separate = contract.objective.kl.coef > 0 and not reference_is_base(contract)
+    separate = reference_pass(contract) and not reference_is_base(contract)
     return {
         "policy parameters": shape.parameters * bc * per,
         "adapter": trained * per,
@@ -360,7 +368,7 @@ def compute_line(contract: Contract, shape: Layout) -> str:
         length.max_prompt_tokens,
         length.max_response_tokens,
         hp.updates_per_batch,
-        kl.coef > 0,
+        reference_pass(contract),
         kl.coef > 0 and kl.placement == "reward",
     )
 

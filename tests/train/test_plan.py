@@ -86,7 +86,12 @@ def test_the_plan_counts_a_steps_model_flops_as_the_trainer_does(tmp_path: Path)
     assert 2 * full["sampling"] < with_adapter["update"] < 2.1 * full["sampling"]
     kl = "kl: {coef: 0.01, estimator: k3, placement: loss}"
     assert kl in text
-    no_kl.write_text(text.replace(kl, "kl: {coef: 0.0}"))
+    watched = "    - {name: kl-drift, metric: kl, "
+    assert watched in text
+    no_kl.write_text(text.replace(kl, "kl: {coef: 0.0}"))  # a rule still watches the KL: the reference runs
+    assert terms(no_kl)["reference"] == full["reference"]
+    unwatched = "\n".join(line for line in text.replace(kl, "kl: {coef: 0.0}").splitlines() if watched not in line)
+    no_kl.write_text(unwatched + "\n")
     assert terms(no_kl)["reference"] == 0
 
 
@@ -148,6 +153,30 @@ def test_the_update_activations_count_each_groups_prompt_once_where_the_update_s
     kept = 4096 * (32 * 2 + 34) / 1024**3  # a token's bytes: each layer's bf16 input, one layer's activations
     assert activations["rows of groups"] == pytest.approx((1024 + 8 * 256) * kept, rel=0.01)
     assert activations["long answers"] == pytest.approx(8 * (1024 + 4096) * kept, rel=0.01)
+
+
+def test_the_plan_holds_a_reference_wherever_the_trainer_loads_one(tmp_path: Path) -> None:
+    """The trainer loads the reference when the KL is in the loss or a rule watches it (it is
+    measured then): the plan counts its memory and its pass in both cases, and neither without."""
+    shutil.copytree(SEVEN_B.parent / "llama-7b", tmp_path / "llama-7b")  # plan reads only its config.json
+    kl, watched = "kl: {coef: 0.01, estimator: k3, placement: loss}", "    - {name: kl-drift, metric: kl, "
+    text = SEVEN_B.read_text()
+    assert kl in text and watched in text
+    unwatched = "\n".join(line for line in text.splitlines() if watched not in line) + "\n"
+    tables = {}
+    for name, edit in (
+        ("loss", text),
+        ("watched", text.replace(kl, "kl: {coef: 0.0}")),
+        ("none", unwatched.replace(kl, "kl: {coef: 0.0}")),
+    ):
+        contract = tmp_path / f"{name}.rlvr.yaml"
+        contract.write_text(edit)
+        out = rlvr("plan", contract, "--gpus", "8")
+        assert out.code == 0, out.stdout
+        tables[name] = _table(out.stdout)[0]
+    assert tables["loss"]["reference"] == tables["watched"]["reference"] and tables["watched"]["reference"][0] > 0
+    assert tables["none"]["reference"][0] == 0 and "gathered reference" not in tables["none"]
+    assert tables["watched"]["logits"][1] == "reference pass, update" and tables["none"]["logits"][1] == "update"
 
 
 def test_the_plan_divides_memory_only_where_the_trainer_shards(tmp_path: Path) -> None:
