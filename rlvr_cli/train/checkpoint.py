@@ -130,12 +130,11 @@ def _write_checkpoint(
     if sharded:  # the weights and the optimizer state are in shards/
         del saved["optimizer"]
     with disk_errors(tmp):  # torch and safetensors hide ENOSPC in errors of their own
-        if (
-            "model" in parts and setup.peft_model is not None and not sharded
-        ):  # the adapter only: the base never changes
-            lora.save(setup.peft_model, tmp / "adapter")
-        elif "model" in parts and not sharded:
-            setup.policy.save_pretrained(tmp / "model")  # safetensors, loadable by transformers
+        if "model" in parts and not sharded:
+            if setup.peft_model is not None:  # the adapter alone: the base never changes
+                lora.save(setup.peft_model, tmp / "adapter")
+            else:
+                setup.policy.save_pretrained(tmp / "model")  # safetensors, loadable by transformers
         blob = {k: get() for k, get in saved.items() if k in parts}
         if setup.scaler is not None and "optimizer" in parts:
             blob["scaler"] = setup.scaler.state_dict()  # fp16: the loss scale and its growth counter

@@ -69,7 +69,8 @@ def when(contract: Contract, name: str) -> str:
 
 
 def reference_pass(contract: Contract) -> bool:
-    """Whether a step computes the reference's log-probs (train/setup.py `load_reference`)."""
+    """Whether the run loads the reference and a step computes its log-probs: the KL is in the
+    loss, or a rule watches it (train/setup.py `load_reference`)."""
     ref, kl = contract.artifacts.reference, contract.objective.kl
     watched = any(r.metric == "kl" for r in contract.monitoring.rules)
     return ref is not None and not ref.is_none and (kl.coef > 0 or watched)
@@ -131,7 +132,7 @@ def _terms(contract: Contract, shape: Layout, devices: int) -> dict[str, float]:
     if hp.adapter is not None:  # a frozen base in the compute dtype; the adapter (params) trains
         trained = shape.adapter_parameters(hp.adapter.rank, hp.adapter.target_modules)
         terms = _adapter_terms(contract, shape, trained * bp, bc, on_device / shard)
-        held, whole_gradients = bc, trained * BYTES[p.reduce]
+        held, whole_gradients, adapter = bc, trained * BYTES[p.reduce], trained * bp
     else:
         terms = {
             "policy parameters": params * bp / shard * on_device,
@@ -139,7 +140,7 @@ def _terms(contract: Contract, shape: Layout, devices: int) -> dict[str, float]:
             "optimizer state": params * bp * OPTIMIZER_STATES[hp.optimizer.name] / shard * on_device,
             "reference": params * bp / shard * on_device if reference_pass(contract) else 0.0,
         }
-        held, whole_gradients = bp, params * BYTES[p.reduce]
+        held, whole_gradients, adapter = bp, params * BYTES[p.reduce], 0.0
     terms |= {
         "rollout KV cache": 2 * shape.layers * shape.kv_heads * shape.head_dim * bc * seq * rollouts,
         "activations": activations,
@@ -158,7 +159,6 @@ def _terms(contract: Contract, shape: Layout, devices: int) -> dict[str, float]:
         if par.accumulate_whole_gradients:  # summed whole over the micro-batches, then reduce-scattered
             terms["gradients accumulated whole"] = whole_gradients
     if hp.ahead_steps:  # train/overlap.py: a copy of the policy per step in flight; one samples at a time
-        adapter = shape.adapter_parameters(hp.adapter.rank, hp.adapter.target_modules) * bp if hp.adapter else 0
         terms["weights sampled ahead"] = (params * held + adapter) * hp.ahead_steps
         terms["rollout KV cache"] *= 2
     return terms

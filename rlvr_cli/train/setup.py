@@ -308,10 +308,11 @@ def load_reference(
     """The frozen reference; with an adapter over the policy (`adapted`) and no bias trained, the
     adapted policy itself, whose adapter is switched off to compute the reference. `loader`:
     `load_model`'s stand-in (a sharded run's meta model on all but the main process)."""
-    ref = contract.artifacts.reference
-    watched = any(r.metric == "kl" for r in contract.monitoring.rules)
-    if ref is None or ref.is_none or (contract.objective.kl.coef == 0 and not watched):
+    from rlvr_cli.train.memory_estimate import reference_pass
+
+    if not reference_pass(contract):  # the KL in the loss or watched by a rule: measured then
         return None
+    ref = contract.artifacts.reference
     spec = contract.hyperparameters.adapter
     if adapted is not None and ref.same_as_policy and spec is not None and spec.bias == "none":
         return adapted
