@@ -60,6 +60,41 @@ LORA = (
 )
 
 
+def experiment(scaffold: Path, folder: Path, aggregation: str, parallel: str | None) -> Path:
+    """The scaffold with this aggregation and parallel section, per-layer statistics each step."""
+    shutil.copytree(scaffold, folder)
+    contract = folder / CONTRACT
+    text = contract.read_text().replace("aggregation: seq_mean_token_mean", f"aggregation: {aggregation}")
+    text = text.replace("  holdout_every: 10\n", "  holdout_every: 10\n  layer_stats_every: 1\n")
+    contract.write_text(text.replace("  precision: fp32\n", parallel or "  precision: fp32\n"))
+    return contract
+
+
+_ONE: dict[tuple[str, str | None], Path] = {}
+
+
+def one_process(scaffold: Path, factory: pytest.TempPathFactory, aggregation: str, parallel: str | None) -> Path:
+    """The run a parallel one is held to: 1 process, 3 steps, no parallel section (with the
+    adapter, if the run has one), or activation checkpointing alone where the run recomputes:
+    the model's own forward then runs each row's prompt, which the layers' activation RMS
+    counts. Made once per test process, aggregation and section, and shared: a 2-process run,
+    ddp or fsdp2, equals it; so does a run resumed with another number of processes."""
+    if parallel and "adapter" in parallel:
+        parallel = LORA
+    elif parallel and "activation_checkpointing: true" in parallel:
+        parallel = FSDP2 % "true"
+    else:
+        parallel = None
+    key = (aggregation, parallel)
+    if key not in _ONE:
+        folder = factory.mktemp("one")
+        contract = experiment(scaffold, folder / "exp", aggregation, parallel)
+        done = torchrun(1, contract, folder / "run", "--max-steps", "3")
+        assert done.returncode == 0, done.stderr[-3000:]
+        _ONE[key] = folder / "run"
+    return _ONE[key]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("aggregation", "parallel"),
@@ -84,24 +119,20 @@ LORA = (
         "fsdp2-lora-seq_mean_token_mean",
     ],
 )
-def test_two_processes_equal_one(scaffold: Path, tmp_path: Path, aggregation: str, parallel: str | None) -> None:
-    """The same parameters, whether every process holds the model (ddp) or 1/N of it (fsdp2)."""
-    folder = tmp_path / "exp"
-    shutil.copytree(scaffold, folder)
-    contract = folder / CONTRACT
-    text = contract.read_text().replace("aggregation: seq_mean_token_mean", f"aggregation: {aggregation}")
-    text = text.replace("  holdout_every: 10\n", "  holdout_every: 10\n  layer_stats_every: 1\n")
-    contract.write_text(text.replace("  precision: fp32\n", parallel or "  precision: fp32\n"))
-    one, two = tmp_path / "one", tmp_path / "two"
-    first = torchrun(1, contract, one, "--max-steps", "3")
-    assert first.returncode == 0, first.stderr[-3000:]
+def test_two_processes_equal_one(
+    scaffold: Path, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, aggregation: str, parallel: str | None
+) -> None:
+    """The same parameters, whether every process holds the model (ddp) or 1/N of it (fsdp2),
+    as one process training alone."""
+    adapter = bool(parallel and "adapter" in parallel)
+    one = one_process(scaffold, tmp_path_factory, aggregation, parallel)
+    contract, two = experiment(scaffold, tmp_path / "exp", aggregation, parallel), tmp_path / "two"
     second = torchrun(2, contract, two, "--max-steps", "3")
     assert second.returncode == 0, second.stderr[-3000:]
     sharded = bool(parallel and "fsdp2" in parallel)
-    weights = (
-        "adapter_model.safetensors" if parallel and "adapter" in parallel else "model.safetensors"
-    )  # an adapter run: the adapter
+    weights = "adapter_model.safetensors" if adapter else "model.safetensors"  # an adapter run: the adapter
     a, b = load_file(one / "final" / weights), load_file(two / "final" / weights)
+    assert sorted(a) == sorted(b)
     for key in a:
         torch.testing.assert_close(a[key], b[key], atol=1e-5, rtol=1e-4)
     for x, y in zip(metrics(one), metrics(two), strict=True):
@@ -184,19 +215,16 @@ def test_per_rank_local_token_means_would_differ(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_a_sharded_run_resumes_with_another_number_of_processes(scaffold: Path, tmp_path: Path) -> None:
+def test_a_sharded_run_resumes_with_another_number_of_processes(
+    scaffold: Path, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     """2 → 1 and 1 → 2 processes continue the same run: the data cursor and the per-group seeds
     are global, each process re-derives its share of the groups, the checkpoint holds the whole
-    (gathered) weights and optimizer state and each process keeps its shard of them."""
-    folder = tmp_path / "exp"
-    shutil.copytree(scaffold, folder)
-    contract = folder / CONTRACT
-    contract.write_text(contract.read_text().replace("  precision: fp32\n", FSDP2 % "false"))
-    straight = {n: tmp_path / f"straight-{n}" for n in (1, 2)}
-    for n, run in straight.items():
-        done = torchrun(n, contract, run, "--max-steps", "3")
-        assert done.returncode == 0, done.stderr[-3000:]
+    (gathered) weights and optimizer state and each process keeps its shard of them. Both end
+    where one process training straight through ends (2 processes equal it: the test above)."""
+    straight = one_process(scaffold, tmp_path_factory, "seq_mean_token_mean", None)
     for first, then in ((2, 1), (1, 2)):
+        contract = experiment(scaffold, tmp_path / f"exp-{first}-{then}", "seq_mean_token_mean", FSDP2 % "false")
         run = tmp_path / f"resumed-{first}-{then}"
         begun = torchrun(first, contract, run, "--max-steps", "2")
         assert begun.returncode == 0, begun.stderr[-3000:]
@@ -208,7 +236,7 @@ def test_a_sharded_run_resumes_with_another_number_of_processes(scaffold: Path, 
         assert not (written / "model").exists()  # nothing was gathered on one process
         resumed = torchrun(then, contract, run, "--max-steps", "3", "--resume")
         assert resumed.returncode == 0, resumed.stderr[-3000:]
-        a, b = load_file(run / "final" / "model.safetensors"), load_file(straight[then] / "final" / "model.safetensors")
+        a, b = load_file(run / "final" / "model.safetensors"), load_file(straight / "final" / "model.safetensors")
         assert sorted(a) == sorted(b)
         for key in a:
             torch.testing.assert_close(a[key], b[key], atol=1e-5, rtol=1e-4)

@@ -238,7 +238,8 @@ def test_the_plan_counts_each_phase_of_a_step_at_its_own_time(tmp_path: Path) ->
 @pytest.fixture(scope="module")
 def fifty_million(single_turn: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The single-turn template on a 53 M-parameter model (hidden 768, 9 layers), 4 sequences a
-    micro-batch: weights, gradients and optimizer state are most of the memory."""
+    micro-batch: weights, gradients and optimizer state are most of the memory. 2 groups a step
+    (16 sequences, 2 micro-batches a process at 2 processes): the peak is one micro-batch's."""
     from rlvr_cli.toy.tiny import build_tiny
 
     folder = tmp_path_factory.mktemp("plan") / "exp"
@@ -246,7 +247,9 @@ def fifty_million(single_turn: Path, tmp_path_factory: pytest.TempPathFactory) -
     build_tiny(folder / "model", hidden=768, layers=9)
     text = (folder / "experiment.rlvr.yaml").read_text()
     assert "micro_batch_sequences: 16" in text
-    (folder / "experiment.rlvr.yaml").write_text(text.replace("micro_batch_sequences: 16", "micro_batch_sequences: 4"))
+    assert "prompts_per_step: 8" in text
+    text = text.replace("micro_batch_sequences: 16", "micro_batch_sequences: 4")
+    (folder / "experiment.rlvr.yaml").write_text(text.replace("prompts_per_step: 8", "prompts_per_step: 2"))
     return folder
 
 
