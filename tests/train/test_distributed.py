@@ -511,3 +511,53 @@ def test_an_fsdp2_key_under_ddp_is_refused_as_changing_nothing(scaffold: Path, t
         text.replace("  precision: fp32\n", f"  precision: fp32\n  parallel: {{strategy: fsdp2, {key}}}\n")
     )
     assert rlvr("validate", contract).code == 0  # the paired pass
+
+
+@pytest.mark.slow
+def test_two_nodes_launched_as_docs_scale_says_train_as_one_process_does(
+    scaffold: Path, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """docs/scale.md's several-node torchrun line, run as written on this machine as two nodes
+    of one process each (the c10d rendezvous on 127.0.0.1): one run, one main process, the
+    same parameters as one process training alone."""
+    import re
+    import socket
+
+    from tests.conftest import ROOT
+
+    block = (ROOT / "docs" / "scale.md").read_text().split("Several nodes")[1].split("```")[1]
+    line = " ".join(block.replace("\\\n", " ").split())
+    assert line.startswith("torchrun --nnodes=4 --nproc_per_node=8 "), line
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    contract = experiment(scaffold, tmp_path / "exp", "seq_mean_token_mean", None)
+    for name, value in {
+        "--nnodes=4": "--nnodes=2",
+        "--nproc_per_node=8": "--nproc_per_node=1",
+        "$HEAD_NODE:29500": f"127.0.0.1:{port}",
+        "$JOB_ID": "two-nodes",
+        "experiment.rlvr.yaml": str(contract),
+        "/shared/runs/r1": str(tmp_path / "run"),
+    }.items():
+        assert name in line, name
+        line = line.replace(name, value)
+    assert not re.search(r"\$\w+", line), line  # nothing left for a node to fill in
+    command = [sys.executable, "-m", "torch.distributed.run", *line.split()[1:], "--max-steps", "3"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    nodes = [
+        subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for _ in "ab"
+    ]
+    outputs = [node.communicate(timeout=600) for node in nodes]
+    assert [n.returncode for n in nodes] == [0, 0], [err[-3000:] for _, err in outputs]
+    printed = [err for _, err in outputs if "finished: reached step 3" in err]
+    assert len(printed) == 1, [err[-2000:] for _, err in outputs]  # one main process, on one node
+    assert json.loads((tmp_path / "run" / "status.json").read_text())["state"] == "finished"
+    assert json.loads((tmp_path / "run" / "plan.json").read_text())["processes"] == 2
+    one = one_process(scaffold, tmp_path_factory, "seq_mean_token_mean", None)
+    a, b = load_file(one / "final" / "model.safetensors"), load_file(tmp_path / "run" / "final" / "model.safetensors")
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], atol=1e-5, rtol=1e-4)
+    assert [json.loads(x)["reward_mean"] for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()] == [
+        row["reward_mean"] for row in metrics(one)
+    ]
