@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -27,14 +28,67 @@ def launched() -> bool:
 
 
 def init() -> None:
+    """Join the run's other processes (a failure to connect is the user's to fix: a message, exit 1)."""
     import torch.distributed as dist
+
+    from rlvr_cli.errors import RlvrError
 
     if dist.is_initialized() or not launched():
         return
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    dist.init_process_group(backend)
+    try:
+        store = _attempt_store()
+        if store is None:
+            dist.init_process_group(backend)
+        else:
+            rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+            dist.init_process_group(backend, store=store, rank=rank, world_size=world)
+    except (RuntimeError, ValueError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        raise RlvrError(
+            f"process {os.environ.get('RANK')} of {os.environ.get('WORLD_SIZE')} could not connect to the run's "
+            f"other processes ({first}); check that every node reaches the rendezvous endpoint and that no "
+            "process of an earlier launch is still running"
+        ) from None
+    if _restarts_share_a_store() and dist.get_rank() == 0:
+        print(
+            "warning: torchrun restarts these processes (--max-restarts) over one rendezvous store kept across "
+            "attempts, where a restarted process can read the addresses of the attempt before it and fail to "
+            "connect (pytorch/pytorch#135712); launch torchrun with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 "
+            "(docs/scale.md)",
+            file=sys.stderr,
+        )
+
+
+def _attempt_store() -> Any:
+    """torchrun's agent keeps one rendezvous store across restarts, and its keys with it: a process
+    of a restarted attempt can read the connection addresses the attempt before wrote and fail to
+    connect (pytorch/pytorch#135712). On one node every process has the same restart count, so
+    each attempt's keys go under a prefix of their own. None: the default store (no agent store,
+    or several nodes, whose agents count restarts each their own way)."""
+    if not _keys_apart():
+        return None
+    import torch.distributed as dist
+
+    store, _, _ = next(dist.rendezvous("env://"))
+    return dist.PrefixStore(f"rlvr/attempt-{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
+
+
+def _keys_apart() -> bool:
+    """torchrun's agent store on one node: each attempt's keys can be kept apart."""
+    return os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True" and os.environ.get("GROUP_WORLD_SIZE", "1") == "1"
+
+
+def _restarts_share_a_store() -> bool:
+    """Several nodes, restarts allowed, and the store shared across them: what `_attempt_store`
+    cannot make safe."""
+    shared = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    restarts = os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0").isdigit() and int(
+        os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0")
+    )
+    return shared and bool(restarts) and os.environ.get("GROUP_WORLD_SIZE", "1") != "1"
 
 
 def active() -> bool:

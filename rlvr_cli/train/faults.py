@@ -5,7 +5,8 @@ makes that step's checkpoint meet a full disk (ENOSPC, raised inside torch's wri
 `state.pt`), `RLVR_FAULT=records_full@STEP` that step's records (written in the background).
 `RLVR_FAULT=kill_in_shards@STEP` SIGKILLs every process of a sharded run once its shard of
 that step's checkpoint is written, before the checkpoint is published; `RLVR_FAULT=kill_rank@STEP`
-SIGKILLs the process of rank 1 when that step starts (another rank of the run dies).
+SIGKILLs the process of rank 1 when that step starts (another rank of the run dies), in
+torchrun's first attempt only.
 `RLVR_FAULT=engine_copy@0` makes the rollout engine sample from a copy of the policy that only
 `load_weights` updates (as vLLM's does), and `RLVR_FAULT=stale_engine@0` gives that copy an
 engine whose `load_weights` does nothing — the stale-weights bug the records must reveal. Unset
@@ -64,7 +65,8 @@ class Fault:
             os.kill(os.getpid(), signal.SIGKILL)
 
     def kill_rank(self, step: int, rank: int) -> None:
-        if self.kill_rank_step == step and rank == 1:
+        """Once: not again when torchrun restarts the processes (`--max-restarts`)."""
+        if self.kill_rank_step == step and rank == 1 and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0":
             import signal
 
             os.kill(os.getpid(), signal.SIGKILL)

@@ -25,13 +25,16 @@ def scaffold(single_turn: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
     )
 
 
-def torchrun(nproc: int, contract: Path, run_dir: Path, *extra: str, fault: str = "") -> subprocess.CompletedProcess:
+def torchrun(
+    nproc: int, contract: Path, run_dir: Path, *extra: str, fault: str = "", restarts: int = 0
+) -> subprocess.CompletedProcess:
     command = [
         sys.executable,
         "-m",
         "torch.distributed.run",
         "--standalone",
         f"--nproc_per_node={nproc}",
+        f"--max-restarts={restarts}",
         "-m",
         "rlvr_cli",
         "train",
@@ -342,9 +345,14 @@ def test_a_rank_that_dies_stops_the_run_with_a_truthful_status_and_auto_goes_on(
         assert status["state"] == "paused" and "interrupted by SIGTERM at step 3" in status["reason"], status
     assert "kept checkpoint step-2" in status["next"] and "--auto" in status["next"]
     assert "--max-steps 4 --nproc 2" in status["next"]  # the command goes on with this run's shape
-    again = torchrun(2, contract, run, "--max-steps", "4", "--auto")
-    assert again.returncode == 0 and "resuming from checkpoint step-2" in again.stderr, again.stderr[-3000:]
+    # relaunched as docs/scale.md says, with torchrun restarting the processes when one dies: rank
+    # 1 dies again (the same moment, once), and the restarted processes go on from step-2 again
+    again = torchrun(2, contract, run, "--max-steps", "4", "--auto", fault="kill_rank@3", restarts=1)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stderr.count("resuming from checkpoint step-2") == 2, again.stderr[-3000:]
     assert json.loads((run / "status.json").read_text())["state"] == "finished"
+    steps = [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [0, 1, 2, 3], steps  # each of the 4 steps once (metrics count from 0)
 
 
 @pytest.mark.slow
@@ -518,16 +526,22 @@ def test_two_nodes_launched_as_docs_scale_says_train_as_one_process_does(
     scaffold: Path, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     """docs/scale.md's several-node torchrun line, run as written on this machine as two nodes
-    of one process each (the c10d rendezvous on 127.0.0.1): one run, one main process, the
-    same parameters as one process training alone."""
+    of one process each (the c10d rendezvous on 127.0.0.1): one run, one main process; rank 1
+    dies once after step 2's checkpoint, torchrun restarts both processes, they go on from it,
+    and the run ends with the same parameters as one process training alone."""
     import re
     import socket
 
     from tests.conftest import ROOT
 
     block = (ROOT / "docs" / "scale.md").read_text().split("Several nodes")[1].split("```")[1]
-    line = " ".join(block.replace("\\\n", " ").split())
-    assert line.startswith("torchrun --nnodes=4 --nproc_per_node=8 "), line
+    words = block.replace("\\\n", " ").split()
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "RLVR_FAULT": "kill_rank@2"}
+    while "=" in words[0]:  # the line's environment
+        name, _, value = words.pop(0).partition("=")
+        env[name] = value
+    line = " ".join(words)
+    assert line.startswith("torchrun --nnodes=4 --nproc_per_node=8 --max-restarts=3 "), line
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -544,14 +558,15 @@ def test_two_nodes_launched_as_docs_scale_says_train_as_one_process_does(
         line = line.replace(name, value)
     assert not re.search(r"\$\w+", line), line  # nothing left for a node to fill in
     command = [sys.executable, "-m", "torch.distributed.run", *line.split()[1:], "--max-steps", "3"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     nodes = [
         subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for _ in "ab"
     ]
-    outputs = [node.communicate(timeout=600) for node in nodes]
-    assert [n.returncode for n in nodes] == [0, 0], [err[-3000:] for _, err in outputs]
-    printed = [err for _, err in outputs if "finished: reached step 3" in err]
-    assert len(printed) == 1, [err[-2000:] for _, err in outputs]  # one main process, on one node
+    outputs = [node.communicate(timeout=600)[1] for node in nodes]
+    assert [n.returncode for n in nodes] == [0, 0], [err[-3000:] for err in outputs]
+    assert not any("warning: torchrun restarts" in err for err in outputs)  # the line's store is not shared
+    printed = [err for err in outputs if "finished: reached step 3" in err]
+    assert len(printed) == 1, [err[-2000:] for err in outputs]  # one main process, on one node
+    assert "resuming from checkpoint step-2" in printed[0]
     assert json.loads((tmp_path / "run" / "status.json").read_text())["state"] == "finished"
     assert json.loads((tmp_path / "run" / "plan.json").read_text())["processes"] == 2
     one = one_process(scaffold, tmp_path_factory, "seq_mean_token_mean", None)
@@ -561,3 +576,26 @@ def test_two_nodes_launched_as_docs_scale_says_train_as_one_process_does(
     assert [json.loads(x)["reward_mean"] for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()] == [
         row["reward_mean"] for row in metrics(one)
     ]
+
+
+@pytest.mark.parametrize(
+    ("env", "warned", "own_keys"),
+    [
+        ({"GROUP_WORLD_SIZE": "2", "TORCHELASTIC_MAX_RESTARTS": "3", "TORCHELASTIC_USE_AGENT_STORE": "True"}, 1, 0),
+        ({"GROUP_WORLD_SIZE": "2", "TORCHELASTIC_MAX_RESTARTS": "3", "TORCHELASTIC_USE_AGENT_STORE": "False"}, 0, 0),
+        ({"GROUP_WORLD_SIZE": "2", "TORCHELASTIC_MAX_RESTARTS": "0", "TORCHELASTIC_USE_AGENT_STORE": "True"}, 0, 0),
+        ({"GROUP_WORLD_SIZE": "1", "TORCHELASTIC_MAX_RESTARTS": "3", "TORCHELASTIC_USE_AGENT_STORE": "True"}, 0, 1),
+    ],
+    ids=["nodes-restarts-shared-store", "nodes-own-stores", "nodes-no-restarts", "one-node"],
+)
+def test_restarts_over_a_shared_store_are_made_safe_on_one_node_and_said_on_several(
+    monkeypatch: pytest.MonkeyPatch, env: dict, warned: int, own_keys: int
+) -> None:
+    """What torchrun tells each process decides: on one node each attempt's keys go under a
+    prefix of its own; across nodes with restarts and the store shared, the run warns."""
+    from rlvr_cli.train import distributed
+
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert distributed._restarts_share_a_store() == bool(warned)
+    assert distributed._keys_apart() == bool(own_keys)
