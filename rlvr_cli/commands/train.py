@@ -135,13 +135,12 @@ def run_train(
     main = distributed.rank_world()[0] == 0
     with signals_unwind(), contextlib.ExitStack() as stack:
         stack.callback(distributed.shutdown)  # inside the signal handling: a run that is ending absorbs a SIGTERM
-        # every rank reaches the same answer: `--auto` resumes exactly when a checkpoint exists
+        # the main process decides (`--auto` resumes exactly when a checkpoint exists), every
+        # process follows, once each has shown it sees the folder the main process writes
         if main:
             stack.enter_context(exclusive(run_dir))
             resume = choose_mode(run_dir, resume, auto)
-        else:
-            resume = resume or (auto and bool(RunFolder(run_dir).complete_checkpoints()))
-        distributed.barrier()
+        resume = distributed.same_folder(run_dir, resume)
         done = finished_at(run_dir) if auto and resume else None
         if done is not None and (max_steps is None or done >= max_steps):
             print(f"--auto: the run already finished at step {done}; nothing to do", file=sys.stderr)

@@ -201,6 +201,50 @@ def peer_lost(exc: BaseException) -> bool:
     )
 
 
+def same_folder(run_dir: Any, choice: bool) -> bool:
+    """The main process's `choice` (resume or not), once every process has read the run folder
+    the main process writes. On several nodes the run folder must be storage every node sees;
+    a process that reads another (a node-local disk under the same path) would decide on its
+    own, write its checkpoint shards where the main process never finds them, and resume from
+    nothing. So each process reads a mark just written by the main process, and every process
+    stops, naming each one that cannot see it, before anything is trained."""
+    import secrets
+    import socket
+
+    import torch.distributed as dist
+
+    from rlvr_cli.errors import RlvrError
+
+    if not active():
+        return choice
+    mark = run_dir / ".processes"
+    said: list[Any] = [None, choice]
+    if dist.get_rank() == 0:
+        said[0] = secrets.token_hex(8)
+        mark.write_text(said[0], encoding="utf-8")
+    try:
+        dist.broadcast_object_list(said, src=0)
+        try:
+            seen = mark.read_text(encoding="utf-8") == said[0]
+        except OSError:
+            seen = False
+        views = gather((seen, socket.gethostname()))
+    except Exception as exc:  # the main process refused the run (its own output says why) or died
+        if not peer_lost(exc):
+            raise
+        raise RlvrError("process 0 of the run stopped before training began; its own output says why") from None
+    if dist.get_rank() == 0:
+        mark.unlink(missing_ok=True)
+    blind = [f"process {rank} on {host}" for rank, (ok, host) in enumerate(views) if not ok]
+    if blind:
+        raise RlvrError(
+            f"{', '.join(blind)} cannot see the run folder {run_dir} that process 0 writes (on {views[0][1]}): "
+            "on several nodes the run folder must be on storage every node sees, under the same path "
+            "(docs/scale.md)"
+        )
+    return bool(said[1])
+
+
 @timed
 def barrier() -> None:
     import torch.distributed as dist

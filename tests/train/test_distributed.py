@@ -599,3 +599,56 @@ def test_restarts_over_a_shared_store_are_made_safe_on_one_node_and_said_on_seve
         monkeypatch.setenv(name, value)
     assert distributed._restarts_share_a_store() == bool(warned)
     assert distributed._keys_apart() == bool(own_keys)
+
+
+@pytest.mark.slow
+def test_a_process_that_cannot_see_the_run_folder_or_a_refused_start_stops_every_process_with_the_reason(
+    scaffold: Path, tmp_path: Path
+) -> None:
+    """Two nodes whose run folders differ (as a node-local disk under the same path would): every
+    process stops before training, naming the one that cannot see what process 0 writes. And a
+    start the main process refuses stops the others with a message, not an internal error."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    launch = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1"]
+    launch += ["--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=apart"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    nodes = [
+        subprocess.Popen(
+            [
+                *launch,
+                "-m",
+                "rlvr_cli",
+                "train",
+                str(scaffold / CONTRACT),
+                "--run-dir",
+                str(tmp_path / f"run-{n}"),
+                "--auto",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for n in "ab"
+    ]
+    outputs = [node.communicate(timeout=300)[1] for node in nodes]
+    assert all(node.returncode != 0 for node in nodes), outputs
+    for err in outputs:
+        assert "process 1 on " in err and "cannot see the run folder" in err, err[-3000:]
+        assert "bug in rlvr" not in err
+    assert not list(tmp_path.glob("run-*/metrics.jsonl")) and not list(tmp_path.glob("run-*/plan.json"))
+
+    held = tmp_path / "held"
+    held.mkdir()
+    (held / "notes.txt").write_text("a run's folder\n")
+    refused = torchrun(2, scaffold / CONTRACT, held, "--max-steps", "1")
+    assert refused.returncode != 0
+    assert (
+        "already holds a run" in refused.stderr
+        and "process 0 of the run stopped before training began" in refused.stderr
+    )
+    assert "bug in rlvr" not in refused.stderr, refused.stderr[-3000:]
