@@ -1,5 +1,5 @@
 """`rlvr tasks generate` then `rlvr tasks review` through the CLI, against a stand-in generator
-(a rule): 50 code tasks whose tests are built by running each reference solution in the sandbox;
+(a rule): 30 code tasks whose tests are built by running each reference solution in the sandbox;
 a generator that goes down mid-run leaves the rows so far and a cursor, and the rerun asks only
 what is left; a rerun from the cache asks nothing; the review finds each planted defect (a wrong
 reference, tests no mutant fails, a leaked answer) and nothing in the sound tasks."""
@@ -17,12 +17,12 @@ from tests.audit.generator_standin import make_app
 from tests.conftest import rlvr
 
 pytestmark = [
-    pytest.mark.slow,  # 50 tasks generated, then reviewed with their mutants in the sandbox
+    pytest.mark.slow,  # 30 tasks generated, then reviewed with their mutants in the sandbox
     pytest.mark.skipif(problem() is not None, reason=f"needs a working bubblewrap: {problem()}"),
 ]
 SPEC = """generator: {{url: "{url}", model: rule, temperature: 0.8, seed: 0, retries: 0, timeout_s: 30}}
 kind: unit_tests
-count: 50
+count: 30
 examples: 2
 id_prefix: gen
 prompt: |
@@ -35,31 +35,31 @@ prompt: |
 def spec_text(url: str, model: str, count: int, kind: str) -> str:
     """The spec against the stand-in at `url`, asking its `model` for `count` tasks of `kind`."""
     text = SPEC.format(url=f"{url}/v1").replace("model: rule", f"model: {model}")
-    return text.replace("count: 50", f"count: {count}").replace("kind: unit_tests", f"kind: {kind}")
+    return text.replace("count: 30", f"count: {count}").replace("kind: unit_tests", f"kind: {kind}")
 
 
 def test_generate_resume_cache_and_review(tmp_path: Path) -> None:
     code = tmp_path / "code"
     assert rlvr("init", code, "--template", "code", "--no-model").code == 0
     spec, out = tmp_path / "spec.yaml", tmp_path / "generated.jsonl"
-    down = make_app(fail_after=20)
+    down = make_app(fail_after=12)
     with serve(down) as url:
         spec.write_text(SPEC.format(url=f"{url}/v1"))
         stopped = rlvr("tasks", "generate", code, spec, "--out", out, timeout=600)
     assert stopped.code == 3 and "answered HTTP 500" in stopped.stderr, stopped.stderr
-    assert not out.exists() and json.loads(out.with_name(out.name + ".cursor").read_text())["next"] == 20
+    assert not out.exists() and json.loads(out.with_name(out.name + ".cursor").read_text())["next"] == 12
     healthy = make_app()
     with serve(healthy) as url:
         spec.write_text(SPEC.format(url=f"{url}/v1"))
         done = rlvr("tasks", "generate", code, spec, "--out", out, timeout=600)
         assert done.code == 0, done.stderr
-        assert healthy.state.requests == 30  # only what was left
+        assert healthy.state.requests == 18  # only what was left
         again = rlvr("tasks", "generate", code, spec, "--out", tmp_path / "again.jsonl", timeout=600)
-        assert again.code == 0 and healthy.state.requests == 30  # all 50 replies from the cache: nothing asked
+        assert again.code == 0 and healthy.state.requests == 18  # all 30 replies from the cache: nothing asked
     assert (tmp_path / "again.jsonl").read_text() == out.read_text()
-    assert "resumed at request 20" in done.stdout and "3 repl(ies) skipped" in done.stdout  # of the 30 asked
+    assert "resumed at request 12" in done.stdout and "2 repl(ies) skipped" in done.stdout  # of the 18 asked
     rows = [json.loads(line) for line in out.read_text().splitlines()]
-    assert len(rows) == 45 and not out.with_name(out.name + ".partial").exists()
+    assert len(rows) == 27 and not out.with_name(out.name + ".partial").exists()
     assert {"generator", "prompt_sha256", "seed", "builder"} <= set(rows[0]["provenance"])
     shift = next(r for r in rows if r["id"] == "gen-00000")
     assert shift["tests"]["cases"][0] == {"args": [3, 2], "expected": 5}  # run, not claimed
