@@ -45,7 +45,9 @@ def _base(into: Path) -> tuple[Any, str, dict[str, Any], int]:
     return contract, text, yaml12.parse(text).data, rows
 
 
-def run_import(peer: str, config: Path, extra: list[str], into: Path, out: Path | None, processes: int) -> int:
+def run_import(
+    peer: str, config: Path, extra: list[str], into: Path, out: Path | None, processes: int, peft: Path | None = None
+) -> int:
     data = read_config(config)
     contract, text, base, rows = _base(into)
     weights = [c.weight for c in contract.objective.reward.components]
@@ -59,6 +61,7 @@ def run_import(peer: str, config: Path, extra: list[str], into: Path, out: Path 
             components=len(weights),
             policy=_policy(contract),
             model_type=_model_type(contract, into),
+            peft=_peft_config(config, peft),
         )
     else:
         try:
@@ -86,6 +89,16 @@ def run_import(peer: str, config: Path, extra: list[str], into: Path, out: Path 
     _report(mapping, peer)
     sys.stdout.write(f"wrote {target}\n")
     return 0
+
+
+def _peft_config(config: Path, given: Path | None) -> tuple[dict[str, Any], str] | None:
+    """GRPOTrainer's peft_config as LoraConfig keywords: `--peft-config`, or the peft_config.yaml
+    beside CONFIG (what `rlvr export --to trl` writes beside grpo_config.yaml), said on stderr."""
+    path = given
+    if path is None and (config.parent / "peft_config.yaml").is_file():
+        path = config.parent / "peft_config.yaml"
+        sys.stderr.write(f"reading the adapter from {path} (GRPOTrainer's peft_config), beside {config.name}\n")
+    return None if path is None else (read_config(path), path.name)
 
 
 def _model_type(contract: Any, into: Path) -> str | None:

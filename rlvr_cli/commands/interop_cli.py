@@ -30,13 +30,21 @@ def import_trl(
     processes: Annotated[
         int, typer.Option("--processes", min=1, help="Processes the TRL run used (per-device batch × processes).")
     ] = 1,
+    peft_config: Annotated[
+        Path | None,
+        typer.Option(
+            "--peft-config",
+            help="peft's LoraConfig keywords as YAML or JSON (GRPOTrainer's peft_config); "
+            "default: peft_config.yaml beside CONFIG when there is one.",
+        ),
+    ] = None,
 ) -> int:
     """Import a TRL 1.16 GRPOConfig.
 
     Exit 1 listing every option the contract cannot state."""
     from rlvr_cli.commands.interop import run_import
 
-    return run_import("trl", config, [], into, out, processes)
+    return run_import("trl", config, [], into, out, processes, peft_config)
 
 
 @import_app.command("verl")

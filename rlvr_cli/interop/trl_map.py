@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from rlvr_cli.interop import peft_map
 from rlvr_cli.interop.common import Mapping, plain
 
 VERSION = "1.16"
@@ -127,9 +128,11 @@ def import_config(
     components: int,
     policy: str,
     model_type: str | None = None,
+    peft: tuple[dict[str, Any], str] | None = None,
 ) -> Mapping:
     """The contract's values for a GRPOConfig (its keys over 1.16's defaults), and the adapter
-    its ModelConfig options (`use_peft`, `lora_*`) train."""
+    its ModelConfig options (`use_peft`, `lora_*`) train, or `peft`'s LoraConfig keywords
+    (GRPOTrainer's peft_config, with where they were read)."""
     get, out = Reader(config), Mapping()
     for key, what in NO_EQUIVALENT.items():
         if get(key) != DEFAULTS[key] and not (key == "generation_kwargs" and not get(key)):
@@ -138,7 +141,12 @@ def import_config(
     _objective(get, out, components)
     _sampling(get, out, policy)
     _optimizer(get, out)
-    _adapter(get, out, model_type)
+    if peft is None:
+        _adapter(get, out, model_type)
+    elif get("use_peft"):
+        out.refuse("use_peft", f"true, and {peft[1]} too: say which adapter trains (one of them)")
+    else:
+        peft_map.adapter(peft[0], out, peft[1], model_type)
     out.unread = get.unread()
     return out
 
@@ -156,7 +164,7 @@ def _adapter(get: Reader, out: Mapping, model_type: str | None) -> None:
         out.refuse("lora_task_type", f"{plain(get('lora_task_type'))}: the policy is a causal language model")
     targets = get("lora_target_modules")
     if targets is None:
-        targets = _peft_default_targets(model_type)
+        targets = peft_default_targets(model_type)
         if targets is None:
             out.refuse(
                 "lora_target_modules",
@@ -182,7 +190,7 @@ def _adapter(get: Reader, out: Mapping, model_type: str | None) -> None:
     out.set("hyperparameters.adapter", adapter, names + "; bias none and peft's initialisation, as get_peft_config")
 
 
-def _peft_default_targets(model_type: str | None) -> list[str] | None:
+def peft_default_targets(model_type: str | None) -> list[str] | None:
     """The layers peft adapts when none are named (its table by model type), or None."""
     try:
         from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as table

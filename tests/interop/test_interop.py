@@ -361,6 +361,54 @@ def test_a_trl_lora_run_imports_as_the_adapter_trls_get_peft_config_builds(exp: 
     assert load(exp / "full.rlvr.yaml").hyperparameters.adapter is None
 
 
+def test_an_exported_adapter_imports_back_from_the_peft_config_beside_the_trl_config(exp: Path) -> None:
+    """`rlvr export --to trl` writes the adapter as peft_config.yaml (GRPOTrainer's peft_config)
+    beside grpo_config.yaml; `rlvr import trl` reads it back (beside the config, or from
+    --peft-config), to the same adapter. A keyword plain LoRA cannot state, one peft does not know,
+    or an adapter stated twice (use_peft too) is refused, and nothing is written."""
+    peft = pytest.importorskip("peft", reason="peft is the lora extra (make install installs it)")
+    stated = (
+        "{kind: lora, rank: 4, alpha: 8, dropout: 0.05, target_modules: [q_proj, v_proj], bias: all, init: gaussian}"
+    )
+    text = (exp / "experiment.rlvr.yaml").read_text()
+    (exp / "lora-in.rlvr.yaml").write_text(
+        text.replace("  precision: fp32\n", f"  precision: fp32\n  adapter: {stated}\n")
+    )
+    original = load(exp / "lora-in.rlvr.yaml").hyperparameters.adapter
+    exported = rlvr("export", exp / "lora-in.rlvr.yaml", "--to", "trl", "--out", exp / "trl", "--allow-inexact")
+    assert exported.code == 0, exported.stderr
+    kwargs = yaml.safe_load((exp / "trl" / "peft_config.yaml").read_text())
+    theirs = peft.LoraConfig(**kwargs)  # what GRPOTrainer is given
+    assert (theirs.r, theirs.lora_alpha, theirs.bias, theirs.init_lora_weights) == (4, 8, "all", "gaussian")
+
+    into = exp / "experiment.rlvr.yaml"
+    back = rlvr("import", "trl", exp / "trl" / "grpo_config.yaml", "--into", into, "--out", exp / "back.rlvr.yaml")
+    assert back.code == 0, back.stderr
+    assert "reading the adapter from" in back.stderr and "peft_config.yaml" in back.stderr
+    assert load(exp / "back.rlvr.yaml").hyperparameters.adapter == original
+
+    (exp / "elsewhere.yaml").write_text(yaml.safe_dump(kwargs))
+    config = write(exp / "alone.yaml", yaml.safe_load((exp / "trl" / "grpo_config.yaml").read_text()))
+    given = rlvr("import", "trl", config, "--into", into, "--peft-config", exp / "elsewhere.yaml")
+    assert given.code == 0, given.stderr
+    assert load(exp / "alone.rlvr.yaml").hyperparameters.adapter == original
+
+    for name, extra, said in [
+        ("dora", {"use_dora": True}, "peft use_dora"),
+        ("typo", {"lora_rank": 4}, "not a LoraConfig keyword"),
+        ("patterns", {"rank_pattern": {"q_proj": 8}}, "peft rank_pattern"),
+    ]:
+        (exp / f"{name}-peft.yaml").write_text(yaml.safe_dump({**kwargs, **extra}))
+        out = exp / f"{name}.rlvr.yaml"
+        refused = rlvr(
+            "import", "trl", config, "--into", into, "--peft-config", exp / f"{name}-peft.yaml", "--out", out
+        )
+        assert refused.code == 1 and said in refused.stderr and not out.exists(), refused.stderr
+    twice = write(exp / "twice.yaml", {**yaml.safe_load(config.read_text()), "use_peft": True})
+    refused = rlvr("import", "trl", twice, "--into", into, "--peft-config", exp / "elsewhere.yaml")
+    assert refused.code == 1 and "say which adapter trains" in refused.stderr, refused.stderr
+
+
 def test_a_verl_lora_run_imports_as_the_adapter_verls_engine_builds(exp: Path) -> None:
     """actor_rollout_ref.model.lora_rank > 0 trains the LoraConfig verl's FSDP engine builds
     (lora_alpha, target_modules, no dropout, bias none); exclude_modules has no equivalent; rank 0

@@ -1,0 +1,104 @@
+"""peft's LoraConfig keywords (what GRPOTrainer's `peft_config` is built from, and what
+`rlvr export --to trl` writes as peft_config.yaml) → the contract's `hyperparameters.adapter`.
+
+Every keyword is read: the ones the contract states map to its keys; any other keyword set away
+from peft's own default (rank-stabilised scaling, DoRA, layer patterns, modules saved whole…)
+is refused, naming it, since the contract's adapter is plain LoRA and would train something else.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlvr_cli.interop.common import Mapping, plain
+
+#: LoraConfig keywords the contract states, and their peft defaults where peft has one
+STATED = {"r": 8, "lora_alpha": 8, "lora_dropout": 0.0, "target_modules": None, "bias": "none"}
+INIT = {True: "default", "gaussian": "gaussian"}
+#: keywords that say where the adapter came from or how it runs, not what trains; and
+#: fan_in_fan_out, which peft sets by the layer it adapts (GPT-2's Conv1D) whatever is written
+IGNORED = {
+    "task_type",
+    "peft_type",
+    "peft_version",
+    "auto_mapping",
+    "base_model_name_or_path",
+    "revision",
+    "inference_mode",
+    "runtime_config",
+    "megatron_core",
+    "fan_in_fan_out",
+}
+
+
+def adapter(peft: dict[str, Any], out: Mapping, source: str, model_type: str | None) -> None:
+    """The adapter `peft` trains, set on `out`, or each keyword the contract cannot state refused."""
+    for key, value in sorted(peft.items()):
+        if key in STATED or key in IGNORED or key == "init_lora_weights":
+            continue
+        default = _peft_default(key)
+        if default is _UNKNOWN:
+            out.refuse(f"peft {key}", f"{plain(value)}: not a LoraConfig keyword peft {_peft_version()} knows")
+        elif value != default and not (value in (None, [], {}) and default in (None, [], {})):
+            out.refuse(
+                f"peft {key}",
+                f"{plain(value)}: the contract's adapter is plain LoRA (peft's default: {plain(default)})",
+            )
+    if peft.get("task_type", "CAUSAL_LM") != "CAUSAL_LM":
+        out.refuse("peft task_type", f"{plain(peft['task_type'])}: the policy is a causal language model")
+    init = peft.get("init_lora_weights", True)
+    if init not in INIT:
+        out.refuse("peft init_lora_weights", f"{plain(init)}: the contract starts B at zero (default) or gaussian")
+    bias = peft.get("bias", "none")
+    if bias not in ("none", "all", "lora_only"):
+        out.refuse("peft bias", f"{plain(bias)}: none, all or lora_only")
+    targets = peft.get("target_modules")
+    if targets is None:
+        from rlvr_cli.interop.trl_map import peft_default_targets
+
+        targets = peft_default_targets(model_type)
+        if targets is None:
+            out.refuse("peft target_modules", f"unset: peft has no default for {model_type!r}; name the layers")
+    elif isinstance(targets, str) and targets != "all-linear":  # peft matches a string as a regex on full paths
+        out.refuse("peft target_modules", f"{targets!r}: a regular expression over module paths; list module names")
+    if out.refused or targets is None or init not in INIT:
+        return
+    value = {
+        "kind": "lora",
+        "rank": peft.get("r", STATED["r"]),
+        "alpha": float(peft.get("lora_alpha", STATED["lora_alpha"])),
+        "dropout": float(peft.get("lora_dropout", STATED["lora_dropout"])),
+        "target_modules": targets if isinstance(targets, str) else list(targets),
+        "bias": bias,
+        "init": INIT[init],
+    }
+    given = ", ".join(f"{k}: {plain(peft[k])}" for k in (*STATED, "init_lora_weights") if k in peft)
+    out.set("hyperparameters.adapter", value, f"{source}: {given} (peft's defaults for the rest)")
+
+
+_UNKNOWN = object()
+
+
+def _peft_default(key: str) -> Any:
+    """peft's own default for a LoraConfig keyword, or _UNKNOWN (no such keyword, or no peft)."""
+    import dataclasses
+
+    try:
+        from peft import LoraConfig
+    except ImportError:
+        return _UNKNOWN
+    for f in dataclasses.fields(LoraConfig):
+        if f.name == key:
+            if f.default is not dataclasses.MISSING:
+                return f.default
+            if f.default_factory is not dataclasses.MISSING:
+                return f.default_factory()
+    return _UNKNOWN
+
+
+def _peft_version() -> str:
+    try:
+        import peft
+    except ImportError:
+        return "(not installed: pip install 'rlvr-cli[lora]')"
+    return str(peft.__version__)
