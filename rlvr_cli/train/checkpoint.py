@@ -15,6 +15,7 @@ import json
 import os
 import random
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from rlvr_cli.errors import RlvrError
 from rlvr_cli.files import disk_errors, fsync_dir, save_torch, sha256_file
 from rlvr_cli.store.records import pin_problems, shards_sha256
 from rlvr_cli.store.run import MARKER, RunFolder
-from rlvr_cli.train import lora, sharding
+from rlvr_cli.train import lora, resume_changes, sharding
 from rlvr_cli.train.run_plan import contract_hash
 from rlvr_cli.train.setup import Setup
 from rlvr_cli.train.state import TrainState
@@ -151,6 +152,7 @@ def _write_checkpoint(
         "records_sha256": shards_sha256(records.shards[: records.cursor]) if records else None,
         "records_last_step": records.last_step if records else None,
         "contract_sha256": contract_hash(contract_path),
+        "contract_text": contract_path.read_text(encoding="utf-8"),  # what a resume may change: resume_changes
         "reference": contract.artifacts.reference.model_dump(by_alias=True) if contract.artifacts.reference else None,
         "verifier": contract.artifacts.verifier.model_dump(),
         "lock_sha256": _lock_hash(contract, contract_path),
@@ -322,10 +324,16 @@ def _restore_metrics(run: RunFolder, step: int, expected: str | None, name: str)
 
 def _refuse_changes(setup: Setup, meta: dict[str, Any], path: Path, contract_path: Path) -> None:
     if meta["contract_sha256"] != contract_hash(contract_path):
-        raise RlvrError(
-            f"the contract changed since checkpoint {path.name}; resume refuses a different "
-            "experiment (start a new run with --run-dir)"
+        text = meta.get("contract_text")
+        notes = resume_changes.check(
+            text if isinstance(text, str) else None, contract_path.read_text("utf-8"), path.name
         )
+        if notes and setup.main:
+            print(
+                f"resuming with {'; '.join(notes)}: the same experiment computed another way, so it goes on to "
+                "float tolerance, not bit for bit",
+                file=sys.stderr,
+            )
     written = meta.get("per_group_seeds", meta.get("world_size", 1) > 1)
     if written != setup.per_group_seeds:  # the number of processes may change; how groups are seeded may not
         how = "under torchrun (`--nproc N`, any N)" if written else "in one plain process (without --nproc)"

@@ -90,12 +90,34 @@ def test_entropy_rule_pauses_and_resume_continues(experiment: Path, tmp_path: Pa
     assert status(run_dir)["state"] == "finished" and status(run_dir)["step"] == 3
 
 
-def test_resume_refuses_a_changed_contract(experiment: Path, tmp_path: Path) -> None:
-    run_dir = tmp_path / "run"
-    assert rlvr("train", experiment / CONTRACT, "--run-dir", run_dir, "--max-steps", "1", timeout=300).code == 0
+def test_resume_refuses_a_changed_experiment_by_its_keys_and_goes_on_when_only_how_it_is_computed_changed(
+    experiment: Path, tmp_path: Path
+) -> None:
+    """A changed value (the learning rate) refuses the resume, naming the key, before it writes
+    anything; a smaller micro-batch (the advice for a plan that does not fit), a new description
+    and a comment resume, say so, and end where a straight run ends to float tolerance."""
+    straight, run_dir = tmp_path / "straight", tmp_path / "run"
+    assert rlvr("train", experiment / CONTRACT, "--run-dir", straight, "--max-steps", "3", timeout=300).code == 0
+    assert rlvr("train", experiment / CONTRACT, "--run-dir", run_dir, "--max-steps", "2", timeout=300).code == 0
+    before = (run_dir / "metrics.jsonl").read_text()
     edit(experiment, "lr: 3.0e-3", "lr: 1.0e-3")
-    run = rlvr("train", experiment / CONTRACT, "--run-dir", run_dir, "--max-steps", "2", "--resume")
-    assert run.code == 1 and "contract changed" in run.stderr
+    run = rlvr("train", experiment / CONTRACT, "--run-dir", run_dir, "--max-steps", "3", "--resume")
+    assert run.code == 1 and "the contract changed since checkpoint step-2" in run.stderr, run.stderr
+    assert "hyperparameters.optimizer.lr: 0.003 → 0.001" in run.stderr, run.stderr
+    assert (run_dir / "metrics.jsonl").read_text() == before and status(run_dir)["step"] == 2
+    edit(experiment, "lr: 1.0e-3", "lr: 3.0e-3")
+    edit(experiment, "micro_batch_sequences: 8", "micro_batch_sequences: 4")
+    text = (experiment / CONTRACT).read_text()
+    assert text.startswith("# ") and "\ndescription: " in text
+    head, _, rest = text.partition("\ndescription: ")
+    (experiment / CONTRACT).write_text(f"{head}\n# rewritten\ndescription: Reworded.\n{rest.split(chr(10), 1)[1]}")
+    run = rlvr("train", experiment / CONTRACT, "--run-dir", run_dir, "--max-steps", "3", "--resume", timeout=300)
+    assert run.code == 0, run.stderr[-2000:]
+    assert "resuming with hyperparameters.micro_batch_sequences: 8 → 4: the same experiment" in run.stderr, run.stderr
+    assert "description" not in run.stderr.split("resuming from")[0]  # words, not said
+    a, b = weights(straight / "final"), weights(run_dir / "final")
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], atol=1e-5, rtol=1e-4)
 
 
 def test_stop_and_resume_is_bit_identical_to_a_straight_run(experiment: Path, tmp_path: Path) -> None:
