@@ -54,8 +54,6 @@ def adapter(peft: dict[str, Any], out: Mapping, source: str, model_type: str | N
         out.refuse("peft bias", f"{plain(bias)}: none, all or lora_only")
     targets = peft.get("target_modules")
     if targets is None:
-        from rlvr_cli.interop.trl_map import peft_default_targets
-
         targets = peft_default_targets(model_type)
         if targets is None:
             out.refuse("peft target_modules", f"unset: peft has no default for {model_type!r}; name the layers")
@@ -74,6 +72,16 @@ def adapter(peft: dict[str, Any], out: Mapping, source: str, model_type: str | N
     }
     given = ", ".join(f"{k}: {plain(peft[k])}" for k in (*STATED, "init_lora_weights") if k in peft)
     out.set("hyperparameters.adapter", value, f"{source}: {given} (peft's defaults for the rest)")
+
+
+def peft_default_targets(model_type: str | None) -> list[str] | None:
+    """The layers peft adapts when none are named (its table by model type), or None."""
+    try:
+        from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as table
+    except ImportError:
+        return None
+    found = table.get(model_type or "")
+    return list(found) if found else None
 
 
 _UNKNOWN = object()

@@ -164,7 +164,7 @@ def _adapter(get: Reader, out: Mapping, model_type: str | None) -> None:
         out.refuse("lora_task_type", f"{plain(get('lora_task_type'))}: the policy is a causal language model")
     targets = get("lora_target_modules")
     if targets is None:
-        targets = peft_default_targets(model_type)
+        targets = peft_map.peft_default_targets(model_type)
         if targets is None:
             out.refuse(
                 "lora_target_modules",
@@ -188,16 +188,6 @@ def _adapter(get: Reader, out: Mapping, model_type: str | None) -> None:
         get.source(k) for k in ("use_peft", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules")
     )
     out.set("hyperparameters.adapter", adapter, names + "; bias none and peft's initialisation, as get_peft_config")
-
-
-def peft_default_targets(model_type: str | None) -> list[str] | None:
-    """The layers peft adapts when none are named (its table by model type), or None."""
-    try:
-        from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as table
-    except ImportError:
-        return None
-    found = table.get(model_type or "")
-    return list(found) if found else None
 
 
 def _batch(get: Reader, out: Mapping, train_rows: int, processes: int) -> None:

@@ -36,13 +36,22 @@ def values(text: str) -> dict[str, Any] | None:
     contract this version reads."""
     from rlvr_cli.contract import yaml12
     from rlvr_cli.contract.models import Contract
-    from rlvr_cli.interop.common import flat
 
     try:
         contract = Contract.model_validate(yaml12.parse(text).data)
-    except Exception:
+    except Exception:  # whatever the reason it does not read, the answer is the same: not comparable
         return None
-    return flat(contract.model_dump(mode="json"))
+    return _flat(contract.model_dump(mode="json"))
+
+
+def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """{"a": {"b": 1}} → {"a.b": 1}; lists and scalars are leaves."""
+    if not isinstance(tree, dict) or (prefix and not tree):
+        return {prefix: tree}
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        out.update(_flat(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out
 
 
 def changed(before: str, after: str) -> list[tuple[str, Any, Any]] | None:
