@@ -98,6 +98,21 @@ def one_process(scaffold: Path, factory: pytest.TempPathFactory, aggregation: st
     return _ONE[key]
 
 
+_TWO: dict[tuple[str, str | None], Path] = {}
+
+
+def two_processes(scaffold: Path, factory: pytest.TempPathFactory, aggregation: str, parallel: str | None) -> Path:
+    """2 processes, 3 steps, this section: made once per test process and shared."""
+    key = (aggregation, parallel)
+    if key not in _TWO:
+        folder = factory.mktemp("two")
+        contract = experiment(scaffold, folder / "exp", aggregation, parallel)
+        done = torchrun(2, contract, folder / "run", "--max-steps", "3")
+        assert done.returncode == 0, done.stderr[-3000:]
+        _TWO[key] = folder / "run"
+    return _TWO[key]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("aggregation", "parallel"),
@@ -129,9 +144,7 @@ def test_two_processes_equal_one(
     as one process training alone."""
     adapter = bool(parallel and "adapter" in parallel)
     one = one_process(scaffold, tmp_path_factory, aggregation, parallel)
-    contract, two = experiment(scaffold, tmp_path / "exp", aggregation, parallel), tmp_path / "two"
-    second = torchrun(2, contract, two, "--max-steps", "3")
-    assert second.returncode == 0, second.stderr[-3000:]
+    two = two_processes(scaffold, tmp_path_factory, aggregation, parallel)
     sharded = bool(parallel and "fsdp2" in parallel)
     weights = "adapter_model.safetensors" if adapter else "model.safetensors"  # an adapter run: the adapter
     a, b = load_file(one / "final" / weights), load_file(two / "final" / weights)
@@ -247,7 +260,7 @@ def test_a_sharded_run_resumes_with_another_number_of_processes(
 
 @pytest.mark.slow
 def test_a_sharded_adapter_run_keeps_the_adapter_alone_and_resumes_with_another_number_of_processes(
-    scaffold: Path, tmp_path: Path
+    scaffold: Path, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     """fsdp2 with an adapter: each process holds 1/N of the base and of the adapter; the
     checkpoint's shards hold the adapter and its optimizer state (never the frozen base, nor its
@@ -258,14 +271,10 @@ def test_a_sharded_adapter_run_keeps_the_adapter_alone_and_resumes_with_another_
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    folder = tmp_path / "exp"
-    shutil.copytree(scaffold, folder)
-    contract = folder / CONTRACT
     sharded = LORA.replace("init: default}", "init: default, save_merged: true}") + "  parallel: {strategy: fsdp2}\n"
-    contract.write_text(contract.read_text().replace("  precision: fp32\n", sharded))
-    straight, run = tmp_path / "straight", tmp_path / "run"
-    done = torchrun(1, contract, straight, "--max-steps", "3")
-    assert done.returncode == 0, done.stderr[-3000:]
+    folder, run = tmp_path / "exp", tmp_path / "run"
+    contract = experiment(scaffold, folder, "seq_mean_token_mean", sharded)
+    straight = one_process(scaffold, tmp_path_factory, "seq_mean_token_mean", sharded)  # the adapter, 1 process
     begun = torchrun(2, contract, run, "--max-steps", "2")
     assert begun.returncode == 0, begun.stderr[-3000:]
     written = run / "checkpoints" / "step-2" / "shards" / ".metadata"
@@ -299,24 +308,20 @@ def _forge(checkpoint: Path, metadata: bytes) -> None:
 
 @pytest.mark.slow
 def test_a_kill_while_shards_are_written_leaves_the_last_checkpoint_and_foreign_shards_run_no_code(
-    scaffold: Path, tmp_path: Path
+    scaffold: Path, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     import pickle
 
-    folder = tmp_path / "exp"
-    shutil.copytree(scaffold, folder)
-    contract = folder / CONTRACT
-    text = contract.read_text().replace("  precision: fp32\n", FSDP2 % "false")
-    contract.write_text(text.replace("every_steps: 2", "every_steps: 1"))
-    run, straight = tmp_path / "run", tmp_path / "straight"
+    contract = experiment(scaffold, tmp_path / "exp", "seq_mean_token_mean", FSDP2 % "false")
+    contract.write_text(contract.read_text().replace("every_steps: 2", "every_steps: 1"))
+    run = tmp_path / "run"
     killed = torchrun(2, contract, run, "--max-steps", "3", fault="kill_in_shards@2")
     assert killed.returncode != 0
     assert (run / "checkpoints" / ".step-2.tmp" / "shards").is_dir()  # shards written, never published
     assert sorted(p.name for p in (run / "checkpoints").iterdir() if not p.name.startswith(".")) == ["step-1"]
     resumed = torchrun(2, contract, run, "--max-steps", "3", "--auto")
     assert resumed.returncode == 0 and "resuming from checkpoint step-1" in resumed.stderr, resumed.stderr[-3000:]
-    done = torchrun(2, contract, straight, "--max-steps", "3")
-    assert done.returncode == 0, done.stderr[-3000:]
+    straight = two_processes(scaffold, tmp_path_factory, "seq_mean_token_mean", FSDP2 % "false")  # every 2 steps
     a, b = load_file(run / "final" / "model.safetensors"), load_file(straight / "final" / "model.safetensors")
     assert all(torch.equal(a[k], b[k]) for k in a)
 
