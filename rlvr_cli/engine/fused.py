@@ -29,6 +29,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from rlvr_cli.engine import cascade
 from rlvr_cli.engine.adapted import effective_weight, is_adapted, weight_bytes
 from rlvr_cli.engine.limits import COPY_BYTES, FAMILIES
 from rlvr_cli.engine.precision import attention as attend
@@ -146,12 +147,29 @@ class Cache:
     length: int
     cos: torch.Tensor  # (positions, D) rotation tables up to the cache's capacity
     sin: torch.Tensor  # sign folded in: x·cos + swap_halves(x)·sin is the rotation
+    # once a shared prompt fans out (engine/cascade.py): the rows' own slots start after `prefix`
+    # prompt tokens kept once per distinct prompt; `owner` is the prompt each row answers
+    prefix: int = 0
+    owner: Any = None
+    prompt_keys: Any = None
+    prompt_values: Any = None
+    prompt_mask: Any = None
+    slots: Any = None
+    slot_of_row: Any = None
+    group_rows: int = 0
 
     def select(self, rows: torch.Tensor) -> None:
-        """Keep (or repeat) these rows: finished rows leave; a shared prompt fans out."""
+        """Keep (or repeat) these rows: finished rows leave; a shared prompt fans out, its keys
+        and values kept once (engine/cascade.py)."""
+        if not self.prefix and rows.numel() > self.mask.size(0):
+            cascade.share(self, rows)
+            return
         self.keys = [k[rows] for k in self.keys]
         self.values = [v[rows] for v in self.values]
         self.mask, self.positions = self.mask[rows], self.positions[rows]
+        if self.prefix:
+            self.owner = self.owner[rows]
+            cascade.index(self)
 
 
 class Decoder:
@@ -295,9 +313,9 @@ class Decoder:
     @torch.inference_mode()
     def step(self, tokens: torch.Tensor, cache: Cache) -> torch.Tensor:
         """One new token per row `(B,)` → logits of the next `(B, V)`; the cache grows by one."""
-        if cache.length == cache.mask.size(1):
+        if cache.length == cache.prefix + cache.mask.size(1):
             raise ValueError("the cache is full: prefill with more room")
-        B, L, D = tokens.size(0), cache.length, self.head_dim
+        B, L, D = tokens.size(0), cache.length - cache.prefix, self.head_dim  # L: the new token's slot
         H, kv = self.heads, self.kv_heads
         cache.positions = cache.positions + 1
         cache.mask[:, L] = 0.0
@@ -310,8 +328,12 @@ class Decoder:
             keys, values = cache.keys[i], cache.values[i]
             keys[:, :, L] = qk[:, H:]
             values[:, :, L] = qkv[:, (H + kv) * D :].view(B, kv, D)
-            q = qk[:, :H, None]  # (B, H, 1, D)
-            out = attend(q, keys[:, :, : L + 1], values[:, :, : L + 1], mask, kv != H).reshape(B, H * D)
+            if cache.prefix:
+                out = cascade.attend(qk[:, :H], cache, i, L + 1)
+                out = out if torch.is_autocast_enabled(out.device.type) else out.to(qk.dtype)
+            else:
+                out = attend(qk[:, :H, None], keys[:, :, : L + 1], values[:, :, : L + 1], mask, kv != H)
+                out = out.reshape(B, H * D)
             h = layer.o.residual(h, out)
             h = self._mlp(h, layer)
         cache.length += 1

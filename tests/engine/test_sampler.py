@@ -90,6 +90,42 @@ def test_the_fused_forward_gives_the_models_own_logits(monkeypatch, name: str, c
             assert torch.allclose(step, own, atol=1e-5)
 
 
+@pytest.mark.parametrize("compute", [None, torch.bfloat16], ids=["fp32", "autocast bf16"])
+@pytest.mark.parametrize("name", ["llama", "qwen2", "qwen3", "mistral"])
+def test_rows_that_share_a_prompt_read_it_once_and_get_what_their_own_copies_give(name: str, compute) -> None:
+    """A group's rows fanned out from one prefill keep the prompt's keys once (engine/cascade.py):
+    every decode step's logits equal those of rows each holding a copy of the prompt, as rows
+    finish and leave, over ragged (left-padded) prompts, and in bf16 compute."""
+    from rlvr_cli.engine.fused import Cache
+    from rlvr_cli.engine.precision import autocast
+
+    model = family(name)
+    batch = make_batch(PROMPTS[:3], [[] for _ in range(3)], [[] for _ in range(3)], 0, response_width=1)
+    P = batch.prompt_width
+    ids, attention = batch.input_ids[:, :P], batch.attention_mask[:, :P]
+    owner = torch.tensor([0, 0, 0, 1, 1, 2, 2, 2, 2])  # groups of 3, 2 and 4 rows
+    with torch.no_grad(), autocast(compute, "cpu"):
+        decoder = Decoder(model)
+        _, shared = decoder.prefill(ids, attention, room=4)
+        shared.select(owner)
+        assert shared.prefix == P and shared.prompt_keys[0].size(0) == 3  # each prompt's keys once
+        _, copies = decoder.prefill(ids[owner], attention[owner], room=4)
+        assert isinstance(copies, Cache) and not copies.prefix
+        torch.manual_seed(1)
+        steps = [torch.randint(20, 60, (9,)), torch.randint(20, 60, (9,))]
+        for tokens in steps:
+            a, b = decoder.step(tokens, shared), decoder.step(tokens, copies)
+            assert torch.allclose(a, b, atol=1e-5), (a - b).abs().max()
+        keep = torch.tensor([1, 2, 4, 6, 8])  # rows of every group finish; group 1 keeps one row
+        shared.select(keep)
+        copies.select(keep)
+        for tokens in (torch.tensor([30, 31, 32, 33, 34]), torch.tensor([40, 41, 42, 43, 44])):
+            a, b = decoder.step(tokens, shared), decoder.step(tokens, copies)
+            assert torch.allclose(a, b, atol=1e-5), (a - b).abs().max()
+        with pytest.raises(ValueError, match="the cache is full"):
+            decoder.step(torch.tensor([1, 2, 3, 4, 5]), shared)
+
+
 @pytest.mark.parametrize("mode", ["autocast bf16", "pure bf16"])
 def test_the_fused_forward_in_bf16_gives_the_models_own_logits_to_bf16_rounding(mode: str) -> None:
     """bf16 compute, over fp32 weights (autocast) or bf16 weights: the decoder keeps its cache
