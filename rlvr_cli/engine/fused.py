@@ -161,7 +161,7 @@ class Cache:
     def select(self, rows: torch.Tensor) -> None:
         """Keep (or repeat) these rows: finished rows leave; a shared prompt fans out, its keys
         and values kept once (engine/cascade.py)."""
-        if not self.prefix and rows.numel() > self.mask.size(0):
+        if not self.prefix and rows.numel() > self.mask.size(0) and cascade.pays(self, rows):
             cascade.share(self, rows)
             return
         self.keys = [k[rows] for k in self.keys]

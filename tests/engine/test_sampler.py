@@ -92,12 +92,18 @@ def test_the_fused_forward_gives_the_models_own_logits(monkeypatch, name: str, c
 
 @pytest.mark.parametrize("compute", [None, torch.bfloat16], ids=["fp32", "autocast bf16"])
 @pytest.mark.parametrize("name", ["llama", "qwen2", "qwen3", "mistral"])
-def test_rows_that_share_a_prompt_read_it_once_and_get_what_their_own_copies_give(name: str, compute) -> None:
+def test_rows_that_share_a_prompt_read_it_once_and_get_what_their_own_copies_give(
+    monkeypatch, name: str, compute
+) -> None:
     """A group's rows fanned out from one prefill keep the prompt's keys once (engine/cascade.py):
     every decode step's logits equal those of rows each holding a copy of the prompt, as rows
-    finish and leave, over ragged (left-padded) prompts, and in bf16 compute."""
+    finish and leave, over ragged (left-padded) prompts, and in bf16 compute. (Only where the
+    copies would be large, `cascade.SHARED_BYTES` a layer; here, lowered to this tiny model.)"""
+    import rlvr_cli.engine.cascade as cascade
     from rlvr_cli.engine.fused import Cache
     from rlvr_cli.engine.precision import autocast
+
+    monkeypatch.setattr(cascade, "SHARED_BYTES", 1)
 
     model = family(name)
     batch = make_batch(PROMPTS[:3], [[] for _ in range(3)], [[] for _ in range(3)], 0, response_width=1)
@@ -124,6 +130,10 @@ def test_rows_that_share_a_prompt_read_it_once_and_get_what_their_own_copies_giv
             assert torch.allclose(a, b, atol=1e-5), (a - b).abs().max()
         with pytest.raises(ValueError, match="the cache is full"):
             decoder.step(torch.tensor([1, 2, 3, 4, 5]), shared)
+        monkeypatch.setattr(cascade, "SHARED_BYTES", 4 << 20)
+        _, small = decoder.prefill(ids, attention, room=4)
+        small.select(owner)
+        assert not small.prefix  # a few KB of copies: each row keeps its own
 
 
 @pytest.mark.parametrize("mode", ["autocast bf16", "pure bf16"])
