@@ -43,7 +43,7 @@ def choose_mode(run_dir: Path, resume: bool, auto: bool) -> bool:
                 "`--auto` starts the run again in the same folder"
             )
         return True
-    if run_dir.exists() and any(p.name != ".lock" for p in run_dir.iterdir()):
+    if run_dir.exists() and any(p.name not in (".lock", ".processes") for p in run_dir.iterdir()):
         raise UsageProblem(
             f"run folder {run_dir} already holds a run; pass --resume (or --auto) to continue it "
             "or --run-dir for a new one (nothing is overwritten)"

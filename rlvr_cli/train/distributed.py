@@ -219,9 +219,12 @@ def same_folder(run_dir: Any, choice: bool) -> bool:
         return choice
     mark = run_dir / ".processes"
     said: list[Any] = [None, choice]
-    if dist.get_rank() == 0:
-        said[0] = secrets.token_hex(8)
-        mark.write_text(said[0], encoding="utf-8")
+    try:
+        if dist.get_rank() == 0:
+            said[0] = secrets.token_hex(8)
+            mark.write_text(said[0], encoding="utf-8")
+    except OSError as exc:  # the others then learn that process 0 stopped
+        raise RlvrError(f"cannot write in the run folder {run_dir}: {exc.strerror or exc}") from None
     try:
         dist.broadcast_object_list(said, src=0)
         try:
