@@ -27,7 +27,11 @@ SHARED_BYTES = 4 << 20
 
 
 def pays(cache: Any, owner: torch.Tensor) -> bool:
-    """Whether fanning these rows out over shared prompts is worth the two-part attention."""
+    """Whether fanning these rows out over shared prompts is worth the two-part attention. Only
+    over fp32 keys (a CPU's cache): its softmax is computed by hand, where a GPU's bf16 cache
+    has a fused kernel that accumulates in fp32."""
+    if cache.keys[0].dtype != torch.float32:
+        return False
     G, kv, _, D = cache.keys[0].shape
     copies = (owner.numel() - G) * kv * cache.length * D * 2 * cache.keys[0].element_size()
     return copies >= SHARED_BYTES
