@@ -12,8 +12,15 @@ from typing import Any
 
 from rlvr_cli.interop.common import Mapping, plain
 
-#: LoraConfig keywords the contract states, and their peft defaults where peft has one
-STATED = {"r": 8, "lora_alpha": 8, "lora_dropout": 0.0, "target_modules": None, "bias": "none"}
+#: LoraConfig keywords the contract states, and their peft defaults
+STATED = {
+    "r": 8,
+    "lora_alpha": 8,
+    "lora_dropout": 0.0,
+    "target_modules": None,
+    "bias": "none",
+    "init_lora_weights": True,
+}
 INIT = {True: "default", "gaussian": "gaussian"}
 #: keywords that say where the adapter came from or how it runs, not what trains; and
 #: fan_in_fan_out, which peft sets by the layer it adapts (GPT-2's Conv1D) whatever is written
@@ -34,7 +41,7 @@ IGNORED = {
 def adapter(peft: dict[str, Any], out: Mapping, source: str, model_type: str | None) -> None:
     """The adapter `peft` trains, set on `out`, or each keyword the contract cannot state refused."""
     for key, value in sorted(peft.items()):
-        if key in STATED or key in IGNORED or key == "init_lora_weights":
+        if key in STATED or key in IGNORED:
             continue
         default = _peft_default(key)
         if default is _UNKNOWN:
@@ -46,10 +53,10 @@ def adapter(peft: dict[str, Any], out: Mapping, source: str, model_type: str | N
             )
     if peft.get("task_type", "CAUSAL_LM") != "CAUSAL_LM":
         out.refuse("peft task_type", f"{plain(peft['task_type'])}: the policy is a causal language model")
-    init = peft.get("init_lora_weights", True)
+    init = peft.get("init_lora_weights", STATED["init_lora_weights"])
     if init not in INIT:
         out.refuse("peft init_lora_weights", f"{plain(init)}: the contract starts B at zero (default) or gaussian")
-    bias = peft.get("bias", "none")
+    bias = peft.get("bias", STATED["bias"])
     if bias not in ("none", "all", "lora_only"):
         out.refuse("peft bias", f"{plain(bias)}: none, all or lora_only")
     targets = peft.get("target_modules")
@@ -70,7 +77,7 @@ def adapter(peft: dict[str, Any], out: Mapping, source: str, model_type: str | N
         "bias": bias,
         "init": INIT[init],
     }
-    given = ", ".join(f"{k}: {plain(peft[k])}" for k in (*STATED, "init_lora_weights") if k in peft)
+    given = ", ".join(f"{k}: {plain(peft[k])}" for k in STATED if k in peft)
     out.set("hyperparameters.adapter", value, f"{source}: {given} (peft's defaults for the rest)")
 
 

@@ -84,11 +84,9 @@ def _keys_apart() -> bool:
 def _restarts_share_a_store() -> bool:
     """Several nodes, restarts allowed, and the store shared across them: what `_attempt_store`
     cannot make safe."""
-    shared = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
-    restarts = os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0").isdigit() and int(
-        os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0")
-    )
-    return shared and bool(restarts) and os.environ.get("GROUP_WORLD_SIZE", "1") != "1"
+    several = os.environ.get("GROUP_WORLD_SIZE", "1") != "1"
+    restarts = os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0") not in ("", "0")
+    return os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True" and several and restarts
 
 
 def active() -> bool:
