@@ -26,7 +26,7 @@ from rlvr_cli.errors import RlvrError
 from rlvr_cli.files import disk_errors, fsync_dir, save_torch, sha256_file
 from rlvr_cli.store.records import pin_problems, shards_sha256
 from rlvr_cli.store.run import MARKER, RunFolder
-from rlvr_cli.train import lora, resume_changes, sharding
+from rlvr_cli.train import lora, restore, resume_changes, sharding
 from rlvr_cli.train.run_plan import contract_hash
 from rlvr_cli.train.setup import Setup
 from rlvr_cli.train.state import TrainState
@@ -234,17 +234,13 @@ def load_latest(setup: Setup, run: RunFolder, contract_path: Path, force: bool =
     from rlvr_cli.train import shards
 
     in_shards = shards.present(path)
-    if not in_shards and sharding.is_sharded(setup.policy):
-        raise RlvrError(
-            f"checkpoint {path.name} holds whole weights (model/ or adapter/), not the shards a sharded (fsdp2) "
-            "run writes and reads; it was not written by this run"
-        )
-    if not in_shards and (setup.peft_model is not None or (path / "adapter").is_dir()):
-        _load_adapter(setup, path)
-    elif not in_shards:
-        _load_weights(setup, path)
+    into_shards = not in_shards and sharding.is_sharded(setup.policy)  # whole weights (one process, ddp) into shards
+    whole = _read_for_shards(setup, path) if into_shards else None
+    if not in_shards and not into_shards:
+        restore.load_whole(setup, path)
     try:
-        blob = torch.load(path / "state.pt", weights_only=True)  # tensors and plain values: no code runs
+        # tensors and plain values: no code runs; mapped, so processes that read it share its pages
+        blob = torch.load(path / "state.pt", weights_only=True, mmap=into_shards)
     except Exception as exc:
         raise RlvrError(
             f"checkpoint {path.name}: state.pt holds more than tensors and plain values, so it is not "
@@ -252,10 +248,12 @@ def load_latest(setup: Setup, run: RunFolder, contract_path: Path, force: bool =
         ) from None
     if not isinstance(blob, dict):
         raise RlvrError(f"checkpoint {path.name}: state.pt does not hold rlvr's state (a {type(blob).__name__})")
-    _refuse_nonfinite_state(blob, path.name)
+    restore.refuse_nonfinite_state(blob, path.name)
     try:
         if in_shards:  # each process reads its own shard, whatever number of processes wrote them
             shards.load(setup.policy, setup.optimizer, path, included & {"model", "optimizer"})
+        elif into_shards:
+            shards.into_shards(setup.policy, setup.optimizer, whole, blob.get("optimizer"), path.name)
         elif "optimizer" in blob:
             setup.optimizer.load_state_dict(blob["optimizer"])
         if "scheduler" in blob:
@@ -274,6 +272,22 @@ def load_latest(setup: Setup, run: RunFolder, contract_path: Path, force: bool =
         _restore_metrics(run, state.step, meta.get("metrics_sha256"), path.name)
         _check_records(run, meta, path.name)
     return state
+
+
+def _read_for_shards(setup: Setup, path: Path) -> dict[str, torch.Tensor] | None:
+    """The whole weights on the main process (None elsewhere); a refusal stops every process."""
+    from rlvr_cli.train import distributed
+
+    weights, problem = None, None
+    if setup.main:
+        try:
+            weights = restore.read_for_shards(setup, path)
+        except RlvrError as exc:
+            problem = str(exc)
+    problems = [p for p in distributed.gather(problem) if p]
+    if problems:
+        raise RlvrError(problems[0])
+    return weights
 
 
 def _read_json(path: Path) -> Any:
@@ -341,60 +355,3 @@ def _refuse_changes(setup: Setup, meta: dict[str, Any], path: Path, contract_pat
         raise RlvrError(f"checkpoint {path.name} was written {how}, where {seeds}; resume it the same way")
     if meta.get("lock_sha256") != _lock_hash(setup.contract, contract_path):
         raise RlvrError(f"the lock file changed since checkpoint {path.name}; the locked artifacts differ")
-
-
-def _load_adapter(setup: Setup, path: Path) -> None:
-    """An adapter run's checkpoint holds the adapter alone (`adapter/`, peft's format)."""
-    if setup.peft_model is None:
-        raise RlvrError(f"checkpoint {path.name} holds an adapter, but the contract trains every weight")
-    if not (path / "adapter").is_dir():
-        raise RlvrError(f"checkpoint {path.name} holds whole weights, but the contract trains an adapter")
-    lora.load_weights(setup.peft_model, path / "adapter", f"checkpoint {path.name}")
-
-
-def _load_weights(setup: Setup, path: Path) -> None:
-    from safetensors.torch import load_file
-
-    weights = {}
-    for file in sorted((path / "model").glob("*.safetensors")):
-        try:
-            weights.update(load_file(file))
-        except Exception as exc:  # a file safetensors cannot read: foreign or damaged, never a crash
-            raise RlvrError(f"checkpoint {path.name}: {file.name} cannot be read as safetensors ({exc})") from None
-    _refuse_foreign(weights, setup.policy.state_dict(), path.name)
-    missing, unexpected = setup.policy.load_state_dict(weights, strict=False)
-    if unexpected or [m for m in missing if "lm_head" not in m]:
-        raise RlvrError(f"checkpoint {path.name} does not fit the policy (missing {missing}, unexpected {unexpected})")
-    if setup.policy.config.tie_word_embeddings:
-        setup.policy.tie_weights()
-
-
-def _refuse_foreign(weights: dict[str, torch.Tensor], own: dict[str, torch.Tensor], name: str) -> None:
-    """Weights of another shape (another model's checkpoint) or holding NaN or infinity (a run
-    that diverged) are refused with the reason: resuming them could only crash or train on garbage."""
-    wrong = [
-        f"{k} {tuple(v.shape)} (the policy's is {tuple(own[k].shape)})"
-        for k, v in weights.items()
-        if k in own and v.shape != own[k].shape
-    ]
-    if wrong:
-        more = f" and {len(wrong) - 2} more" if len(wrong) > 2 else ""
-        raise RlvrError(f"checkpoint {name} is not of this policy: {'; '.join(wrong[:2])}{more}")
-    bad = [k for k, v in weights.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
-    if bad:
-        more = f" and {len(bad) - 1} more" if len(bad) > 1 else ""
-        raise RlvrError(
-            f"checkpoint {name}: {bad[0]}{more} hold(s) NaN or infinity; it is not resumed "
-            "(resume an earlier checkpoint: remove this one, or start a new run)"
-        )
-
-
-def _refuse_nonfinite_state(blob: dict[str, Any], name: str) -> None:
-    """Optimizer moments holding NaN or infinity would poison the next update."""
-    state = (blob.get("optimizer") or {}).get("state") or {}
-    for moments in state.values():
-        for key, value in moments.items() if isinstance(moments, dict) else ():
-            if isinstance(value, torch.Tensor) and value.is_floating_point() and not bool(torch.isfinite(value).all()):
-                raise RlvrError(
-                    f"checkpoint {name}: the optimizer state ({key}) holds NaN or infinity; it is not resumed"
-                )

@@ -91,6 +91,11 @@ def saved_names(model: Any) -> list[str]:
 def load_weights(model: Any, root: Path, name: str) -> None:
     """Restore adapter weights from `root/adapter_model.safetensors`, refusing another shape, a
     missing or unknown tensor, or NaN and infinity, with the reason."""
+    _peft().set_peft_model_state_dict(model, read_weights(model, root, name))
+
+
+def read_weights(model: Any, root: Path, name: str) -> dict[str, torch.Tensor]:
+    """`root/adapter_model.safetensors` under peft's names, checked as `load_weights` says."""
     from safetensors.torch import load_file
 
     try:
@@ -110,7 +115,17 @@ def load_weights(model: Any, root: Path, name: str) -> None:
     bad = [k for k, v in weights.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
     if bad:
         raise RlvrError(f"{name}: {bad[0]} holds NaN or infinity; it is not loaded")
-    _peft().set_peft_model_state_dict(model, weights)
+    return weights
+
+
+def by_policy_name(model: Any, weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """peft's saved names → the names the adapted policy (the model peft wraps) gives them."""
+    adapter, wrapped = model.active_adapter, "base_model.model."
+    return {
+        key.removeprefix(wrapped): weights[key.replace(f".{adapter}", "")]
+        for key in model.state_dict()
+        if key.replace(f".{adapter}", "") in weights
+    }
 
 
 def save(model: Any, root: Path, whole: dict[str, torch.Tensor] | None = None) -> None:

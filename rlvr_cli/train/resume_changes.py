@@ -5,11 +5,14 @@ read as the trainer reads it (defaults filled in). Comments, layout and quoting 
 The description is words about the experiment and may change. A few keys say how the same
 numbers are computed, not which numbers: the micro-batch size (the
 loss divides by global counts, so a micro-batch only orders the sums) and how a sharded policy
-runs its passes (recomputing activations, keeping units gathered, accumulating whole gradients,
-offloading). Those may change, so that `train`'s advice when a plan does not fit the devices it
-finds (activation checkpointing, smaller micro-batches) can be followed by a run already under
-way; the run then continues to float tolerance rather than bit for bit, and says so. Anything
-else refuses the resume, naming each key that changed.
+runs its passes: whether each process holds the whole model or 1/N of it (`parallel.strategy`:
+a checkpoint of whole weights loads into shards and shards load whole, train/checkpoint.py),
+recomputing activations, keeping units gathered, accumulating whole gradients, offloading. Those
+may change, so that `train`'s advice when a plan does not fit the devices it finds (fsdp2,
+activation checkpointing, smaller micro-batches) can be followed by a run already under way, on
+one GPU or on a cluster; the run then continues to float tolerance rather than bit for bit, and
+says so. Anything else refuses the resume, naming each key that changed. No `parallel` section
+reads as the section's defaults (`strategy: ddp`), so writing those out changes nothing.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from rlvr_cli.errors import RlvrError
 #: keys that change how the step's numbers are computed, never which numbers
 HOW = (
     "hyperparameters.micro_batch_sequences",
+    "hyperparameters.parallel.strategy",
     "hyperparameters.parallel.activation_checkpointing",
     "hyperparameters.parallel.reshard_after_forward",
     "hyperparameters.parallel.accumulate_whole_gradients",
@@ -36,12 +40,16 @@ def values(text: str) -> dict[str, Any] | None:
     contract this version reads."""
     from rlvr_cli.contract import yaml12
     from rlvr_cli.contract.models import Contract
+    from rlvr_cli.contract.scale import Parallel
 
     try:
         contract = Contract.model_validate(yaml12.parse(text).data)
     except Exception:  # whatever the reason it does not read, the answer is the same: not comparable
         return None
-    return _flat(contract.model_dump(mode="json"))
+    tree = contract.model_dump(mode="json")
+    if tree["hyperparameters"].get("parallel") is None:  # no section: every process holds the whole model
+        tree["hyperparameters"]["parallel"] = Parallel(strategy="ddp").model_dump(mode="json")
+    return _flat(tree)
 
 
 def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
@@ -79,7 +87,7 @@ def check(before: str | None, after: str, checkpoint: str) -> list[str]:
             f"the contract changed since checkpoint {checkpoint} ({listed}{more}); resume refuses a different "
             "experiment: restore those values, or start a new run with --run-dir. On resume only the description "
             "and how the same numbers are computed may change (hyperparameters.micro_batch_sequences, and "
-            "hyperparameters.parallel's activation_checkpointing, reshard_after_forward, "
+            "hyperparameters.parallel's strategy, activation_checkpointing, reshard_after_forward, "
             "accumulate_whole_gradients, cpu_offload)"
         )
     return [f"{k}: {_short(a)} → {_short(b)}" for k, a, b in diff if k in HOW]

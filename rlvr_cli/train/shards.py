@@ -123,6 +123,62 @@ def load(policy: Any, optimizer: torch.optim.Optimizer, path: Path, parts: set[s
     )
 
 
+def into_shards(
+    policy: Any,
+    optimizer: torch.optim.Optimizer,
+    weights: dict[str, Any] | None,
+    native: dict[str, Any] | None,
+    name: str,
+) -> None:
+    """A checkpoint of whole weights (one process, or ddp) into a sharded policy: the main process
+    holds the weights (`weights`; None elsewhere), every process the optimizer's own state dict
+    (`native`, None when the checkpoint kept none), and every process keeps its shard of each
+    tensor, which the main process sends one at a time. The optimizer state is matched to the
+    parameters by their order, which the same contract makes the same."""
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        set_model_state_dict,
+        set_optimizer_state_dict,
+    )
+
+    main = weights is not None
+    if main:  # a tied weight was saved once: every name the parameter has gets it
+        aliases: dict[int, list[str]] = {}
+        for key, parameter in policy.named_parameters(remove_duplicate=False):
+            aliases.setdefault(id(parameter), []).append(key)
+        for names in aliases.values():
+            held = next((n for n in names if n in weights), None)
+            for key in names if held else ():
+                weights.setdefault(key, weights[held])
+    options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True, strict=False, ignore_frozen_params=True)
+    try:
+        set_model_state_dict(policy, weights or {}, options=options)
+        if native:
+            optim = _by_name(policy, optimizer, native, name) if main else {}
+            set_optimizer_state_dict(policy, optimizer, optim, options=options)
+    except (ValueError, KeyError, RuntimeError) as exc:
+        raise RlvrError(f"checkpoint {name}: its weights do not load into this run's shards ({exc})") from None
+
+
+def _by_name(policy: Any, optimizer: torch.optim.Optimizer, native: dict[str, Any], name: str) -> dict[str, Any]:
+    """The optimizer's own state dict (parameters numbered in the order of its groups) with each
+    number replaced by the name of the parameter it stands for, as DCP names them."""
+    names = {id(p): key for key, p in policy.named_parameters()}
+    order = [names[id(p)] for group in optimizer.param_groups for p in group["params"]]
+    groups = native.get("param_groups") or []
+    numbers = [i for group in groups for i in group.get("params", [])]
+    if len(groups) != len(optimizer.param_groups) or len(numbers) != len(order):
+        raise RlvrError(
+            f"checkpoint {name}: its optimizer state holds {len(numbers)} parameters in {len(groups)} groups, "
+            f"this run's optimizer {len(order)} in {len(optimizer.param_groups)}"
+        )
+    named = dict(zip(numbers, order, strict=True))
+    return {
+        "state": {named[i]: moments for i, moments in native.get("state", {}).items() if i in named},
+        "param_groups": [{**group, "params": [named[i] for i in group["params"]]} for group in groups],
+    }
+
+
 def _refuse_nonfinite(state: dict[str, Any], name: str) -> None:
     def tensors(node: Any, where: str) -> Any:
         if isinstance(node, dict):

@@ -230,32 +230,53 @@ def test_per_rank_local_token_means_would_differ(tmp_path: Path) -> None:
     assert not torch.allclose(_gradient(2, False, tmp_path) / 2, single, atol=1e-4)
 
 
+def stopped_at_step_2(run: Path, folder: Path) -> Path:
+    """A copy of a finished 3-step run as it stood when its step-2 checkpoint was the newest."""
+    shutil.copytree(run, folder)
+    shutil.rmtree(folder / "checkpoints" / "step-3")
+    shutil.rmtree(folder / "final")
+    return folder
+
+
+def assert_same_final(run: Path, reference: Path, weights: str = "model.safetensors") -> None:
+    a, b = load_file(run / "final" / weights), load_file(reference / "final" / weights)
+    assert sorted(a) == sorted(b)
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], atol=1e-5, rtol=1e-4)
+
+
 @pytest.mark.slow
-def test_a_sharded_run_resumes_with_another_number_of_processes(
+def test_a_run_resumes_with_another_number_of_processes_and_between_whole_weights_and_shards(
     scaffold: Path, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    """2 → 1 and 1 → 2 processes continue the same run: the data cursor and the per-group seeds
-    are global, each process re-derives its share of the groups, the checkpoint holds the whole
-    (gathered) weights and optimizer state and each process keeps its shard of them. Both end
-    where one process training straight through ends (2 processes equal it: the test above)."""
+    """2 → 1 processes continue the same run: the data cursor and the per-group seeds are
+    global, each process re-derives its share of the groups, and DCP gives each its part of the
+    shards. A run may also change `parallel.strategy` on resume: fsdp2's shards load whole into a
+    ddp run, and a ddp run's whole weights and optimizer state load into fsdp2's shards (1 → 2).
+    Each ends where one process training straight through ends (2 processes equal it: the test
+    above); without the optimizer state the last step would land ~5e-3 away."""
     straight = one_process(scaffold, tmp_path_factory, "seq_mean_token_mean", None)
-    for first, then in ((2, 1), (1, 2)):
-        contract = experiment(scaffold, tmp_path / f"exp-{first}-{then}", "seq_mean_token_mean", FSDP2 % "false")
-        run = tmp_path / f"resumed-{first}-{then}"
-        begun = torchrun(first, contract, run, "--max-steps", "2")
-        assert begun.returncode == 0, begun.stderr[-3000:]
-        written = run / "checkpoints" / "step-2"
-        assert json.loads((written / "trainer.json").read_text())["world_size"] == first
-        assert sorted(p.name for p in (written / "shards").glob("*.distcp")) == [
-            f"__{r}_0.distcp" for r in range(first)
-        ]
-        assert not (written / "model").exists()  # nothing was gathered on one process
-        resumed = torchrun(then, contract, run, "--max-steps", "3", "--resume")
+    sharded = experiment(scaffold, tmp_path / "sharded", "seq_mean_token_mean", FSDP2 % "false")
+    whole = experiment(scaffold, tmp_path / "whole", "seq_mean_token_mean", None)
+    run = tmp_path / "two-then-one"
+    begun = torchrun(2, sharded, run, "--max-steps", "2")
+    assert begun.returncode == 0, begun.stderr[-3000:]
+    written = run / "checkpoints" / "step-2"
+    assert json.loads((written / "trainer.json").read_text())["world_size"] == 2
+    assert sorted(p.name for p in (written / "shards").glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
+    assert not (written / "model").exists()  # nothing was gathered on one process
+    shutil.copytree(run, tmp_path / "shards-then-whole")
+    resumed = torchrun(1, sharded, run, "--max-steps", "3", "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert_same_final(run, straight)
+    for contract, folder, then, change in (
+        (whole, tmp_path / "shards-then-whole", 1, "fsdp2 → ddp"),
+        (sharded, stopped_at_step_2(straight, tmp_path / "whole-then-shards"), 2, "ddp → fsdp2"),
+    ):
+        resumed = torchrun(then, contract, folder, "--max-steps", "3", "--resume")
         assert resumed.returncode == 0, resumed.stderr[-3000:]
-        a, b = load_file(run / "final" / "model.safetensors"), load_file(straight / "final" / "model.safetensors")
-        assert sorted(a) == sorted(b)
-        for key in a:
-            torch.testing.assert_close(a[key], b[key], atol=1e-5, rtol=1e-4)
+        assert f"hyperparameters.parallel.strategy: {change}" in resumed.stderr, resumed.stderr[-2000:]
+        assert_same_final(folder, straight)
 
 
 @pytest.mark.slow
@@ -265,7 +286,8 @@ def test_a_sharded_adapter_run_keeps_the_adapter_alone_and_resumes_with_another_
     """fsdp2 with an adapter: each process holds 1/N of the base and of the adapter; the
     checkpoint's shards hold the adapter and its optimizer state (never the frozen base, nor its
     tied head); 2 → 1 processes continue the run; final/ is the adapter in peft's format, and
-    final/merged/ the base with it merged, as peft merges it."""
+    final/merged/ the base with it merged, as peft merges it. A one-process run's adapter (peft's
+    format, whole) continues in shards on 2 processes."""
     import pickle
 
     from peft import PeftModel
@@ -284,8 +306,15 @@ def test_a_sharded_adapter_run_keeps_the_adapter_alone_and_resumes_with_another_
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     a, b = (load_file(r / "final" / "adapter_model.safetensors") for r in (run, straight))
     assert sorted(a) == sorted(b) and len(a) == 2 * 7 * 2  # 2 layers, 7 linear layers each, A and B
-    for key in a:
-        torch.testing.assert_close(a[key], b[key], atol=1e-5, rtol=1e-4)
+    assert_same_final(run, straight, "adapter_model.safetensors")
+    whole = stopped_at_step_2(straight, tmp_path / "whole-then-shards")
+    assert (whole / "checkpoints" / "step-2" / "adapter").is_dir()
+    lora_fsdp2 = experiment(
+        scaffold, tmp_path / "exp-whole", "seq_mean_token_mean", LORA + "  parallel: {strategy: fsdp2}\n"
+    )
+    resumed = torchrun(2, lora_fsdp2, whole, "--max-steps", "3", "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert_same_final(whole, straight, "adapter_model.safetensors")
     assert any(a[k].abs().max() > 0 for k in a if "lora_B" in k)  # B starts at 0: it trained
     base = AutoModelForCausalLM.from_pretrained(folder / "model")
     expected = PeftModel.from_pretrained(base, run / "final").merge_and_unload().state_dict()
