@@ -94,8 +94,9 @@ def test_resume_refuses_a_changed_experiment_by_its_keys_and_goes_on_when_only_h
     experiment: Path, tmp_path: Path
 ) -> None:
     """A changed value (the learning rate) refuses the resume, naming the key, before it writes
-    anything; a smaller micro-batch (the advice for a plan that does not fit), a new description
-    and a comment resume, say so, and end where a straight run ends to float tolerance."""
+    anything; a smaller micro-batch (the advice for a plan that does not fit), a new description,
+    a comment and the default `parallel` section written out resume, say so where it changes how
+    the numbers are computed, and end where a straight run ends to float tolerance."""
     straight, run_dir = tmp_path / "straight", tmp_path / "run"
     assert rlvr("train", experiment / CONTRACT, "--run-dir", straight, "--max-steps", "3", timeout=300).code == 0
     assert rlvr("train", experiment / CONTRACT, "--run-dir", run_dir, "--max-steps", "2", timeout=300).code == 0
@@ -107,6 +108,9 @@ def test_resume_refuses_a_changed_experiment_by_its_keys_and_goes_on_when_only_h
     assert (run_dir / "metrics.jsonl").read_text() == before and status(run_dir)["step"] == 2
     edit(experiment, "lr: 1.0e-3", "lr: 3.0e-3")
     edit(experiment, "micro_batch_sequences: 8", "micro_batch_sequences: 4")
+    edit(
+        experiment, "  precision: fp32\n", "  precision: fp32\n  parallel: {strategy: ddp}\n"
+    )  # the default, written out
     text = (experiment / CONTRACT).read_text()
     assert text.startswith("# ") and "\ndescription: " in text
     head, _, rest = text.partition("\ndescription: ")
@@ -114,7 +118,8 @@ def test_resume_refuses_a_changed_experiment_by_its_keys_and_goes_on_when_only_h
     run = rlvr("train", experiment / CONTRACT, "--run-dir", run_dir, "--max-steps", "3", "--resume", timeout=300)
     assert run.code == 0, run.stderr[-2000:]
     assert "resuming with hyperparameters.micro_batch_sequences: 8 → 4: the same experiment" in run.stderr, run.stderr
-    assert "description" not in run.stderr.split("resuming from")[0]  # words, not said
+    said = run.stderr.split("resuming from")[0]
+    assert "description" not in said and "parallel" not in said  # words, and what was already so: not said
     a, b = weights(straight / "final"), weights(run_dir / "final")
     for key in a:
         torch.testing.assert_close(a[key], b[key], atol=1e-5, rtol=1e-4)
