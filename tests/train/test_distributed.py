@@ -249,24 +249,24 @@ def assert_same_final(run: Path, reference: Path, weights: str = "model.safetens
 def test_a_run_resumes_with_another_number_of_processes_and_between_whole_weights_and_shards(
     scaffold: Path, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    """2 → 1 processes continue the same run: the data cursor and the per-group seeds are
-    global, each process re-derives its share of the groups, and DCP gives each its part of the
-    shards. A run may also change `parallel.strategy` on resume: fsdp2's shards load whole into a
-    ddp run, and a ddp run's whole weights and optimizer state load into fsdp2's shards (1 → 2).
-    Each ends where one process training straight through ends (2 processes equal it: the test
-    above); without the optimizer state the last step would land ~5e-3 away."""
+    """1 → 2 processes continue the same run (2 → 1: the adapter test below): the data cursor and
+    the per-group seeds are global, each process re-derives its share of the groups, and DCP gives
+    each its part of the shards. A run may also change `parallel.strategy` on resume: fsdp2's
+    shards load whole into a ddp run, and a ddp run's whole weights and optimizer state load
+    into fsdp2's shards. Each ends where one process training straight through ends (2 processes
+    equal it: the test above); without the optimizer state the last step would land ~5e-3 away."""
     straight = one_process(scaffold, tmp_path_factory, "seq_mean_token_mean", None)
     sharded = experiment(scaffold, tmp_path / "sharded", "seq_mean_token_mean", FSDP2 % "false")
     whole = experiment(scaffold, tmp_path / "whole", "seq_mean_token_mean", None)
-    run = tmp_path / "two-then-one"
-    begun = torchrun(2, sharded, run, "--max-steps", "2")
+    run = tmp_path / "one-then-two"
+    begun = torchrun(1, sharded, run, "--max-steps", "2")
     assert begun.returncode == 0, begun.stderr[-3000:]
     written = run / "checkpoints" / "step-2"
-    assert json.loads((written / "trainer.json").read_text())["world_size"] == 2
-    assert sorted(p.name for p in (written / "shards").glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
-    assert not (written / "model").exists()  # nothing was gathered on one process
+    assert json.loads((written / "trainer.json").read_text())["world_size"] == 1
+    assert [p.name for p in (written / "shards").glob("*.distcp")] == ["__0_0.distcp"]
+    assert not (written / "model").exists()
     shutil.copytree(run, tmp_path / "shards-then-whole")
-    resumed = torchrun(1, sharded, run, "--max-steps", "3", "--resume")
+    resumed = torchrun(2, sharded, run, "--max-steps", "3", "--resume")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert_same_final(run, straight)
     for contract, folder, then, change in (
