@@ -8,7 +8,9 @@ ignored (and removed when the store is opened again).
 
 from __future__ import annotations
 
+import contextlib
 import json
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
@@ -19,6 +21,10 @@ from rlvr_cli.errors import RlvrError
 from rlvr_cli.files import atomic_write_bytes, sha256_bytes
 
 MANIFEST = "manifest.json"
+#: the writer lists new shards in the manifest at most this often (and at every flush): a step's
+#: shard is written at once, but rewriting a manifest of every shard after every step of a long
+#: run of a small model would cost more than the step (10,000 shards: 38 ms of JSON a step)
+LIST_EVERY_S = 1.0
 
 
 def _col(arrow: str) -> Any:
@@ -124,10 +130,11 @@ class RecordStore:
 
     `append` hands the rows to one writer thread and returns (the trainer does not wait on
     Parquet encoding and fsync); shards are written one at a time, in order, and after a
-    failed write none is (the shards stay a prefix of the steps). `flush()` waits for them and
-    raises what a write raised (a full disk, say); the next `append` raises it too. `cursor`
-    waits for pending writes (a checkpoint lists them); `close()` (or leaving a `with`) flushes
-    and ends the thread.
+    failed write none is (the shards stay a prefix of the steps). The manifest lists them as
+    they are written, rewritten at most every `LIST_EVERY_S` seconds. `flush()` waits for the
+    writes, lists every shard written and raises what a write raised (a full disk, say); the
+    next `append` raises it too. `cursor` flushes (a checkpoint pins what the manifest lists);
+    `close()` (or leaving a `with`) flushes and ends the thread.
     """
 
     def __init__(self, folder: Path, shard_rows: int, before_write: Callable[[int], None] | None = None) -> None:
@@ -136,6 +143,7 @@ class RecordStore:
         folder.mkdir(parents=True, exist_ok=True)
         self.shards: list[dict[str, Any]] = self._read_manifest()
         self._drop_orphans()
+        self._listed, self._listed_at = len(self.shards), 0.0  # what the manifest on disk lists, and when
         self._writer: ThreadPoolExecutor | None = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlvr-records")
         self._pending: list[tuple[int, Future[None]]] = []
         self._broken: BaseException | None = None
@@ -165,7 +173,7 @@ class RecordStore:
         if len(kept) == len(self.shards):
             return
         dropped, self.shards = self.shards[len(kept) :], kept
-        atomic_write_bytes(self.folder / MANIFEST, (json.dumps({"shards": self.shards}, indent=1) + "\n").encode())
+        self._list()
         for shard in dropped:
             (self.folder / shard["file"]).unlink(missing_ok=True)
 
@@ -193,8 +201,24 @@ class RecordStore:
         self._pending.append((step, self._writer.submit(self._write, rows, step)))
 
     def flush(self) -> None:
-        """Wait for the pending writes; raise what the first failing one raised."""
-        self._collect(wait=True)
+        """Wait for the pending writes and list every shard written; raise what the first failing
+        write raised (the shards written before it are listed)."""
+        try:
+            self._collect(wait=True)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self._list_written()
+            raise
+        self._list_written()
+
+    def _list_written(self) -> None:
+        if self._listed != len(self.shards):
+            self._list()
+
+    def _list(self) -> None:
+        listed = list(self.shards)
+        atomic_write_bytes(self.folder / MANIFEST, (json.dumps({"shards": listed}, indent=1) + "\n").encode())
+        self._listed, self._listed_at = len(listed), time.monotonic()
 
     def close(self) -> None:
         """Flush, then end the writer thread (it ends even when the flush raises)."""
@@ -244,7 +268,8 @@ class RecordStore:
         data = sink.getvalue().to_pybytes()
         atomic_write_bytes(self.folder / name, data)
         self.shards.append({"file": name, "rows": len(rows), "sha256": sha256_bytes(data), "step": step})
-        atomic_write_bytes(self.folder / MANIFEST, (json.dumps({"shards": self.shards}, indent=1) + "\n").encode())
+        if self._listed == 0 or time.monotonic() - self._listed_at >= LIST_EVERY_S:  # the first: a manifest exists
+            self._list()
 
 
 def read_manifest(folder: Path) -> list[dict[str, Any]]:

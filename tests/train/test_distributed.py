@@ -73,44 +73,40 @@ def experiment(scaffold: Path, folder: Path, aggregation: str, parallel: str | N
     return contract
 
 
-_ONE: dict[tuple[str, str | None], Path] = {}
+_RUNS: dict[tuple[int, str, str | None], Path] = {}
+
+
+def shared_run(
+    processes: int, scaffold: Path, factory: pytest.TempPathFactory, aggregation: str, parallel: str | None
+) -> Path:
+    """A 3-step run of this many processes, aggregation and parallel section: made once per test
+    process and shared by the tests that compare against it or resume from a copy of it."""
+    key = (processes, aggregation, parallel)
+    if key not in _RUNS:
+        folder = factory.mktemp(f"run-{processes}")
+        contract = experiment(scaffold, folder / "exp", aggregation, parallel)
+        done = torchrun(processes, contract, folder / "run", "--max-steps", "3")
+        assert done.returncode == 0, done.stderr[-3000:]
+        _RUNS[key] = folder / "run"
+    return _RUNS[key]
 
 
 def one_process(scaffold: Path, factory: pytest.TempPathFactory, aggregation: str, parallel: str | None) -> Path:
-    """The run a parallel one is held to: 1 process, 3 steps, no parallel section (with the
-    adapter, if the run has one), or activation checkpointing alone where the run recomputes:
-    the model's own forward then runs each row's prompt, which the layers' activation RMS
-    counts. Made once per test process, aggregation and section, and shared: a 2-process run,
-    ddp or fsdp2, equals it; so does a run resumed with another number of processes."""
+    """The run a parallel one is held to: 1 process, no parallel section (with the adapter, if
+    the run has one), or activation checkpointing alone where the run recomputes: the model's own
+    forward then runs each row's prompt, which the layers' activation RMS counts. A 2-process
+    run, ddp or fsdp2, equals it; so does a run resumed with another number of processes."""
     if parallel and "adapter" in parallel:
         parallel = LORA
     elif parallel and "activation_checkpointing: true" in parallel:
         parallel = FSDP2 % "true"
     else:
         parallel = None
-    key = (aggregation, parallel)
-    if key not in _ONE:
-        folder = factory.mktemp("one")
-        contract = experiment(scaffold, folder / "exp", aggregation, parallel)
-        done = torchrun(1, contract, folder / "run", "--max-steps", "3")
-        assert done.returncode == 0, done.stderr[-3000:]
-        _ONE[key] = folder / "run"
-    return _ONE[key]
-
-
-_TWO: dict[tuple[str, str | None], Path] = {}
+    return shared_run(1, scaffold, factory, aggregation, parallel)
 
 
 def two_processes(scaffold: Path, factory: pytest.TempPathFactory, aggregation: str, parallel: str | None) -> Path:
-    """2 processes, 3 steps, this section: made once per test process and shared."""
-    key = (aggregation, parallel)
-    if key not in _TWO:
-        folder = factory.mktemp("two")
-        contract = experiment(scaffold, folder / "exp", aggregation, parallel)
-        done = torchrun(2, contract, folder / "run", "--max-steps", "3")
-        assert done.returncode == 0, done.stderr[-3000:]
-        _TWO[key] = folder / "run"
-    return _TWO[key]
+    return shared_run(2, scaffold, factory, aggregation, parallel)
 
 
 @pytest.mark.slow

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import math
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -81,7 +82,9 @@ def test_subgroup_advantages_compare_hinted_samples_only_with_hinted_ones() -> N
     assert torch.equal(hinted_advantages(rewards, hinted, 4, objective, subgroup=False), whole)  # type: ignore[arg-type]
 
 
-def test_the_record_store_writes_steps_in_order_and_a_failed_write_stops_what_follows(tmp_path: Path) -> None:
+def test_the_record_store_writes_steps_in_order_and_a_failed_write_stops_what_follows(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
     from rlvr_cli.errors import RlvrError
     from rlvr_cli.store.records import RecordRow, RecordStore, read_manifest
 
@@ -98,6 +101,20 @@ def test_the_record_store_writes_steps_in_order_and_a_failed_write_stops_what_fo
         store.flush()
         assert store.last_step == 2
     assert read_manifest(tmp_path / "ok") and RecordStore(tmp_path / "ok", shard_rows=10).last_step == 2
+
+    from rlvr_cli.store import records
+
+    written: list[int] = []  # the manifest is not rewritten after every step: at most once a second, and at flush
+    real = records.atomic_write_bytes
+    monkeypatch.setattr(records, "atomic_write_bytes", lambda path, data: (written.append(1), real(path, data))[1])
+    began = time.monotonic()
+    with RecordStore(tmp_path / "many", shard_rows=10) as store:
+        for step in range(60):
+            store.append([row(step)], step)
+        assert store.cursor == 60  # flushed: every shard listed
+    manifest_writes = len(written) - 60  # one write per shard, the rest are the manifest's
+    assert 1 <= manifest_writes <= 2 + (time.monotonic() - began) / records.LIST_EVERY_S, manifest_writes
+    assert [s["step"] for s in read_manifest(tmp_path / "many")] == list(range(60))
 
     def full(step: int) -> None:
         if step == 1:
