@@ -9,11 +9,12 @@ only. Per layer a decode step is one matmul for the queries, keys and values, on
 MLP's gate and up, each residual add folded into its output projection, one rotation for the
 queries and keys together from cos/sin tables built once per prefill, and one attention call
 with an additive mask kept with the cache. Where they fit in `COPY_BYTES`, the decoder keeps
-the weights concatenated and transposed (the layout the CPU's GEMM reads fastest at a few
-rows); it re-reads them whenever a parameter was written or replaced (an optimizer step, a
-load), so it always samples with the model's current weights. Otherwise, and for weights lent
-for one sampling phase (a sharded policy's, gathered: a copy would double them for no speed at
-the sizes sharding is for), it uses the model's own weights as they are.
+the weights it computes side by side stacked in one matrix (and every weight it computes in
+another dtype than the model holds, cast); it re-copies them whenever a parameter was written
+or replaced (an optimizer step, a load), so it always samples with the model's current
+weights. Otherwise, and for weights lent for one sampling phase (a sharded policy's, gathered:
+a copy would double them for no speed at the sizes sharding is for), it uses the model's own
+weights as they are.
 
 `why_not(model)` says when a model is outside what it reproduces (another architecture, scaled
 RoPE, a sliding window, a non-SiLU MLP); the sampler then uses the model's own forward. A test
@@ -69,34 +70,38 @@ def _rms(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tens
 
 class _Linear:
     """`x @ W.T + b` for one or more of the model's linear layers side by side (their outputs
-    concatenated). With `copy`, the weights are concatenated into one transposed contiguous
-    matrix (one matmul, and the layout the CPU's GEMM reads fastest); without, the model's
+    concatenated). With `copy`, layers computed side by side share one matrix, their weights
+    stacked row after row (one matmul; copying whole rows costs a fifth of a transposed copy,
+    made again after every optimizer step), and a weight held in another dtype than it computes
+    in, or an adapted layer's merged weight, is copied once per optimizer step too; a single
+    plain layer held in the dtype it computes in is read as it is. Without `copy`, the model's
     own weights are used as they are."""
 
     def __init__(self, modules: list[Any], copy: bool, dtype: torch.dtype | None = None) -> None:
         self.modules = modules
         weights = [effective_weight(m) for m in modules]  # an adapted layer's: base + scale·B·A
         biases = [getattr(m, "bias", None) for m in modules]
-        self.copied = copy
-        if not copy:
-            self.parts = [(w.t(), b) for w, b in zip(weights, biases, strict=True)]
+        dtype = dtype or weights[0].dtype  # under autocast, the dtype it computes in: no cast per step
+        adapted = any(hasattr(m, "lora_A") for m in modules)
+        self.copied = copy and (len(modules) > 1 or weights[0].dtype != dtype or adapted)
+        if not self.copied:
+            self.parts = list(zip(weights, biases, strict=True))
             return
         rows = sum(w.size(0) for w in weights)
-        dtype = dtype or weights[0].dtype  # under autocast, the dtype it computes in: no cast per step
         bias = weights[0].new_empty(rows, dtype=dtype) if any(b is not None for b in biases) else None
-        self.parts = [(weights[0].new_empty((weights[0].size(1), rows), dtype=dtype), bias)]
+        self.parts = [(weights[0].new_empty((rows, weights[0].size(1)), dtype=dtype), bias)]
         self.load()
 
     def load(self) -> None:
         """Copy the modules' current weights into the decoder's own (a no-op without copies)."""
         if not self.copied:
             return
-        weight_t, bias = self.parts[0]
+        weight, bias = self.parts[0]
         start = 0
         for m in self.modules:
-            weight = effective_weight(m)
-            end = start + weight.size(0)
-            weight_t[:, start:end].copy_(weight.t())
+            rows = effective_weight(m)
+            end = start + rows.size(0)
+            weight[start:end].copy_(rows)
             if bias is not None and getattr(m, "bias", None) is not None:
                 bias[start:end].copy_(m.bias)
             elif bias is not None:
@@ -104,23 +109,16 @@ class _Linear:
             start = end
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        outs = [_matmul(x, w, b) for w, b in self.parts]
+        outs = [F.linear(x, w, b) for w, b in self.parts]
         return outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)
 
     def residual(self, h: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """`h + self(x)`, one matmul accumulating into the residual where `x` is 2-D."""
         if len(self.parts) == 1 and x.dim() == 2:
             weight, bias = self.parts[0]
-            out = torch.addmm(h, x, weight)
+            out = torch.addmm(h, x, weight.t())
             return out if bias is None else out.add_(bias)
         return h + self(x)
-
-
-def _matmul(x: torch.Tensor, weight_t: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    if x.dim() == 2:
-        return x.mm(weight_t) if bias is None else torch.addmm(bias, x, weight_t)
-    out = torch.matmul(x, weight_t)
-    return out if bias is None else out + bias
 
 
 @dataclass

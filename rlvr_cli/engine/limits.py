@@ -2,4 +2,6 @@
 (`rlvr plan` reads them to count the sampler's copy of the weights)."""
 
 FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
-COPY_BYTES = 256 << 20  # the most the decoder's transposed copies of the weights may take
+COPY_BYTES = 256 << 20  # the most the decoder's copies of the weights may take
+#: the layers the fused forward computes side by side, their weights stacked in one matrix
+JOINED = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")

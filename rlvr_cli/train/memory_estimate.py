@@ -202,16 +202,21 @@ def _adapter_terms(contract: Contract, shape: Layout, trained: float, bc: int, p
 
 
 def sampler_copy(contract: Contract, shape: Layout, held: int, computed: int) -> float:
-    """The lean sampler's transposed, concatenated copy of every linear layer's weights
-    (engine/fused.py), in the dtype it computes in (`computed` bytes each): made only for the
-    families it runs and where the weights it reads, `held` bytes each, fit in COPY_BYTES. A
-    larger model samples from its weights as they are, and nothing is copied."""
-    from rlvr_cli.engine.limits import COPY_BYTES, FAMILIES
+    """The lean sampler's copy of the linear layers' weights (engine/fused.py), in the dtype it
+    computes in (`computed` bytes each): the layers it computes side by side, stacked; every
+    layer where it computes in another dtype than the weights are held in (`held` bytes each) or
+    with an adapter (merged weights). Made only for the families it runs and where the weights
+    fit in COPY_BYTES: a larger model samples from its weights as they are, and nothing is copied."""
+    from rlvr_cli.engine.limits import COPY_BYTES, FAMILIES, JOINED
 
     if contract.hyperparameters.sampling.engine != "lean" or shape.model_type not in FAMILIES:
         return 0.0
     linear = shape.linear_weights
-    return float(linear * computed) if linear * held <= COPY_BYTES else 0.0
+    if linear * held > COPY_BYTES:
+        return 0.0
+    if held != computed or contract.hyperparameters.adapter is not None:
+        return float(linear * computed)
+    return float(shape.layers * sum(a * b for name, a, b in shape.linears if name in JOINED) * computed)
 
 
 def largest(contract: Contract, shape: Layout, devices: int, budget: float, key: str, limit: int) -> int:

@@ -325,18 +325,22 @@ def test_a_served_engine_samples_on_devices_of_its_own(tmp_path: Path) -> None:
 
 
 def test_the_sampler_weight_copy_is_counted_only_where_the_lean_sampler_makes_one(single_turn: Path) -> None:
-    """The fused forward copies the linear weights (transposed) when they fit COPY_BYTES; another
-    engine, or a larger model, copies nothing."""
+    """The fused forward stacks the weights it computes side by side (queries, keys and values;
+    gate and up) when they fit COPY_BYTES, and copies every linear layer where it computes in
+    another dtype; another engine, or a larger model, copies nothing."""
     from rlvr_cli.contract.layout import Layout
     from rlvr_cli.contract.load import load
-    from rlvr_cli.engine.limits import COPY_BYTES
+    from rlvr_cli.engine.limits import COPY_BYTES, JOINED
     from rlvr_cli.train.memory_estimate import estimate, load_shape
 
     contract = load(single_turn / "experiment.rlvr.yaml")
     shape = load_shape(contract, single_turn)
     terms = estimate(contract, shape)
-    linear = shape.layers * sum(a * b for _, a, b in shape.linears) + shape.vocab * shape.hidden
-    assert terms["sampler's weight copy"] == linear * 4  # fp32
+    joined = shape.layers * sum(a * b for name, a, b in shape.linears if name in JOINED)
+    assert 0 < joined < shape.linear_weights and terms["sampler's weight copy"] == joined * 4  # fp32
+    hp = contract.hyperparameters.model_copy(update={"precision": "bf16"})
+    mixed = contract.model_copy(update={"hyperparameters": hp})
+    assert estimate(mixed, shape)["sampler's weight copy"] == shape.linear_weights * 2  # cast, every layer
     sampling = contract.hyperparameters.sampling.model_copy(update={"engine": "transformers"})
     other = contract.model_copy(
         update={"hyperparameters": contract.hyperparameters.model_copy(update={"sampling": sampling})}
