@@ -273,6 +273,16 @@ def test_a_run_resumes_with_another_number_of_processes_and_between_whole_weight
         assert resumed.returncode == 0, resumed.stderr[-3000:]
         assert f"hyperparameters.parallel.strategy: {change}" in resumed.stderr, resumed.stderr[-2000:]
         assert_same_final(folder, straight)
+    # whole weights that hold NaN: the main process refuses them, and every process stops (none waits)
+    from safetensors.torch import save_file
+
+    diverged = stopped_at_step_2(straight, tmp_path / "diverged")
+    nan = {k: torch.full_like(v, float("nan")) for k, v in load_file(straight / "final" / "model.safetensors").items()}
+    written = diverged / "checkpoints" / "step-2"
+    save_file(nan, str(tmp_path / "nan.safetensors"), metadata={"format": "pt"})
+    _forge(written, (tmp_path / "nan.safetensors").read_bytes(), "model/model.safetensors")
+    refused = torchrun(2, sharded, diverged, "--max-steps", "3", "--resume")
+    assert refused.returncode != 0 and "hold(s) NaN or infinity" in refused.stderr, refused.stderr[-2000:]
 
 
 @pytest.mark.slow
@@ -320,12 +330,12 @@ def test_a_sharded_adapter_run_keeps_the_adapter_alone_and_resumes_with_another_
         torch.testing.assert_close(merged[key], expected[key], atol=1e-6, rtol=1e-5)
 
 
-def _forge(checkpoint: Path, metadata: bytes) -> None:
-    """Replace a checkpoint's shard metadata, with a COMPLETE marker that matches (a foreign
-    checkpoint brings its own)."""
+def _forge(checkpoint: Path, data: bytes, file: str = "shards/.metadata") -> None:
+    """Replace a file of a checkpoint, with a COMPLETE marker that matches (a foreign checkpoint
+    brings its own)."""
     from rlvr_cli.files import sha256_file
 
-    (checkpoint / "shards" / ".metadata").write_bytes(metadata)
+    (checkpoint / file).write_bytes(data)
     sums = {p.relative_to(checkpoint).as_posix(): sha256_file(p) for p in sorted(checkpoint.rglob("*")) if p.is_file()}
     sums.pop("COMPLETE", None)
     (checkpoint / "COMPLETE").write_text(json.dumps({"files": sums}))
