@@ -44,6 +44,13 @@ def test_mixed_precision_on_a_gpu_resumes_exactly_with_its_cuda_rng(
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+def _torchrun(n: int, contract: Path, run: Path, *extra: str) -> None:
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}"]
+    command += ["-m", "rlvr_cli", "train", str(contract), "--run-dir", str(run), *extra]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
 LORA = (
     "  adapter: {kind: lora, rank: 4, alpha: 8, dropout: 0.0, target_modules: all-linear, bias: none, init: default}\n"
 )
@@ -55,16 +62,26 @@ LORA = (
 def test_fsdp2_on_two_gpus_trains_what_one_trains(single_turn: Path, tmp_path: Path, adapter: str) -> None:
     parallel = f"  precision: fp32\n  parallel: {{strategy: fsdp2}}\n{adapter}"
     experiment = copy_experiment(single_turn, tmp_path / "exp", [("  precision: fp32\n", parallel)])
-    runs = {}
     for n in (1, 2):
-        runs[n] = tmp_path / f"run-{n}"
-        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}"]
-        command += ["-m", "rlvr_cli", "train", str(experiment / CONTRACT), "--run-dir", str(runs[n])]
-        done = subprocess.run([*command, "--max-steps", "3"], capture_output=True, text=True, timeout=900)
-        assert done.returncode == 0, done.stderr[-3000:]
-    a, b = _weights(runs[1] / "final"), _weights(runs[2] / "final")
+        _torchrun(n, experiment / CONTRACT, tmp_path / f"run-{n}", "--max-steps", "3")
+    a, b = _weights(tmp_path / "run-1" / "final"), _weights(tmp_path / "run-2" / "final")
     for key in a:
         torch.testing.assert_close(a[key], b[key], atol=1e-4, rtol=1e-3)  # NCCL sums in another order
+
+
+@TWO_GPUS
+@pytest.mark.slow
+def test_a_one_gpu_run_resumes_sharded_on_two_gpus(single_turn: Path, tmp_path: Path) -> None:
+    """The main GPU sends each whole tensor of a ddp checkpoint over NCCL, and each GPU keeps its shard."""
+    whole = copy_experiment(single_turn, tmp_path / "whole", [("every_steps: 20", "every_steps: 2")])
+    parallel = "  precision: fp32\n  parallel: {strategy: fsdp2}\n"
+    sharded = copy_experiment(whole, tmp_path / "sharded", [("  precision: fp32\n", parallel)])
+    _torchrun(1, whole / CONTRACT, tmp_path / "straight", "--max-steps", "3")
+    _torchrun(1, whole / CONTRACT, tmp_path / "moved", "--max-steps", "2")
+    _torchrun(2, sharded / CONTRACT, tmp_path / "moved", "--max-steps", "3", "--resume")
+    a, b = _weights(tmp_path / "straight" / "final"), _weights(tmp_path / "moved" / "final")
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], atol=1e-4, rtol=1e-3)
 
 
 @GPU
