@@ -87,10 +87,13 @@ def signals_unwind() -> Iterator[None]:
             signal.signal(s, h)
 
 
-def refuse_unfit(contract: Any, contract_path: Path, world: int, device_memory: float | None) -> None:
+def refuse_unfit(
+    contract: Any, contract_path: Path, world: int, device_memory: float | None, resuming: bool = False
+) -> None:
     """Refuse a run whose plan does not fit the memory of the devices it runs on (what CUDA
-    reports, or `--device-memory`), with the change that makes it fit. On CPU without the
-    flag nothing is checked (host memory is shared with everything else)."""
+    reports, or `--device-memory`), with the change that makes it fit (`resuming`: a change a
+    resume allows). On CPU without the flag nothing is checked (host memory is shared with
+    everything else)."""
     import torch
 
     from rlvr_cli.train.memory_estimate import GIB, advice, estimate, fmt_bytes, load_shape, peak
@@ -105,7 +108,7 @@ def refuse_unfit(contract: Any, contract_path: Path, world: int, device_memory: 
     needed = peak(contract, terms)[0]
     if needed <= budget:
         return
-    tips = "; ".join(advice(contract, shape, terms, budget, world))
+    tips = "; ".join(advice(contract, shape, terms, budget, world, resuming))
     raise RlvrError(
         f"the plan needs {fmt_bytes(needed)} per device, more than the {fmt_bytes(budget)} "
         f"each of the {world} device(s) has: {tips} (`rlvr plan {contract_path} --gpus {world}` lists every term)"
@@ -131,7 +134,8 @@ def run_train(
     if steps < 1:
         raise UsageProblem("--max-steps must be at least 1")
     distributed.init()
-    refuse_unfit(contract, contract_path, distributed.rank_world()[1], device_memory)
+    resuming = resume or (auto and run_dir.is_dir() and bool(RunFolder(run_dir).complete_checkpoints()))
+    refuse_unfit(contract, contract_path, distributed.rank_world()[1], device_memory, resuming)
     main = distributed.rank_world()[0] == 0
     with signals_unwind(), contextlib.ExitStack() as stack:
         stack.callback(distributed.shutdown)  # inside the signal handling: a run that is ending absorbs a SIGTERM

@@ -233,20 +233,35 @@ def largest(contract: Contract, shape: Layout, devices: int, budget: float, key:
     return best
 
 
-def advice(contract: Contract, shape: Layout, terms: dict[str, float], budget: float | None, devices: int) -> list[str]:
+def advice(
+    contract: Contract,
+    shape: Layout,
+    terms: dict[str, float],
+    budget: float | None,
+    devices: int,
+    resuming: bool = False,
+) -> list[str]:
     """When the total exceeds the budget: the dominant term, then the first change of the
-    contract (in this order) that makes the plan fit, with its total."""
+    contract (in this order) that makes the plan fit, with its total. `resuming`: only the
+    changes a resume allows (how the numbers are computed, train/resume_changes.py), not
+    precision or an adapter, which make another experiment."""
     total = peak(contract, terms)[0]
     if budget is None or total <= budget:
         return []
     counted = at_peak(contract, terms)[0]
     top = max(counted, key=counted.get)  # type: ignore[arg-type]
     out = [f"{top} dominates ({fmt_bytes(terms[top])} of {fmt_bytes(total)} > {fmt_bytes(budget)})"]
-    for words, changed in _changes(contract, devices):
+    for words, changed in _changes(contract, devices, resuming):
         after = peak(changed, estimate(changed, shape, devices))[0]
         if after <= budget:
             out.append(f"fits with {words}: {fmt_bytes(after)} per device")
             return out
+    if resuming:
+        out.append(
+            f"no change a resume allows (strategy, activation checkpointing, offload) fits {devices} device(s); "
+            "lower micro_batch_sequences (a resume allows it too), or add devices"
+        )
+        return out
     out.append(
         f"no single change of precision, strategy, activation checkpointing or offload fits {devices} device(s); "
         "lower micro_batch_sequences, max_response_tokens or group_size, or add devices"
@@ -254,8 +269,9 @@ def advice(contract: Contract, shape: Layout, terms: dict[str, float], budget: f
     return out
 
 
-def _changes(contract: Contract, devices: int) -> list[tuple[str, Contract]]:
-    """Contract changes that save memory, each added to the ones before, cheapest in speed first."""
+def _changes(contract: Contract, devices: int, resuming: bool = False) -> list[tuple[str, Contract]]:
+    """Contract changes that save memory, each added to the ones before, cheapest in speed first
+    (`resuming`: those a resume allows)."""
     hp = contract.hyperparameters
     precision, par = hp.precision, hp.strategy.model_dump()
     out: list[tuple[str, Contract]] = []
@@ -266,7 +282,7 @@ def _changes(contract: Contract, devices: int) -> list[tuple[str, Contract]]:
         updated = hp.model_copy(update={"precision": precision, "parallel": type(hp.strategy)(**par)})
         out.append((" + ".join(said), contract.model_copy(update={"hyperparameters": updated})))
 
-    if hp.dtypes.compute == "fp32":
+    if hp.dtypes.compute == "fp32" and not resuming:
         precision = "bf16"
         add("precision: bf16 (fp32 master weights, bf16 compute: half the KV cache and activations)")
     if devices > 1 and par["strategy"] != "fsdp2":
@@ -278,7 +294,9 @@ def _changes(contract: Contract, devices: int) -> list[tuple[str, Contract]]:
     if devices > 1 and not par["cpu_offload"]:
         par["cpu_offload"] = True
         add("parallel.cpu_offload: true (the sharded state in CPU memory)")
-    if hp.adapter is None:  # the last resort changes what trains: alone first, then with the changes above
+    if (
+        hp.adapter is None and not resuming
+    ):  # the last resort changes what trains: alone first, then with the changes above
         lora = Adapter(
             kind="lora", rank=16, alpha=32, dropout=0.0, target_modules="all-linear", bias="none", init="default"
         )

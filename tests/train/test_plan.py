@@ -305,6 +305,12 @@ def test_train_refuses_a_plan_that_does_not_fit_the_devices_with_the_change_that
     plan = rlvr("plan", single_turn / "experiment.rlvr.yaml", "--gpu-memory", "0.004")
     needs = small.stderr.split("the plan needs ")[1].split(" per device")[0]
     assert plan.code == 1 and f"total {needs}".split()[-2] in plan.stdout  # the same total as `rlvr plan`
+    # a run under way is advised only what a resume allows: not another precision, nor an adapter
+    assert rlvr("train", single_turn / "experiment.rlvr.yaml", "--run-dir", run, "--max-steps", "1").code == 0
+    for how in ("--resume", "--auto"):
+        again = rlvr("train", single_turn / "experiment.rlvr.yaml", "--run-dir", run, how, "--device-memory", "0.004")
+        assert again.code == 1 and "no change a resume allows" in again.stderr, again.stderr
+        assert "precision" not in again.stderr and "adapter" not in again.stderr, again.stderr
 
 
 def test_a_served_engine_samples_on_devices_of_its_own(tmp_path: Path) -> None:
