@@ -511,10 +511,11 @@ def test_what_stays_gathered_or_whole_in_a_training_pass_saves_the_collectives_t
     default a unit is gathered for each micro-batch's forward and again for its backward (4 a
     unit) and reduce-scattered once a micro-batch (2); `reshard_after_forward: false` gathers it
     once a pass (3 × 3 fewer all-gathers); `accumulate_whole_gradients` reduce-scatters once a
-    pass (3 fewer). `rlvr plan` says how many a step runs."""
+    pass (3 fewer), and gathers no more: both keys in one run, each saving what it names.
+    `rlvr plan` says how many a step runs."""
     (tmp_path / "count.py").write_text(COUNT)
     counts, planned = {}, {}
-    runs = {"default": "", "kept": ", reshard_after_forward: false", "whole": ", accumulate_whole_gradients: true"}
+    runs = {"default": "", "kept-whole": ", reshard_after_forward: false, accumulate_whole_gradients: true"}
     for name, keys in runs.items():
         folder = tmp_path / name
         shutil.copytree(scaffold, folder)
@@ -539,9 +540,8 @@ def test_what_stays_gathered_or_whole_in_a_training_pass_saves_the_collectives_t
         planned[name] = {"gathers": int(said[0]) + 3, "scatters": int(said[1])}  # + the holdout at step 0: 3
     print(counts, planned)
     assert planned == counts
-    assert counts["default"]["gathers"] - counts["kept"]["gathers"] == 3 * 3
-    assert counts["default"]["scatters"] == 2 * 3 and counts["whole"]["scatters"] == 3
-    assert counts["whole"]["gathers"] == counts["default"]["gathers"]
+    assert counts["default"]["gathers"] - counts["kept-whole"]["gathers"] == 3 * 3
+    assert counts["default"]["scatters"] == 2 * 3 and counts["kept-whole"]["scatters"] == 3
 
 
 @pytest.mark.parametrize("key", ["reshard_after_forward: false", "accumulate_whole_gradients: true"])
