@@ -264,7 +264,9 @@ class RecordStore:
         name = f"shard-{len(self.shards):06d}.parquet"
         table = pa.Table.from_pylist([{c: getattr(r, c) for c, _ in COLUMNS} for r in rows], schema=arrow_schema())
         sink = pa.BufferOutputStream()
-        pq.write_table(table, sink, compression="zstd")
+        # no dictionary pages: a step's shard repeats few values, and building them took a third of
+        # the encoding's time (1.4 → 1.0 ms for 16 rows), for a larger file
+        pq.write_table(table, sink, compression="zstd", use_dictionary=False)
         data = sink.getvalue().to_pybytes()
         atomic_write_bytes(self.folder / name, data)
         self.shards.append({"file": name, "rows": len(rows), "sha256": sha256_bytes(data), "step": step})
