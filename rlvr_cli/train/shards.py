@@ -144,8 +144,6 @@ def into_shards(
     from rlvr_cli.train import distributed as dist
 
     main = weights is not None
-    if main:
-        _fill_tied(policy, weights)
     optim, problem = {}, None
     try:  # on the main process, before any collective: a refusal stops every process
         optim = _by_name(policy, optimizer, native, name) if main and native else {}
@@ -161,17 +159,6 @@ def into_shards(
             set_optimizer_state_dict(policy, optimizer, optim, options=options)
     except (ValueError, KeyError, RuntimeError) as exc:
         raise RlvrError(f"checkpoint {name}: its weights do not load into this run's shards ({exc})") from None
-
-
-def _fill_tied(policy: Any, weights: dict[str, Any]) -> None:
-    """A tied weight was saved once: every name its parameter has gets it."""
-    aliases: dict[int, list[str]] = {}
-    for key, parameter in policy.named_parameters(remove_duplicate=False):
-        aliases.setdefault(id(parameter), []).append(key)
-    for names in aliases.values():
-        held = next((n for n in names if n in weights), None)
-        for key in names if held else ():
-            weights.setdefault(key, weights[held])
 
 
 def _by_name(policy: Any, optimizer: torch.optim.Optimizer, native: dict[str, Any], name: str) -> dict[str, Any]:
