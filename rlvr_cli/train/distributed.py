@@ -39,12 +39,12 @@ def init() -> None:
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     try:
-        store = _attempt_store()
+        store, timeout = _attempt_store(), collective_timeout()
         if store is None:
-            dist.init_process_group(backend)
+            dist.init_process_group(backend, timeout=timeout)
         else:
             rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-            dist.init_process_group(backend, store=store, rank=rank, world_size=world)
+            dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
     except (RuntimeError, ValueError) as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
         raise RlvrError(
@@ -60,6 +60,29 @@ def init() -> None:
             "(docs/scale.md)",
             file=sys.stderr,
         )
+
+
+TIMEOUT_VARIABLE = "RLVR_COLLECTIVE_TIMEOUT_S"
+
+
+def collective_timeout() -> Any:
+    """How long a process waits in a collective for the others before the run stops (a process
+    that hangs): `RLVR_COLLECTIVE_TIMEOUT_S` seconds, or None for PyTorch's default (10 minutes
+    for NCCL, 30 for gloo)."""
+    import datetime
+
+    from rlvr_cli.errors import RlvrError
+
+    text = os.environ.get(TIMEOUT_VARIABLE, "").strip()
+    if not text:
+        return None
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0:
+        raise RlvrError(f"{TIMEOUT_VARIABLE}={text!r}: give the seconds a collective may wait, a number above 0")
+    return datetime.timedelta(seconds=seconds)
 
 
 def _attempt_store() -> Any:

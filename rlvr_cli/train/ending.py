@@ -38,8 +38,11 @@ def ended(run: Run, exc: BaseException) -> int:
         raise RlvrError(f"{exc.strerror or exc}: the run stopped at step {run.state.step}; {kept(run)}") from None
     if dist.peer_lost(exc):  # another rank died or hung: say so, not "a bug in rlvr"
         first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+        what = "stopped"
+        if "timed out" in first.lower():  # it did not answer in time: it hangs, or is far slower than this one
+            what = f"did not answer in time ({dist.TIMEOUT_VARIABLE} sets how long a process waits)"
         reason = (
-            f"another process of the run stopped during step {run.state.step} (a collective failed: {first}); "
+            f"another process of the run {what} during step {run.state.step} (a collective failed: {first}); "
             "its own output says why"
         )
         _failed(run, reason)

@@ -5,7 +5,8 @@ makes that step's checkpoint meet a full disk (ENOSPC, raised inside torch's wri
 `state.pt`), `RLVR_FAULT=records_full@STEP` that step's records (written in the background).
 `RLVR_FAULT=kill_in_shards@STEP` SIGKILLs every process of a sharded run once its shard of
 that step's checkpoint is written, before the checkpoint is published; `RLVR_FAULT=kill_rank@STEP`
-SIGKILLs the process of rank 1 when that step starts (another rank of the run dies), in
+SIGKILLs the process of rank 1 when that step starts (another rank of the run dies), and
+`RLVR_FAULT=hang_rank@STEP` makes it sleep there until it is stopped (another rank hangs), in
 torchrun's first attempt only.
 `RLVR_FAULT=engine_copy@0` makes the rollout engine sample from a copy of the policy that only
 `load_weights` updates (as vLLM's does), and `RLVR_FAULT=stale_engine@0` gives that copy an
@@ -30,6 +31,7 @@ class Fault:
     engine: str | None = None  # engine_copy | stale_engine: the engine samples from its own copy
     kill_in_shards_step: int | None = None  # every process dies between its shard and the marker
     kill_rank_step: int | None = None  # rank 1 dies when this step starts
+    hang_rank_step: int | None = None  # rank 1 sleeps when this step starts, until it is stopped
 
     @classmethod
     def none(cls) -> Fault:
@@ -50,6 +52,8 @@ class Fault:
             return cls(kill_in_shards_step=int(step))
         if kind == "kill_rank":
             return cls(kill_rank_step=int(step))
+        if kind == "hang_rank":
+            return cls(hang_rank_step=int(step))
         if kind in ("engine_copy", "stale_engine"):
             return cls(engine=kind)
         return cls()
@@ -66,10 +70,16 @@ class Fault:
 
     def kill_rank(self, step: int, rank: int) -> None:
         """Once: not again when torchrun restarts the processes (`--max-restarts`)."""
-        if self.kill_rank_step == step and rank == 1 and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0":
+        if rank != 1 or os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
+            return
+        if self.kill_rank_step == step:
             import signal
 
             os.kill(os.getpid(), signal.SIGKILL)
+        while self.hang_rank_step == step:  # until a signal stops the process
+            import time
+
+            time.sleep(1.0)
 
     def records(self, step: int) -> None:
         if self.records_full_step == step:

@@ -26,7 +26,7 @@ def scaffold(single_turn: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
 
 
 def torchrun(
-    nproc: int, contract: Path, run_dir: Path, *extra: str, fault: str = "", restarts: int = 0
+    nproc: int, contract: Path, run_dir: Path, *extra: str, fault: str = "", restarts: int = 0, **env: str
 ) -> subprocess.CompletedProcess:
     command = [
         sys.executable,
@@ -48,7 +48,7 @@ def torchrun(
         capture_output=True,
         text=True,
         timeout=600,
-        env={**os.environ, "OMP_NUM_THREADS": "1", "RLVR_FAULT": fault},
+        env={**os.environ, "OMP_NUM_THREADS": "1", "RLVR_FAULT": fault, **env},
     )
 
 
@@ -393,6 +393,26 @@ def test_a_rank_that_dies_stops_the_run_with_a_truthful_status_and_auto_goes_on(
     assert json.loads((run / "status.json").read_text())["state"] == "finished"
     steps = [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert steps == [0, 1, 2, 3], steps  # each of the 4 steps once (metrics count from 0)
+
+
+@pytest.mark.slow
+def test_a_rank_that_hangs_stops_the_run_after_the_collective_timeout_and_auto_goes_on(
+    scaffold: Path, tmp_path: Path
+) -> None:
+    """Rank 1 sleeps at the start of step 3; rank 0 waits in its next collective for
+    RLVR_COLLECTIVE_TIMEOUT_S seconds, then the run stops saying so, and `--auto` goes on."""
+    run, contract = tmp_path / "run", scaffold / CONTRACT
+    wrong = torchrun(1, contract, run, "--max-steps", "4", RLVR_COLLECTIVE_TIMEOUT_S="soon")
+    said = "error: RLVR_COLLECTIVE_TIMEOUT_S='soon': give the seconds"  # rlvr's message, not a crash
+    assert wrong.returncode == 1 and said in wrong.stderr, wrong.stderr[-2000:]
+    hung = torchrun(2, contract, run, "--max-steps", "4", fault="hang_rank@3", RLVR_COLLECTIVE_TIMEOUT_S="8")
+    assert hung.returncode != 0, hung.stderr[-3000:]
+    status = json.loads((run / "status.json").read_text())
+    assert status["state"] == "failed" and "did not answer in time" in status["reason"], status
+    assert "during step 3" in status["reason"] and "kept checkpoint step-2" in status["next"], status
+    again = torchrun(2, contract, run, "--max-steps", "4", "--auto")
+    assert again.returncode == 0 and "resuming from checkpoint step-2" in again.stderr, again.stderr[-3000:]
+    assert json.loads((run / "status.json").read_text())["state"] == "finished"
 
 
 @pytest.mark.slow
