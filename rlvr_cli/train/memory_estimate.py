@@ -256,12 +256,11 @@ def advice(
         if after <= budget:
             out.append(f"fits with {words}: {fmt_bytes(after)} per device")
             return out
-    if resuming:
-        out.append(
-            f"no change a resume allows (strategy, activation checkpointing, offload) fits {devices} device(s); "
-            "lower micro_batch_sequences (a resume allows it too), or add devices"
-        )
-        return out
+    if resuming:  # only what a resume allows; another precision or an adapter is another experiment
+        return [
+            *out,
+            f"no change a resume allows fits {devices} device(s): lower micro_batch_sequences, or add devices",
+        ]
     out.append(
         f"no single change of precision, strategy, activation checkpointing or offload fits {devices} device(s); "
         "lower micro_batch_sequences, max_response_tokens or group_size, or add devices"
