@@ -80,7 +80,7 @@ def collective_timeout() -> Any:
         seconds = float(text)
     except ValueError:
         seconds = -1.0
-    if not seconds > 0:
+    if not 0 < seconds < float("inf"):
         raise RlvrError(f"{TIMEOUT_VARIABLE}={text!r}: give the seconds a collective may wait, a number above 0")
     return datetime.timedelta(seconds=seconds)
 
