@@ -149,6 +149,8 @@ def into_shards(
         optim = _by_name(policy, optimizer, native, name) if main and native else {}
     except RlvrError as exc:
         problem = str(exc)
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:  # a state dict from elsewhere
+        problem = f"checkpoint {name}: its optimizer state does not fit this run ({type(exc).__name__}: {exc})"
     problems = [p for p in dist.gather(problem) if p]
     if problems:
         raise RlvrError(problems[0])
