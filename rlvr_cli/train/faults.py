@@ -68,8 +68,9 @@ class Fault:
 
             os.kill(os.getpid(), signal.SIGKILL)
 
-    def kill_rank(self, step: int, rank: int) -> None:
-        """Once: not again when torchrun restarts the processes (`--max-restarts`)."""
+    def rank_fault(self, step: int, rank: int) -> None:
+        """Rank 1 dies or hangs at this step, once: not again when torchrun restarts the processes
+        (`--max-restarts`)."""
         if rank != 1 or os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
             return
         if self.kill_rank_step == step:

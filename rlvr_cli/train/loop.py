@@ -163,7 +163,7 @@ def run_steps(run: Run, rollout: Rollout, progress: Progress) -> int:
             # (--max-steps) the next step is sampled all the same: the checkpoint keeps it
             more = state.step + 1 < run.contract.hyperparameters.max_steps
             step_started = time.perf_counter()
-            setup.fault.kill_rank(state.step, setup.rank)
+            setup.fault.rank_fault(state.step, setup.rank)
             mark = step_mark(run)
             try:
                 metrics, generated = train_step(setup, state, rollout, run.ahead, more)

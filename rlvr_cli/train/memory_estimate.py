@@ -257,10 +257,7 @@ def advice(
             out.append(f"fits with {words}: {fmt_bytes(after)} per device")
             return out
     if resuming:  # only what a resume allows; another precision or an adapter is another experiment
-        return [
-            *out,
-            f"no change a resume allows fits {devices} device(s): lower micro_batch_sequences, or add devices",
-        ]
+        return [*out, f"no change a resume allows fits {devices} device(s): lower micro_batch_sequences or add devices"]
     out.append(
         f"no single change of precision, strategy, activation checkpointing or offload fits {devices} device(s); "
         "lower micro_batch_sequences, max_response_tokens or group_size, or add devices"
@@ -293,9 +290,8 @@ def _changes(contract: Contract, devices: int, resuming: bool = False) -> list[t
     if devices > 1 and not par["cpu_offload"]:
         par["cpu_offload"] = True
         add("parallel.cpu_offload: true (the sharded state in CPU memory)")
-    if (
-        hp.adapter is None and not resuming
-    ):  # the last resort changes what trains: alone first, then with the changes above
+    # the last resort changes what trains (never on resume): alone first, then with the changes above
+    if hp.adapter is None and not resuming:
         lora = Adapter(
             kind="lora", rank=16, alpha=32, dropout=0.0, target_modules="all-linear", bias="none", init="default"
         )

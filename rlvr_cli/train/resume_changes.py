@@ -6,7 +6,7 @@ The description is words about the experiment and may change. A few keys say how
 numbers are computed, not which numbers: the micro-batch size (the
 loss divides by global counts, so a micro-batch only orders the sums) and how a sharded policy
 runs its passes: whether each process holds the whole model or 1/N of it (`parallel.strategy`:
-a checkpoint of whole weights loads into shards and shards load whole, train/checkpoint.py),
+a checkpoint of whole weights loads into shards and shards load whole, train/restore.py),
 recomputing activations, keeping units gathered, accumulating whole gradients, offloading. Those
 may change, so that `train`'s advice when a plan does not fit the devices it finds (fsdp2,
 activation checkpointing, smaller micro-batches) can be followed by a run already under way, on
@@ -40,15 +40,13 @@ def values(text: str) -> dict[str, Any] | None:
     contract this version reads."""
     from rlvr_cli.contract import yaml12
     from rlvr_cli.contract.models import Contract
-    from rlvr_cli.contract.scale import Parallel
 
     try:
         contract = Contract.model_validate(yaml12.parse(text).data)
     except Exception:  # whatever the reason it does not read, the answer is the same: not comparable
         return None
     tree = contract.model_dump(mode="json")
-    if tree["hyperparameters"].get("parallel") is None:  # no section: every process holds the whole model
-        tree["hyperparameters"]["parallel"] = Parallel(strategy="ddp").model_dump(mode="json")
+    tree["hyperparameters"]["parallel"] = contract.hyperparameters.strategy.model_dump(mode="json")  # none: ddp
     return _flat(tree)
 
 
