@@ -311,17 +311,23 @@ def main() -> None:
 
 
 def machine_peak(precision: str) -> float:
-    """FLOP/s of the best of five 2048² products in the dtype the trainer computes in: the
-    denominator of MFU for both trainers (rlvr's own `mfu` uses its smaller start-up product)."""
+    """FLOP/s of the best of five 2048² products in the dtype the trainer computes in, by
+    `torch.mm` or oneDNN's prepacked product (the faster: fp32 ~1.2× here): the denominator of
+    MFU for both trainers (rlvr's own `mfu` uses its smaller start-up product)."""
     import torch
 
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
     a, b = torch.full((2048, 2048), 0.5, dtype=dtype), torch.full((2048, 2048), 0.25, dtype=dtype)
+    packed = torch.ops.mkldnn._reorder_linear_weight(b, 2048)
     best = float("inf")
-    for _ in range(6):
-        start = time.perf_counter()
-        torch.mm(a, b)
-        best = min(best, time.perf_counter() - start)
+    for product in (
+        lambda: torch.mm(a, b),
+        lambda: torch.ops.mkldnn._linear_pointwise(a, packed, None, "none", [], ""),
+    ):
+        for _ in range(6):
+            start = time.perf_counter()
+            product()
+            best = min(best, time.perf_counter() - start)
     return 2.0 * 2048**3 / best
 
 

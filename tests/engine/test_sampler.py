@@ -63,19 +63,30 @@ def test_same_logits_give_generates_probabilities(temperature: float, top_k: int
     assert torch.equal(torch.softmax(filtered_logits(logits, temperature, top_k, top_p), dim=-1), expected)
 
 
-@pytest.mark.parametrize("copies", [True, False], ids=["weights copied", "the model's own weights"])
+@pytest.mark.parametrize(
+    "copies", ["copied", "packed", "own"], ids=["weights copied", "copies packed (oneDNN)", "the model's own weights"]
+)
 @pytest.mark.parametrize("name", ["llama", "qwen2", "qwen3", "mistral"])
-def test_the_fused_forward_gives_the_models_own_logits(monkeypatch, name: str, copies: bool) -> None:
+def test_the_fused_forward_gives_the_models_own_logits(monkeypatch, name: str, copies: str) -> None:
+    """The decoder's copies are stacked (`copied`), held in oneDNN's packed layout where it
+    speeds the product up (`packed`: on a CPU in fp32 from `PACK_FP32` elements, lowered here to
+    this tiny model), or it reads the model's own weights (`own`: a model too big to copy)."""
     import rlvr_cli.engine.fused as fused
 
-    if not copies:  # a model too big for the decoder's transposed copies
+    if copies == "own":
         monkeypatch.setattr(fused, "COPY_BYTES", 0)
+    if copies == "packed":
+        if not fused.ONEDNN:
+            pytest.skip("this PyTorch has no oneDNN")
+        monkeypatch.setattr(fused, "PACK_FP32", 0)
     model = family(name)
     assert why_not(model) is None
     batch = make_batch(PROMPTS, [[] for _ in PROMPTS], [[] for _ in PROMPTS], 0, response_width=1)
     P = batch.prompt_width
     ids, attention = batch.input_ids[:, :P], batch.attention_mask[:, :P]
     decoder = Decoder(model)
+    packed = {linear.packed for layer in decoder.layers for linear in (layer.qkv, layer.o, layer.gate_up, layer.down)}
+    assert packed == {copies == "packed"} or (copies == "packed" and packed == {True, False})  # o, down: not copied
     logits, cache = decoder.prefill(ids, attention, room=2)
     positions = (attention.cumsum(1) - 1).clamp(min=0)
     with torch.no_grad():
@@ -219,7 +230,13 @@ def test_a_draw_at_either_end_of_the_unit_interval_lands_on_an_allowed_token(mon
     assert torch.allclose(logp, torch.log_softmax(logits, -1)[0, token])
 
 
-def test_a_decoder_kept_across_calls_samples_with_the_weights_an_optimizer_step_wrote() -> None:
+@pytest.mark.parametrize("packed", [False, True], ids=["copies", "packed copies"])
+def test_a_decoder_kept_across_calls_samples_with_the_weights_an_optimizer_step_wrote(monkeypatch, packed) -> None:
+    import rlvr_cli.engine.fused as fused
+
+    if packed and not fused.ONEDNN:
+        pytest.skip("this PyTorch has no oneDNN")
+    monkeypatch.setattr(fused, "PACK_FP32", 0 if packed else 1 << 62)
     model = family("qwen2")
     kw = dict(max_new_tokens=8, temperature=0.0, top_p=1.0, top_k=0, stop_ids=STOPS, pad_id=0, seed=0)
     before = [g.response_ids for g in generate(model, PROMPTS, **kw)]
