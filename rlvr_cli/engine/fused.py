@@ -32,11 +32,10 @@ import torch.nn.functional as F
 
 from rlvr_cli.engine import cascade
 from rlvr_cli.engine.adapted import effective_weight, is_adapted, weight_bytes
-from rlvr_cli.engine.limits import COPY_BYTES, FAMILIES
+from rlvr_cli.engine.limits import COPY_BYTES, FAMILIES, PACK_FP32
 from rlvr_cli.engine.precision import attention as attend
 
 DECODE_ROWS = 16  # the rows oneDNN lays a packed weight out for (it computes any number of rows)
-PACK_FP32 = 1 << 18  # the smallest fp32 matrix (elements, 512 × 512) the packed layout is used for
 
 
 def packs(device: torch.device, dtype: torch.dtype, elements: int) -> bool:
@@ -104,8 +103,9 @@ class _Linear:
     stacked row after row (one matmul; copying whole rows costs a fifth of a transposed copy,
     made again after every optimizer step), and a weight held in another dtype than it computes
     in, or an adapted layer's merged weight, is copied once per optimizer step too; a single
-    plain layer held in the dtype it computes in is read as it is. Without `copy`, the model's
-    own weights are used as they are."""
+    plain layer held in the dtype it computes in is read as it is, unless the packed layout pays
+    for it (`packs`: on a CPU every copy is held packed). Without `copy`, the model's own weights
+    are used as they are."""
 
     def __init__(self, modules: list[Any], copy: bool, dtype: torch.dtype | None = None) -> None:
         self.modules = modules
@@ -113,14 +113,15 @@ class _Linear:
         biases = [getattr(m, "bias", None) for m in modules]
         self.dtype = dtype = dtype or weights[0].dtype  # under autocast, the dtype it computes in: no cast per step
         adapted = any(hasattr(m, "lora_A") for m in modules)
-        self.copied = copy and (len(modules) > 1 or weights[0].dtype != dtype or adapted)
+        packed = packs(weights[0].device, dtype, sum(w.numel() for w in weights))
+        self.copied = copy and (len(modules) > 1 or weights[0].dtype != dtype or adapted or packed)
         self.packed = False
         if not self.copied:
             self.parts = list(zip(weights, biases, strict=True))
             return
         rows = sum(w.size(0) for w in weights)
         bias = weights[0].new_empty(rows, dtype=dtype) if any(b is not None for b in biases) else None
-        self.packed = packs(weights[0].device, dtype, rows * weights[0].size(1))
+        self.packed = packed
         self.parts = [(None if self.packed else weights[0].new_empty((rows, weights[0].size(1)), dtype=dtype), bias)]
         self.load()
 

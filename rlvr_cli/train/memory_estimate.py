@@ -98,20 +98,20 @@ def load_shape(contract: Contract, folder: Path) -> Layout:
     return Layout.from_config(config)
 
 
-def estimate(contract: Contract, shape: Layout, devices: int = 1) -> dict[str, float]:
-    """Bytes per device for each term, as the trainer runs the contract: the parameter terms are
-    divided over the devices only with `parallel.strategy: fsdp2` (ddp keeps a whole copy on
-    each), offloaded terms live in CPU memory, a sharded policy samples from its weights gathered
-    whole in the compute dtype; a served engine (`sampling.server`) samples on devices of its
-    own, so its KV cache and weights are not the trainer's."""
-    terms = _terms(contract, shape, devices)
+def estimate(contract: Contract, shape: Layout, devices: int = 1, cpu: bool = False) -> dict[str, float]:
+    """Bytes per device for each term, as the trainer runs the contract on GPUs (`cpu`: on a CPU,
+    where the lean sampler also copies the layers it holds packed): the parameter terms are
+    divided over the devices only with fsdp2, offloaded terms live in CPU memory, a sharded
+    policy samples from its weights gathered whole in the compute dtype; a served engine
+    (`sampling.server`) samples on devices of its own (its KV cache and weights are not here)."""
+    terms = _terms(contract, shape, devices, cpu)
     if contract.hyperparameters.sampling.server is not None:
         served = ("rollout KV cache", "rollout weights", "sampler's weight copy")
         terms = {name: value for name, value in terms.items() if name not in served}
     return terms
 
 
-def _terms(contract: Contract, shape: Layout, devices: int) -> dict[str, float]:
+def _terms(contract: Contract, shape: Layout, devices: int, cpu: bool) -> dict[str, float]:
     hp, length = contract.hyperparameters, contract.length
     p, par = hp.dtypes, hp.strategy
     bp, bc = BYTES[p.params], BYTES[p.compute]
@@ -147,7 +147,7 @@ def _terms(contract: Contract, shape: Layout, devices: int) -> dict[str, float]:
         "logits": 2 * micro * length.max_response_tokens * shape.vocab * 4,
     }
     # lent weights are read as they are, but an adapted layer computes with a merged copy (engine/fused.py)
-    if (not sharded or hp.adapter is not None) and (copied := sampler_copy(contract, shape, held, bc)):
+    if (not sharded or hp.adapter is not None) and (copied := sampler_copy(contract, shape, held, bc, cpu)):
         terms["sampler's weight copy"] = copied
     if sharded or colocated_vllm(contract):  # gathered whole to sample (it cannot run in lockstep); vLLM's own
         terms["rollout weights"] = params * bc  # (an adapter handed to vLLM is merged into these)
@@ -201,22 +201,26 @@ def _adapter_terms(contract: Contract, shape: Layout, trained: float, bc: int, p
     }
 
 
-def sampler_copy(contract: Contract, shape: Layout, held: int, computed: int) -> float:
+def sampler_copy(contract: Contract, shape: Layout, held: int, computed: int, cpu: bool = False) -> float:
     """The lean sampler's copy of the linear layers' weights (engine/fused.py), in the dtype it
     computes in (`computed` bytes each): the layers it computes side by side, stacked; every
     layer where it computes in another dtype than the weights are held in (`held` bytes each) or
-    with an adapter (merged weights). Made only for the families it runs and where the weights
-    fit in COPY_BYTES: a larger model samples from its weights as they are, and nothing is copied."""
-    from rlvr_cli.engine.limits import COPY_BYTES, FAMILIES, JOINED
+    with an adapter (merged weights); on a CPU (`cpu`) each layer it holds packed. Only for the
+    families it runs, where the weights fit in COPY_BYTES (a larger model's are read as they are)."""
+    from rlvr_cli.engine.limits import COPY_BYTES, FAMILIES, JOINED, PACK_FP32
 
-    if contract.hyperparameters.sampling.engine != "lean" or shape.model_type not in FAMILIES:
+    hp, linear = contract.hyperparameters, shape.linear_weights
+    if hp.sampling.engine != "lean" or shape.model_type not in FAMILIES or linear * held > COPY_BYTES:
         return 0.0
-    linear = shape.linear_weights
-    if linear * held > COPY_BYTES:
-        return 0.0
-    if held != computed or contract.hyperparameters.adapter is not None:
+    if held != computed or hp.adapter is not None:
         return float(linear * computed)
-    return float(shape.layers * sum(a * b for name, a, b in shape.linears if name in JOINED) * computed)
+    compute = hp.dtypes.compute
+
+    def packs(elements: int) -> bool:  # engine/fused.py `packs`: a single layer copied to be packed
+        return cpu and (compute == "bf16" or (compute == "fp32" and elements >= PACK_FP32))
+
+    copied = shape.layers * sum(a * b for name, a, b in shape.linears if name in JOINED or packs(a * b))
+    return float((copied + (shape.vocab * shape.hidden if packs(shape.vocab * shape.hidden) else 0)) * computed)
 
 
 def largest(contract: Contract, shape: Layout, devices: int, budget: float, key: str, limit: int) -> int:

@@ -42,7 +42,7 @@ if __name__ == "__main__":  # the verifier's worker processes import this file t
         assert not stop.code, stop.code
     top = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     contract = load(path)
-    terms = estimate(contract, load_shape(contract, path.resolve().parent), world)
+    terms = estimate(contract, load_shape(contract, path.resolve().parent), world, cpu=True)
     rank = int(os.environ.get("RANK", "0"))
     result = {"rank": rank, "measured": top - base, "estimate": peak(contract, terms)[0]}
     Path(os.environ["MEASURED"], f"rank-{rank}.json").write_text(json.dumps(result))  # one file each: no interleaving
@@ -347,6 +347,27 @@ def test_the_sampler_weight_copy_is_counted_only_where_the_lean_sampler_makes_on
     hp = contract.hyperparameters.model_copy(update={"precision": "bf16"})
     mixed = contract.model_copy(update={"hyperparameters": hp})
     assert estimate(mixed, shape)["sampler's weight copy"] == shape.linear_weights * 2  # cast, every layer
+    # on a CPU the single layers it holds in oneDNN's packed layout are copied too: every one in bf16
+    # compute, in fp32 those of 512 × 512 elements and up (none in this tiny model; all in a wider one)
+    assert estimate(contract, shape, cpu=True)["sampler's weight copy"] == joined * 4
+    from rlvr_cli.contract.scale import Precision
+
+    hp_pure = contract.hyperparameters.model_copy(update={"precision": Precision(params="bf16", compute="bf16")})
+    pure = contract.model_copy(update={"hyperparameters": hp_pure})
+    assert estimate(pure, shape, cpu=True)["sampler's weight copy"] == shape.linear_weights * 2
+    assert estimate(pure, shape)["sampler's weight copy"] == joined * 2
+    big = Layout(
+        **{
+            **shape.__dict__,
+            "hidden": 512,
+            "intermediate": 2048,
+            "heads": 8,
+            "kv_heads": 4,
+            "head_dim": 64,
+            "vocab": 64,
+        }
+    )
+    assert estimate(contract, big, cpu=True)["sampler's weight copy"] == (big.linear_weights - 64 * 512) * 4
     sampling = contract.hyperparameters.sampling.model_copy(update={"engine": "transformers"})
     other = contract.model_copy(
         update={"hyperparameters": contract.hyperparameters.model_copy(update={"sampling": sampling})}
