@@ -130,14 +130,15 @@ class _Linear:
         if not self.copied:
             return
         weight, bias = self.parts[0]
+        weights = [effective_weight(m) for m in self.modules]
         if self.packed:  # the old layout freed before the new one is made
             self.parts[0] = (None, bias)
-            weight = torch.cat([effective_weight(m).to(self.dtype) for m in self.modules])
+            weight = torch.cat([w.to(self.dtype) for w in weights])
         start = 0
-        for m in self.modules:
-            end = start + m.weight.size(0)
+        for m, rows in zip(self.modules, weights, strict=True):
+            end = start + rows.size(0)
             if not self.packed:
-                weight[start:end].copy_(effective_weight(m))
+                weight[start:end].copy_(rows)
             if bias is not None and getattr(m, "bias", None) is not None:
                 bias[start:end].copy_(m.bias)
             elif bias is not None:

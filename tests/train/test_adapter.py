@@ -65,16 +65,25 @@ def test_the_reference_is_the_base_with_the_adapter_switched_off(tiny_chatml: Pa
     assert not torch.allclose(on, base, atol=1e-3)  # and the adapter does change the policy (the check can fail)
 
 
-def test_the_lean_samplers_fused_forward_runs_the_adapter_and_vllm_gets_it_merged(tiny_chatml: Path) -> None:
+@pytest.mark.parametrize("packed", [False, True], ids=["merged copies", "merged copies packed (oneDNN)"])
+def test_the_lean_samplers_fused_forward_runs_the_adapter_and_vllm_gets_it_merged(
+    monkeypatch, tiny_chatml: Path, packed: bool
+) -> None:
+    import rlvr_cli.engine.fused as fused
     from rlvr_cli.engine.adapted import merged_state
     from rlvr_cli.engine.fused import Decoder, why_not
 
+    if packed and not fused.ONEDNN:
+        pytest.skip("this PyTorch has no oneDNN")
+    monkeypatch.setattr(fused, "PACK_FP32", 0 if packed else 1 << 62)
     model, policy = _adapted(tiny_chatml)
     assert why_not(policy) is None
     ids = torch.tensor([[3, 7, 11, 19, 23, 5, 8]])
     with torch.no_grad():
         want = policy(ids).logits[:, -1].float()
-        got, _ = Decoder(policy).prefill(ids, torch.ones_like(ids))
+        decoder = Decoder(policy)
+        got, _ = decoder.prefill(ids, torch.ones_like(ids))
+    assert {layer.down.packed for layer in decoder.layers} == {packed}
     assert torch.allclose(got, want, atol=1e-5), (got - want).abs().max()
     merged = merged_state(policy)
     reference = {k: v.clone() for k, v in model.merge_and_unload().state_dict().items()}
