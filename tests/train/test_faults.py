@@ -162,7 +162,7 @@ def test_sigterm_then_auto_resume_equals_a_straight_run(experiment: Path, tmp_pa
     _wait_for(run_dir / "checkpoints" / "step-2", proc)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 143 and "interrupted by SIGTERM" in err and "--auto" in err
+    assert proc.returncode == 143 and "interrupted by SIGTERM" in err and "--auto" in err, err[-3000:]
     assert "--auto --max-steps 400" in err  # the command it prints goes on to the step the user asked for
     state = status(run_dir)
     assert state["state"] == "paused" and "SIGTERM" in state["reason"]
