@@ -241,7 +241,11 @@ class RecordStore:
             try:
                 future.result()
             except BaseException:
-                self._pending.clear()  # the later writes refuse to run (`_broken`)
+                # a failed write: the later ones refuse to run (`_broken`). Interrupted while it is
+                # still being written (a signal in this thread), it stays pending, so closing waits
+                # for it instead of listing the shards while the writer thread lists them too
+                if future.done():
+                    self._pending.clear()
                 raise
             self._pending.pop(0)
 

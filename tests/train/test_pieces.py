@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import math
+import signal
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -131,6 +132,31 @@ def test_the_record_store_writes_steps_in_order_and_a_failed_write_stops_what_fo
     with contextlib.suppress(OSError, RlvrError):
         broken.close()
     assert RecordStore(tmp_path / "full", shard_rows=10).last_step == 0  # a prefix of the steps, nothing after
+
+    # a signal raised in the main thread while it waits for a write (SIGTERM just as a checkpoint's
+    # flush began): closing the store still waits for that write and lists it (the writer thread
+    # lists at most once a second, so without the wait the shard stayed written and unlisted)
+    class Stop(BaseException):
+        pass
+
+    def interrupt(*_: Any) -> None:
+        raise Stop
+
+    slow = RecordStore(tmp_path / "slow", shard_rows=10, before_write=lambda step: time.sleep(0.5 * step))
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        slow.append([row(0)], 0)
+        slow.flush()  # listed just now
+        slow.append([row(1)], 1)
+        signal.setitimer(signal.ITIMER_REAL, 0.1)
+        with pytest.raises(Stop):
+            slow.flush()
+        slow.close()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert [s["step"] for s in read_manifest(tmp_path / "slow")] == [0, 1]
+    assert RecordStore(tmp_path / "slow", shard_rows=10).last_step == 1  # the shard kept, not an orphan
 
 
 def test_status_on_a_full_disk_is_written_in_place_and_leaves_no_tmp(tmp_path: Path, monkeypatch: Any) -> None:
