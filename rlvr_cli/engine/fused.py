@@ -32,7 +32,7 @@ import torch.nn.functional as F
 
 from rlvr_cli.engine import cascade
 from rlvr_cli.engine.adapted import effective_weight, is_adapted, weight_bytes
-from rlvr_cli.engine.limits import COPY_BYTES, FAMILIES, PACK_FP32
+from rlvr_cli.engine.limits import COPY_BYTES, FAMILIES, packed_on_cpu
 from rlvr_cli.engine.precision import attention as attend
 
 DECODE_ROWS = 16  # the rows oneDNN lays a packed weight out for (it computes any number of rows)
@@ -47,11 +47,8 @@ def packs(device: torch.device, dtype: torch.dtype, elements: int) -> bool:
     that its fixed cost per call outweighs the gain: a 128-wide decode step ran 1.22 ms packed
     against 1.02 plain. The rule is fixed (no timing at start-up), so a resumed run samples
     with the same kernels as the run it continues."""
-    return (
-        device.type == "cpu"
-        and ONEDNN
-        and (dtype == torch.bfloat16 or (dtype == torch.float32 and elements >= PACK_FP32))
-    )
+    name = {torch.bfloat16: "bf16", torch.float32: "fp32"}.get(dtype)
+    return device.type == "cpu" and ONEDNN and name is not None and packed_on_cpu(name, elements)
 
 
 def _onednn() -> bool:

@@ -207,7 +207,7 @@ def sampler_copy(contract: Contract, shape: Layout, held: int, computed: int, cp
     layer where it computes in another dtype than the weights are held in (`held` bytes each) or
     with an adapter (merged weights); on a CPU (`cpu`) each layer it holds packed. Only for the
     families it runs, where the weights fit in COPY_BYTES (a larger model's are read as they are)."""
-    from rlvr_cli.engine.limits import COPY_BYTES, FAMILIES, JOINED, PACK_FP32
+    from rlvr_cli.engine.limits import COPY_BYTES, FAMILIES, JOINED, packed_on_cpu
 
     hp, linear = contract.hyperparameters, shape.linear_weights
     if hp.sampling.engine != "lean" or shape.model_type not in FAMILIES or linear * held > COPY_BYTES:
@@ -217,7 +217,7 @@ def sampler_copy(contract: Contract, shape: Layout, held: int, computed: int, cp
     compute = hp.dtypes.compute
 
     def packs(elements: int) -> bool:  # engine/fused.py `packs`: a single layer copied to be packed
-        return cpu and (compute == "bf16" or (compute == "fp32" and elements >= PACK_FP32))
+        return cpu and packed_on_cpu(compute, elements)
 
     copied = shape.layers * sum(a * b for name, a, b in shape.linears if name in JOINED or packs(a * b))
     return float((copied + (shape.vocab * shape.hidden if packs(shape.vocab * shape.hidden) else 0)) * computed)

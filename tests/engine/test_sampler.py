@@ -72,13 +72,14 @@ def test_the_fused_forward_gives_the_models_own_logits(monkeypatch, name: str, c
     speeds the product up (`packed`: on a CPU in fp32 from `PACK_FP32` elements, lowered here to
     this tiny model), or it reads the model's own weights (`own`: a model too big to copy)."""
     import rlvr_cli.engine.fused as fused
+    import rlvr_cli.engine.limits as limits
 
     if copies == "own":
         monkeypatch.setattr(fused, "COPY_BYTES", 0)
     if copies == "packed":
         if not fused.ONEDNN:
             pytest.skip("this PyTorch has no oneDNN")
-        monkeypatch.setattr(fused, "PACK_FP32", 0)
+        monkeypatch.setattr(limits, "PACK_FP32", 0)
     model = family(name)
     assert why_not(model) is None
     batch = make_batch(PROMPTS, [[] for _ in PROMPTS], [[] for _ in PROMPTS], 0, response_width=1)
@@ -233,10 +234,11 @@ def test_a_draw_at_either_end_of_the_unit_interval_lands_on_an_allowed_token(mon
 @pytest.mark.parametrize("packed", [False, True], ids=["copies", "packed copies"])
 def test_a_decoder_kept_across_calls_samples_with_the_weights_an_optimizer_step_wrote(monkeypatch, packed) -> None:
     import rlvr_cli.engine.fused as fused
+    import rlvr_cli.engine.limits as limits
 
     if packed and not fused.ONEDNN:
         pytest.skip("this PyTorch has no oneDNN")
-    monkeypatch.setattr(fused, "PACK_FP32", 0 if packed else 1 << 62)
+    monkeypatch.setattr(limits, "PACK_FP32", 0 if packed else 1 << 62)
     model = family("qwen2")
     kw = dict(max_new_tokens=8, temperature=0.0, top_p=1.0, top_k=0, stop_ids=STOPS, pad_id=0, seed=0)
     before = [g.response_ids for g in generate(model, PROMPTS, **kw)]

@@ -70,12 +70,13 @@ def test_the_lean_samplers_fused_forward_runs_the_adapter_and_vllm_gets_it_merge
     monkeypatch, tiny_chatml: Path, packed: bool
 ) -> None:
     import rlvr_cli.engine.fused as fused
+    import rlvr_cli.engine.limits as limits
     from rlvr_cli.engine.adapted import merged_state
     from rlvr_cli.engine.fused import Decoder, why_not
 
     if packed and not fused.ONEDNN:
         pytest.skip("this PyTorch has no oneDNN")
-    monkeypatch.setattr(fused, "PACK_FP32", 0 if packed else 1 << 62)
+    monkeypatch.setattr(limits, "PACK_FP32", 0 if packed else 1 << 62)
     model, policy = _adapted(tiny_chatml)
     assert why_not(policy) is None
     ids = torch.tensor([[3, 7, 11, 19, 23, 5, 8]])
