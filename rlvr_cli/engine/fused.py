@@ -87,8 +87,10 @@ def why_not(model: Any) -> str | None:
 
 def _rms(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
     """transformers' RMSNorm: computed in float32, the weight applied in the input's dtype."""
-    if x.dtype == torch.float32:
-        return F.rms_norm(x, x.shape[-1:], weight, eps)
+    if x.dtype == torch.float32:  # one pass for the squares' sum, not rms_norm's four
+        norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
+        scale = torch.addcmul(norm.new_full((), eps), norm, norm, value=1 / x.size(-1)).rsqrt_()
+        return x * scale if weight is None else (x * weight).mul_(scale)
     h = x.to(torch.float32)
     h = (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
     return h if weight is None else weight * h
@@ -115,11 +117,13 @@ class _Linear:
         self.packed = False
         if not self.copied:
             self.parts = list(zip(weights, biases, strict=True))
+            self.mats = [(w.t(), b) for w, b in self.parts]  # views: in-place writes show through
             return
         rows = sum(w.size(0) for w in weights)
         bias = weights[0].new_empty(rows, dtype=dtype) if any(b is not None for b in biases) else None
         self.packed = packed
         self.parts = [(None if self.packed else weights[0].new_empty((rows, weights[0].size(1)), dtype=dtype), bias)]
+        self.mats = [] if self.packed else [(self.parts[0][0].t(), bias)]  # the copy is written in place
         self.load()
 
     def load(self) -> None:
@@ -148,6 +152,9 @@ class _Linear:
         if self.packed:
             weight, bias = self.parts[0]
             return torch.ops.mkldnn._linear_pointwise(x.to(self.dtype), weight, bias, "none", [], "")
+        if x.dim() == 2 and len(self.mats) == 1:  # F.linear's own product, one dispatch less
+            weight, bias = self.mats[0]
+            return torch.mm(x, weight) if bias is None else torch.addmm(bias, x, weight)
         outs = [F.linear(x, w, b) for w, b in self.parts]
         return outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)
 
@@ -156,9 +163,9 @@ class _Linear:
         if self.packed and x.dim() == 2:
             weight, bias = self.parts[0]
             return torch.ops.mkldnn._linear_pointwise.binary(x.to(self.dtype), h.to(self.dtype), weight, bias, "add")
-        if len(self.parts) == 1 and x.dim() == 2:
-            weight, bias = self.parts[0]
-            out = torch.addmm(h, x, weight.t())
+        if len(self.mats) == 1 and x.dim() == 2:
+            weight, bias = self.mats[0]
+            out = torch.addmm(h, x, weight)
             return out if bias is None else out.add_(bias)
         return h + self(x)
 
@@ -311,11 +318,11 @@ class Decoder:
         qk = qkv[..., : both * D].unflatten(-1, (both, D))
         if layer.qk_norm is not None:
             qk = _rms(qk, None, self.eps) * layer.qk_norm
-        return qk * cos + qk.roll(D // 2, dims=-1) * sin  # the halves swapped, the sign in `sin`
+        return torch.addcmul(qk * cos, qk.roll(D // 2, dims=-1), sin)  # the halves swapped, the sign in `sin`
 
     def _mlp(self, h: torch.Tensor, layer: _Layer) -> torch.Tensor:
         gate, up = layer.gate_up(_rms(h, layer.norm2, self.eps)).chunk(2, dim=-1)
-        return layer.down.residual(h, F.silu(gate) * up)
+        return layer.down.residual(h, F.silu(gate).mul_(up))
 
     def _logits(self, last: torch.Tensor) -> torch.Tensor:
         return self.head(_rms(last, self.model.model.norm.weight, self.eps)).float()  # (B, V)

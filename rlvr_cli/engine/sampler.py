@@ -53,7 +53,7 @@ def draw(
         if torch.isnan(logp).any():  # argmax takes a NaN for the largest value
             raise NonFiniteLogits("greedy decoding")
         return token, logp
-    logp_all = torch.log_softmax(logits / temperature, dim=-1)
+    logp_all = torch.log_softmax(logits if temperature == 1 else logits / temperature, dim=-1)
     if top_k or top_p < 1.0:
         probs = torch.softmax(filtered_logits(logits, temperature, top_k, top_p), dim=-1)
     else:
@@ -64,7 +64,7 @@ def draw(
     # so what top-k/top-p exclude (or what underflows to 0) is never drawn.
     cdf = probs.cumsum(dim=-1, dtype=torch.float64)
     total = cdf[:, -1:]
-    if not (torch.isfinite(total).all() and (total > 0).all()):  # a NaN or inf logit poisons its row's mass
+    if not bool((total > 0).all()):  # a NaN or inf logit poisons its row's mass: NaN > 0 is false
         raise NonFiniteLogits("sampling")
     u = torch.rand((probs.size(0), 1), generator=generator, device=probs.device, dtype=torch.float64)
     point = torch.minimum(u * total, torch.nextafter(total, torch.zeros_like(total)))

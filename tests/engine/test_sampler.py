@@ -231,6 +231,25 @@ def test_a_draw_at_either_end_of_the_unit_interval_lands_on_an_allowed_token(mon
     assert torch.allclose(logp, torch.log_softmax(logits, -1)[0, token])
 
 
+@pytest.mark.parametrize("poison", [float("nan"), float("inf"), -float("inf"), None])
+@pytest.mark.parametrize("top_k", [0, 3])
+def test_a_row_whose_logits_give_no_distribution_stops_the_draw(poison: float | None, top_k: int) -> None:
+    from rlvr_cli.engine.sampler import draw
+    from rlvr_cli.engine.types import NonFiniteLogits
+
+    logits = torch.tensor([[0.0, 5.0, 4.0, 3.0, -1.0, 2.0]] * 3)
+    if poison is None:  # finite logits: the paired case, which draws
+        token, logp = draw(logits, 1.0, top_k, 1.0, torch.Generator().manual_seed(0))
+        assert token.shape == (3,) and bool(torch.isfinite(logp).all())
+        return
+    if poison == -float("inf"):
+        logits[1] = poison  # no token left to draw
+    else:
+        logits[1, 2] = poison  # NaN, or an inf whose softmax is NaN
+    with pytest.raises(NonFiniteLogits):
+        draw(logits, 1.0, top_k, 1.0, torch.Generator().manual_seed(0))
+
+
 @pytest.mark.parametrize("packed", [False, True], ids=["copies", "packed copies"])
 def test_a_decoder_kept_across_calls_samples_with_the_weights_an_optimizer_step_wrote(monkeypatch, packed) -> None:
     import rlvr_cli.engine.fused as fused
