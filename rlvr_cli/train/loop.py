@@ -9,6 +9,7 @@ the monitoring rules, the budget and checkpoints. Set-up is `setup.build`; a che
 from __future__ import annotations
 
 import contextlib
+import gc
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -341,9 +342,24 @@ def train(
         # the records of every finished step are on disk when the run ends, however it ends
         rollout = open_rollout(contract, setup.folder, setup.renderer, setup.engine, log_dir=run.folder.path)
         with tracking.closing(run), rollout as opened, _closing(run.ahead), run.records or contextlib.nullcontext():
-            return run_steps(run, opened, progress)
+            with _steady_heap():
+                return run_steps(run, opened, progress)
     except BaseException as exc:
         return ending.ended(run, exc)  # status.json says what stopped the run; the error reaches the user
+
+
+@contextlib.contextmanager
+def _steady_heap() -> Any:
+    """What is alive when the steps begin (the libraries, the model, the optimizer: ~400,000
+    objects) leaves the garbage collector's generations until they end, so a full collection
+    scans only what the steps made (measured on the toy generation-bound shape: one full
+    collection of 0.2 s in 200 steps before, none after)."""
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()  # collectable again, for a process that goes on (a library caller, a test)
 
 
 @contextlib.contextmanager

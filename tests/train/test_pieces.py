@@ -196,3 +196,16 @@ def test_a_failed_atomic_write_leaves_the_old_file_and_no_tmp(tmp_path: Path, mo
     except OSError as exc:
         assert exc.errno == 28
     assert target.read_text() == "old" and not (tmp_path / "f.json.tmp").exists()
+
+
+@pytest.mark.parametrize("ends", ["returns", "raises"])
+def test_the_heap_frozen_for_the_steps_is_collectable_again_however_they_end(ends: str) -> None:
+    import gc
+
+    from rlvr_cli.train.loop import _steady_heap
+
+    with contextlib.suppress(RuntimeError), _steady_heap():
+        assert gc.get_freeze_count() > 0  # what was alive before the steps is out of the generations
+        if ends == "raises":
+            raise RuntimeError("a step failed")
+    assert gc.get_freeze_count() == 0  # collectable again, for the process that goes on
