@@ -341,9 +341,9 @@ def train(
     try:
         # the records of every finished step are on disk when the run ends, however it ends
         rollout = open_rollout(contract, setup.folder, setup.renderer, setup.engine, log_dir=run.folder.path)
-        with tracking.closing(run), rollout as opened, _closing(run.ahead), run.records or contextlib.nullcontext():
-            with _steady_heap():
-                return run_steps(run, opened, progress)
+        records = run.records or contextlib.nullcontext()
+        with tracking.closing(run), rollout as opened, _closing(run.ahead), records, _steady_heap():
+            return run_steps(run, opened, progress)
     except BaseException as exc:
         return ending.ended(run, exc)  # status.json says what stopped the run; the error reaches the user
 
