@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import torch
-import transformers
+from packed_decode import qwen2
 
 import rlvr_cli.engine.fused as fused
 
@@ -78,17 +78,7 @@ def main() -> None:
     before = load_revision(args.rev)
     print(f"{'shape':45s} {args.rev:>10s} ms   now ms   before / now   largest logit difference")
     for name, (hidden, inter, layers, heads, kv, prompt) in SHAPES.items():
-        config = transformers.Qwen2Config(
-            vocab_size=64,
-            hidden_size=hidden,
-            intermediate_size=inter,
-            num_hidden_layers=layers,
-            num_attention_heads=heads,
-            num_key_value_heads=kv,
-            max_position_embeddings=512,
-        )
-        torch.manual_seed(0)
-        model = transformers.Qwen2ForCausalLM(config).eval()
+        model = qwen2(hidden, inter, layers, heads, kv)
         was, now, diff = compare(model, before, prompt)
         print(f"{name:45s} {was:13.2f} {now:8.2f} {was / now:13.2f}×   {diff:.1e}")
 

@@ -44,22 +44,27 @@ def decode_ms(model: torch.nn.Module, compute: torch.dtype | None, packed: bool,
         fused.ONEDNN = onednn
 
 
+def qwen2(hidden: int, inter: int, layers: int, heads: int, kv: int) -> torch.nn.Module:
+    """A Qwen2-architecture model of this shape, random weights (seed 0), a 64-token vocabulary."""
+    torch.manual_seed(0)
+    config = transformers.Qwen2Config(
+        vocab_size=64,
+        hidden_size=hidden,
+        intermediate_size=inter,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv,
+        max_position_embeddings=1024,
+    )
+    return transformers.Qwen2ForCausalLM(config).eval()
+
+
 def main() -> None:
     torch.set_num_threads(2)
     print("| model | compute | plain ms/step | packed ms/step | plain / packed |")
     print("|---|---|---|---|---|")
     for name, (hidden, inter, layers, heads, kv) in SHAPES.items():
-        torch.manual_seed(0)
-        config = transformers.Qwen2Config(
-            vocab_size=64,
-            hidden_size=hidden,
-            intermediate_size=inter,
-            num_hidden_layers=layers,
-            num_attention_heads=heads,
-            num_key_value_heads=kv,
-            max_position_embeddings=1024,
-        )
-        model = transformers.Qwen2ForCausalLM(config).eval()
+        model = qwen2(hidden, inter, layers, heads, kv)
         for compute in (None, torch.bfloat16):
             best = {True: float("inf"), False: float("inf")}
             for _ in range(4):
