@@ -38,8 +38,13 @@ def temp_entries(root: Path) -> set[str]:
 
 
 def holds_marker(path: Path, markers: list[str], budget: int = 200) -> bool:
-    """A folder created during the audit that still holds a session's marker (bounded scan)."""
-    files = [path] if path.is_file() else list(path.rglob("*"))[:budget] if path.is_dir() else []
+    """A folder created during the audit that still holds a session's marker (bounded scan). The
+    system's temp root is shared: another process's folder may vanish while it is listed, and
+    then holds nothing of the audit's."""
+    try:
+        files = [path] if path.is_file() else list(path.rglob("*"))[:budget] if path.is_dir() else []
+    except OSError:
+        return False
     for file in files:
         with contextlib.suppress(OSError):
             if file.is_file() and file.stat().st_size < 1 << 20:

@@ -212,3 +212,27 @@ def test_single_turn_exploit_arms_catch_a_verifier_that_reads_only_the_start(tmp
         "    return Verdict('ok', ok, {'correct': ok, 'format': 1.0})\n"
     )
     assert rlvr("audit", "verifier", folder / CONTRACT, "--tasks", "3").code == 0
+
+
+def test_a_temp_folder_of_another_process_that_vanishes_while_listed_does_not_stop_the_audit(
+    tmp_path: Path, monkeypatch
+) -> None:
+    from rlvr_cli.audit import disk
+
+    marker = "rlvr-marker-0-0123456789ab"
+    kept = tmp_path / "left-by-a-session"
+    kept.mkdir()
+    (kept / "state.json").write_text(marker)
+    gone = tmp_path / "another-process"
+    gone.mkdir()
+    listed = Path.rglob
+
+    def vanishing(self: Path, pattern: str):  # the other process removes its folder mid-listing
+        if self == gone:
+            self.rmdir()
+            raise FileNotFoundError(2, "No such file or directory", str(self))
+        return listed(self, pattern)
+
+    monkeypatch.setattr(Path, "rglob", vanishing)
+    assert not disk.holds_marker(gone, [marker])
+    assert disk.holds_marker(kept, [marker])  # a folder that stays is still read
