@@ -87,7 +87,7 @@ def why_not(model: Any) -> str | None:
 
 def _rms(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
     """transformers' RMSNorm: computed in float32, the weight applied in the input's dtype."""
-    if x.dtype == torch.float32:  # one pass for the squares' sum, not rms_norm's four
+    if x.dtype == torch.float32:  # the squares summed in one call, where rms_norm's composite makes six
         norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
         scale = torch.addcmul(norm.new_full((), eps), norm, norm, value=1 / x.size(-1)).rsqrt_()
         return x * scale if weight is None else (x * weight).mul_(scale)
