@@ -30,16 +30,26 @@ def device_type(model: Any) -> str:
     return next(model.parameters()).device.type
 
 
-def attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gqa: bool) -> torch.Tensor:
-    """`scaled_dot_product_attention`, on a CPU in fp32 whatever the compute dtype (its result
-    in the queries' dtype outside autocast, so pure bf16 stays bf16 after it). PyTorch's CPU
-    attention kernels run bf16 slower than fp32 (2 threads: one query per row, 16 rows × 8 heads
-    × 300 keys, 3.1 against 0.5 ms; a training backward, 16 against 10 ms), so bf16 there
-    would cost time and precision both; on a GPU the kernel autocast picks runs as it is."""
+def attention(
+    q: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    mask: torch.Tensor | None,
+    gqa: bool,
+    causal: bool = False,
+) -> torch.Tensor:
+    """`scaled_dot_product_attention` (`mask`, or causal where `mask` is None and `causal`), on a
+    CPU in fp32 whatever the compute dtype (its result in the queries' dtype outside autocast, so
+    pure bf16 stays bf16 after it). PyTorch's CPU attention kernels run bf16 slower than fp32 (2
+    threads: one query per row, 16 rows × 8 heads × 300 keys, 3.1 against 0.5 ms; a training
+    backward, 16 against 10 ms), so bf16 there would cost time and precision both; on a GPU the
+    kernel autocast picks runs as it is."""
     mixed = torch.is_autocast_enabled("cpu")
+    kw = {"attn_mask": mask, "is_causal": causal and mask is None, "enable_gqa": gqa}
     if q.device.type != "cpu" or (q.dtype == keys.dtype == values.dtype == torch.float32 and not mixed):
-        return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=gqa)
-    mask = mask if mask.dtype == torch.bool else mask.float()
+        return F.scaled_dot_product_attention(q, keys, values, **kw)
+    if mask is not None and mask.dtype != torch.bool:
+        kw["attn_mask"] = mask.float()
     with torch.autocast("cpu", enabled=False):
-        out = F.scaled_dot_product_attention(q.float(), keys.float(), values.float(), attn_mask=mask, enable_gqa=gqa)
+        out = F.scaled_dot_product_attention(q.float(), keys.float(), values.float(), **kw)
     return out if mixed else out.to(q.dtype)

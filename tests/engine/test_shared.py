@@ -4,6 +4,8 @@ responses of different lengths."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 
@@ -56,6 +58,20 @@ def test_log_probs_entropies_and_gradients_are_the_models_own(name: str, tempera
     assert_same_as_own_forward(model, shared_prompt_logprobs, temperature)
 
 
+@pytest.mark.parametrize("prompts", [PROMPTS, [[5, 6, 7], [8, 9, 10], [11, 12, 13]]], ids=["ragged", "equal"])
+@pytest.mark.parametrize("alone", [True, False], ids=["each prompt alone", "one padded call"])
+def test_both_ways_the_prompts_attend_give_the_models_own(
+    monkeypatch: pytest.MonkeyPatch, prompts: list[list[int]], alone: bool
+) -> None:
+    """Prompts attend to themselves in one padded call, or each in its own causal call where
+    padding would cost more (forced here); prompts of one length need no padding at all."""
+    import rlvr_cli.engine.shared as shared
+
+    monkeypatch.setattr(shared, "ONE_CALL_PAIRS", 0 if alone else 1 << 40)
+    monkeypatch.setattr(sys.modules[__name__], "PROMPTS", prompts)
+    assert_same_as_own_forward(family("qwen2").train(), shared_prompt_logprobs, 1.0)
+
+
 def test_a_model_outside_the_family_or_with_checkpointing_is_not_taken() -> None:
     assert "gpt2" in why_not_shared(family("gpt2"))
     model = family("llama")
@@ -96,9 +112,9 @@ def test_layouts_of_released_models_sample_and_train_as_their_own_forward(config
 
 
 def test_padding_never_reaches_a_matrix_product() -> None:
-    """Every projection sees each distinct prompt's rows once and each response's real tokens
-    once, in one call: the responses' right padding (here 4 + 0 + 3 + 2 + 5 + 4 slots) costs no
-    FLOPs."""
+    """Every projection sees each distinct prompt's real tokens once and each response's real
+    tokens once, in one call: the prompts' left padding (3 + 0 + 5 slots) and the responses'
+    right padding (4 + 0 + 3 + 2 + 5 + 4 slots) cost no FLOPs."""
     model, b = family("qwen2").train(), batch()
     seen: list[int] = []
     hook = model.model.layers[0].self_attn.q_proj.register_forward_hook(
@@ -106,9 +122,9 @@ def test_padding_never_reaches_a_matrix_product() -> None:
     )
     shared_prompt_logprobs(model, b, 1.0)
     hook.remove()
-    prompt_rows = 3 * b.prompt_width  # three distinct prompts, left-padded to the widest
-    assert seen == [prompt_rows + sum(len(r) for r in RESPONSES)]
+    assert seen == [sum(len(p) for p in PROMPTS) + sum(len(r) for r in RESPONSES)]
     assert b.response_mask.numel() > sum(len(r) for r in RESPONSES)  # the rectangle has padding to skip
+    assert 3 * b.prompt_width > sum(len(p) for p in PROMPTS)
 
 
 @pytest.mark.parametrize("name", ["qwen2", "qwen3"])
@@ -131,3 +147,12 @@ def test_under_bf16_autocast_log_probs_and_gradients_stay_the_models_own(name: s
     (own, own_grad), (shared, grad) = run(token_logprobs), run(shared_prompt_logprobs)
     assert (shared - own).abs().max() < 0.05 and shared.dtype == torch.float32
     assert torch.nn.functional.cosine_similarity(grad, own_grad, dim=0) > 0.99
+
+
+def test_a_row_without_a_prompt_token_is_left_to_the_models_own_forward() -> None:
+    from rlvr_cli.engine.shared import shares_prompts
+
+    model = family("qwen2").train()
+    assert shares_prompts(model, batch())
+    empty = make_batch([[], [], [5, 6]], [[7], [8], [9]], [[1], [1], [1]], 0)
+    assert not shares_prompts(model, empty)  # two rows share the empty prompt: nothing predicts their first token
