@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from rlvr_cli.engine import two_part
 from rlvr_cli.engine.forward import Batch, distinct_prompts
 from rlvr_cli.engine.fused import why_not
 from rlvr_cli.engine.precision import attention as attend
@@ -137,12 +138,14 @@ def shared_prompt_logprobs(
     optionally their entropy — what `engine.forward.token_logprobs` computes on the same batch
     (0 where a row has no token).
 
-    The distinct prompts' tokens `(G·P)` and the responses' real tokens `(n)`, padding left out,
-    run as one flattened `(G·P + n, hidden)` tensor through every matrix product, norm and MLP:
-    one call of each per layer, not one for the prompts and one for the responses. Only attention
-    splits them: each prompt attends causally to itself, each response to its prompt's keys and
-    values and its own earlier tokens (as rows `(B, T)`, where a response's queries never reach
-    its padding and the padding's own results are dropped)."""
+    The distinct prompts' real tokens `(m)` and the responses' real tokens `(n)`, padding left
+    out, run as one flattened `(m + n, hidden)` tensor through every matrix product, norm and
+    MLP: one call of each per layer, not one for the prompts and one for the responses. Only
+    attention splits them: each prompt attends causally to itself (in one padded call, or each
+    alone where padding would cost more), each response to its prompt's keys and values and its
+    own earlier tokens: as rows `(B, T)` over copies of their prompt's keys, where a response's
+    queries never reach its padding and the padding's own results are dropped; or, on a CPU where
+    the copies would be large, in two parts that need no copy (engine/two_part.py)."""
     sharded = getattr(model, UNIT, None)
     if sharded is not None:
         return sharded(batch, temperature, with_entropy)
@@ -170,6 +173,7 @@ class _Rows:
     seen: torch.Tensor
     seen_prompt: torch.Tensor | None
     one_call: bool
+    two_part: two_part.Rows | None = None  # the responses attend in two parts (engine/two_part.py)
 
     def rows(self, x: torch.Tensor) -> torch.Tensor:  # (n, heads, D) → (B, heads, T, D), padding zero
         full = x.new_zeros(self.B * self.T, *x.shape[1:]).index_copy(0, self.real, x)
@@ -182,9 +186,17 @@ class _Rows:
 
 
 #: the prompts attend in one padded call unless that computes 5/4 of the pairs they need and at
-#: least this many query-key pairs times heads; then each prompt attends alone (its own causal
-#: call: 8 prompts of 110-300 tokens, 31 M parameters, a layer's forward and backward 41 -> 22 ms)
+#: least this many query-key pairs times heads; then each prompt attends alone, in its own causal
+#: call (8 prompts of 120-280 tokens, 8 heads of 64, fp32: a layer's forward and backward of the
+#: prompts' attention 37 -> 20 ms, best of 10)
 ONE_CALL_PAIRS = 1 << 20
+
+#: per layer, the bytes of prompt keys and values the responses' copies would hold before the
+#: responses attend in two parts instead (on a CPU: engine/two_part.py); below, the two parts'
+#: extra calls cost more than the copies (1 M parameters, 16 rows of 18-30-token prompts, forward
+#: and backward: 21 against 19 ms; 31 M parameters, 64 rows of 110-300-token prompts, bf16:
+#: 3.37 against 3.75 s)
+TWO_PART_BYTES = 4 << 20
 
 
 def _layout(
@@ -215,6 +227,9 @@ def _layout(
         seen_prompt = torch.ones(P, P, dtype=torch.bool, device=at.device).tril()[None] & keys[:, None, :]
         seen_prompt = (seen_prompt | torch.eye(P, dtype=torch.bool, device=at.device)[None])[:, None]  # no NaN rows
     split = _Rows(s, at.numel(), lengths, slots, G, P, B, T, real, owner, seen, seen_prompt, one_call)
+    copies = (B - G) * s.kv * P * s.dim * 4  # bytes of prompt keys and values the rows' copies add
+    if at.device.type == "cpu" and copies >= TWO_PART_BYTES and two_part.available():
+        split.two_part = two_part.Rows(real, owner, B, T, lengths)
     return split, at, rank
 
 
@@ -262,6 +277,10 @@ def _layer_step(layer: Any, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tenso
     # index_select, not prompt_k[owner]: the indexing's backward (index_put_ with accumulate on
     # CPU) adds the rows of a shared prompt in an order that depends on thread timing, so two
     # identical runs on a busy machine drifted apart; index_select's backward is deterministic
+    if split.two_part is not None:
+        out = two_part.attend(split.two_part, q[m:], k[m:], v[m:], k[:m], v[:m]).flatten(1)  # (n, H·D)
+        out = out if torch.is_autocast_enabled("cpu") else out.to(q.dtype)
+        return _rest(layer, h, torch.cat([prompt_out, out]))
     keys = torch.cat([split.prompts(k[:m]).index_select(0, split.owner), split.rows(k[m:])], dim=2)
     values = torch.cat([split.prompts(v[:m]).index_select(0, split.owner), split.rows(v[m:])], dim=2)
     out = attend(split.rows(q[m:]), keys, values, split.seen, gqa)  # (B, H, T, D)

@@ -60,16 +60,22 @@ def test_log_probs_entropies_and_gradients_are_the_models_own(name: str, tempera
 
 @pytest.mark.parametrize("prompts", [PROMPTS, [[5, 6, 7], [8, 9, 10], [11, 12, 13]]], ids=["ragged", "equal"])
 @pytest.mark.parametrize("alone", [True, False], ids=["each prompt alone", "one padded call"])
-def test_both_ways_the_prompts_attend_give_the_models_own(
-    monkeypatch: pytest.MonkeyPatch, prompts: list[list[int]], alone: bool
+@pytest.mark.parametrize("two_part", [True, False], ids=["responses in two parts", "over copies"])
+@pytest.mark.parametrize("name", ["qwen2", "qwen3"])
+def test_every_way_the_prompts_and_responses_attend_gives_the_models_own(
+    monkeypatch: pytest.MonkeyPatch, prompts: list[list[int]], alone: bool, two_part: bool, name: str
 ) -> None:
     """Prompts attend to themselves in one padded call, or each in its own causal call where
-    padding would cost more (forced here); prompts of one length need no padding at all."""
+    padding would cost more; responses attend over copies of their prompt's keys, or in two
+    parts merged by their log-sum-exp (engine/two_part.py) where the copies would be large. Both
+    choices are forced here; prompts of one length need no padding at all. Each key head serves
+    two query heads in both families; Qwen3 normalises queries and keys."""
     import rlvr_cli.engine.shared as shared
 
     monkeypatch.setattr(shared, "ONE_CALL_PAIRS", 0 if alone else 1 << 40)
+    monkeypatch.setattr(shared, "TWO_PART_BYTES", 0 if two_part else 1 << 40)
     monkeypatch.setattr(sys.modules[__name__], "PROMPTS", prompts)
-    assert_same_as_own_forward(family("qwen2").train(), shared_prompt_logprobs, 1.0)
+    assert_same_as_own_forward(family(name).train(), shared_prompt_logprobs, 1.0)
 
 
 def test_a_model_outside_the_family_or_with_checkpointing_is_not_taken() -> None:
@@ -127,13 +133,18 @@ def test_padding_never_reaches_a_matrix_product() -> None:
     assert 3 * b.prompt_width > sum(len(p) for p in PROMPTS)
 
 
+@pytest.mark.parametrize("two_part", [True, False], ids=["responses in two parts", "over copies"])
 @pytest.mark.parametrize("name", ["qwen2", "qwen3"])
-def test_under_bf16_autocast_log_probs_and_gradients_stay_the_models_own(name: str) -> None:
+def test_under_bf16_autocast_log_probs_and_gradients_stay_the_models_own(
+    monkeypatch: pytest.MonkeyPatch, name: str, two_part: bool
+) -> None:
     """Mixed precision (autocast bf16 over fp32 weights): attention runs in fp32 on the CPU
-    (engine/precision.py) and the rest as the model's own forward does; both agree to bf16's
-    rounding, gradients included."""
+    (engine/precision.py, engine/two_part.py) and the rest as the model's own forward does; both
+    agree to bf16's rounding, gradients included."""
+    import rlvr_cli.engine.shared as shared
     from rlvr_cli.engine.precision import autocast
 
+    monkeypatch.setattr(shared, "TWO_PART_BYTES", 0 if two_part else 1 << 40)
     model, b = family(name).train(), batch()
     real = b.response_mask.bool()
 
@@ -156,3 +167,18 @@ def test_a_row_without_a_prompt_token_is_left_to_the_models_own_forward() -> Non
     assert shares_prompts(model, batch())
     empty = make_batch([[], [], [5, 6]], [[7], [8], [9]], [[1], [1], [1]], 0)
     assert not shares_prompts(model, empty)  # two rows share the empty prompt: nothing predicts their first token
+
+
+def test_pure_bf16_weights_attend_in_two_parts_and_stay_bf16(monkeypatch: pytest.MonkeyPatch) -> None:
+    """bf16 weights without autocast (`precision: {params: bf16, ...}` written out): the two-part
+    attention computes in fp32 and hands bf16 on, as the model's own forward keeps its dtype."""
+    import rlvr_cli.engine.shared as shared
+
+    monkeypatch.setattr(shared, "TWO_PART_BYTES", 0)
+    model, b = family("qwen2").train().to(torch.bfloat16), batch()
+    real = b.response_mask.bool()
+    own, _ = token_logprobs(model, b, 1.0)
+    logp, _ = shared_prompt_logprobs(model, b, 1.0)
+    (logp * b.response_mask).sum().backward()
+    assert (logp[real] - own[real]).abs().max() < 0.1
+    assert all(p.grad.dtype == torch.bfloat16 for p in model.parameters() if p.grad is not None)
