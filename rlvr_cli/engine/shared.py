@@ -79,6 +79,12 @@ class _Shapes:
         self.kv = getattr(config, "num_key_value_heads", None) or self.heads
         self.dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
         self.qk_norm = config.model_type == "qwen3"
+        hidden = config.hidden_size  # multiply-adds a token of the layers' matrix products
+        self.per_token = (
+            config.num_hidden_layers
+            * hidden
+            * (2 * self.heads * self.dim + 2 * self.kv * self.dim + 3 * config.intermediate_size)
+        )
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -154,9 +160,9 @@ def shared_prompt_logprobs(
 
 @dataclass
 class _Rows:
-    """What every layer's attention needs to split the flattened tokens: the `m` real tokens of
-    `G` distinct prompts (`lengths`; their places in a `(G, P)` layout left-padded to the widest,
-    `slots`, None where every prompt is `P` long), then the responses' real tokens (`real`,
+    """What every layer's attention needs to split the flattened tokens: the `m` tokens of `G`
+    distinct prompts (each one's `lengths` there; their places in a `(G, P)` layout left-padded
+    to the widest, `slots`, None where they are that layout already), then the responses' real tokens (`real`,
     row-major in `(B, T)`), each response's prompt (`owner`), and who sees whom (`seen`; and
     `seen_prompt` where the prompts attend in one padded call)."""
 
@@ -191,6 +197,12 @@ class _Rows:
 #: prompts' attention 37 -> 20 ms, best of 10)
 ONE_CALL_PAIRS = 1 << 20
 
+#: the prompts' padding leaves every matrix product where it is worth this many multiply-adds a
+#: forward (padding tokens × the model's per token) or where the prompts attend alone or the
+#: responses in two parts; below, gathering the real tokens costs more than the padding (1 M
+#: parameters, 2 prompts of 18-30 tokens: 25 against 24 ms a forward and backward)
+COMPACT_MACS = 1 << 27
+
 #: per layer, the bytes of prompt keys and values the responses' copies would hold before the
 #: responses attend in two parts instead (on a CPU: engine/two_part.py); below, the two parts'
 #: extra calls cost more than the copies (1 M parameters, 16 rows of 18-30-token prompts, forward
@@ -202,35 +214,45 @@ TWO_PART_BYTES = 4 << 20
 def _layout(
     batch: Batch, first: torch.Tensor, owner: torch.Tensor, s: _Shapes
 ) -> tuple[_Rows, torch.Tensor, torch.Tensor]:
-    """The split of a batch's tokens, the prompts' real tokens `(m,)` and their positions `(m,)`."""
+    """The split of a batch's tokens, where the distinct prompts' tokens are in the batch `(m,)`,
+    and their positions `(m,)`: their real tokens only, or each prompt as wide as the widest,
+    left padding included, where leaving the padding out would save less than it costs."""
     width = batch.prompt_width
-    own_mask = batch.attention_mask[first, :width].bool()  # (G, width)
-    at = own_mask.flatten().nonzero().squeeze(1)  # the distinct prompts' real tokens, row-major
-    rank = (own_mask.cumsum(dim=1) - 1).flatten().index_select(0, at)  # each one's place in its prompt
+    own_mask = batch.attention_mask[first, :width].bool()  # (G, width), left-padded
     counts = own_mask.sum(dim=1)
     lengths = counts.tolist()
     G, P = len(lengths), max(lengths)
-    slots = None
-    if min(lengths) != P:
-        group = torch.div(at, width, rounding_mode="floor")
-        slots = group * P + (P - counts).index_select(0, group) + rank
     responses = batch.input_ids[:, width:]
     B, T = responses.shape
+    device = own_mask.device
     real = batch.attention_mask[:, width:].flatten().nonzero().squeeze(1)  # (n,) the tokens, row-major
-    keys = torch.arange(P, device=at.device)[None] >= (P - counts)[:, None]  # (G, P) each prompt's keys
-    causal = torch.ones(T, T, dtype=torch.bool, device=at.device).tril()[None].expand(B, T, T)
-    seen = torch.cat([keys.index_select(0, owner)[:, None, :].expand(B, T, P), causal], dim=2)[:, None]
     padded, needed = G * P * P, sum(n * n for n in lengths)
     one_call = 4 * padded <= 5 * needed or padded * s.heads < ONE_CALL_PAIRS
-    seen_prompt = None
-    if one_call and slots is not None:
-        seen_prompt = torch.ones(P, P, dtype=torch.bool, device=at.device).tril()[None] & keys[:, None, :]
-        seen_prompt = (seen_prompt | torch.eye(P, dtype=torch.bool, device=at.device)[None])[:, None]  # no NaN rows
-    split = _Rows(s, at.numel(), lengths, slots, G, P, B, T, real, owner, seen, seen_prompt, one_call)
     copies = (B - G) * s.kv * P * s.dim * 4  # bytes of prompt keys and values the rows' copies add
-    if at.device.type == "cpu" and copies >= TWO_PART_BYTES and two_part.available():
+    two = device.type == "cpu" and copies >= TWO_PART_BYTES and two_part.available()
+    if (G * P - sum(lengths)) * s.per_token >= COMPACT_MACS or not one_call or two:
+        at = own_mask.flatten().nonzero().squeeze(1)  # the distinct prompts' real tokens, row-major
+        positions = (own_mask.cumsum(dim=1) - 1).flatten().index_select(0, at)  # each one's place in its prompt
+        slots = None
+        if min(lengths) != P:  # their places in a (G, P) layout, left-padded to the widest
+            group = torch.div(at, width, rounding_mode="floor")
+            slots = group * P + (P - counts).index_select(0, group) + positions
+        spans = lengths
+    else:  # (G, P): the real tokens are the last P of each row
+        at = (torch.arange(G, device=device)[:, None] * width + torch.arange(width - P, width, device=device)).flatten()
+        positions = (own_mask[:, width - P :].cumsum(dim=1) - 1).clamp(min=0).flatten()
+        slots, spans = None, [P] * G
+    keys = torch.arange(P, device=device)[None] >= (P - counts)[:, None]  # (G, P) each prompt's real keys
+    causal = torch.ones(T, T, dtype=torch.bool, device=device).tril()[None].expand(B, T, T)
+    seen = torch.cat([keys.index_select(0, owner)[:, None, :].expand(B, T, P), causal], dim=2)[:, None]
+    seen_prompt = None
+    if one_call and min(lengths) != P:
+        seen_prompt = torch.ones(P, P, dtype=torch.bool, device=device).tril()[None] & keys[:, None, :]
+        seen_prompt = (seen_prompt | torch.eye(P, dtype=torch.bool, device=device)[None])[:, None]  # no NaN rows
+    split = _Rows(s, at.numel(), spans, slots, G, P, B, T, real, owner, seen, seen_prompt, one_call)
+    if two:
         split.two_part = two_part.Rows(real, owner, B, T, lengths)
-    return split, at, rank
+    return split, at, positions
 
 
 def _shared(
@@ -248,24 +270,29 @@ def _shared(
     for layer in model.model.layers:
         step = getattr(layer, UNIT, None)  # sharded: the layer's unit gathers its weights around it
         h = step(h, cos, sin, split) if step is not None else _layer_step(layer, h, cos, sin, split)
-    ends = torch.tensor(split.lengths, device=h.device).cumsum(0) - 1
-    last = h.index_select(0, ends)  # each prompt's last token
+    if split.m == split.G * split.P:  # every prompt P wide: its last token is its last row
+        last = h[: split.m].unflatten(0, (split.G, split.P))[:, -1]
+    else:
+        last = h.index_select(0, torch.tensor(split.lengths, device=h.device).cumsum(0) - 1)
     return _read_out(model, last, h[split.m :], owner, responses, split.real, temperature, with_entropy)
 
 
-def _prompt_attention(split: _Rows, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gqa: bool) -> torch.Tensor:
-    """Each prompt's tokens attending causally to their own prompt: `(m, H·D)`."""
+def _prompt_attention(
+    split: _Rows, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gqa: bool
+) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
+    """Each prompt's tokens attending causally to their own prompt: `(m, H·D)`, and the prompts'
+    keys and values `(G, kv, P, D)` where they were laid out for it."""
     H, D = split.shapes.heads, split.shapes.dim
     if split.one_call:
         pq, pk, pv = (split.prompts(t) for t in (q, k, v))  # (G, heads, P, D)
         out = attend(pq, pk, pv, split.seen_prompt, gqa, causal=True).transpose(1, 2).reshape(-1, H * D)
-        return out if split.slots is None else out.index_select(0, split.slots)
+        return (out if split.slots is None else out.index_select(0, split.slots)), (pk, pv)
     outs, start = [], 0
     for n in split.lengths:
         one = (t[start : start + n].transpose(0, 1)[None] for t in (q, k, v))  # (1, heads, n, D)
         outs.append(attend(*one, None, gqa, causal=True)[0].transpose(0, 1).reshape(n, H * D))
         start += n
-    return torch.cat(outs)
+    return torch.cat(outs), None
 
 
 def _layer_step(layer: Any, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, split: _Rows) -> torch.Tensor:
@@ -273,16 +300,17 @@ def _layer_step(layer: Any, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tenso
     s, m = split.shapes, split.m
     gqa = s.kv != s.heads
     q, k, v = _attention(s, layer, h, cos, sin)  # (m + n, heads, D)
-    prompt_out = _prompt_attention(split, q[:m], k[:m], v[:m], gqa)
-    # index_select, not prompt_k[owner]: the indexing's backward (index_put_ with accumulate on
-    # CPU) adds the rows of a shared prompt in an order that depends on thread timing, so two
-    # identical runs on a busy machine drifted apart; index_select's backward is deterministic
+    prompt_out, laid_out = _prompt_attention(split, q[:m], k[:m], v[:m], gqa)
     if split.two_part is not None:
         out = two_part.attend(split.two_part, q[m:], k[m:], v[m:], k[:m], v[:m]).flatten(1)  # (n, H·D)
         out = out if torch.is_autocast_enabled("cpu") else out.to(q.dtype)
         return _rest(layer, h, torch.cat([prompt_out, out]))
-    keys = torch.cat([split.prompts(k[:m]).index_select(0, split.owner), split.rows(k[m:])], dim=2)
-    values = torch.cat([split.prompts(v[:m]).index_select(0, split.owner), split.rows(v[m:])], dim=2)
+    prompt_k, prompt_v = laid_out or (split.prompts(k[:m]), split.prompts(v[:m]))
+    # index_select, not prompt_k[owner]: the indexing's backward (index_put_ with accumulate on
+    # CPU) adds the rows of a shared prompt in an order that depends on thread timing, so two
+    # identical runs on a busy machine drifted apart; index_select's backward is deterministic
+    keys = torch.cat([prompt_k.index_select(0, split.owner), split.rows(k[m:])], dim=2)
+    values = torch.cat([prompt_v.index_select(0, split.owner), split.rows(v[m:])], dim=2)
     out = attend(split.rows(q[m:]), keys, values, split.seen, gqa)  # (B, H, T, D)
     out = out.transpose(1, 2).flatten(2).flatten(0, 1).index_select(0, split.real)
     return _rest(layer, h, torch.cat([prompt_out, out]))

@@ -61,19 +61,22 @@ def test_log_probs_entropies_and_gradients_are_the_models_own(name: str, tempera
 @pytest.mark.parametrize("prompts", [PROMPTS, [[5, 6, 7], [8, 9, 10], [11, 12, 13]]], ids=["ragged", "equal"])
 @pytest.mark.parametrize("alone", [True, False], ids=["each prompt alone", "one padded call"])
 @pytest.mark.parametrize("two_part", [True, False], ids=["responses in two parts", "over copies"])
+@pytest.mark.parametrize("compact", [True, False], ids=["prompt padding left out", "kept where it can be"])
 @pytest.mark.parametrize("name", ["qwen2", "qwen3"])
 def test_every_way_the_prompts_and_responses_attend_gives_the_models_own(
-    monkeypatch: pytest.MonkeyPatch, prompts: list[list[int]], alone: bool, two_part: bool, name: str
+    monkeypatch: pytest.MonkeyPatch, prompts: list[list[int]], alone: bool, two_part: bool, compact: bool, name: str
 ) -> None:
     """Prompts attend to themselves in one padded call, or each in its own causal call where
     padding would cost more; responses attend over copies of their prompt's keys, or in two
-    parts merged by their log-sum-exp (engine/two_part.py) where the copies would be large. Both
-    choices are forced here; prompts of one length need no padding at all. Each key head serves
+    parts merged by their log-sum-exp (engine/two_part.py) where the copies would be large; the
+    prompts' padding goes through the matrix products where leaving it out costs more. Each
+    choice is forced here; prompts of one length have no padding at all. Each key head serves
     two query heads in both families; Qwen3 normalises queries and keys."""
     import rlvr_cli.engine.shared as shared
 
     monkeypatch.setattr(shared, "ONE_CALL_PAIRS", 0 if alone else 1 << 40)
     monkeypatch.setattr(shared, "TWO_PART_BYTES", 0 if two_part else 1 << 40)
+    monkeypatch.setattr(shared, "COMPACT_MACS", 0 if compact else 1 << 40)
     monkeypatch.setattr(sys.modules[__name__], "PROMPTS", prompts)
     assert_same_as_own_forward(family(name).train(), shared_prompt_logprobs, 1.0)
 
@@ -117,10 +120,16 @@ def test_layouts_of_released_models_sample_and_train_as_their_own_forward(config
     assert torch.allclose(shared[b.response_mask.bool()], own[b.response_mask.bool()], atol=1e-5)
 
 
-def test_padding_never_reaches_a_matrix_product() -> None:
-    """Every projection sees each distinct prompt's real tokens once and each response's real
-    tokens once, in one call: the prompts' left padding (3 + 0 + 5 slots) and the responses'
-    right padding (4 + 0 + 3 + 2 + 5 + 4 slots) cost no FLOPs."""
+@pytest.mark.parametrize("compact", [True, False], ids=["prompt padding left out", "prompt padding kept"])
+def test_padding_never_reaches_a_matrix_product(monkeypatch: pytest.MonkeyPatch, compact: bool) -> None:
+    """Every projection sees each distinct prompt once and each response's real tokens once, in
+    one call: the responses' right padding (here 4 + 0 + 3 + 2 + 5 + 4 slots) costs no FLOPs,
+    nor the prompts' left padding (3 + 0 + 5 slots) where it is worth leaving out (forced here;
+    on this tiny model gathering the real tokens would cost more than the padding)."""
+    import rlvr_cli.engine.shared as shared
+
+    if compact:
+        monkeypatch.setattr(shared, "COMPACT_MACS", 0)
     model, b = family("qwen2").train(), batch()
     seen: list[int] = []
     hook = model.model.layers[0].self_attn.q_proj.register_forward_hook(
@@ -128,9 +137,9 @@ def test_padding_never_reaches_a_matrix_product() -> None:
     )
     shared_prompt_logprobs(model, b, 1.0)
     hook.remove()
-    assert seen == [sum(len(p) for p in PROMPTS) + sum(len(r) for r in RESPONSES)]
+    prompt_rows = sum(len(p) for p in PROMPTS) if compact else 3 * max(len(p) for p in PROMPTS)
+    assert seen == [prompt_rows + sum(len(r) for r in RESPONSES)]
     assert b.response_mask.numel() > sum(len(r) for r in RESPONSES)  # the rectangle has padding to skip
-    assert 3 * b.prompt_width > sum(len(p) for p in PROMPTS)
 
 
 @pytest.mark.parametrize("two_part", [True, False], ids=["responses in two parts", "over copies"])
