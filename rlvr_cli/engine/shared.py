@@ -204,11 +204,12 @@ ONE_CALL_PAIRS = 1 << 20
 COMPACT_MACS = 1 << 27
 
 #: per layer, the bytes of prompt keys and values the responses' copies would hold before the
-#: responses attend in two parts instead (on a CPU: engine/two_part.py); below, the two parts'
-#: extra calls cost more than the copies (1 M parameters, 16 rows of 18-30-token prompts, forward
-#: and backward: 21 against 19 ms; 31 M parameters, 64 rows of 110-300-token prompts, bf16:
-#: 3.37 against 3.75 s)
-TWO_PART_BYTES = 4 << 20
+#: responses attend in two parts instead (on a CPU: engine/two_part.py). Measured, a forward and
+#: backward, two parts against copies: 1 M parameters, 16 rows of 18-30-token prompts (0.1 MB),
+#: 21 against 19 ms; 31 M parameters in bf16, 16 rows of 50-80-token prompts (1.1 MB), 0.68
+#: against 0.67 s; of 110-300-token prompts (3-4 MB), 0.86 against 0.92 s; 64 rows of those,
+#: 3.37 against 3.75 s
+TWO_PART_BYTES = 2 << 20
 
 
 def _layout(
