@@ -75,6 +75,8 @@ class TwoPart(torch.autograd.Function):
         out1, lse1 = q.new_empty(n, H, D), q.new_empty(n, H)
         for g, keys, values in _prompt_parts(split, pk, pv):
             at = split.groups[g]
+            if not at.numel():  # no response of this group has a token
+                continue
             o, lse = _ops._scaled_dot_product_flash_attention_for_cpu(
                 _fold(q.index_select(0, at), kv), keys, values, scale=scale
             )
@@ -95,11 +97,14 @@ class TwoPart(torch.autograd.Function):
         split, scale = ctx.split, ctx.scale
         H, kv = q.size(1), k.size(1)
         grad = grad.contiguous()
-        dq, dpk, dpv = torch.zeros_like(q), torch.empty_like(pk), torch.empty_like(pv)
+        dq, dpk, dpv = torch.zeros_like(q), torch.zeros_like(pk), torch.zeros_like(pv)
         start = 0
         for g, keys, values in _prompt_parts(split, pk, pv):
             at, m = split.groups[g], split.groups[g].numel()
             L = split.lengths[g]
+            if not m:
+                start += L
+                continue
             a, b, c = _ops._scaled_dot_product_flash_attention_for_cpu_backward(
                 _fold(grad.index_select(0, at), kv),
                 _fold(q.index_select(0, at), kv),

@@ -191,3 +191,15 @@ def test_pure_bf16_weights_attend_in_two_parts_and_stay_bf16(monkeypatch: pytest
     (logp * b.response_mask).sum().backward()
     assert (logp[real] - own[real]).abs().max() < 0.1
     assert all(p.grad.dtype == torch.bfloat16 for p in model.parameters() if p.grad is not None)
+
+
+@pytest.mark.parametrize("two_part", [True, False], ids=["responses in two parts", "over copies"])
+def test_a_group_whose_responses_are_all_empty_trains_the_others_as_the_models_own(
+    monkeypatch: pytest.MonkeyPatch, two_part: bool
+) -> None:
+    import rlvr_cli.engine.shared as shared
+
+    monkeypatch.setattr(shared, "TWO_PART_BYTES", 0 if two_part else 1 << 40)
+    responses = [r if i % 3 != 1 else [] for i, r in enumerate(RESPONSES)]  # prompt 1's rows say nothing
+    monkeypatch.setattr(sys.modules[__name__], "RESPONSES", responses)
+    assert_same_as_own_forward(family("qwen2").train(), shared_prompt_logprobs, 1.0)
