@@ -203,3 +203,17 @@ def test_a_group_whose_responses_are_all_empty_trains_the_others_as_the_models_o
     responses = [r if i % 3 != 1 else [] for i, r in enumerate(RESPONSES)]  # prompt 1's rows say nothing
     monkeypatch.setattr(sys.modules[__name__], "RESPONSES", responses)
     assert_same_as_own_forward(family("qwen2").train(), shared_prompt_logprobs, 1.0)
+
+
+def test_two_parts_with_a_key_head_for_every_query_head(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No grouped queries (Llama-2's layout): each key head serves one query head."""
+    import transformers as t
+
+    import rlvr_cli.engine.shared as shared
+    from tests.engine.test_sampler import COMMON
+
+    monkeypatch.setattr(shared, "TWO_PART_BYTES", 0)
+    monkeypatch.setattr(shared, "ONE_CALL_PAIRS", 0)
+    torch.manual_seed(0)
+    model = t.LlamaForCausalLM(t.LlamaConfig(**{**COMMON, "num_key_value_heads": COMMON["num_attention_heads"]}))
+    assert_same_as_own_forward(model.train(), shared_prompt_logprobs, 1.0)
