@@ -30,7 +30,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from rlvr_cli.engine import cascade
+from rlvr_cli.engine import cascade, ragged
 from rlvr_cli.engine.adapted import effective_weight, is_adapted, weight_bytes
 from rlvr_cli.engine.limits import COPY_BYTES, FAMILIES, packed_on_cpu
 from rlvr_cli.engine.precision import attention as attend
@@ -342,6 +342,8 @@ class Decoder:
         mask = torch.full((B, P + room), float("-inf"), device=ids.device, dtype=store_dtype)
         mask[:, :P].masked_fill_(attention.bool(), 0.0)
         cache = Cache([], [], mask, positions[:, -1], P, cos_table, sin_table)
+        if ragged.pays(self, attention):  # the padding left out of every product
+            return ragged.prefill(self, ids, attention, room, cache, _rms), cache
         seen = torch.ones(P, P, dtype=torch.bool, device=ids.device).tril()[None] & attention.bool()[:, None, :]
         seen = (seen | torch.eye(P, dtype=torch.bool, device=ids.device)[None])[:, None]  # padding sees itself: no NaN
         for layer in self.layers:

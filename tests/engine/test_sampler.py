@@ -63,17 +63,38 @@ def test_same_logits_give_generates_probabilities(temperature: float, top_k: int
     assert torch.equal(torch.softmax(filtered_logits(logits, temperature, top_k, top_p), dim=-1), expected)
 
 
+def real_tokens_only(monkeypatch, on: bool) -> list[int]:
+    """Make the prefill leave the prompts' padding out (engine/ragged.py) or keep it, whatever it
+    would pay on this tiny model; the list counts the prefills that left it out."""
+    import rlvr_cli.engine.ragged as ragged
+
+    monkeypatch.setattr(ragged, "PADDING_MACS", 0 if on else 1 << 60)
+    taken: list[int] = []
+    inner = ragged.prefill
+
+    def counted(*args, **kwargs):
+        taken.append(1)
+        return inner(*args, **kwargs)
+
+    monkeypatch.setattr(ragged, "prefill", counted)
+    return taken
+
+
+@pytest.mark.parametrize("ragged", [False, True], ids=["padded prefill", "prefill of the real tokens"])
 @pytest.mark.parametrize(
     "copies", ["copied", "packed", "own"], ids=["weights copied", "copies packed (oneDNN)", "the model's own weights"]
 )
 @pytest.mark.parametrize("name", ["llama", "qwen2", "qwen3", "mistral"])
-def test_the_fused_forward_gives_the_models_own_logits(monkeypatch, name: str, copies: str) -> None:
+def test_the_fused_forward_gives_the_models_own_logits(monkeypatch, name: str, copies: str, ragged: bool) -> None:
     """The decoder's copies are stacked (`copied`), held in oneDNN's packed layout where it
     speeds the product up (`packed`: on a CPU in fp32 from `PACK_FP32` elements, lowered here to
-    this tiny model), or it reads the model's own weights (`own`: a model too big to copy)."""
+    this tiny model), or it reads the model's own weights (`own`: a model too big to copy). The
+    prefill runs the left-padded rectangle, or the prompts' real tokens only (engine/ragged.py,
+    where the padding is worth leaving out; forced here)."""
     import rlvr_cli.engine.fused as fused
     import rlvr_cli.engine.limits as limits
 
+    taken = real_tokens_only(monkeypatch, ragged)
     if copies == "own":
         monkeypatch.setattr(fused, "COPY_BYTES", 0)
     if copies == "packed":
@@ -89,6 +110,7 @@ def test_the_fused_forward_gives_the_models_own_logits(monkeypatch, name: str, c
     packed = {linear.packed for layer in decoder.layers for linear in (layer.qkv, layer.o, layer.gate_up, layer.down)}
     assert packed == {copies == "packed"}
     logits, cache = decoder.prefill(ids, attention, room=2)
+    assert len(taken) == ragged
     positions = (attention.cumsum(1) - 1).clamp(min=0)
     with torch.no_grad():
         own = model(input_ids=ids, attention_mask=attention, position_ids=positions).logits[:, -1].float()
@@ -104,8 +126,9 @@ def test_the_fused_forward_gives_the_models_own_logits(monkeypatch, name: str, c
 
 @pytest.mark.parametrize("compute", [None, torch.bfloat16], ids=["fp32", "autocast bf16"])
 @pytest.mark.parametrize("name", ["llama", "qwen2", "qwen3", "mistral"])
+@pytest.mark.parametrize("ragged", [False, True], ids=["padded prefill", "prefill of the real tokens"])
 def test_rows_that_share_a_prompt_read_it_once_and_get_what_their_own_copies_give(
-    monkeypatch, name: str, compute
+    monkeypatch, name: str, compute, ragged: bool
 ) -> None:
     """A group's rows fanned out from one prefill keep the prompt's keys once (engine/cascade.py):
     every decode step's logits equal those of rows each holding a copy of the prompt, as rows
@@ -116,6 +139,7 @@ def test_rows_that_share_a_prompt_read_it_once_and_get_what_their_own_copies_giv
     from rlvr_cli.engine.precision import autocast
 
     monkeypatch.setattr(cascade, "SHARED_BYTES", 1)
+    real_tokens_only(monkeypatch, ragged)
 
     model = family(name)
     batch = make_batch(PROMPTS[:3], [[] for _ in range(3)], [[] for _ in range(3)], 0, response_width=1)
@@ -148,12 +172,17 @@ def test_rows_that_share_a_prompt_read_it_once_and_get_what_their_own_copies_giv
         assert not small.prefix  # a few KB of copies: each row keeps its own
 
 
+@pytest.mark.parametrize("ragged", [False, True], ids=["padded prefill", "prefill of the real tokens"])
 @pytest.mark.parametrize("mode", ["autocast bf16", "pure bf16"])
-def test_the_fused_forward_in_bf16_gives_the_models_own_logits_to_bf16_rounding(mode: str) -> None:
+def test_the_fused_forward_in_bf16_gives_the_models_own_logits_to_bf16_rounding(
+    monkeypatch, mode: str, ragged: bool
+) -> None:
     """bf16 compute, over fp32 weights (autocast) or bf16 weights: the decoder keeps its cache
     and attention in fp32 on a CPU (engine/precision.py `attention`), the model its own way;
     they agree to bf16's rounding through prefill and decode steps."""
     from rlvr_cli.engine.precision import autocast
+
+    taken = real_tokens_only(monkeypatch, ragged)
 
     model = family("qwen2")
     if mode == "pure bf16":
@@ -169,7 +198,7 @@ def test_the_fused_forward_in_bf16_gives_the_models_own_logits_to_bf16_rounding(
         attention = torch.cat([attention, torch.ones(4, 1, dtype=torch.long)], 1)
         positions = (attention.cumsum(1) - 1).clamp(min=0)
         own = model(input_ids=ids, attention_mask=attention, position_ids=positions).logits.float()
-    assert cache.keys[0].dtype == torch.float32
+    assert cache.keys[0].dtype == torch.float32 and len(taken) == ragged
     assert (logits - own[:, -2]).abs().max() < 0.02 and (step - own[:, -1]).abs().max() < 0.02
 
 
