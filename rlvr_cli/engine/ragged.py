@@ -27,7 +27,7 @@ def pays(decoder: Any, attention: torch.Tensor) -> bool:
     """Whether the prefill of these left-padded prompts `(B, P)` should leave their padding out."""
     B, P = attention.shape
     padding = B * P - int(attention.sum())
-    if B < 2 or padding == 0:
+    if B < 2 or padding == 0 or not bool(attention.any(dim=1).all()):  # a prompt without a token: nothing to read out
         return False
     config = decoder.model.config
     D, H, kv = decoder.head_dim, decoder.heads, decoder.kv_heads

@@ -359,3 +359,15 @@ def test_the_transformers_engine_samples_what_the_contract_says_not_the_models_g
     repeats = sum(token in prompt for g in drawn for token in g.response_ids)
     assert repeats >= 5, repeats  # 512 draws over 64 tokens; forbidden, there would be none
     assert model.generation_config.no_repeat_ngram_size == 1  # the model's own config is left as it was
+
+
+def test_a_prompt_without_a_token_keeps_the_padded_prefill(monkeypatch) -> None:
+    """The real-token prefill reads each prompt's last token; a row with none keeps the padded way."""
+    taken = real_tokens_only(monkeypatch, True)
+    model = family("qwen2")
+    decoder = Decoder(model)
+    ids = torch.tensor([[0, 0, 5], [0, 0, 0], [6, 7, 8]])
+    decoder.prefill(ids, (ids != 0).long(), room=1)
+    assert not taken
+    decoder.prefill(ids[[0, 2]], (ids[[0, 2]] != 0).long(), room=1)
+    assert taken == [1]
