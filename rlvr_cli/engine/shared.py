@@ -162,9 +162,9 @@ def shared_prompt_logprobs(
 class _Rows:
     """What every layer's attention needs to split the flattened tokens: the `m` tokens of `G`
     distinct prompts (each one's `lengths` there; their places in a `(G, P)` layout left-padded
-    to the widest, `slots`, None where they are that layout already), then the responses' real tokens (`real`,
-    row-major in `(B, T)`), each response's prompt (`owner`), and who sees whom (`seen`; and
-    `seen_prompt` where the prompts attend in one padded call)."""
+    to the widest, `slots`, None where they are that layout already), then the responses' real
+    tokens (`real`, row-major in `(B, T)`), each response's prompt (`owner`), and who sees whom
+    (`seen`; and `seen_prompt` where the prompts attend in one padded call)."""
 
     shapes: _Shapes
     m: int
@@ -203,8 +203,8 @@ ONE_CALL_PAIRS = 1 << 20
 #: parameters, 2 prompts of 18-30 tokens: 25 against 24 ms a forward and backward)
 COMPACT_MACS = 1 << 27
 
-#: per layer, the bytes of prompt keys and values the responses' copies would hold before the
-#: responses attend in two parts instead (on a CPU: engine/two_part.py). Measured, a forward and
+#: per layer, the bytes of fp32 prompt keys the responses' copies would hold (as many again of
+#: values) before the responses attend in two parts instead (on a CPU: engine/two_part.py). Measured, a forward and
 #: backward, two parts against copies: 1 M parameters, 16 rows of 18-30-token prompts (0.1 MB),
 #: 21 against 19 ms; 31 M parameters in bf16, 16 rows of 50-80-token prompts (1.1 MB), 0.68
 #: against 0.67 s; of 110-300-token prompts (3-4 MB), 0.86 against 0.92 s; 64 rows of those,
@@ -229,7 +229,7 @@ def _layout(
     real = batch.attention_mask[:, width:].flatten().nonzero().squeeze(1)  # (n,) the tokens, row-major
     padded, needed = G * P * P, sum(n * n for n in lengths)
     one_call = 4 * padded <= 5 * needed or padded * s.heads < ONE_CALL_PAIRS
-    copies = (B - G) * s.kv * P * s.dim * 4  # bytes of prompt keys and values the rows' copies add
+    copies = (B - G) * s.kv * P * s.dim * 4  # bytes of fp32 prompt keys the rows' copies add (as many of values)
     two = device.type == "cpu" and copies >= TWO_PART_BYTES and two_part.available()
     if (G * P - sum(lengths)) * s.per_token >= COMPACT_MACS or not one_call or two:
         at = own_mask.flatten().nonzero().squeeze(1)  # the distinct prompts' real tokens, row-major
