@@ -29,10 +29,15 @@ def pays(decoder: Any, attention: torch.Tensor) -> bool:
     padding = B * P - int(attention.sum())
     if B < 2 or padding == 0 or not bool(attention.any(dim=1).all()):  # a prompt without a token: nothing to read out
         return False
-    config = decoder.model.config
-    D, H, kv = decoder.head_dim, decoder.heads, decoder.kv_heads
-    per_token = config.num_hidden_layers * config.hidden_size * (2 * H * D + 2 * kv * D + 3 * config.intermediate_size)
+    per_token = token_macs(decoder.model.config, decoder.heads, decoder.kv_heads, decoder.head_dim)
     return padding * per_token >= PADDING_MACS
+
+
+def token_macs(config: Any, heads: int, kv: int, dim: int) -> int:
+    """Multiply-adds a token of a Llama-family model's layers' matrix products (q, k, v, o, MLP)."""
+    return (
+        config.num_hidden_layers * config.hidden_size * (2 * heads * dim + 2 * kv * dim + 3 * config.intermediate_size)
+    )
 
 
 def prefill(

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from rlvr_cli.engine import two_part
+from rlvr_cli.engine import ragged, two_part
 from rlvr_cli.engine.forward import Batch, distinct_prompts
 from rlvr_cli.engine.fused import why_not
 from rlvr_cli.engine.precision import attention as attend
@@ -79,12 +79,7 @@ class _Shapes:
         self.kv = getattr(config, "num_key_value_heads", None) or self.heads
         self.dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
         self.qk_norm = config.model_type == "qwen3"
-        hidden = config.hidden_size  # multiply-adds a token of the layers' matrix products
-        self.per_token = (
-            config.num_hidden_layers
-            * hidden
-            * (2 * self.heads * self.dim + 2 * self.kv * self.dim + 3 * config.intermediate_size)
-        )
+        self.per_token = ragged.token_macs(config, self.heads, self.kv, self.dim)  # a token's multiply-adds
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
