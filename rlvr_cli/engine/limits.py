@@ -13,3 +13,17 @@ PACK_FP32 = 1 << 18
 def packed_on_cpu(compute: str, elements: int) -> bool:
     """The rule itself, by the compute dtype's name: the decoder and `rlvr plan` both read it."""
     return compute == "bf16" or (compute == "fp32" and elements >= PACK_FP32)
+
+
+#: per layer, the bytes of fp32 prompt keys the update's rows' copies would hold (as many again of values) before
+#: its responses attend in two parts instead (on a CPU: engine/two_part.py). Measured, a forward and backward,
+#: two parts against copies: 1 M parameters, 16 rows of 18-30-token prompts (0.1 MB), 21 against 19 ms; 31 M
+#: parameters in bf16, 16 rows of 50-80-token prompts (1.1 MB), 0.68 against 0.67 s; of 110-300-token prompts
+#: (3-4 MB), 0.86 against 0.92 s; 64 rows of those, 3.37 against 3.75 s
+TWO_PART_BYTES = 2 << 20
+
+
+def in_two_parts(rows: float, groups: float, kv_heads: int, prompt: float, head_dim: int) -> bool:
+    """On a CPU, whether the shared-prompt update's responses attend in two parts (no copies of
+    their prompt's keys and values): engine/shared.py and `rlvr plan` both read it."""
+    return (rows - groups) * kv_heads * prompt * head_dim * 4 >= TWO_PART_BYTES

@@ -44,6 +44,8 @@ def attention(
     threads: one query per row, 16 rows × 8 heads × 300 keys, 3.1 against 0.5 ms; a training
     backward, 16 against 10 ms), so bf16 there would cost time and precision both; on a GPU the
     kernel autocast picks runs as it is."""
+    if gqa and not kernel_maps_heads(q, mask):
+        keys, values, gqa = _repeat_heads(keys, q.shape[-3]), _repeat_heads(values, q.shape[-3]), False
     mixed = torch.is_autocast_enabled("cpu")
     kw = {"attn_mask": mask, "is_causal": causal and mask is None, "enable_gqa": gqa}
     if q.device.type != "cpu" or (q.dtype == keys.dtype == values.dtype == torch.float32 and not mixed):
@@ -53,3 +55,27 @@ def attention(
     with torch.autocast("cpu", enabled=False):
         out = F.scaled_dot_product_attention(q.float(), keys.float(), values.float(), **kw)
     return out if mixed else out.to(q.dtype)
+
+
+def kernel_maps_heads(q: torch.Tensor, mask: torch.Tensor | None) -> bool:
+    """Whether the attention kernel itself maps each query head to its key head (`enable_gqa`). On
+    a CPU always. On a GPU only flash attention does (PyTorch's note on `enable_gqa`), and only
+    without a mask and in 16 bits: otherwise the call would fall to the math kernel, which
+    materialises every score (rows × heads × queries × keys, in fp32) and keeps them for the
+    backward. There the key and value heads are repeated instead, as transformers does, and the
+    memory-efficient kernel takes the call."""
+    if q.device.type == "cpu":
+        return True
+    return mask is None and (q.dtype in (torch.float16, torch.bfloat16) or _autocast_on(q.device.type))
+
+
+def _autocast_on(device_type: str) -> bool:
+    try:
+        return torch.is_autocast_enabled(device_type)
+    except RuntimeError:  # a device type autocast does not know
+        return False
+
+
+def _repeat_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
+    """`(..., kv, S, D)` → `(..., heads, S, D)`: query head h reads key head h // (heads / kv)."""
+    return x.repeat_interleave(heads // x.shape[-3], dim=-3)

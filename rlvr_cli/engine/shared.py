@@ -22,6 +22,7 @@ import torch
 from rlvr_cli.engine import ragged, two_part
 from rlvr_cli.engine.forward import Batch, distinct_prompts
 from rlvr_cli.engine.fused import why_not
+from rlvr_cli.engine.limits import in_two_parts
 from rlvr_cli.engine.precision import attention as attend
 
 
@@ -198,14 +199,6 @@ ONE_CALL_PAIRS = 1 << 20
 #: parameters, 2 prompts of 18-30 tokens: 25 against 24 ms a forward and backward)
 COMPACT_MACS = 1 << 27
 
-#: per layer, the bytes of fp32 prompt keys the responses' copies would hold (as many again of
-#: values) before the responses attend in two parts instead (on a CPU: engine/two_part.py). Measured, a forward and
-#: backward, two parts against copies: 1 M parameters, 16 rows of 18-30-token prompts (0.1 MB),
-#: 21 against 19 ms; 31 M parameters in bf16, 16 rows of 50-80-token prompts (1.1 MB), 0.68
-#: against 0.67 s; of 110-300-token prompts (3-4 MB), 0.86 against 0.92 s; 64 rows of those,
-#: 3.37 against 3.75 s
-TWO_PART_BYTES = 2 << 20
-
 
 def _layout(
     batch: Batch, first: torch.Tensor, owner: torch.Tensor, s: _Shapes
@@ -224,8 +217,7 @@ def _layout(
     real = batch.attention_mask[:, width:].flatten().nonzero().squeeze(1)  # (n,) the tokens, row-major
     padded, needed = G * P * P, sum(n * n for n in lengths)
     one_call = 4 * padded <= 5 * needed or padded * s.heads < ONE_CALL_PAIRS
-    copies = (B - G) * s.kv * P * s.dim * 4  # bytes of fp32 prompt keys the rows' copies add (as many of values)
-    two = device.type == "cpu" and copies >= TWO_PART_BYTES and two_part.available()
+    two = device.type == "cpu" and in_two_parts(B, G, s.kv, P, s.dim) and two_part.available()
     if (G * P - sum(lengths)) * s.per_token >= COMPACT_MACS or not one_call or two:
         at = own_mask.flatten().nonzero().squeeze(1)  # the distinct prompts' real tokens, row-major
         positions = (own_mask.cumsum(dim=1) - 1).flatten().index_select(0, at)  # each one's place in its prompt

@@ -7,26 +7,23 @@ logits of that micro-batch (kept in fp32 for the log-softmax). A step's phases d
 their terms at once (`PHASES`): the KV cache and the weights gathered to sample are freed
 before the update, whose gradients, activations and logits are freed before the next
 sampling; the plan's figure is the peak, what is held throughout plus the largest phase (all
-of them together when `sample_ahead` samples during the update). The activation term follows
-Korthikanti et al. 2022 (https://arxiv.org/abs/2205.05198): ≈ 34·s·b·h·L bytes at 16-bit
-(doubled at fp32) with memory-efficient attention (PyTorch SDPA), which never materializes
-the 5·a·s²·b·L attention scores; no activation recomputation. Its tokens are those the update's
-forward runs: each group's prompt once where the update shares it (`update_tokens`).
+of them together when `sample_ahead` samples during the update). The activation terms
+(train/activations.py) follow Korthikanti et al. 2022 over the tokens the update's forward runs,
+with the rows' copies of their prompt's keys and values where that forward shares prompts.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 from rlvr_cli.contract.adapter import Adapter
 from rlvr_cli.contract.layout import Layout
 from rlvr_cli.contract.models import Contract
 from rlvr_cli.errors import RlvrError, UsageProblem
+from rlvr_cli.train.activations import BYTES, activation_terms
 
 GIB = 1024**3
-BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}  # by dtype name
 OPTIMIZER_STATES = {"adamw": 2, "adam": 2, "sgd": 0}
 
 
@@ -34,7 +31,14 @@ OPTIMIZER_STATES = {"adamw": 2, "adam": 2, "sgd": 0}
 PHASES = {
     "sampling": ("rollout KV cache", "rollout weights"),
     "reference pass": ("gathered reference", "logits"),
-    "update": ("gradients", "gradients accumulated whole", "activations", "logits", "gathered layers"),
+    "update": (
+        "gradients",
+        "gradients accumulated whole",
+        "activations",
+        "prompt K/V copies",
+        "logits",
+        "gathered layers",
+    ),
 }
 
 
@@ -123,12 +127,6 @@ def _terms(contract: Contract, shape: Layout, devices: int, cpu: bool) -> dict[s
     rollouts = hp.prompts_per_step * hp.group_size / max(devices, 1)
     micro = hp.micro_batch_sequences or hp.prompts_per_step * hp.group_size
     micro = min(micro, rollouts) if devices > 1 else micro
-    per_token_layer = 34 * (2 if bc == 4 else 1)  # bytes per token, hidden unit and layer
-    tokens = update_tokens(contract, shape, micro)
-    if par.activation_checkpointing:  # each layer keeps its input; one layer's activations are alive at a time
-        activations = tokens * shape.hidden * (shape.layers * bc + per_token_layer)
-    else:
-        activations = tokens * shape.hidden * shape.layers * per_token_layer
     if hp.adapter is not None:  # a frozen base in the compute dtype; the adapter (params) trains
         trained = shape.adapter_parameters(hp.adapter.rank, hp.adapter.target_modules)
         terms = _adapter_terms(contract, shape, trained * bp, bc, on_device / shard)
@@ -143,7 +141,7 @@ def _terms(contract: Contract, shape: Layout, devices: int, cpu: bool) -> dict[s
         held, whole_gradients, adapter = bp, params * BYTES[p.reduce], 0.0
     terms |= {
         "rollout KV cache": 2 * shape.layers * shape.kv_heads * shape.head_dim * bc * seq * rollouts,
-        "activations": activations,
+        **activation_terms(contract, shape, micro, cpu),
         "logits": 2 * micro * length.max_response_tokens * shape.vocab * 4,
     }
     # lent weights are read as they are, but an adapted layer computes with a merged copy (engine/fused.py)
@@ -162,30 +160,6 @@ def _terms(contract: Contract, shape: Layout, devices: int, cpu: bool) -> dict[s
         terms["weights sampled ahead"] = (params * held + adapter) * hp.ahead_steps
         terms["rollout KV cache"] *= 2
     return terms
-
-
-def update_tokens(contract: Contract, shape: Layout, micro: float) -> float:
-    """Tokens whose activations one micro-batch of the update keeps, at the contract's longest
-    prompt and response. Each group's prompt counts once where the update shares it: the
-    shared-prompt forward (engine/shared.py: the Llama family, left padding, no packing, no
-    activation checkpointing), or rows of whole groups (engine/prefix.py), which the update
-    takes where they cost less attention than one row per answer. Otherwise every row is
-    counted whole."""
-    from rlvr_cli.engine.limits import FAMILIES
-
-    hp, length = contract.hyperparameters, contract.length
-    prompt, response, size = length.max_prompt_tokens, length.max_response_tokens, hp.group_size
-    whole = micro * (prompt + response)
-    if length.packing is not None or length.padding_side == "right" or size < 2:
-        return whole
-    groups = min(micro, math.ceil(micro / size) + (1 if micro % size else 0))  # a micro-batch may cut a group
-    shared = groups * prompt + micro * response
-    if shape.model_type in FAMILIES and not hp.strategy.activation_checkpointing:
-        return shared
-    rows_pay = groups * (prompt + micro / groups * response) ** 2 < micro * (prompt + response) ** 2
-    if shape.model_type in (*FAMILIES, "gpt2") and rows_pay:
-        return shared
-    return whole
 
 
 def _adapter_terms(contract: Contract, shape: Layout, trained: float, bc: int, per: float) -> dict[str, float]:

@@ -124,6 +124,19 @@ def test_the_fused_forward_gives_the_models_own_logits(monkeypatch, name: str, c
             assert torch.allclose(step, own, atol=1e-5)
 
 
+@pytest.mark.parametrize("ragged", [False, True], ids=["padded prefill", "prefill of the real tokens"])
+def test_repeated_key_heads_give_the_models_own_logits(monkeypatch, ragged: bool) -> None:
+    """The way a GPU runs masked attention with grouped queries (repeated key and value heads,
+    engine/precision.py `kernel_maps_heads`), forced on the CPU: the prefill and decoding give
+    the model's own logits."""
+    import rlvr_cli.engine.precision as precision
+
+    calls = []
+    monkeypatch.setattr(precision, "kernel_maps_heads", lambda q, mask: calls.append(mask is None) or False)
+    test_the_fused_forward_gives_the_models_own_logits(monkeypatch, "qwen2", "copied", ragged)
+    assert False in calls  # a masked call ran with the heads repeated
+
+
 @pytest.mark.parametrize("compute", [None, torch.bfloat16], ids=["fp32", "autocast bf16"])
 @pytest.mark.parametrize("name", ["llama", "qwen2", "qwen3", "mistral"])
 @pytest.mark.parametrize("ragged", [False, True], ids=["padded prefill", "prefill of the real tokens"])

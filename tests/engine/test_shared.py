@@ -9,6 +9,7 @@ import sys
 import pytest
 import torch
 
+import rlvr_cli.engine.limits as limits
 from rlvr_cli.engine.forward import distinct_prompts, make_batch, token_logprobs
 from rlvr_cli.engine.shared import shared_prompt_logprobs, why_not_shared
 from tests.engine.test_sampler import family
@@ -75,10 +76,68 @@ def test_every_way_the_prompts_and_responses_attend_gives_the_models_own(
     import rlvr_cli.engine.shared as shared
 
     monkeypatch.setattr(shared, "ONE_CALL_PAIRS", 0 if alone else 1 << 40)
-    monkeypatch.setattr(shared, "TWO_PART_BYTES", 0 if two_part else 1 << 40)
+    monkeypatch.setattr(limits, "TWO_PART_BYTES", 0 if two_part else 1 << 40)
     monkeypatch.setattr(shared, "COMPACT_MACS", 0 if compact else 1 << 40)
     monkeypatch.setattr(sys.modules[__name__], "PROMPTS", prompts)
     assert_same_as_own_forward(family(name).train(), shared_prompt_logprobs, 1.0)
+
+
+def test_a_gpu_repeats_key_heads_where_its_kernels_cannot_map_them() -> None:
+    """On a GPU only flash attention maps query heads to key heads, and only unmasked in 16 bits:
+    elsewhere the key and value heads are repeated, or the math kernel would hold every score.
+    A meta tensor stands in for a GPU's (any device but the CPU)."""
+    from rlvr_cli.engine.precision import kernel_maps_heads
+
+    mask = torch.ones(1, 1, 4, 4, dtype=torch.bool)
+    for device, dtype, masked, maps in [
+        ("cpu", torch.float32, True, True),
+        ("meta", torch.bfloat16, False, True),
+        ("meta", torch.bfloat16, True, False),
+        ("meta", torch.float32, False, False),
+    ]:
+        q = torch.zeros(1, 4, 4, 8, dtype=dtype, device=device)
+        assert kernel_maps_heads(q, mask if masked else None) is maps, (device, dtype, masked)
+    q = torch.zeros(1, 4, 4, 8, device="meta")
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # autocast on another device does not count
+        assert not kernel_maps_heads(q, None)
+
+
+@pytest.mark.parametrize("two_part", [True, False], ids=["responses in two parts", "over copies"])
+@pytest.mark.parametrize("alone", [True, False], ids=["each prompt alone", "one padded call"])
+def test_repeated_key_heads_give_the_models_own(monkeypatch: pytest.MonkeyPatch, alone: bool, two_part: bool) -> None:
+    """The way a GPU runs masked attention with grouped queries (repeated key and value heads),
+    forced on the CPU: the same log-probs, entropies and gradients."""
+    import rlvr_cli.engine.precision as precision
+    import rlvr_cli.engine.shared as shared
+
+    calls = []
+    monkeypatch.setattr(precision, "kernel_maps_heads", lambda q, mask: calls.append(mask is None) or False)
+    monkeypatch.setattr(shared, "ONE_CALL_PAIRS", 0 if alone else 1 << 40)
+    monkeypatch.setattr(limits, "TWO_PART_BYTES", 0 if two_part else 1 << 40)
+    assert_same_as_own_forward(family("qwen2").train(), shared_prompt_logprobs, 1.0)
+    assert calls  # the repeated heads ran
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("compute", [None, torch.bfloat16], ids=["fp32", "autocast bf16"])
+def test_on_a_gpu_no_attention_falls_to_the_math_kernel(compute: torch.dtype | None) -> None:
+    """The math kernel (which holds every score) is switched off: the update's shared-prompt
+    forward and backward, and the sampler's prefill and a decode step, still run."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from rlvr_cli.engine.fused import Decoder
+
+    model = family("qwen2").train().cuda()
+    b = batch().to(torch.device("cuda"))
+    kernels = sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION])
+    with kernels, torch.autocast("cuda", dtype=compute or torch.float32, enabled=compute is not None):
+        logp, _ = shared_prompt_logprobs(model, b, 1.0, with_entropy=False)
+        (logp * b.response_mask).sum().backward()
+        decoder = Decoder(model)
+        P = b.prompt_width
+        logits, cache = decoder.prefill(b.input_ids[:, :P], b.attention_mask[:, :P], room=2)
+        decoder.step(logits.argmax(-1), cache)
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
 
 
 def test_a_model_outside_the_family_or_with_checkpointing_is_not_taken() -> None:
@@ -150,10 +209,9 @@ def test_under_bf16_autocast_log_probs_and_gradients_stay_the_models_own(
     """Mixed precision (autocast bf16 over fp32 weights): attention runs in fp32 on the CPU
     (engine/precision.py, engine/two_part.py) and the rest as the model's own forward does; both
     agree to bf16's rounding, gradients included."""
-    import rlvr_cli.engine.shared as shared
     from rlvr_cli.engine.precision import autocast
 
-    monkeypatch.setattr(shared, "TWO_PART_BYTES", 0 if two_part else 1 << 40)
+    monkeypatch.setattr(limits, "TWO_PART_BYTES", 0 if two_part else 1 << 40)
     model, b = family(name).train(), batch()
     real = b.response_mask.bool()
 
@@ -181,9 +239,8 @@ def test_a_row_without_a_prompt_token_is_left_to_the_models_own_forward() -> Non
 def test_pure_bf16_weights_attend_in_two_parts_and_stay_bf16(monkeypatch: pytest.MonkeyPatch) -> None:
     """bf16 weights without autocast (`precision: {params: bf16, ...}` written out): the two-part
     attention computes in fp32 and hands bf16 on, as the model's own forward keeps its dtype."""
-    import rlvr_cli.engine.shared as shared
 
-    monkeypatch.setattr(shared, "TWO_PART_BYTES", 0)
+    monkeypatch.setattr(limits, "TWO_PART_BYTES", 0)
     model, b = family("qwen2").train().to(torch.bfloat16), batch()
     real = b.response_mask.bool()
     own, _ = token_logprobs(model, b, 1.0)
@@ -197,9 +254,8 @@ def test_pure_bf16_weights_attend_in_two_parts_and_stay_bf16(monkeypatch: pytest
 def test_a_group_whose_responses_are_all_empty_trains_the_others_as_the_models_own(
     monkeypatch: pytest.MonkeyPatch, two_part: bool
 ) -> None:
-    import rlvr_cli.engine.shared as shared
 
-    monkeypatch.setattr(shared, "TWO_PART_BYTES", 0 if two_part else 1 << 40)
+    monkeypatch.setattr(limits, "TWO_PART_BYTES", 0 if two_part else 1 << 40)
     responses = [r if i % 3 != 1 else [] for i, r in enumerate(RESPONSES)]  # prompt 1's rows say nothing
     monkeypatch.setattr(sys.modules[__name__], "RESPONSES", responses)
     assert_same_as_own_forward(family("qwen2").train(), shared_prompt_logprobs, 1.0)
@@ -212,7 +268,7 @@ def test_two_parts_with_a_key_head_for_every_query_head(monkeypatch: pytest.Monk
     import rlvr_cli.engine.shared as shared
     from tests.engine.test_sampler import COMMON
 
-    monkeypatch.setattr(shared, "TWO_PART_BYTES", 0)
+    monkeypatch.setattr(limits, "TWO_PART_BYTES", 0)
     monkeypatch.setattr(shared, "ONE_CALL_PAIRS", 0)
     torch.manual_seed(0)
     model = t.LlamaForCausalLM(t.LlamaConfig(**{**COMMON, "num_key_value_heads": COMMON["num_attention_heads"]}))

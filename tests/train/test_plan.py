@@ -142,17 +142,48 @@ def test_the_update_activations_count_each_groups_prompt_once_where_the_update_s
         "rows of groups": short,
         "long answers": checkpointed,
     }
-    activations = {}
+    activations, copies = {}, {}
     for name, text in variants.items():
         contract = tmp_path / f"{name.replace(' ', '-')}.rlvr.yaml"
         contract.write_text(text)
         out = rlvr("plan", contract, "--gpus", "8")
         assert out.code == 0, out.stdout
-        activations[name] = _table(out.stdout)[0]["activations"][0]  # GiB
+        rows = _table(out.stdout)[0]
+        activations[name], copies[name] = rows["activations"][0], rows.get("prompt K/V copies")  # GiB
     assert activations["right"] / activations["shared"] == pytest.approx(8 * 1280 / (1024 + 8 * 256), rel=0.01)
     kept = 4096 * (32 * 2 + 34) / 1024**3  # a token's bytes: each layer's bf16 input, one layer's activations
     assert activations["rows of groups"] == pytest.approx((1024 + 8 * 256) * kept, rel=0.01)
     assert activations["long answers"] == pytest.approx(8 * (1024 + 4096) * kept, rel=0.01)
+    # the shared forward's rows attend over copies of their prompt's keys and values: 8 rows × 1024
+    # tokens × 32 heads of 128 × 2 (keys, values) × 2 bytes (bf16) × 32 layers, held with the activations
+    assert copies["shared"] == (pytest.approx(8 * 1024 * 32 * 128 * 2 * 2 * 32 / 1024**3, rel=0.01), "update")
+    assert copies["right"] is copies["rows of groups"] is copies["long answers"] is None
+
+
+def test_the_rows_prompt_copies_follow_where_each_device_keeps_them(single_turn: Path) -> None:
+    """On a GPU the copies hold every query head's keys (the memory-efficient kernel takes no
+    grouped queries with a mask) in the compute dtype; on a CPU the key heads, in fp32, and none
+    where the responses attend in two parts (engine/two_part.py): the same rule the update reads."""
+    from rlvr_cli.contract.layout import Layout
+    from rlvr_cli.contract.load import load
+    from rlvr_cli.engine.limits import TWO_PART_BYTES
+    from rlvr_cli.train.memory_estimate import estimate, load_shape
+
+    contract = load(single_turn / "experiment.rlvr.yaml")
+    own = load_shape(contract, single_turn)
+    shape = Layout(**{**own.__dict__, "kv_heads": own.heads // 2})  # grouped queries
+    hp, length = contract.hyperparameters, contract.length
+    rows, prompt = hp.micro_batch_sequences, length.max_prompt_tokens
+    assert hp.group_size < rows  # several groups a micro-batch
+    per_head = 2 * rows * prompt * shape.head_dim * shape.layers  # keys and values, all layers
+    assert estimate(contract, shape)["prompt K/V copies"] == per_head * shape.heads * 4  # fp32 compute
+    groups = -(-rows // hp.group_size)
+    below = (rows - groups) * shape.kv_heads * prompt * shape.head_dim * 4 < TWO_PART_BYTES
+    assert below  # this small model's copies stay below the two-part threshold
+    assert estimate(contract, shape, cpu=True)["prompt K/V copies"] == per_head * shape.kv_heads * 4
+    longer = contract.model_copy(update={"length": length.model_copy(update={"max_prompt_tokens": 1 << 16})})
+    assert "prompt K/V copies" not in estimate(longer, shape, cpu=True)  # in two parts
+    assert estimate(longer, shape)["prompt K/V copies"] > 0
 
 
 def test_the_plan_holds_a_reference_wherever_the_trainer_loads_one(tmp_path: Path) -> None:
