@@ -20,5 +20,17 @@ def main() -> None:
     app(prog_name="rlvr")
 
 
+def entry() -> None:
+    """The process's entry point (`rlvr`, `python -m rlvr_cli`): `main`, and a process of a run of
+    several ends without the interpreter's teardown (`train/distributed.py` `leave`)."""
+    try:
+        main()
+    except SystemExit as done:
+        distributed = sys.modules.get("rlvr_cli.train.distributed")
+        if distributed is not None:
+            distributed.leave(done.code)
+        raise
+
+
 if __name__ == "__main__":
-    main()
+    entry()

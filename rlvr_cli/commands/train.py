@@ -138,7 +138,8 @@ def run_train(
     refuse_unfit(contract, contract_path, distributed.rank_world()[1], device_memory, resuming)
     main = distributed.rank_world()[0] == 0
     with signals_unwind(), contextlib.ExitStack() as stack:
-        stack.callback(distributed.shutdown)  # inside the signal handling: a run that is ending absorbs a SIGTERM
+        # inside the signal handling: a run that is ending absorbs a SIGTERM
+        stack.push(lambda kind, _exc, _tb: distributed.shutdown(clean=kind is None))
         # the main process decides (`--auto` resumes exactly when a checkpoint exists), every
         # process follows, once each has shown it sees the folder the main process writes
         if main:

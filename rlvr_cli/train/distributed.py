@@ -277,8 +277,41 @@ def barrier() -> None:
         dist.barrier()
 
 
-def shutdown() -> None:
+def shutdown(clean: bool = False) -> None:
+    """Leave the run's process group. After a clean finish (`clean`) every process first waits for
+    the others, so none tears down its connections while another still works through them."""
     import torch.distributed as dist
 
+    global _LEFT
     if active():
+        if clean:
+            dist.barrier()
         dist.destroy_process_group()
+        _LEFT = True
+
+
+#: this process has left a process group it joined (`shutdown`): `leave` ends it
+_LEFT = False
+
+
+def leave(code: int | str | None) -> None:
+    """End a process that took part in a run of several, with the run's exit code, without the
+    interpreter's teardown. FSDP2's state stays alive after the run (its autograd hooks hold it
+    from C++, beyond the garbage collector's reach), and with it the process groups: the
+    interpreter's teardown then destroys gloo's groups with their worker threads and tensors
+    still held, which can abort the process (SIGABRT, "terminate called without an active
+    exception") after the run has finished and written everything, and torchrun then reports a
+    finished run as failed. By then every file is written and closed and every child process
+    stopped; what is left is flushed here. Does nothing in a process that joined no group."""
+    if not _LEFT:
+        return
+    import contextlib
+    import logging
+
+    if isinstance(code, str):
+        print(code, file=sys.stderr)
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing more can reach it
+            stream.flush()
+    os._exit(code if isinstance(code, int) else 0 if code is None else 1)

@@ -181,6 +181,56 @@ def test_nproc_launcher_and_world_size_on_resume(scaffold: Path, tmp_path: Path)
     assert single.code == 1 and "written under torchrun" in single.stderr, single.stderr[-2000:]
 
 
+TEARDOWN = """
+import atexit, os, sys
+
+
+def teardown():  # runs only in the interpreter's teardown; noted for a process of `rlvr` (not its workers)
+    import multiprocessing
+
+    if sys.argv[0].endswith("rlvr_cli/__main__.py") and multiprocessing.parent_process() is None:
+        open(os.path.join(os.environ["RLVR_TEARDOWN_DIR"], f"rank-{os.environ.get('RANK', 'alone')}"), "w").close()
+
+
+if "RLVR_TEARDOWN_DIR" in os.environ:
+    atexit.register(teardown)
+"""
+
+
+@pytest.mark.slow
+def test_a_process_of_a_finished_run_of_several_ends_without_the_interpreters_teardown(
+    scaffold: Path, tmp_path: Path
+) -> None:
+    """FSDP2's state and its gloo groups outlive the run; the interpreter's teardown would destroy
+    them with gloo's threads still holding work, which can abort a process after a finished run
+    (torchrun then reports it failed). Every process of a run of several ends without that
+    teardown, with its exit code and its output whole; a single process keeps the teardown."""
+    hooks, marks = tmp_path / "hooks", tmp_path / "marks"
+    hooks.mkdir()
+    marks.mkdir()
+    (hooks / "sitecustomize.py").write_text(TEARDOWN)
+    env = {
+        "PYTHONPATH": os.pathsep.join([str(hooks), os.environ.get("PYTHONPATH", "")]),
+        "RLVR_TEARDOWN_DIR": str(marks),
+    }
+    contract = experiment(scaffold, tmp_path / "exp", "seq_mean_token_mean", FSDP2 % "false")
+    done = torchrun(2, contract, tmp_path / "run", "--max-steps", "1", **env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "finished: reached step 1" in done.stderr + done.stdout
+    assert json.loads((tmp_path / "run" / "status.json").read_text())["state"] == "finished"
+    assert sorted(p.name for p in marks.iterdir()) == []  # no process ran the teardown
+    command = [sys.executable, "-m", "rlvr_cli", "train", str(contract), "--run-dir", str(tmp_path / "alone")]
+    alone = subprocess.run(
+        [*command, "--max-steps", "1"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, **env},
+    )
+    assert alone.returncode == 0, alone.stderr[-3000:]
+    assert sorted(p.name for p in marks.iterdir()) == ["rank-alone"]  # the marker works where it should
+
+
 def _rank_gradient(rank: int, world: int, port: int, global_counts: bool, out: str) -> None:
     import torch.distributed as tdist
 
