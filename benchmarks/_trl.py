@@ -85,14 +85,19 @@ def trl_result(clock: Any, spent: dict[str, float]) -> dict[str, Any]:
     """Training time and its split: generate, score, the rest of TRL's steps, and (other) its
     time between steps."""
     update = clock.steps_s - spent["generate"] - spent["score"]
-    return {"train_s": clock.loop_s, "split": {**spent, "update": update}}
+    return {"train_s": clock.loop_s, "steps_s": clock.steps_s, "split": {**spent, "update": update}}
 
 
 def rlvr_result(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Training time and its split from rlvr's metrics rows (a step's records are in its time)."""
+    """Training time and its split from rlvr's metrics rows. `train_s` is the loop, as TRL's is
+    timed (`timer`): from the first step's start to the last step's end, with what the run does
+    between steps (its metrics row, status.json, checkpoints); `steps_s` the steps alone (a
+    step's records are in its time)."""
     rows = [r for r in rows if "step_seconds" in r]
     split = {k: sum(r[f"time_{k}_s"] for r in rows) for k in ("generate", "score", "update")}
-    return {"train_s": sum(r["step_seconds"] for r in rows), "split": split}
+    steps = sum(r["step_seconds"] for r in rows)
+    loop = rows[-1]["elapsed_s"] - rows[0]["elapsed_s"] + rows[0]["step_seconds"] if "elapsed_s" in rows[0] else steps
+    return {"train_s": loop, "steps_s": steps, "split": split}
 
 
 def run_child(script: str, arguments: list[str]) -> dict[str, Any]:

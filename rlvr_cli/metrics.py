@@ -117,6 +117,10 @@ class StepMetrics:
     step_seconds: float | None = _m(
         "wall time of the step: sampling, scoring, the update, its records and any holdout evaluation"
     )
+    elapsed_s: float | None = _m(
+        "wall seconds from the start of this process's steps to the end of this step: the time between two "
+        "rows includes what the run does between steps (the metrics row, status.json, checkpoints)"
+    )
     total_rollouts: float | None = _m("rollouts generated so far")
     total_verifier_calls: float | None = _m("verifier calls so far")
     total_tokens: float | None = _m("tokens generated so far")

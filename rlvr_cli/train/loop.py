@@ -154,7 +154,7 @@ def _count(state: TrainState, metrics: StepMetrics, result: StepResult) -> None:
 def run_steps(run: Run, rollout: Rollout, progress: Progress) -> int:
     setup, state = run.setup, run.state
     started, first = time.perf_counter(), state.step
-    no_signal = NoSignal()
+    no_signal, rows = NoSignal(), run.folder.metrics_appender()
     progress.start(run.steps, first)
     try:
         if first == 0:
@@ -175,9 +175,10 @@ def run_steps(run: Run, rollout: Rollout, progress: Progress) -> int:
                 metrics.time_records_s = write_records(run.records, setup, state.step, generated)
             holdout(run, rollout, metrics)
             _step_time(run, metrics, generated, time.perf_counter() - step_started)
+            metrics.elapsed_s = time.perf_counter() - started
             row = metrics.row()
             if setup.main:
-                run.folder.append_metrics(row)
+                rows.append(row)
             state.step += 1
             tracking.send(run, state.step, row, progress)
             eta = (time.perf_counter() - started) / (state.step - first) * (run.steps - state.step)
@@ -198,6 +199,7 @@ def run_steps(run: Run, rollout: Rollout, progress: Progress) -> int:
             if state.step % run.contract.checkpoint.every_steps == 0 or state.step == run.steps:
                 checkpoint(run)
     finally:
+        rows.close()
         progress.stop()
     return finish(run, f"reached step {state.step}")
 

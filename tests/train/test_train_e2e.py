@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from pathlib import Path
 
@@ -115,6 +116,8 @@ def test_every_contract_metric_is_logged(learned: tuple[Path, object]) -> None:
         )
     holdout_steps = [r["step"] for r in rows if r.get("holdout_reward") is not None]
     assert holdout_steps == [9, 19, 29, 39]
+    for before, after in itertools.pairwise(rows):  # between two rows: the step and what came between
+        assert after["elapsed_s"] - before["elapsed_s"] >= after["step_seconds"]
 
 
 def test_the_first_update_sees_a_ratio_of_exactly_one(learned: tuple[Path, object]) -> None:
