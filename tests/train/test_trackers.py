@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow  # every test here trains: make test runs them, ma
 
 CONTRACT = "experiment.rlvr.yaml"
 #: measured again when a step is redone after a resume
-TIMINGS = ("time_", "step_seconds", "tokens_per_s", "mfu", "verifier_seconds", "total_verifier_seconds")
+TIMINGS = ("time_", "step_seconds", "elapsed_s", "tokens_per_s", "mfu", "verifier_seconds", "total_verifier_seconds")
 ALL = "[tensorboard, mlflow, wandb, trackio]"
 
 
