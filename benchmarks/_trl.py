@@ -96,7 +96,7 @@ def rlvr_result(rows: list[dict[str, Any]]) -> dict[str, Any]:
     rows = [r for r in rows if "step_seconds" in r]
     split = {k: sum(r[f"time_{k}_s"] for r in rows) for k in ("generate", "score", "update")}
     steps = sum(r["step_seconds"] for r in rows)
-    loop = rows[-1]["elapsed_s"] - rows[0]["elapsed_s"] + rows[0]["step_seconds"] if "elapsed_s" in rows[0] else steps
+    loop = rows[-1]["elapsed_s"] - rows[0]["elapsed_s"] + rows[0]["step_seconds"]
     return {"train_s": loop, "steps_s": steps, "split": split}
 
 

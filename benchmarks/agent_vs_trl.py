@@ -45,6 +45,8 @@ def run_rlvr(folder: Path, steps: int) -> dict:
     text = contract.read_text()
     assert "holdout_every: 20" in text
     text = text.replace("holdout_every: 20", "holdout_every: 100000")  # TRL evaluates nothing either
+    assert "every_steps: 20" in text
+    text = text.replace("every_steps: 20", "every_steps: 100000")  # no checkpoint inside the loop: TRL saves none
     contract.write_text(text.replace("  seed: 0\n", f"  seed: {SEED}\n"))
     limits = ["--max-steps", str(steps), "--run-dir", str(folder / "run")]
     start = time.perf_counter()

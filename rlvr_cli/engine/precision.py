@@ -60,13 +60,14 @@ def attention(
 def kernel_maps_heads(q: torch.Tensor, mask: torch.Tensor | None) -> bool:
     """Whether the attention kernel itself maps each query head to its key head (`enable_gqa`). On
     a CPU always. On a GPU only flash attention does (PyTorch's note on `enable_gqa`), and only
-    without a mask and in 16 bits: otherwise the call would fall to the math kernel, which
-    materialises every score (rows × heads × queries × keys, in fp32) and keeps them for the
-    backward. There the key and value heads are repeated instead, as transformers does, and the
-    memory-efficient kernel takes the call."""
+    without a mask, in 16 bits, for heads of at most 256: otherwise the call would fall to the
+    math kernel, which materialises every score (rows × heads × queries × keys, in fp32) and
+    keeps them for the backward. There the key and value heads are repeated instead, as
+    transformers does, and the memory-efficient kernel takes the call."""
     if q.device.type == "cpu":
         return True
-    return mask is None and (q.dtype in (torch.float16, torch.bfloat16) or _autocast_on(q.device.type))
+    half = q.dtype in (torch.float16, torch.bfloat16) or _autocast_on(q.device.type)
+    return mask is None and half and q.shape[-1] <= 256
 
 
 def _autocast_on(device_type: str) -> bool:

@@ -97,6 +97,7 @@ def test_a_gpu_repeats_key_heads_where_its_kernels_cannot_map_them() -> None:
     ]:
         q = torch.zeros(1, 4, 4, 8, dtype=dtype, device=device)
         assert kernel_maps_heads(q, mask if masked else None) is maps, (device, dtype, masked)
+    assert not kernel_maps_heads(torch.zeros(1, 4, 4, 512, dtype=torch.bfloat16, device="meta"), None)  # too wide
     q = torch.zeros(1, 4, 4, 8, device="meta")
     with torch.autocast("cpu", dtype=torch.bfloat16):  # autocast on another device does not count
         assert not kernel_maps_heads(q, None)
