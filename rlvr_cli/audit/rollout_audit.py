@@ -17,7 +17,8 @@ from typing import Any
 
 from rlvr_cli.audit import session_trees
 from rlvr_cli.errors import RlvrError
-from rlvr_cli.store.records import pin_problems, read_records, verify_manifest
+from rlvr_cli.store.record_checks import pin_problems, verify_manifest
+from rlvr_cli.store.records import read_records
 from rlvr_cli.store.run import RunFolder
 
 EXPLOIT_PATTERNS = ("<|im_start|>", "<|endoftext|>", "as an ai", "i cannot", "answer:", "```", "assert", "print(")

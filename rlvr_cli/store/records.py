@@ -21,9 +21,11 @@ from rlvr_cli.errors import RlvrError
 from rlvr_cli.files import atomic_write_bytes, sha256_bytes
 
 MANIFEST = "manifest.json"
-#: the writer lists new shards in the manifest at most this often (and at every flush): a step's
-#: shard is written at once, but rewriting a manifest of every shard after every step of a long
-#: run of a small model would cost more than the step (10,000 shards: 38 ms of JSON a step)
+#: a shard is written at most this often (and at every flush, or when it holds `shard_rows` rows),
+#: and the writer lists new shards in the manifest at most this often too. A step that takes longer
+#: has its records written at once; the steps of a small model gather into one shard: a Parquet
+#: file costs ~1.5 ms to encode whatever its rows, and a file a step (10,000 shards in a long run)
+#: made the writer take CPU from the step on a small machine and the manifest a growing list
 LIST_EVERY_S = 1.0
 
 
@@ -128,10 +130,13 @@ class RecordStore:
     between the shard's rename and the manifest's), but only when a manifest exists: a
     folder with shards and no manifest is refused, never cleaned.
 
-    `append` hands the rows to one writer thread and returns (the trainer does not wait on
-    Parquet encoding and fsync); shards are written one at a time, in order, and after a
-    failed write none is (the shards stay a prefix of the steps). The manifest lists them as
-    they are written, rewritten at most every `LIST_EVERY_S` seconds. `flush()` waits for the
+    `append` gathers a step's rows for the next shard, and hands the gathered steps to one writer
+    thread once `LIST_EVERY_S` seconds have passed since the last shard began (or they fill
+    `shard_rows`); it returns at once (the trainer does not wait on Parquet encoding and fsync).
+    Each shard holds whole steps in order (`step` and `last_step` in the manifest; a step of more
+    than `shard_rows` rows spans several shards); shards are written one at a time, in order, and
+    after a failed write none is (the shards stay a prefix of the steps). The manifest lists them
+    as they are written, rewritten at most every `LIST_EVERY_S` seconds. `flush()` waits for the
     writes, lists every shard written and raises what a write raised (a full disk, say); the
     next `append` raises it too. `cursor` flushes (a checkpoint pins what the manifest lists);
     `close()` (or leaving a `with`) flushes and ends the thread.
@@ -146,6 +151,8 @@ class RecordStore:
         self._listed, self._listed_at = len(self.shards), 0.0  # what the manifest on disk lists, and when
         self._writer: ThreadPoolExecutor | None = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlvr-records")
         self._pending: list[tuple[int, Future[None]]] = []
+        self._gathered: list[tuple[int, list[RecordRow]]] = []  # steps for the next shard, not yet handed over
+        self._handed_at = 0.0  # when the writer last got a shard (monotonic)
         self._broken: BaseException | None = None
         self._before_write = before_write  # called with the step before its shards are written (fault injection)
 
@@ -170,12 +177,35 @@ class RecordStore:
         """Unlist (then remove) the shards of steps at or after `step`: an earlier attempt that ran
         further than this run will leaves no records of steps this run never takes."""
         kept = [s for s in self.shards if s.get("step", -1) < step]
-        if len(kept) == len(self.shards):
+        cut = bool(kept) and last_step(kept[-1]) >= step  # a shard of steps on both sides
+        if len(kept) == len(self.shards) and not cut:
             return
         dropped, self.shards = self.shards[len(kept) :], kept
+        if cut:
+            dropped.append(self.shards.pop())
+            self.shards.append(self._cut(dropped[-1], step))
         self._list()
         for shard in dropped:
             (self.folder / shard["file"]).unlink(missing_ok=True)
+
+    def _cut(self, shard: dict[str, Any], step: int) -> dict[str, Any]:
+        """A new shard of `shard`'s rows of steps before `step` (written, not yet listed)."""
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(self.folder / shard["file"])
+        table = table.filter(pc.less(table["step"], step))
+        name = f"{Path(shard['file']).stem}-before-{step}.parquet"
+        data = _encoded(table)
+        atomic_write_bytes(self.folder / name, data)
+        last = max(table["step"].to_pylist(), default=shard["step"])
+        return {
+            "file": name,
+            "rows": table.num_rows,
+            "sha256": sha256_bytes(data),
+            "step": shard["step"],
+            "last_step": last,
+        }
 
     @property
     def cursor(self) -> int:
@@ -189,21 +219,31 @@ class RecordStore:
 
     @property
     def last_step(self) -> int:
-        """The last step whose records are listed or being written (-1: none)."""
-        listed = max((s.get("step", -1) for s in list(self.shards)), default=-1)
-        return max([listed, *(step for step, _ in self._pending)])
+        """The last step whose records are listed, being written or gathered (-1: none)."""
+        listed = max((last_step(s) for s in list(self.shards)), default=-1)
+        return max([listed, *(step for step, _ in self._pending), *(step for step, _ in self._gathered)])
 
     def append(self, rows: list[RecordRow], step: int) -> None:
-        """Write one step's rows as new shards (at most `shard_rows` rows each), in the background."""
+        """Add one step's rows to the next shard; hand it to the writer thread when it is due."""
         if self._writer is None:
             raise RlvrError("the record store is closed")
         self._collect(wait=False)
-        self._pending.append((step, self._writer.submit(self._write, rows, step)))
+        self._gathered.append((step, rows))
+        full = sum(len(r) for _, r in self._gathered) >= self.shard_rows
+        if full or time.monotonic() - self._handed_at >= LIST_EVERY_S:
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        if self._gathered and self._writer is not None:
+            steps, self._gathered = self._gathered, []
+            self._pending.append((steps[-1][0], self._writer.submit(self._write, steps)))
+            self._handed_at = time.monotonic()
 
     def flush(self) -> None:
         """Wait for the pending writes and list every shard written; raise what the first failing
         write raised (the shards written before it are listed)."""
         try:
+            self._hand_over()
             self._collect(wait=True)
         except BaseException:
             with contextlib.suppress(Exception):
@@ -249,33 +289,49 @@ class RecordStore:
                 raise
             self._pending.pop(0)
 
-    def _write(self, rows: list[RecordRow], step: int) -> None:
+    def _write(self, steps: list[tuple[int, list[RecordRow]]]) -> None:
         if self._broken is not None:  # the shards stay a prefix of the steps: no gap after a failure
-            raise RlvrError(f"step {step}'s records were not written: an earlier write failed ({self._broken})")
+            first = steps[0][0]
+            raise RlvrError(f"step {first}'s records were not written: an earlier write failed ({self._broken})")
         try:
             if self._before_write is not None:
-                self._before_write(step)
+                for step, _ in steps:
+                    self._before_write(step)
+            rows = [(step, row) for step, part in steps for row in part]
             for start in range(0, len(rows), self.shard_rows):
-                self._write_shard(rows[start : start + self.shard_rows], step)
+                chunk = rows[start : start + self.shard_rows]
+                self._write_shard([row for _, row in chunk], chunk[0][0], chunk[-1][0])
         except BaseException as exc:
             self._broken = exc
             raise
 
-    def _write_shard(self, rows: list[RecordRow], step: int) -> None:
+    def _write_shard(self, rows: list[RecordRow], step: int, last: int) -> None:
         import pyarrow as pa
-        import pyarrow.parquet as pq
 
         name = f"shard-{len(self.shards):06d}.parquet"
         table = pa.Table.from_pylist([{c: getattr(r, c) for c, _ in COLUMNS} for r in rows], schema=arrow_schema())
-        sink = pa.BufferOutputStream()
-        # no dictionary pages: a step's shard repeats few values, and building them took a third of
-        # the encoding's time (1.4 → 1.0 ms for 16 rows) for a file 10 % larger
-        pq.write_table(table, sink, compression="zstd", use_dictionary=False)
-        data = sink.getvalue().to_pybytes()
+        data = _encoded(table)
         atomic_write_bytes(self.folder / name, data)
-        self.shards.append({"file": name, "rows": len(rows), "sha256": sha256_bytes(data), "step": step})
+        entry = {"file": name, "rows": len(rows), "sha256": sha256_bytes(data), "step": step, "last_step": last}
+        self.shards.append(entry)
         if self._listed == 0 or time.monotonic() - self._listed_at >= LIST_EVERY_S:  # the first: a manifest exists
             self._list()
+
+
+def _encoded(table: Any) -> bytes:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    sink = pa.BufferOutputStream()
+    # no dictionary pages: a shard repeats few values, and building them took a third of the
+    # encoding's time (1.4 → 1.0 ms for 16 rows) for a file 10 % larger
+    pq.write_table(table, sink, compression="zstd", use_dictionary=False)
+    return sink.getvalue().to_pybytes()
+
+
+def last_step(shard: dict[str, Any]) -> int:
+    """The last step a manifest entry holds (an entry without `last_step` holds one step)."""
+    return int(shard.get("last_step", shard.get("step", -1)))
 
 
 def read_manifest(folder: Path) -> list[dict[str, Any]]:
@@ -291,51 +347,14 @@ def read_manifest(folder: Path) -> list[dict[str, Any]]:
 
 
 def shards_sha256(shards: list[dict[str, Any]]) -> str:
-    """The sha256 of a list of manifest entries (file, rows, sha256, step): what a checkpoint
-    pins, so a shard edited later together with its manifest entry is still caught."""
-    canonical = [{k: s.get(k) for k in ("file", "rows", "sha256", "step")} for s in shards]
+    """The sha256 of a list of manifest entries (file, rows, sha256, step, and last_step where an
+    entry has it: shards of a single step written before shards held several have none): what a
+    checkpoint pins, so a shard edited later together with its manifest entry is still caught."""
+    keys = ("file", "rows", "sha256", "step")
+    canonical = [
+        {k: s.get(k) for k in keys} | ({"last_step": s["last_step"]} if "last_step" in s else {}) for s in shards
+    ]
     return sha256_bytes(json.dumps(canonical, sort_keys=True).encode())
-
-
-def pin_problems(folder: Path, cursor: int, expected: str, where: str) -> list[str]:
-    """The first `cursor` shards of the manifest must be what `where` (a checkpoint) pinned."""
-    try:
-        shards = read_manifest(folder)
-    except RlvrError as exc:
-        return [str(exc)]
-    if len(shards) < cursor:
-        return [f"{where} pinned {cursor} record shard(s); the manifest lists {len(shards)}"]
-    if shards_sha256(shards[:cursor]) != expected:
-        return [
-            f"the first {cursor} record shard(s) are not what {where} pinned "
-            "(a shard and its manifest entry were changed after they were written)"
-        ]
-    return []
-
-
-def verify_manifest(folder: Path) -> list[str]:
-    """Problems with the record store: a shard missing, extra, or not matching its sha256."""
-    from rlvr_cli.files import sha256_file
-
-    if not (folder / MANIFEST).is_file():
-        return [f"{folder / MANIFEST} is missing"]
-    try:
-        shards = read_manifest(folder)
-    except RlvrError as exc:
-        return [str(exc)]
-    problems = []
-    listed = set()
-    for shard in shards:
-        path = folder / shard["file"]
-        listed.add(shard["file"])
-        if not path.is_file():
-            problems.append(f"{shard['file']} is listed but missing")
-        elif sha256_file(path) != shard.get("sha256"):
-            problems.append(f"{shard['file']} does not match its sha256 (changed after it was written)")
-    for path in sorted(folder.glob("*.parquet")):
-        if path.name not in listed:
-            problems.append(f"{path.name} is not listed in the manifest (foreign or partial file)")
-    return problems
 
 
 def read_records(folder: Path) -> Any:

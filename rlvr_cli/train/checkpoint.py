@@ -24,7 +24,8 @@ import torch
 from rlvr_cli.contract.models import CHECKPOINT_PARTS
 from rlvr_cli.errors import RlvrError
 from rlvr_cli.files import disk_errors, fsync_dir, save_torch, sha256_file
-from rlvr_cli.store.records import pin_problems, shards_sha256
+from rlvr_cli.store.record_checks import pin_problems
+from rlvr_cli.store.records import shards_sha256
 from rlvr_cli.store.run import MARKER, RunFolder
 from rlvr_cli.train import lora, restore, resume_changes, sharding
 from rlvr_cli.train.run_plan import contract_hash

@@ -51,6 +51,10 @@ from rlvr_cli.train.stops import (
     stop_for_skipped_updates,
 )
 
+#: while the steps run, status.json is rewritten at most this often (`rlvr status` sees a step
+#: within it); a checkpoint, a stop and the end write it at once, durably
+STATUS_EVERY_S = 1.0
+
 
 class Progress(Protocol):
     """How the command shows progress (a rich bar, or one line per step)."""
@@ -78,6 +82,7 @@ class Run:
     shape: flops.Shape | None = None  # the policy's FLOPs per token (train/flops.py)
     peak: float = 0.0  # the training device's measured FLOP/s in the compute dtype
     references: list[tuple[list[int], list[int]]] | None = None  # monitoring.reference_answers: holdout_nll
+    status_at: float = 0.0  # when the steps last wrote status.json (monotonic)
 
     @property
     def contract(self) -> Contract:
@@ -186,7 +191,9 @@ def run_steps(run: Run, rollout: Rollout, progress: Progress) -> int:
             said = no_signal.observe(state.step, row)
             if said and setup.main:
                 progress.say(said)
-            run.status("running", durable=False, max_steps=run.steps)  # `rlvr status` sees the step
+            if time.monotonic() - run.status_at >= STATUS_EVERY_S:  # `rlvr status` sees the step
+                run.status("running", durable=False, max_steps=run.steps)
+                run.status_at = time.monotonic()
             fired = run.monitor.observe(row)  # check rules
             state.monitor = run.monitor.state()
             if fired is not None:

@@ -59,13 +59,19 @@ def test_a_run_shorter_than_holdout_every_is_told_so_not_to_set_it(run_copy: Pat
     assert "set monitoring.holdout_every" not in text
 
 
+def _listed(run_dir: Path) -> list[str]:
+    """The record shards' files, as the manifest lists them (steps gather into shards by time)."""
+    return [s["file"] for s in json.loads((run_dir / "records" / "manifest.json").read_text())["shards"]]
+
+
 def test_one_changed_byte_in_a_shard_is_detected(run_copy: Path) -> None:
-    shard = run_copy / "records" / "shard-000003.parquet"
+    name = _listed(run_copy)[-1]
+    shard = run_copy / "records" / name
     data = bytearray(shard.read_bytes())
     data[len(data) // 2] ^= 0x01
     shard.write_bytes(bytes(data))
     run = rlvr("audit", "rollouts", run_copy)
-    assert run.code == 1 and "shard-000003.parquet does not match its sha256" in run.stdout
+    assert run.code == 1 and f"{name} does not match its sha256" in run.stdout
 
 
 def _rewrite_shard(run_dir: Path, name: str) -> None:
@@ -89,7 +95,7 @@ def _rewrite_shard(run_dir: Path, name: str) -> None:
 def test_a_shard_rewritten_with_its_manifest_entry_is_caught_by_the_checkpoints_pin(
     trained: tuple[Path, Path], run_copy: Path
 ) -> None:
-    _rewrite_shard(run_copy, "shard-000003.parquet")
+    _rewrite_shard(run_copy, _listed(run_copy)[-1])
     run = rlvr("audit", "rollouts", run_copy)
     assert run.code == 1 and "not what checkpoint step-" in run.stdout and "pinned" in run.stdout
     resumed = rlvr("train", trained[0] / CONTRACT, "--run-dir", run_copy, "--resume", "--max-steps", "21", timeout=300)
@@ -100,12 +106,13 @@ def test_a_shard_rewritten_with_its_manifest_entry_is_caught_by_the_checkpoints_
 def test_the_report_of_tampered_records_says_so_and_exits_1(trained: tuple[Path, Path], run_copy: Path) -> None:
     untouched = rlvr("report", trained[1], "--out", run_copy.parent / "untouched.html")
     assert untouched.code == 0 and "MISMATCH" not in (run_copy.parent / "untouched.html").read_text()
-    shard = run_copy / "records" / "shard-000002.parquet"
+    name = _listed(run_copy)[0]
+    shard = run_copy / "records" / name
     shard.write_bytes(shard.read_bytes()[:-10] + b"0123456789")
     run = rlvr("report", run_copy)
     assert run.code == 1 and "not what the run wrote" in run.stderr and "Traceback" not in run.stderr, run.stderr
     page = (run_copy / "report.html").read_text()
-    assert "MISMATCH" in page and "shard-000002.parquet does not match its sha256" in page
+    assert "MISMATCH" in page and f"{name} does not match its sha256" in page
 
 
 def test_the_report_says_the_runs_model_flops_and_mfu_from_its_metrics(
@@ -125,11 +132,12 @@ def test_the_report_says_the_runs_model_flops_and_mfu_from_its_metrics(
 
 
 def test_missing_and_foreign_shards_are_detected(run_copy: Path) -> None:
-    (run_copy / "records" / "shard-000001.parquet").unlink()
-    shutil.copyfile(run_copy / "records" / "shard-000002.parquet", run_copy / "records" / "extra.parquet")
+    first, *_, last = _listed(run_copy)
+    (run_copy / "records" / last).unlink()
+    shutil.copyfile(run_copy / "records" / first, run_copy / "records" / "extra.parquet")
     run = rlvr("audit", "rollouts", run_copy)
     assert run.code == 1
-    assert "shard-000001.parquet is listed but missing" in run.stdout and "extra.parquet is not listed" in run.stdout
+    assert f"{last} is listed but missing" in run.stdout and "extra.parquet is not listed" in run.stdout
 
 
 def test_bad_run_folders_get_clear_messages(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import math
 import signal
 import time
@@ -105,17 +106,38 @@ def test_the_record_store_writes_steps_in_order_and_a_failed_write_stops_what_fo
 
     from rlvr_cli.store import records
 
-    written: list[int] = []  # the manifest is not rewritten after every step: at most once a second, and at flush
+    written: list[str] = []  # the manifest is not rewritten after every shard: at most once a second, and at flush
     real = records.atomic_write_bytes
-    monkeypatch.setattr(records, "atomic_write_bytes", lambda path, data: (written.append(1), real(path, data))[1])
-    began = time.monotonic()
+    monkeypatch.setattr(
+        records, "atomic_write_bytes", lambda path, data: (written.append(path.name), real(path, data))[1]
+    )
+    monkeypatch.setattr(records, "LIST_EVERY_S", 3600.0)  # steps gather until a shard is full
     with RecordStore(tmp_path / "many", shard_rows=10) as store:
         for step in range(60):
             store.append([row(step)], step)
-        assert store.cursor == 60  # flushed: every shard listed
-    manifest_writes = len(written) - 60  # one write per shard, the rest are the manifest's
-    assert 1 <= manifest_writes <= 2 + (time.monotonic() - began) / records.LIST_EVERY_S, manifest_writes
-    assert [s["step"] for s in read_manifest(tmp_path / "many")] == list(range(60))
+        store.append([row(60)] * 25, 60)  # a step of more rows than a shard holds spans shards
+        assert store.last_step == 60 and store.cursor == 10  # flushed: every shard listed
+    listed = [(s["step"], s["last_step"], s["rows"]) for s in read_manifest(tmp_path / "many")]
+    # the first step at once; then ten steps a shard; step 60 with the nine before it and in three more
+    assert listed == [
+        (0, 0, 1),
+        *((s, s + 9, 10) for s in range(1, 51, 10)),
+        (51, 60, 10),
+        (60, 60, 10),
+        (60, 60, 10),
+        (60, 60, 4),
+    ]
+    assert written.count("manifest.json") == 2  # the first shard's listing, then the flush's
+    rows_read = records.read_records(tmp_path / "many").to_pylist()
+    assert [r["step"] for r in rows_read] == sorted(r["step"] for r in rows_read) and len(rows_read) == 85
+
+    monkeypatch.setattr(records, "LIST_EVERY_S", 0.0)  # steps slower than it: a shard a step, written at once
+    with RecordStore(tmp_path / "slow steps", shard_rows=10) as store:
+        for step in range(3):
+            store.append([row(step)] * 2, step)
+            store._collect(wait=True)  # nothing left gathered: the writer had the step at once
+            assert [s["last_step"] for s in store.shards] == list(range(step + 1))
+    monkeypatch.setattr(records, "LIST_EVERY_S", 1.0)
 
     def full(step: int) -> None:
         if step == 1:
@@ -157,6 +179,42 @@ def test_the_record_store_writes_steps_in_order_and_a_failed_write_stops_what_fo
         signal.signal(signal.SIGALRM, previous)
     assert [s["step"] for s in read_manifest(tmp_path / "slow")] == [0, 1]
     assert RecordStore(tmp_path / "slow", shard_rows=10).last_step == 1  # the shard kept, not an orphan
+
+
+def test_a_run_that_goes_less_far_than_an_earlier_attempt_cuts_the_shard_across_its_end(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    from rlvr_cli.files import sha256_bytes
+    from rlvr_cli.store import records
+    from rlvr_cli.store.record_checks import verify_manifest
+    from rlvr_cli.store.records import RecordRow, RecordStore, read_manifest, shards_sha256
+
+    def row(step: int) -> RecordRow:
+        values = {f: None for f in RecordRow.__dataclass_fields__}
+        values.update(run="r", step=step, round=0, prompt_id="t", group=0, sample=0, session_id="s", policy_revision=0)
+        values.update(prompt_ids=[1], response_ids=[2], loss_mask=[1], sampling="{}", seed=0, response_text="x")
+        values.update(finish_reason="stop", advantage=0.0, kept=True, split="train", verify_seconds=0.0)
+        return RecordRow(**values)
+
+    monkeypatch.setattr(records, "LIST_EVERY_S", 3600.0)
+    with RecordStore(tmp_path, shard_rows=100) as store:
+        for step in range(10):
+            store.append([row(step)] * 2, step)
+    assert [(s["step"], s["last_step"]) for s in read_manifest(tmp_path)] == [(0, 0), (1, 9)]
+    store = RecordStore(tmp_path, shard_rows=100)
+    store.keep_before(5)
+    assert [(s["step"], s["last_step"], s["rows"]) for s in read_manifest(tmp_path)] == [(0, 0, 2), (1, 4, 8)]
+    assert store.last_step == 4 and verify_manifest(tmp_path) == []  # the old shard's file is gone
+    assert [r["step"] for r in records.read_records(tmp_path).to_pylist()] == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4]
+    store.append([row(5)], 5)
+    store.close()
+    assert [(s["step"], s["last_step"]) for s in read_manifest(tmp_path)] == [(0, 0), (1, 4), (5, 5)]
+
+    # a checkpoint of a run written when every shard held one step pinned its entries without
+    # `last_step`; the pin reads the same, and a changed `last_step` is a changed entry
+    old = [{"file": "shard-000000.parquet", "rows": 2, "sha256": "ab", "step": 0}]
+    assert shards_sha256(old) == sha256_bytes(json.dumps(old, sort_keys=True).encode())
+    assert shards_sha256([{**old[0], "last_step": 0}]) != shards_sha256([{**old[0], "last_step": 1}])
 
 
 def test_status_on_a_full_disk_is_written_in_place_and_leaves_no_tmp(tmp_path: Path, monkeypatch: Any) -> None:
