@@ -84,18 +84,24 @@ def test_subgroup_advantages_compare_hinted_samples_only_with_hinted_ones() -> N
     assert torch.equal(hinted_advantages(rewards, hinted, 4, objective, subgroup=False), whole)  # type: ignore[arg-type]
 
 
+def _row(step: int) -> Any:
+    """A record row of `step` (the store's tests)."""
+    from rlvr_cli.store.records import RecordRow
+
+    values = {f: None for f in RecordRow.__dataclass_fields__}
+    values.update(run="r", step=step, round=0, prompt_id="t", group=0, sample=0, session_id="s", policy_revision=0)
+    values.update(prompt_ids=[1], response_ids=[2], loss_mask=[1], sampling="{}", seed=0, response_text="x")
+    values.update(finish_reason="stop", advantage=0.0, kept=True, split="train", verify_seconds=0.0)
+    return RecordRow(**values)
+
+
 def test_the_record_store_writes_steps_in_order_and_a_failed_write_stops_what_follows(
     tmp_path: Path, monkeypatch: Any
 ) -> None:
     from rlvr_cli.errors import RlvrError
-    from rlvr_cli.store.records import RecordRow, RecordStore, read_manifest
+    from rlvr_cli.store.records import RecordStore, read_manifest
 
-    def row(step: int) -> RecordRow:
-        values = {f: None for f in RecordRow.__dataclass_fields__}
-        values.update(run="r", step=step, round=0, prompt_id="t", group=0, sample=0, session_id="s", policy_revision=0)
-        values.update(prompt_ids=[1], response_ids=[2], loss_mask=[1], sampling="{}", seed=0, response_text="x")
-        values.update(finish_reason="stop", advantage=0.0, kept=True, split="train", verify_seconds=0.0)
-        return RecordRow(**values)
+    row = _row
 
     with RecordStore(tmp_path / "ok", shard_rows=10) as store:
         for step in range(3):
@@ -187,14 +193,9 @@ def test_a_run_that_goes_less_far_than_an_earlier_attempt_cuts_the_shard_across_
     from rlvr_cli.files import sha256_bytes
     from rlvr_cli.store import records
     from rlvr_cli.store.record_checks import verify_manifest
-    from rlvr_cli.store.records import RecordRow, RecordStore, read_manifest, shards_sha256
+    from rlvr_cli.store.records import RecordStore, read_manifest, shards_sha256
 
-    def row(step: int) -> RecordRow:
-        values = {f: None for f in RecordRow.__dataclass_fields__}
-        values.update(run="r", step=step, round=0, prompt_id="t", group=0, sample=0, session_id="s", policy_revision=0)
-        values.update(prompt_ids=[1], response_ids=[2], loss_mask=[1], sampling="{}", seed=0, response_text="x")
-        values.update(finish_reason="stop", advantage=0.0, kept=True, split="train", verify_seconds=0.0)
-        return RecordRow(**values)
+    row = _row
 
     monkeypatch.setattr(records, "LIST_EVERY_S", 3600.0)
     with RecordStore(tmp_path, shard_rows=100) as store:
