@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -148,11 +149,11 @@ class RecordStore:
         folder.mkdir(parents=True, exist_ok=True)
         self.shards: list[dict[str, Any]] = self._read_manifest()
         self._drop_orphans()
-        self._listed, self._listed_at = len(self.shards), 0.0  # what the manifest on disk lists, and when
+        self._listed, self._listed_at = len(self.shards), -math.inf  # what the manifest on disk lists, and when
         self._writer: ThreadPoolExecutor | None = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlvr-records")
         self._pending: list[tuple[int, Future[None]]] = []
         self._gathered: list[tuple[int, list[RecordRow]]] = []  # steps for the next shard, not yet handed over
-        self._handed_at = 0.0  # when the writer last got a shard (monotonic)
+        self._handed_at = -math.inf  # when the writer last got a shard (monotonic): never yet
         self._broken: BaseException | None = None
         self._before_write = before_write  # called with the step before its shards are written (fault injection)
 

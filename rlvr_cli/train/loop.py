@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,7 +83,7 @@ class Run:
     shape: flops.Shape | None = None  # the policy's FLOPs per token (train/flops.py)
     peak: float = 0.0  # the training device's measured FLOP/s in the compute dtype
     references: list[tuple[list[int], list[int]]] | None = None  # monitoring.reference_answers: holdout_nll
-    status_at: float = 0.0  # when the steps last wrote status.json (monotonic)
+    status_at: float = -math.inf  # when the steps last wrote status.json (monotonic): never yet
 
     @property
     def contract(self) -> Contract:
