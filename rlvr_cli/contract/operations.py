@@ -134,7 +134,14 @@ class Checkpoint(Section):
 
 class Records(Section):
     format: Literal["parquet"] = Field("parquet", description="The rollout log's file format.")
-    shard_rows: Int = Field(4096, ge=1, description="Rows per Parquet shard at most. A shard gathers whole steps, written at most once a second (a slower step's at once) and at every checkpoint and end; a step of more rows spans several.")
+    shard_rows: Int = Field(
+        4096,
+        ge=1,
+        description=(
+            "Rows per Parquet shard at most. A shard gathers whole steps, written at most once a second "
+            "(a slower step's at once) and at every checkpoint and end; a step of more rows spans several."
+        ),
+    )
 
 
 class Budget(Section):

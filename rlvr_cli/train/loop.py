@@ -29,7 +29,7 @@ from rlvr_cli.rollout.rollouts import open_rollout
 from rlvr_cli.store.records import RecordStore
 from rlvr_cli.store.run import RunFolder, Status
 from rlvr_cli.trackers.fanout import Trackers
-from rlvr_cli.train import credit, ending, flops, importance, overlap, reference_nll, tracking, update
+from rlvr_cli.train import credit, ending, flops, importance, overlap, peak_memory, reference_nll, tracking, update
 from rlvr_cli.train import distributed as dist
 from rlvr_cli.train.checkpoint import load_latest
 from rlvr_cli.train.collect import StepResult, collect
@@ -127,21 +127,25 @@ def train_step(
         result.generated = sorted(everyone, key=lambda s: (s.round, s.group, s.index))
         result.accepted = [g for part in dist.gather(result.accepted) for g in part]
     metrics = StepMetrics(state.step)  # log
+    metrics.memory_peak_gib = peak_memory.step_peak_gib(setup.device)
     if dist.active():
-        metrics.update(ranks(result))
+        metrics.update(ranks(result, metrics.memory_peak_gib))
     metrics.update(rollout_metrics(setup.contract, result))
     metrics.update(learned | setup.engine.handover())  # (a served engine: the seconds its weights took)
     _count(state, metrics, result)
     return metrics, result.generated
 
 
-def ranks(result: StepResult) -> dict[str, float]:
-    """Under torchrun: seconds in rlvr's collectives, and how far the fastest rank waited for the slowest."""
-    waits = dist.gather(result.times.waited)
+def ranks(result: StepResult, peak: float | None) -> dict[str, float | None]:
+    """Under torchrun: seconds in rlvr's collectives, how far the fastest rank waited for the
+    slowest, and the largest peak memory of any process."""
+    waits, peaks = zip(*dist.gather((result.times.waited, peak)), strict=True)
+    known = [p for p in peaks if p is not None]
     return {
         "time_collectives_s": dist.spent(),
         "rank_lag_s": max(waits) - min(waits),
         "slowest_rank": float(waits.index(min(waits))),
+        "memory_peak_gib": max(known) if known else None,
     }
 
 

@@ -21,7 +21,16 @@ pytestmark = pytest.mark.slow  # every test here trains: make test runs them, ma
 
 CONTRACT = "experiment.rlvr.yaml"
 #: measured again when a step is redone after a resume
-TIMINGS = ("time_", "step_seconds", "elapsed_s", "tokens_per_s", "mfu", "verifier_seconds", "total_verifier_seconds")
+TIMINGS = (
+    "time_",
+    "step_seconds",
+    "elapsed_s",
+    "tokens_per_s",
+    "mfu",
+    "verifier_seconds",
+    "total_verifier_seconds",
+    "memory_",
+)
 ALL = "[tensorboard, mlflow, wandb, trackio]"
 
 
