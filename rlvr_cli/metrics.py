@@ -115,9 +115,10 @@ class StepMetrics:
         "model FLOPs utilisation: step_tflop / (step_seconds × the device's measured peak × processes)"
     )
     memory_peak_gib: float | None = _m(
-        "the most memory a process held during the step, in GiB (the largest of the processes): on a GPU "
-        "PyTorch's allocated tensors (what `rlvr plan` estimates per device); on a CPU the resident set, "
-        "the interpreter, libraries and the allocator's kept memory included (Linux; train/peak_memory.py)"
+        "the most memory a process has held so far, in GiB, read after the step (the largest of the "
+        "processes): on a GPU PyTorch's allocated tensors (what `rlvr plan` estimates per device); on a CPU "
+        "the resident set, the interpreter, libraries and the allocator's kept memory included (Linux; "
+        "train/peak_memory.py)"
     )
     step_seconds: float | None = _m(
         "wall time of the step: sampling, scoring, the update, its records and any holdout evaluation"

@@ -127,7 +127,7 @@ def train_step(
         result.generated = sorted(everyone, key=lambda s: (s.round, s.group, s.index))
         result.accepted = [g for part in dist.gather(result.accepted) for g in part]
     metrics = StepMetrics(state.step)  # log
-    metrics.memory_peak_gib = peak_memory.step_peak_gib(setup.device)
+    metrics.memory_peak_gib = peak_memory.peak_gib(setup.device)
     if dist.active():
         metrics.update(ranks(result, metrics.memory_peak_gib))
     metrics.update(rollout_metrics(setup.contract, result))

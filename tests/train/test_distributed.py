@@ -158,7 +158,7 @@ def test_two_processes_equal_one(
     for row in metrics(two):  # where the time went across processes
         assert row["time_collectives_s"] > 0 and row["rank_lag_s"] >= 0 and row["slowest_rank"] in (0.0, 1.0)
         assert 0 < row["mfu"] < 1
-        assert 0.1 < row["memory_peak_gib"] < 16  # the larger process's peak resident set this step
+        assert 0.1 < row["memory_peak_gib"] < 16  # the larger process's resident peak so far
     plan = json.loads((two / "plan.json").read_text())
     assert plan["processes"] == 2
     assert plan["parallel"]["strategy"] == ("fsdp2" if sharded else "ddp")

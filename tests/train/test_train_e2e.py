@@ -116,7 +116,7 @@ def test_every_contract_metric_is_logged(learned: tuple[Path, object]) -> None:
         )
     holdout_steps = [r["step"] for r in rows if r.get("holdout_reward") is not None]
     assert holdout_steps == [9, 19, 29, 39]
-    assert all(0.1 < r["memory_peak_gib"] < 16 for r in rows)  # the process's resident peak, each step
+    assert all(0.1 < r["memory_peak_gib"] < 16 for r in rows)  # the process's resident peak so far
     for before, after in itertools.pairwise(rows):  # between two rows: the step and what came between
         assert after["elapsed_s"] - before["elapsed_s"] >= after["step_seconds"]
 
