@@ -104,7 +104,10 @@ demo: $(STAMP) sandbox
 	# the same task with a LoRA adapter (peft) over a warmed-up base; the reference is the base with
 	# the adapter switched off, the checkpoints and final/ hold the adapter alone
 	$(BIN)/rlvr train contracts/echo-stop-lora-cpu.rlvr.yaml --run-dir $(DEMO)/echo-stop-lora-cpu
-	$(BIN)/rlvr gate contracts/echo-stop-lora-cpu.rlvr.yaml --candidate $(DEMO)/echo-stop-lora-cpu
+	# whether its release passes depends on the CPU's float kernels (README.md, the LoRA paragraph):
+	# a failing gate (exit 1) is shown, not an error of the demo
+	code=0; $(BIN)/rlvr gate contracts/echo-stop-lora-cpu.rlvr.yaml --candidate $(DEMO)/echo-stop-lora-cpu || code=$$?; \
+	  test $$code -le 1 && echo "demo: LoRA release gate exit $$code; see $(DEMO)/echo-stop-lora-cpu/gate/verdict.json"
 
 # The report test opens the HTML report in headless Chromium (Debian's package).
 browser:

@@ -77,9 +77,18 @@ def test_lookup_template_learns_to_call_the_tool_and_answer(lookup: Path, tmp_pa
     gate = rlvr("gate", contract, "--candidate", run_dir, timeout=300)
     verdict = json.loads((run_dir / "gate" / "verdict.json").read_text())
     assert gate.code in (0, 1) and verdict["release"] in ("pass", "fail"), gate.stdout
-    # learned on boxes never trained on: the paired gain over the warm start is clearly positive
+    # greedy answers on boxes never trained on do not get worse; whether they get better depends
+    # on the warm start: 0.37 → 0.57 on one 2-core Xeon, 0.81 → 0.81 (paired gain 0.00 [−0.07,
+    # +0.07]) on a 2-core Xeon with AMX, whose warm start already answers most boxes greedily
     gained = next(g for g in verdict["gates"] if g["name"] == "holdout-no-regression")
-    assert gained["overall"]["passed"] and gained["overall"]["delta"][1] >= 0.1, gained["overall"]
+    assert gained["overall"]["delta"][0] >= -0.05, gained["overall"]
+    # learned on them as it samples them (temperature 1, as trained): the paired gain over the
+    # warm start is clearly positive (on the AMX Xeon 0.42 → 0.79, ci95 [0.30, 0.44])
+    warm = folder / "model"
+    paired = rlvr("audit", "rewards", contract, "--policy", warm, "--policy", run_dir, "--samples", "4", "-f", "json")
+    assert paired.code == 0, paired.stderr[-2000:]
+    gain = json.loads(paired.stdout)["difference_b_minus_a"]
+    assert gain["ci95"][0] >= 0.1, gain
     report = rlvr("report", run_dir, "--out", tmp_path / "report.html")
     assert report.code == 0 and "holdout/correct" in (tmp_path / "report.html").read_text()
 
