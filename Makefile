@@ -93,14 +93,17 @@ demo: $(STAMP) sandbox
 	code=0; $(BIN)/rlvr gate contracts/grpo-cpu.rlvr.yaml --candidate $(DEMO)/grpo-cpu || code=$$?; \
 	  test $$code -le 1 && echo "demo: release gate exit $$code; see $(DEMO)/grpo-cpu/gate/verdict.json"
 	$(BIN)/rlvr report $(DEMO)/grpo-cpu
-	# a task the tiny model does learn, with answers that end with the stop token: holdout answers
-	# right and ended 0 → 0.5–1.0 (seeds 7, 1, 2), and the release passes
+	# a task the tiny model does learn, with answers that end with the stop token: on most CPUs
+	# measured the holdout's answers go right and ended 0 → 0.5–1.0 and the release passes; where
+	# the float kernels send the run elsewhere (README.md, the tour) the gate's exit 1 is shown
 	$(BIN)/rlvr train contracts/echo-stop-cpu.rlvr.yaml --run-dir $(DEMO)/echo-stop-cpu
-	$(BIN)/rlvr gate contracts/echo-stop-cpu.rlvr.yaml --candidate $(DEMO)/echo-stop-cpu
+	code=0; $(BIN)/rlvr gate contracts/echo-stop-cpu.rlvr.yaml --candidate $(DEMO)/echo-stop-cpu || code=$$?; \
+	  test $$code -le 1 && echo "demo: echo-stop release gate exit $$code; see $(DEMO)/echo-stop-cpu/gate/verdict.json"
 	$(BIN)/rlvr report $(DEMO)/echo-stop-cpu
-	# the passing run as a release bundle (docs/release.md), kept in a registry
-	$(BIN)/rlvr release build contracts/echo-stop-cpu.rlvr.yaml $(DEMO)/echo-stop-cpu --registry $(DEMO)/releases
-	$(BIN)/rlvr release list $(DEMO)/releases
+	# a passing run as a release bundle (docs/release.md), kept in a registry
+	grep -q '"release": "pass"' $(DEMO)/echo-stop-cpu/gate/verdict.json || { echo "demo: no release bundle: the gates failed"; exit 0; }; \
+	  $(BIN)/rlvr release build contracts/echo-stop-cpu.rlvr.yaml $(DEMO)/echo-stop-cpu --registry $(DEMO)/releases && \
+	  $(BIN)/rlvr release list $(DEMO)/releases
 	# the same task with a LoRA adapter (peft) over a warmed-up base; the reference is the base with
 	# the adapter switched off, the checkpoints and final/ hold the adapter alone
 	$(BIN)/rlvr train contracts/echo-stop-lora-cpu.rlvr.yaml --run-dir $(DEMO)/echo-stop-lora-cpu
