@@ -97,5 +97,9 @@ def test_a_half_billion_parameter_policy_trains_a_few_steps_in_bf16(single_turn:
     assert done.code == 0, done.stderr[-3000:]
     rows = [json.loads(line) for line in (experiment / "run" / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 3 and all(r["nonfinite_count"] == 0 for r in rows)
+    # CUDA's allocated peak: at least the fp32 weights, gradients and AdamW state (16 bytes a
+    # parameter, ≈ 7.7 GiB), and never falling (the count is the process's, not restarted)
+    peaks = [r["memory_peak_gib"] for r in rows]
+    assert peaks[0] > 7 and peaks == sorted(peaks) and peaks[-1] < 78, peaks
     saved = sum(os.path.getsize(f) for f in (experiment / "run" / "final").glob("*.safetensors"))
     assert saved > 1.9e9  # ≈ 0.52 B fp32 master weights

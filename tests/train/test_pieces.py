@@ -84,7 +84,7 @@ def test_subgroup_advantages_compare_hinted_samples_only_with_hinted_ones() -> N
     assert torch.equal(hinted_advantages(rewards, hinted, 4, objective, subgroup=False), whole)  # type: ignore[arg-type]
 
 
-def _row(step: int) -> Any:
+def row(step: int) -> Any:
     """A record row of `step` (the store's tests)."""
     from rlvr_cli.store.records import RecordRow
 
@@ -100,8 +100,6 @@ def test_the_record_store_writes_steps_in_order_and_a_failed_write_stops_what_fo
 ) -> None:
     from rlvr_cli.errors import RlvrError
     from rlvr_cli.store.records import RecordStore, read_manifest
-
-    row = _row
 
     with RecordStore(tmp_path / "ok", shard_rows=10) as store:
         for step in range(3):
@@ -194,8 +192,6 @@ def test_a_run_that_goes_less_far_than_an_earlier_attempt_cuts_the_shard_across_
     from rlvr_cli.store import records
     from rlvr_cli.store.record_checks import verify_manifest
     from rlvr_cli.store.records import RecordStore, read_manifest, shards_sha256
-
-    row = _row
 
     monkeypatch.setattr(records, "LIST_EVERY_S", 3600.0)
     with RecordStore(tmp_path, shard_rows=100) as store:
