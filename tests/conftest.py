@@ -39,6 +39,9 @@ def _torch_cache_dir() -> str:
 
 
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", _torch_cache_dir())
+# `rlvr train` keeps the best matrix-product rate it has seen on a machine (train/calibration.py):
+# the tests' runs keep theirs apart from the user's, set before any `rlvr` command starts
+os.environ.setdefault("RLVR_CACHE_DIR", os.path.join(tempfile.gettempdir(), f"rlvr-tests-cache-{os.getuid()}"))
 
 
 def pytest_configure(config: pytest.Config) -> None:

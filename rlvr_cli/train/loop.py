@@ -29,7 +29,18 @@ from rlvr_cli.rollout.rollouts import open_rollout
 from rlvr_cli.store.records import RecordStore
 from rlvr_cli.store.run import RunFolder, Status
 from rlvr_cli.trackers.fanout import Trackers
-from rlvr_cli.train import credit, ending, flops, importance, overlap, peak_memory, reference_nll, tracking, update
+from rlvr_cli.train import (
+    calibration,
+    credit,
+    ending,
+    flops,
+    importance,
+    overlap,
+    peak_memory,
+    reference_nll,
+    tracking,
+    update,
+)
 from rlvr_cli.train import distributed as dist
 from rlvr_cli.train.checkpoint import load_latest
 from rlvr_cli.train.collect import StepResult, collect
@@ -338,9 +349,11 @@ def train(
     Whatever stops the run — a rule, a signal, a full disk, a bug — `status.json` says so."""
     run = start(contract, contract_path, run_dir, steps, resume, force)
     setup = run.setup
-    run.shape, run.peak = flops.Shape.of(setup.policy), flops.measured_peak(setup.device, setup.compute or setup.dtype)
+    run.shape = flops.Shape.of(setup.policy)
+    run.peak, peak_source = calibration.device_peak(setup.device, setup.compute or setup.dtype)
     resolved = {
         "peak_tflops": round(run.peak / 1e12, 4),  # per device, measured: the denominator of `mfu`
+        "peak_source": peak_source,
         "processes": setup.world,
         "rollout_engine": setup.engine_version,
         "update_forward": update.forward_description(setup),
