@@ -309,31 +309,21 @@ def main() -> None:
         f"ratio {t['steps_s'] / r['steps_s']:.2f}"
     )
     print(
-        "machine peak (best 2048² product, 2 threads): "
+        "machine peak (the best this machine has shown, cached as rlvr caches it; 2 threads): "
         + ", ".join(f"{k} {v / 1e9:.0f} GFLOP/s" for k, v in flop_s.items())
     )
     print_split(results, args.steps)
 
 
 def machine_peak(precision: str) -> float:
-    """FLOP/s of the best of five 2048² products in the dtype the trainer computes in, by
-    `torch.mm` or oneDNN's prepacked product (the faster: fp32 ~1.2× here): the denominator of
-    MFU for both trainers (rlvr's own `mfu` uses its smaller start-up product)."""
+    """FLOP/s of the dtype the trainer computes in, as rlvr's own `mfu` divides by it: the best
+    this machine has shown, cached (rlvr_cli/train/calibration.py); the denominator of MFU for
+    both trainers."""
     import torch
 
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
-    a, b = torch.full((2048, 2048), 0.5, dtype=dtype), torch.full((2048, 2048), 0.25, dtype=dtype)
-    packed = torch.ops.mkldnn._reorder_linear_weight(b, 2048)
-    best = float("inf")
-    for product in (
-        lambda: torch.mm(a, b),
-        lambda: torch.ops.mkldnn._linear_pointwise(a, packed, None, "none", [], ""),
-    ):
-        for _ in range(6):
-            start = time.perf_counter()
-            product()
-            best = min(best, time.perf_counter() - start)
-    return 2.0 * 2048**3 / best
+    from rlvr_cli.train.calibration import device_peak
+
+    return device_peak(torch.device("cpu"), torch.bfloat16 if precision == "bf16" else torch.float32)[0]
 
 
 if __name__ == "__main__":
