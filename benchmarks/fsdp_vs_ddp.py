@@ -5,8 +5,10 @@ plan estimates for it; per run: seconds per step (metrics.jsonl `step_seconds`, 
 the first). Run: `.venv/bin/python benchmarks/fsdp_vs_ddp.py` (about 10 minutes on 2 cores).
 `--only=ddp,fsdp2`: those runs alone. `--live`: with MALLOC_TRIM_THRESHOLD_=0, so glibc
 returns freed memory at once and the resident peak is the live memory (as a GPU's allocated
-memory is); steps are slower that way. `--precision=bf16`: the contract's `precision: bf16` (fp32
-master weights and optimizer state, bf16 compute: what a GPU run uses) instead of fp32.
+memory is); steps are slower that way. `--phases`: each process's resident peak in each phase of
+a step (sampling, the reference, the update, the optimizer step; before the first step: loading
+and the first holdout) instead. `--precision=bf16`: the contract's `precision: bf16` (fp32 master
+weights and optimizer state, bf16 compute: what a GPU run uses) instead of fp32.
 """
 
 from __future__ import annotations
@@ -35,6 +37,65 @@ if __name__ == "__main__":  # the verifier's worker processes import this file t
             json.dump({"peak": peak}, fh)
 """
 
+#: `--phases`: each rank also records its resident peak in each phase of a step (a thread reads
+#: VmRSS every 2 ms; the phase is the trainer function running), and where the steps begin
+PHASES = """
+import functools, json, os, sys, threading, time
+from rlvr_cli.__main__ import main
+
+LABEL, PEAKS = ["loading and the first holdout"], {}
+
+
+def rss():
+    with open("/proc/self/status") as fh:
+        return next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmRSS:"))
+
+
+def watch():
+    while True:
+        value, label = rss(), LABEL[0]
+        PEAKS[label] = max(PEAKS.get(label, 0), value)
+        time.sleep(0.002)
+
+
+def phase(owner, name, label):
+    inner = getattr(owner, name)
+
+    @functools.wraps(inner)
+    def timed(*args, **kwargs):
+        before, LABEL[0] = LABEL[0], label
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            LABEL[0] = before
+
+    setattr(owner, name, timed)
+
+
+if __name__ == "__main__":
+    import rlvr_cli.train.loop as loop, rlvr_cli.train.update as update
+
+    phase(update, "reference_logprobs", "reference")
+    phase(update, "optimizer_passes", "update")
+    phase(update, "_step", "optimizer step")
+    phase(loop, "collect", "sampling")  # the name loop.py calls
+    step = loop.train_step
+
+    def first(*args, **kwargs):
+        PEAKS.setdefault("at the first step", rss())
+        LABEL[0] = "between phases"
+        return step(*args, **kwargs)
+
+    loop.train_step = first
+    threading.Thread(target=watch, daemon=True).start()
+    try:
+        sys.argv = ["rlvr", *sys.argv[1:]]
+        main()
+    finally:
+        with open(os.environ["PEAK_DIR"] + f"/phases-{os.environ['RANK']}.json", "w") as fh:
+            json.dump(PEAKS, fh)
+"""
+
 
 def experiment(root: Path) -> Path:
     from rlvr_cli.toy.tiny import build_tiny
@@ -48,7 +109,7 @@ def experiment(root: Path) -> Path:
     return folder
 
 
-def run(folder: Path, name: str, out: Path, live: bool, precision: str = "fp32") -> dict:
+def run(folder: Path, name: str, out: Path, live: bool, precision: str = "fp32", phases: bool = False) -> dict:
     """`name`: ddp, fsdp2, ddp-own: ddp with the model's own update forward (responses padded
     on the right, so the shared-prompt forward steps aside), fsdp2-kept: fsdp2 with
     `reshard_after_forward: false` (each unit gathered once a pass), or fsdp2-whole: that and
@@ -72,7 +133,7 @@ def run(folder: Path, name: str, out: Path, live: bool, precision: str = "fp32")
     contract.write_text(text)
     peaks = out / name
     peaks.mkdir(parents=True)
-    (out / "rank.py").write_text(RANK)
+    (out / "rank.py").write_text(PHASES if phases else RANK)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PEAK_DIR": str(peaks), "PYTHONPATH": str(ROOT)}
     if live:
         env["MALLOC_TRIM_THRESHOLD_"] = "0"
@@ -87,23 +148,35 @@ def run(folder: Path, name: str, out: Path, live: bool, precision: str = "fp32")
         [sys.executable, "-m", "rlvr_cli", "plan", str(contract), "--gpus", "2"], capture_output=True, text=True
     ).stdout
     total = next(line for line in plan.splitlines() if line.startswith("peak"))
+    if phases:
+        return {
+            "seconds_per_step": sum(seconds) / len(seconds),
+            "peak_mib_by_phase": [
+                {k: round(v / 2**20) for k, v in json.loads(p.read_text()).items()}
+                for p in sorted(peaks.glob("phases-*.json"))
+            ],
+        }
     return {
-        "peak_per_process_mib": [json.loads(p.read_text())["peak"] / 2**20 for p in sorted(peaks.glob("*.json"))],
+        "peak_per_process_mib": [json.loads(p.read_text())["peak"] / 2**20 for p in sorted(peaks.glob("rank-*.json"))],
         "seconds_per_step": sum(seconds) / len(seconds),
         "plan_total": total.split(None, 1)[1].strip(),
+        # the most any process held by the end of each step (VmHWM): where the peak is reached
+        "memory_peak_gib_by_step": [r.get("memory_peak_gib") for r in rows],
     }
 
 
 def main() -> None:
-    live = "--live" in sys.argv
+    live, phases = "--live" in sys.argv, "--phases" in sys.argv
     names = ("ddp", "ddp-own", "fsdp2", "fsdp2-kept", "fsdp2-whole")
     names += tuple(f"{n}-ckpt" for n in ("ddp", "fsdp2", "fsdp2-kept", "fsdp2-whole"))
     precision = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--precision=")), "fp32")
     only = next((a.split("=", 1)[1].split(",") for a in sys.argv if a.startswith("--only=")), names[:5])
     with tempfile.TemporaryDirectory() as tmp:
         folder = experiment(Path(tmp))
-        results = {s: run(folder, s, Path(tmp) / "out", live, precision) for s in names if s in only}
+        results = {s: run(folder, s, Path(tmp) / "out", live, precision, phases) for s in names if s in only}
     print(json.dumps(results, indent=1))
+    if phases:
+        return
     for sharded in (s for s in results if s.startswith("fsdp2")):
         f = results[sharded]
         for base in (s for s in results if s.startswith("ddp")):
