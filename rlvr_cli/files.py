@@ -63,6 +63,16 @@ def atomic_write_json(path: Path, data: Any, *, durable: bool = True) -> None:
     atomic_write_text(path, json.dumps(data, indent=2, default=str) + "\n", durable=durable)
 
 
+def read_json_object(path: Path) -> dict[str, Any]:
+    """A JSON object kept between runs (a tracker's state, the cached peak), or {} where the file
+    is missing, unreadable, not JSON or not an object: state that can be rebuilt, never an error."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 FULL_BELOW_BYTES = 1 << 20  # a file system with less free space than this is full for a writer that failed
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from rlvr_cli.contract.operations import Tracker
+from rlvr_cli.files import read_json_object
 from rlvr_cli.trackers.sink import Opening, Spec
 
 BACKLOG = 10_000  # events a tracker may fall behind before it is dropped
@@ -183,7 +184,7 @@ class Trackers:
         """Open every tracker (in its process); `resume` continues the run id the folder has."""
         root = run_dir / "trackers"
         root.mkdir(parents=True, exist_ok=True)
-        previous = {s.kind: _read_state(root / f"{s.kind}.json") for s in specs} if resume else {}
+        previous = {s.kind: read_json_object(root / f"{s.kind}.json") for s in specs} if resume else {}
         run_id = next((p["run_id"] for p in previous.values() if p.get("run_id")), None)
         run_id = run_id or f"{_slug(name)}-{uuid.uuid4().hex[:8]}"
         workers = []
@@ -207,10 +208,10 @@ class Trackers:
         specs = []
         for path in sorted(root.glob("*.json")) if root.is_dir() else []:
             with contextlib.suppress(ValueError, TypeError, KeyError):
-                specs.append(Tracker.model_validate(_read_state(path)["spec"]))
+                specs.append(Tracker.model_validate(read_json_object(path)["spec"]))
         if not specs:
             return None
-        latest = max(int(_read_state(root / f"{s.kind}.json").get("logged_through", 0)) for s in specs)
+        latest = max(int(read_json_object(root / f"{s.kind}.json").get("logged_through", 0)) for s in specs)
         return cls.start(specs, run_dir, run_dir.name, {}, latest + 1, resume=True)
 
     def log(self, step: int, row: dict[str, Any]) -> None:
@@ -276,14 +277,6 @@ def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
 
 def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _read_state(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def _slug(name: str) -> str:

@@ -25,6 +25,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rlvr_cli.files import read_json_object
 from rlvr_cli.train import flops
 
 if TYPE_CHECKING:
@@ -71,7 +72,7 @@ def device_peak(device: torch.device, dtype: torch.dtype) -> tuple[float, str]:
     """(FLOP/s, where it came from): the best of this run's product and the cached peak, the
     cache raised when this run measured more."""
     key, path = machine_key(device, dtype), cache_path()
-    cached = _read(path).get(key)
+    cached = read_json_object(path).get(key)
     best = cached if _plausible(cached) else None
     if best is None:  # the first run on this machine calibrates wider and longer: 3 sweeps, up to 0.2 s a product
         top = 8192 if device.type == "cuda" else 2048
@@ -88,19 +89,11 @@ def _plausible(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value > 0
 
 
-def _read(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 def _write(path: Path, key: str, value: float) -> None:
     """Merge into what is there now (another run may have written since), atomically."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        data = _read(path)
+        data = read_json_object(path)
         if _plausible(data.get(key)) and data[key] >= value:
             return
         data[key] = value
