@@ -103,3 +103,9 @@ def test_a_half_billion_parameter_policy_trains_a_few_steps_in_bf16(single_turn:
     assert peaks[0] > 7 and peaks == sorted(peaks) and peaks[-1] < 78, peaks
     saved = sum(os.path.getsize(f) for f in (experiment / "run" / "final").glob("*.safetensors"))
     assert saved > 1.9e9  # ≈ 0.52 B fp32 master weights
+    # mfu against the GPU's bf16 peak, calibrated and cached under the GPU's name (train/calibration.py)
+    plan = json.loads((experiment / "run" / "plan.json").read_text())
+    assert 50 < plan["peak_tflops"] < 5000, plan["peak_tflops"]  # a data-centre GPU's dense bf16
+    assert all(0 < r["mfu"] < 1 for r in rows), [r["mfu"] for r in rows]
+    cache = json.loads((Path(os.environ["RLVR_CACHE_DIR"]) / "peaks.json").read_text())
+    assert any(k.startswith("cuda|") and k.endswith("|bfloat16") for k in cache), sorted(cache)
