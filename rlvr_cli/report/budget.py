@@ -122,15 +122,17 @@ def section(names: list[str], metrics: list[list[dict[str, Any]]], starts: list[
 
 
 def compute_fact(plan: dict[str, Any], metrics: list[dict[str, Any]]) -> str:
-    """Model FLOPs of the steps and the MFU over all of them: what they did against the measured
-    peak of the devices for their time (train/flops.py)."""
+    """Model FLOPs of the steps and the MFU over all of them: what they did against the peak of
+    the devices for their time (train/flops.py, train/calibration.py)."""
     done = [r for r in metrics if isinstance(r.get("step_tflop"), float) and r.get("step_seconds")]
     peak, processes = plan.get("peak_tflops"), plan.get("processes") or 1
     if not done or not isinstance(peak, float | int) or peak <= 0:
         return ""
     tflop, seconds = sum(r["step_tflop"] for r in done), sum(r["step_seconds"] for r in done)
     mfu = tflop / (seconds * float(peak) * int(processes))
+    # runs since plan.json named its source divide by the best this machine has shown (train/calibration.py)
+    measured = "the best measured on this machine" if plan.get("peak_source") else "measured"
     return (
         f"{tflop:,.2f} TFLOP of model FLOPs in {seconds:,.0f} s: MFU {mfu:.1%} of {float(peak):g} TFLOP/s "
-        f"measured per device × {int(processes)}"
+        f"{measured} per device × {int(processes)}"
     )

@@ -128,7 +128,14 @@ def test_the_report_says_the_runs_model_flops_and_mfu_from_its_metrics(
     mfu = sum(r["step_tflop"] for r in rows) / (sum(r["step_seconds"] for r in rows) * peak)
     assert rlvr("report", run_dir, "--out", tmp_path / "r.html").code == 0
     fact = re.search(r"compute</th><td>([^<]*)", (tmp_path / "r.html").read_text()).group(1)
-    assert f"MFU {mfu:.1%} of {peak:g} TFLOP/s measured per device × 1" in fact, fact
+    assert f"MFU {mfu:.1%} of {peak:g} TFLOP/s the best measured on this machine per device × 1" in fact, fact
+    plan = json.loads((run_dir / "plan.json").read_text())
+    del plan["peak_source"]  # a run from before the peak was cached: its own start-up measurement
+    older = tmp_path / "older"
+    shutil.copytree(run_dir, older)
+    (older / "plan.json").write_text(json.dumps(plan))
+    assert rlvr("report", older, "--out", tmp_path / "o.html").code == 0
+    assert "TFLOP/s measured per device × 1" in (tmp_path / "o.html").read_text()
 
 
 def test_missing_and_foreign_shards_are_detected(run_copy: Path) -> None:
