@@ -80,7 +80,7 @@ def device_peak(device: torch.device, dtype: torch.dtype) -> tuple[float, str]:
     else:
         measured = flops.measured_peak(device, dtype)
     if best is not None and best >= measured:
-        return best, f"cached best ({path})"
+        return best, "cached best"  # no path: plan.json travels in release bundles (docs/release.md)
     _write(path, key, measured)
     return measured, "measured now" if best is None else f"measured now, above the cached {best / 1e12:.4g} TFLOP/s"
 
