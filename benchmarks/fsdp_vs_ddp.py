@@ -9,6 +9,9 @@ memory is); steps are slower that way. `--phases`: each process's resident peak 
 a step (sampling, the reference, the update, the optimizer step; before the first step: loading
 and the first holdout) instead. `--precision=bf16`: the contract's `precision: bf16` (fp32 master
 weights and optimizer state, bf16 compute: what a GPU run uses) instead of fp32.
+`--model=HIDDENxLAYERS` (default 768x9, ~53 M parameters; 1024x12 is ~126 M) and
+`--answer-tokens=N` (default the template's 2; the length rule follows it): a step whose
+answers are as long as a real task's.
 """
 
 from __future__ import annotations
@@ -97,7 +100,7 @@ if __name__ == "__main__":
 """
 
 
-def experiment(root: Path) -> Path:
+def experiment(root: Path, hidden: int = 768, layers: int = 9, answer_tokens: int = 2) -> Path:
     from rlvr_cli.toy.tiny import build_tiny
 
     folder = root / "exp"
@@ -105,7 +108,17 @@ def experiment(root: Path) -> Path:
         [sys.executable, "-m", "rlvr_cli", "init", str(folder), "--no-model"], check=True, capture_output=True
     )
     shutil.rmtree(folder / "model", ignore_errors=True)
-    build_tiny(folder / "model", hidden=768, layers=9)  # 9 × 5.9 M + embeddings ≈ 53 M parameters
+    build_tiny(folder / "model", hidden=hidden, layers=layers)  # 768 × 9: 9 × 5.9 M + embeddings ≈ 53 M
+    if answer_tokens != 2:
+        contract = folder / "experiment.rlvr.yaml"
+        text = contract.read_text()
+        for old, new in (
+            ("max_response_tokens: 2\n", f"max_response_tokens: {answer_tokens}\n"),
+            ('metric: response_length_mean, when: "> 2"', f'metric: response_length_mean, when: "> {answer_tokens}"'),
+        ):
+            assert old in text, old
+            text = text.replace(old, new)
+        contract.write_text(text)
     return folder
 
 
@@ -171,8 +184,12 @@ def main() -> None:
     names += tuple(f"{n}-ckpt" for n in ("ddp", "fsdp2", "fsdp2-kept", "fsdp2-whole"))
     precision = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--precision=")), "fp32")
     only = next((a.split("=", 1)[1].split(",") for a in sys.argv if a.startswith("--only=")), names[:5])
+    hidden, layers = map(
+        int, next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--model=")), "768x9").split("x")
+    )
+    answers = int(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--answer-tokens=")), "2"))
     with tempfile.TemporaryDirectory() as tmp:
-        folder = experiment(Path(tmp))
+        folder = experiment(Path(tmp), hidden, layers, answers)
         results = {s: run(folder, s, Path(tmp) / "out", live, precision, phases) for s in names if s in only}
     print(json.dumps(results, indent=1))
     if phases:

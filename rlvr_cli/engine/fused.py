@@ -14,7 +14,9 @@ another dtype than the model holds, cast); it re-copies them whenever a paramete
 or replaced (an optimizer step, a load), so it always samples with the model's current
 weights. Otherwise, and for weights lent for one sampling phase (a sharded policy's, gathered:
 a copy would double them for no speed at the sizes sharding is for), it uses the model's own
-weights as they are.
+weights as they are, except that weights held in a wider dtype than it computes in (mixed
+precision) are cast once per sampling call and freed at its end (`release`): autocast would
+cast every weight again at every decode step.
 
 `why_not(model)` says when a model is outside what it reproduces (another architecture, scaled
 RoPE, a sliding window, a non-SiLU MLP); the sampler then uses the model's own forward. A test
@@ -234,6 +236,7 @@ class Decoder:
         self.qk_norm = config.model_type == "qwen3"
         self._seen: tuple[tuple[Any, ...], tuple[int, ...]] | None = None
         self.layers: list[_Layer] = []
+        self.for_this_call = False  # the copies are casts made for one sampling call (`release`)
         self._refresh()
 
     @property
@@ -249,6 +252,12 @@ class Decoder:
         whatever the versions say."""
         if self._seen is not None:
             self._seen = (self._seen[0], ())
+
+    def release(self) -> None:
+        """The end of a sampling call: casts made for it alone are freed (the next call makes them
+        again from the weights as they are then)."""
+        if self.for_this_call:
+            self.layers, self.head, self._seen, self.for_this_call = [], None, None, False
 
     def _refresh(self) -> None:
         """Read the weights: copy them again after they were written (an optimizer step, a
@@ -275,6 +284,8 @@ class Decoder:
                 copy = sum(m.weight.numel() * m.weight.element_size() for m in linears) <= COPY_BYTES
                 copy = copy and not getattr(self.model, "weights_lent", False)  # gathered for this phase only
                 copy = copy or is_adapted(self.model)  # adapted layers compute with a merged weight
+                self.for_this_call = not copy and dtype is not None and any(m.weight.dtype != dtype for m in linears)
+                copy = copy or self.for_this_call
                 self.layers = [self._layer(layer, copy, dtype) for layer in layers]
                 self.head = _Linear([head], copy, dtype)
                 self._qk_norms()

@@ -104,6 +104,9 @@ class _ModelForward:
         state[0].batch_select_indices(rows)
         state[1] = state[1][rows]
 
+    def release(self) -> None:
+        """The model's own forward keeps nothing between calls."""
+
 
 _DECODERS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
@@ -136,6 +139,9 @@ class _LeanForward:
     def select(self, state: Any, rows: torch.Tensor) -> None:
         state.select(rows)
 
+    def release(self) -> None:
+        self.decoder.release()
+
 
 def forward_for(model: Any) -> _LeanForward | _ModelForward:
     """The lean forward where it reproduces the model's, the model's own elsewhere."""
@@ -161,8 +167,26 @@ def lean_sample(
     the finish reason (`stop` or `length`)."""
     device = next(model.parameters()).device
     batch = make_batch(prompts, [[] for _ in prompts], [[] for _ in prompts], pad_id, response_width=1)
-    P = batch.prompt_width
     forward = forward_for(model)
+    try:
+        return _decode(forward, batch, device, max_new_tokens, temperature, top_p, top_k, stop_ids, pad_id, seed)
+    finally:
+        forward.release()  # casts of the weights made for this call alone are freed
+
+
+def _decode(
+    forward: _LeanForward | _ModelForward,
+    batch: Any,
+    device: torch.device,
+    max_new_tokens: int,
+    temperature: float,
+    top_p: float,
+    top_k: int,
+    stop_ids: list[int],
+    pad_id: int,
+    seed: int,
+) -> list[tuple[list[int], list[float], str]]:
+    P = batch.prompt_width
     generator = torch.Generator(device=device)
     generator.manual_seed(seed)
     stops = torch.tensor(sorted(set(stop_ids)), dtype=torch.long, device=device)
@@ -170,11 +194,12 @@ def lean_sample(
     firsts, owner = distinct_prompts(batch)
     ids, attention = batch.input_ids[firsts, :P].to(device), batch.attention_mask[firsts, :P].to(device)
     logits, state = forward.prefill(ids, attention, max_new_tokens)
-    if len(firsts) < len(prompts):
+    n = batch.input_ids.size(0)
+    if len(firsts) < n:
         owner = owner.to(device)
         logits = logits[owner]
         forward.select(state, owner)
-    n, last = len(prompts), max_new_tokens - 1
+    last = max_new_tokens - 1
     rows = torch.arange(n, device=device)  # the prompt each live row answers
     tokens = torch.full((n, max_new_tokens), pad_id, dtype=torch.long, device=device)
     logps = torch.zeros((n, max_new_tokens), dtype=torch.float32, device=device)

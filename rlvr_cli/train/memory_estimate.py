@@ -29,7 +29,7 @@ OPTIMIZER_STATES = {"adamw": 2, "adam": 2, "sgd": 0}
 
 #: the terms alive during one phase of a step only; every other term is held throughout
 PHASES = {
-    "sampling": ("rollout KV cache", "rollout weights"),
+    "sampling": ("rollout KV cache", "rollout weights", "sampler's weights cast"),
     "reference pass": ("gathered reference", "logits"),
     "update": (
         "gradients",
@@ -110,7 +110,7 @@ def estimate(contract: Contract, shape: Layout, devices: int = 1, cpu: bool = Fa
     (`sampling.server`) samples on devices of its own (its KV cache and weights are not here)."""
     terms = _terms(contract, shape, devices, cpu)
     if contract.hyperparameters.sampling.server is not None:
-        served = ("rollout KV cache", "rollout weights", "sampler's weight copy")
+        served = ("rollout KV cache", "rollout weights", "sampler's weight copy", "sampler's weights cast")
         terms = {name: value for name, value in terms.items() if name not in served}
     return terms
 
@@ -147,6 +147,8 @@ def _terms(contract: Contract, shape: Layout, devices: int, cpu: bool) -> dict[s
     # lent weights are read as they are, but an adapted layer computes with a merged copy (engine/fused.py)
     if (not sharded or hp.adapter is not None) and (copied := sampler_copy(contract, shape, held, bc, cpu)):
         terms["sampler's weight copy"] = copied
+    elif not sharded and hp.adapter is None and (cast := sampler_cast(contract, shape, held, bc)):
+        terms["sampler's weights cast"] = cast
     if sharded or colocated_vllm(contract):  # gathered whole to sample (it cannot run in lockstep); vLLM's own
         terms["rollout weights"] = params * bc  # (an adapter handed to vLLM is merged into these)
     if sharded:
@@ -195,6 +197,17 @@ def sampler_copy(contract: Contract, shape: Layout, held: int, computed: int, cp
 
     copied = shape.layers * sum(a * b for name, a, b in shape.linears if name in JOINED or packs(a * b))
     return float((copied + (shape.vocab * shape.hidden if packs(shape.vocab * shape.hidden) else 0)) * computed)
+
+
+def sampler_cast(contract: Contract, shape: Layout, held: int, computed: int) -> float:
+    """Weights too large for the lean sampler's lasting copy, held in a wider dtype than it
+    computes in: it casts them once for each sampling call and frees them at its end
+    (engine/fused.py `release`)."""
+    from rlvr_cli.engine.limits import COPY_BYTES, FAMILIES
+
+    hp, linear = contract.hyperparameters, shape.linear_weights
+    lean = hp.sampling.engine == "lean" and shape.model_type in FAMILIES
+    return float(linear * computed) if lean and computed < held and linear * held > COPY_BYTES else 0.0
 
 
 def largest(contract: Contract, shape: Layout, devices: int, budget: float, key: str, limit: int) -> int:

@@ -384,3 +384,54 @@ def test_a_prompt_without_a_token_keeps_the_padded_prefill(monkeypatch) -> None:
     assert not taken
     decoder.prefill(ids[[0, 2]], (ids[[0, 2]] != 0).long(), room=1)
     assert taken == [1]
+
+
+def test_weights_too_large_to_keep_a_copy_of_are_cast_once_a_call_and_freed_after_it(monkeypatch) -> None:
+    """Mixed precision (fp32 weights, bf16 compute) on a model whose copies would pass
+    COPY_BYTES: the decoder casts the weights once when a sampling call begins, decodes every
+    step with those casts (autocast would cast every weight again at each step), and frees them
+    when the call ends; it samples what the lasting copies of a smaller model sample, before and
+    after an optimizer step."""
+    import copy
+
+    import rlvr_cli.engine.fused as fused
+    from rlvr_cli.engine.engines import PolicyEngine
+    from rlvr_cli.engine.sampler import _DECODERS
+    from rlvr_cli.engine.types import SamplingParams
+
+    params = SamplingParams(max_new_tokens=8, temperature=0.0, top_p=1.0, top_k=0, stop_ids=tuple(STOPS), pad_id=0)
+    kept, large = family("qwen2"), family("qwen2")
+    seen: list[tuple[bool, torch.dtype]] = []
+    step = fused.Decoder.step
+
+    def watched(self: fused.Decoder, tokens: torch.Tensor, cache: fused.Cache) -> torch.Tensor:
+        for linear in (
+            *(x for layer in self.layers for x in (layer.qkv, layer.o, layer.gate_up, layer.down)),
+            self.head,
+        ):
+            seen.append((linear.copied, linear.dtype))
+        return step(self, tokens, cache)
+
+    def sample(model: torch.nn.Module, revision: int, engine: PolicyEngine) -> list[list[int]]:
+        engine.sync(model, revision)
+        return [g.response_ids for g in engine.sample(PROMPTS, params, 0, revision)]
+
+    with_copies = PolicyEngine.of("lean", kept, compute=torch.bfloat16)
+    first = sample(kept, 0, with_copies)
+    monkeypatch.setattr(fused, "COPY_BYTES", 0)
+    monkeypatch.setattr(fused.Decoder, "step", watched)
+    cast = PolicyEngine.of("lean", large, compute=torch.bfloat16)
+    assert sample(large, 0, cast) == first
+    assert seen and all(copied and dtype == torch.bfloat16 for copied, dtype in seen)
+    assert _DECODERS[large].layers == [] and _DECODERS[large].head is None  # freed with the call
+    for model in (kept, large):  # the same step on both
+        torch.manual_seed(1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+        (-model(torch.tensor([PROMPTS[0]])).logits[0, -1, 40]).backward()
+        optimizer.step()
+    assert sample(large, 1, cast) == sample(kept, 1, with_copies) != first
+    assert _DECODERS[large].layers == []
+    monkeypatch.setattr(fused, "COPY_BYTES", 1 << 40)  # the paired case: copies that fit are kept
+    kept_again = copy.deepcopy(kept)
+    sample(kept_again, 1, PolicyEngine.of("lean", kept_again, compute=torch.bfloat16))
+    assert _DECODERS[kept_again].layers != []

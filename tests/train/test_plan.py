@@ -413,3 +413,14 @@ def test_the_sampler_weight_copy_is_counted_only_where_the_lean_sampler_makes_on
     wide = Layout(**{**shape.__dict__, "hidden": 4096, "intermediate": 11008, "heads": 32, "kv_heads": 32})
     assert wide.layers * sum(a * b for _, a, b in wide.linears) * 4 > COPY_BYTES
     assert "sampler's weight copy" not in estimate(contract, wide)
+    assert "sampler's weights cast" not in estimate(contract, wide)  # fp32 computes in the weights' dtype
+    # mixed precision: too large to keep a copy, the weights are cast for each sampling call, then freed
+    from rlvr_cli.train.memory_estimate import when
+
+    assert estimate(mixed, wide)["sampler's weights cast"] == wide.linear_weights * 2
+    assert "sampler's weight copy" not in estimate(mixed, wide) and when(mixed, "sampler's weights cast") == "sampling"
+    from rlvr_cli.contract.scale import Parallel
+
+    fsdp2 = mixed.hyperparameters.model_copy(update={"parallel": Parallel(strategy="fsdp2")})
+    sharded = mixed.model_copy(update={"hyperparameters": fsdp2})
+    assert "sampler's weights cast" not in estimate(sharded, wide, devices=2)  # gathered in the compute dtype
