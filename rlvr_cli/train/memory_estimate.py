@@ -139,8 +139,9 @@ def _terms(contract: Contract, shape: Layout, devices: int, cpu: bool) -> dict[s
             "reference": params * bp / shard * on_device if reference_pass(contract) else 0.0,
         }
         held, whole_gradients, adapter = bp, params * BYTES[p.reduce], 0.0
+    kv = 4 if cpu and lean_decoder(contract, shape) else bc  # its cache is fp32 on a CPU (engine/fused.py)
     terms |= {
-        "rollout KV cache": 2 * shape.layers * shape.kv_heads * shape.head_dim * bc * seq * rollouts,
+        "rollout KV cache": 2 * shape.layers * shape.kv_heads * shape.head_dim * kv * seq * rollouts,
         **activation_terms(contract, shape, micro, cpu),
         "logits": 2 * micro * length.max_response_tokens * shape.vocab * 4,
     }
@@ -177,16 +178,23 @@ def _adapter_terms(contract: Contract, shape: Layout, trained: float, bc: int, p
     }
 
 
+def lean_decoder(contract: Contract, shape: Layout) -> bool:
+    """Whether the run samples through the lean sampler's fused forward (engine/fused.py)."""
+    from rlvr_cli.engine.limits import FAMILIES
+
+    return contract.hyperparameters.sampling.engine == "lean" and shape.model_type in FAMILIES
+
+
 def sampler_copy(contract: Contract, shape: Layout, held: int, computed: int, cpu: bool = False) -> float:
     """The lean sampler's copy of the linear layers' weights (engine/fused.py), in the dtype it
     computes in (`computed` bytes each): the layers it computes side by side, stacked; every
     layer where it computes in another dtype than the weights are held in (`held` bytes each) or
     with an adapter (merged weights); on a CPU (`cpu`) each layer it holds packed. Only for the
     families it runs, where the weights fit in COPY_BYTES (a larger model's are read as they are)."""
-    from rlvr_cli.engine.limits import COPY_BYTES, FAMILIES, JOINED, packed_on_cpu
+    from rlvr_cli.engine.limits import COPY_BYTES, JOINED, packed_on_cpu
 
     hp, linear = contract.hyperparameters, shape.linear_weights
-    if hp.sampling.engine != "lean" or shape.model_type not in FAMILIES or linear * held > COPY_BYTES:
+    if not lean_decoder(contract, shape) or linear * held > COPY_BYTES:
         return 0.0
     if held != computed or hp.adapter is not None:
         return float(linear * computed)
@@ -203,11 +211,14 @@ def sampler_cast(contract: Contract, shape: Layout, held: int, computed: int) ->
     """Weights too large for the lean sampler's lasting copy, held in a wider dtype than it
     computes in: it casts them once for each sampling call and frees them at its end
     (engine/fused.py `release`)."""
-    from rlvr_cli.engine.limits import COPY_BYTES, FAMILIES
+    from rlvr_cli.engine.limits import COPY_BYTES
 
-    hp, linear = contract.hyperparameters, shape.linear_weights
-    lean = hp.sampling.engine == "lean" and shape.model_type in FAMILIES
-    return float(linear * computed) if lean and computed < held and linear * held > COPY_BYTES else 0.0
+    linear = shape.linear_weights
+    return (
+        float(linear * computed)
+        if lean_decoder(contract, shape) and computed < held and linear * held > COPY_BYTES
+        else 0.0
+    )
 
 
 def largest(contract: Contract, shape: Layout, devices: int, budget: float, key: str, limit: int) -> int:

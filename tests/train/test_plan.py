@@ -384,6 +384,8 @@ def test_the_sampler_weight_copy_is_counted_only_where_the_lean_sampler_makes_on
     hp = contract.hyperparameters.model_copy(update={"precision": "bf16"})
     mixed = contract.model_copy(update={"hyperparameters": hp})
     assert estimate(mixed, shape)["sampler's weight copy"] == shape.linear_weights * 2  # cast, every layer
+    # the lean sampler's KV cache is fp32 on a CPU whatever the compute dtype; bf16 on a GPU
+    assert estimate(mixed, shape, cpu=True)["rollout KV cache"] == 2 * estimate(mixed, shape)["rollout KV cache"]
     # on a CPU the single layers it holds in oneDNN's packed layout are copied too: every one in bf16
     # compute, in fp32 those of 512 × 512 elements and up (none in this tiny model; all in a wider one)
     assert estimate(contract, shape, cpu=True)["sampler's weight copy"] == joined * 4
