@@ -7,8 +7,9 @@ the first). Run: `.venv/bin/python benchmarks/fsdp_vs_ddp.py` (about 10 minutes 
 returns freed memory at once and the resident peak is the live memory (as a GPU's allocated
 memory is); steps are slower that way. `--phases`: each process's resident peak in each phase of
 a step (sampling, the reference, the update, the optimizer step; before the first step: loading
-and the first holdout) instead. `--precision=bf16`: the contract's `precision: bf16` (fp32 master
-weights and optimizer state, bf16 compute: what a GPU run uses) instead of fp32.
+and the first holdout; after the last: writing final/) instead. `--precision=bf16`: the
+contract's `precision: bf16` (fp32 master weights and optimizer state, bf16 compute: what a GPU
+run uses) instead of fp32.
 `--model=HIDDENxLAYERS` (default 768x9, ~53 M parameters; 1024x12 is ~126 M) and
 `--answer-tokens=N` (default the template's 2; the length rule follows it): a step whose
 answers are as long as a real task's.
@@ -76,12 +77,14 @@ def phase(owner, name, label):
 
 
 if __name__ == "__main__":
-    import rlvr_cli.train.loop as loop, rlvr_cli.train.update as update
+    import rlvr_cli.train.loop as loop, rlvr_cli.train.stops as stops, rlvr_cli.train.update as update
 
     phase(update, "reference_logprobs", "reference")
     phase(update, "optimizer_passes", "update")
     phase(update, "_step", "optimizer step")
     phase(loop, "collect", "sampling")  # the name loop.py calls
+    phase(stops, "save_final", "writing final/")  # stops.py's own call: one process's model whole
+    phase(stops, "save_final_sharded", "writing final/")  # each file of a sharded policy gathered on the main process
     step = loop.train_step
 
     def first(*args, **kwargs):
@@ -190,7 +193,8 @@ def main() -> None:
     answers = int(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--answer-tokens=")), "2"))
     with tempfile.TemporaryDirectory() as tmp:
         folder = experiment(Path(tmp), hidden, layers, answers)
-        results = {s: run(folder, s, Path(tmp) / "out", live, precision, phases) for s in names if s in only}
+        # in the order `--only` names them (an alternating second run shows a drift of the machine's speed)
+        results = {s: run(folder, s, Path(tmp) / "out", live, precision, phases) for s in only if s in names}
     print(json.dumps(results, indent=1))
     if phases:
         return
