@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from rlvr_cli.engine.forward import distinct_prompts, make_batch
-from rlvr_cli.engine.types import NonFiniteLogits
+from rlvr_cli.engine.types import NonFiniteLogits, SamplingParams
 
 
 def filtered_logits(logits: torch.Tensor, temperature: float, top_k: int, top_p: float) -> torch.Tensor:
@@ -168,25 +168,18 @@ def lean_sample(
     device = next(model.parameters()).device
     batch = make_batch(prompts, [[] for _ in prompts], [[] for _ in prompts], pad_id, response_width=1)
     forward = forward_for(model)
+    params = SamplingParams(max_new_tokens, temperature, top_p, top_k, tuple(stop_ids), pad_id)
     try:
-        return _decode(forward, batch, device, max_new_tokens, temperature, top_p, top_k, stop_ids, pad_id, seed)
+        return _decode(forward, batch, device, params, seed)
     finally:
         forward.release()  # casts of the weights made for this call alone are freed
 
 
 def _decode(
-    forward: _LeanForward | _ModelForward,
-    batch: Any,
-    device: torch.device,
-    max_new_tokens: int,
-    temperature: float,
-    top_p: float,
-    top_k: int,
-    stop_ids: list[int],
-    pad_id: int,
-    seed: int,
+    forward: _LeanForward | _ModelForward, batch: Any, device: torch.device, params: SamplingParams, seed: int
 ) -> list[tuple[list[int], list[float], str]]:
-    P = batch.prompt_width
+    P, max_new_tokens, pad_id = batch.prompt_width, params.max_new_tokens, params.pad_id
+    temperature, top_p, top_k, stop_ids = params.temperature, params.top_p, params.top_k, params.stop_ids
     generator = torch.Generator(device=device)
     generator.manual_seed(seed)
     stops = torch.tensor(sorted(set(stop_ids)), dtype=torch.long, device=device)
