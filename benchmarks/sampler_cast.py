@@ -6,6 +6,9 @@ at all: the floor). Same prompts, seed and tokens; seconds per call, best of `--
 thread, as each process of the FSDP2 vs DDP benchmark has.
 
 Run: `.venv/bin/python benchmarks/sampler_cast.py [--repeat 3] [--model 1024x12]` (~2 minutes).
+`--transformers`: the same through the `transformers` engine (the model's own forward and
+`generate`), whose projections' weights are cast once a call too (engine/precision.py
+`weights_cast_for_call`), against `generate` under autocast alone.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ def main() -> None:
     parser.add_argument("--model", default="1024x12", help="HIDDENxLAYERS of the tiny Qwen2-style model")
     parser.add_argument("--rows", type=int, default=32)
     parser.add_argument("--tokens", type=int, default=32)
+    parser.add_argument("--transformers", action="store_true", help="the transformers engine instead")
     args = parser.parse_args()
     torch.set_num_threads(1)
     from transformers import AutoModelForCausalLM
@@ -57,6 +61,9 @@ def main() -> None:
         f"{sum(p.numel() for p in model.parameters()) / 1e6:.0f} M parameters; linear weights {linear / 2**20:.0f} MiB"
     )
     print(f"fp32 over COPY_BYTES ({fused.COPY_BYTES / 2**20:.0f} MiB): {linear > fused.COPY_BYTES}")
+    if args.transformers:
+        own_forward(args, model, floor, prompts)
+        return
     once, a = timed(model, torch.bfloat16)
     original = fused._Linear.__init__
 
@@ -72,6 +79,37 @@ def main() -> None:
     print(f"{args.rows} rows x {args.tokens} new tokens, best of {args.repeat}, 1 thread:")
     print(f"  cast once a call (rlvr)      {once:6.2f} s")
     print(f"  cast at every decode step    {per_step:6.2f} s  ({per_step / once:.2f}x)")
+    print(f"  bf16 weights, no cast        {bf16:6.2f} s")
+    print(f"  same tokens, cast once vs every step: {a == b}")
+
+
+def own_forward(args: argparse.Namespace, model: torch.nn.Module, floor: torch.nn.Module, prompts: list) -> None:
+    from rlvr_cli.engine.engines import PolicyEngine
+    from rlvr_cli.engine.hf import transformers_generate
+    from rlvr_cli.engine.precision import autocast
+    from rlvr_cli.engine.types import SamplingParams
+
+    params = SamplingParams(args.tokens, 1.0, 1.0, 0, (), 0)
+
+    def timed(call: object) -> tuple[float, list[list[int]]]:
+        best, tokens = float("inf"), []
+        for _ in range(args.repeat):
+            start = time.perf_counter()
+            rows = call()  # type: ignore[operator]
+            best, tokens = min(best, time.perf_counter() - start), [g.response_ids for g in rows]
+        return best, tokens
+
+    def per_step() -> list:
+        with autocast(torch.bfloat16, "cpu"):
+            return transformers_generate(model, prompts, params, 1)
+
+    engine = PolicyEngine.of("transformers", model, compute=torch.bfloat16)
+    once, a = timed(lambda: engine.sample(prompts, params, 1, 0))
+    every, b = timed(per_step)
+    bf16, _ = timed(lambda: PolicyEngine.of("transformers", floor).sample(prompts, params, 1, 0))
+    print(f"transformers engine, {args.rows} rows x {args.tokens} new tokens, best of {args.repeat}, 1 thread:")
+    print(f"  cast once a call (rlvr)      {once:6.2f} s")
+    print(f"  cast at every decode step    {every:6.2f} s  ({every / once:.2f}x)")
     print(f"  bf16 weights, no cast        {bf16:6.2f} s")
     print(f"  same tokens, cast once vs every step: {a == b}")
 

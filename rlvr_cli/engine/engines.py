@@ -22,6 +22,7 @@ the one that drew it, whatever the engine.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Any, Protocol
 
 from rlvr_cli.engine.hf import transformers_generate
@@ -54,19 +55,21 @@ class LeanEngine:
         self.model = model
 
     def sample(self, prompts: list[list[int]], params: SamplingParams, seed: int) -> list[Generation]:
+        from rlvr_cli.engine.fused import why_not
         from rlvr_cli.engine.sampler import lean_sample
 
-        rows = lean_sample(
-            self.model,
-            prompts,
-            max_new_tokens=params.max_new_tokens,
-            temperature=params.temperature,
-            top_p=params.top_p,
-            top_k=params.top_k,
-            stop_ids=list(params.stop_ids),
-            pad_id=params.pad_id,
-            seed=seed,
-        )
+        with _cast_for_call(self.model) if why_not(self.model) is not None else nullcontext():
+            rows = lean_sample(
+                self.model,
+                prompts,
+                max_new_tokens=params.max_new_tokens,
+                temperature=params.temperature,
+                top_p=params.top_p,
+                top_k=params.top_k,
+                stop_ids=list(params.stop_ids),
+                pad_id=params.pad_id,
+                seed=seed,
+            )
         return [Generation(ids, [1] * len(ids), finish, seed, logps) for ids, logps, finish in rows]
 
     def load_weights(self, model: Any) -> None:
@@ -92,7 +95,8 @@ class TransformersEngine:
         self.model = model
 
     def sample(self, prompts: list[list[int]], params: SamplingParams, seed: int) -> list[Generation]:
-        return transformers_generate(self.model, prompts, params, seed)
+        with _cast_for_call(self.model):
+            return transformers_generate(self.model, prompts, params, seed)
 
     def load_weights(self, model: Any) -> None:
         if model is not self.model:
@@ -100,6 +104,18 @@ class TransformersEngine:
 
     def describe(self) -> str:
         return f"transformers {_version('transformers')} generate"
+
+
+def _cast_for_call(model: Any) -> Any:
+    """The model's own forward under the caller's autocast: its weights cast once for this call
+    (engine/precision.py); the lean sampler's fused forward makes its own casts (engine/fused.py)."""
+    import torch
+
+    from rlvr_cli.engine.precision import device_type, weights_cast_for_call
+
+    device = device_type(model)
+    on = device in ("cpu", "cuda") and torch.is_autocast_enabled(device)
+    return weights_cast_for_call(model, torch.get_autocast_dtype(device) if on else None)
 
 
 def copy_weights(source: Any, target: Any) -> None:

@@ -10,7 +10,8 @@ thread) enters it itself.
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 import torch
@@ -28,6 +29,40 @@ def autocast(compute: torch.dtype | None, device_type: str) -> AbstractContextMa
 
 def device_type(model: Any) -> str:
     return next(model.parameters()).device.type
+
+
+def _projections() -> tuple[type, ...]:
+    """The modules whose weight is a matrix product's operand: torch's Linear, and GPT-2's Conv1D."""
+    try:
+        from transformers.pytorch_utils import Conv1D
+    except ImportError:
+        return (torch.nn.Linear,)
+    return (torch.nn.Linear, Conv1D)
+
+
+@contextmanager
+def weights_cast_for_call(model: Any, compute: torch.dtype | None) -> Iterator[None]:
+    """One sampling call through the model's own forward in mixed precision: each projection's
+    weight held wider than `compute` is cast once for the call and given back at its end, where
+    autocast (its weight cache off) would cast every weight again at every decode step. A weight
+    another kind of module also reads (an output head tied to the input table) stays as it is."""
+    if compute is None:
+        yield
+        return
+    kinds = _projections()
+    shared = {id(p) for m in model.modules() if not isinstance(m, kinds) for p in m.parameters(recurse=False)}
+    held: list[tuple[torch.nn.Parameter, torch.Tensor]] = []
+    with torch.no_grad():
+        for module in (m for m in model.modules() if isinstance(m, kinds)):
+            w = module.weight
+            if w.is_floating_point() and w.element_size() > compute.itemsize and id(w) not in shared:
+                held.append((w, w.data))
+                w.data = w.data.to(compute)
+    try:
+        yield
+    finally:
+        for w, data in held:
+            w.data = data
 
 
 def attention(

@@ -208,17 +208,16 @@ def sampler_copy(contract: Contract, shape: Layout, held: int, computed: int, cp
 
 
 def sampler_cast(contract: Contract, shape: Layout, held: int, computed: int) -> float:
-    """Weights too large for the lean sampler's lasting copy, held in a wider dtype than it
-    computes in: it casts them once for each sampling call and frees them at its end
-    (engine/fused.py `release`)."""
+    """Weights held in a wider dtype than sampling computes in, cast once for each sampling call
+    and freed at its end: by the lean sampler where they are too large for its lasting copy
+    (engine/fused.py `release`), by the model's own forward always (engine/precision.py
+    `weights_cast_for_call`: the transformers engine, families the fused forward does not run)."""
     from rlvr_cli.engine.limits import COPY_BYTES
 
-    linear = shape.linear_weights
-    return (
-        float(linear * computed)
-        if lean_decoder(contract, shape) and computed < held and linear * held > COPY_BYTES
-        else 0.0
-    )
+    linear, engine = shape.linear_weights, contract.hyperparameters.sampling.engine
+    own_forward = engine == "transformers" or (engine == "lean" and not lean_decoder(contract, shape))
+    casts = own_forward or (lean_decoder(contract, shape) and linear * held > COPY_BYTES)
+    return float(linear * computed) if casts and computed < held else 0.0
 
 
 def largest(contract: Contract, shape: Layout, devices: int, budget: float, key: str, limit: int) -> int:

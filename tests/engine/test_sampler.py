@@ -435,3 +435,46 @@ def test_weights_too_large_to_keep_a_copy_of_are_cast_once_a_call_and_freed_afte
     kept_again = copy.deepcopy(kept)
     sample(kept_again, 1, PolicyEngine.of("lean", kept_again, compute=torch.bfloat16))
     assert _DECODERS[kept_again].layers != []
+
+
+@pytest.mark.parametrize(("name", "engine"), [("gpt2", "lean"), ("llama", "transformers")])
+def test_the_models_own_forward_in_mixed_precision_reads_weights_cast_once_a_call(name: str, engine: str) -> None:
+    """Where sampling runs through the model's own forward (a family the fused forward does not
+    reproduce, or the transformers engine) with fp32 weights and bf16 compute: each projection
+    (Linear, GPT-2's Conv1D) reads a bf16 weight cast for the call, not cast again at each step;
+    a head tied to the input table stays fp32; the call samples what autocast's per-step casts
+    sample; the fp32 weights are back after the call, and after a call that fails."""
+    from rlvr_cli.engine.engines import PolicyEngine
+    from rlvr_cli.engine.hf import transformers_generate
+    from rlvr_cli.engine.precision import autocast
+    from rlvr_cli.engine.sampler import lean_sample
+    from rlvr_cli.engine.types import SamplingParams
+
+    model = family(name)
+    params = SamplingParams(max_new_tokens=6, temperature=1.0, top_p=1.0, top_k=0, stop_ids=tuple(STOPS), pad_id=0)
+    before = {n: (p.dtype, p.data_ptr()) for n, p in model.named_parameters()}
+    with autocast(torch.bfloat16, "cpu"):  # autocast alone: every weight cast at every step
+        if engine == "lean":
+            kw = dict(temperature=1.0, top_p=1.0, top_k=0, stop_ids=STOPS, pad_id=0, seed=4)
+            per_step = [ids for ids, _, _ in lean_sample(model, PROMPTS, max_new_tokens=6, **kw)]
+        else:
+            per_step = [g.response_ids for g in transformers_generate(model, PROMPTS, params, 4)]
+    first = next(m for m in model.modules() if type(m).__name__ in ("Linear", "Conv1D"))
+    head = model.get_output_embeddings()
+    tied = head.weight is model.get_input_embeddings().weight
+    seen: list[tuple[torch.dtype, torch.dtype]] = []
+    hook = first.register_forward_pre_hook(lambda module, args: seen.append((module.weight.dtype, head.weight.dtype)))
+    sampler = PolicyEngine.of(engine, model, compute=torch.bfloat16)
+    once = [g.response_ids for g in sampler.sample(PROMPTS, params, 4, 0)]
+    assert once == per_step and len(seen) >= 6
+    assert all(w == torch.bfloat16 and h == (torch.float32 if tied else torch.bfloat16) for w, h in seen), seen
+    assert {n: (p.dtype, p.data_ptr()) for n, p in model.named_parameters()} == before
+    hook.remove()
+
+    def fail(module: torch.nn.Module, args: object) -> None:
+        raise RuntimeError("a fault mid-call")
+
+    first.register_forward_pre_hook(fail)
+    with pytest.raises(RuntimeError, match="mid-call"):
+        sampler.sample(PROMPTS, params, 4, 0)
+    assert {n: (p.dtype, p.data_ptr()) for n, p in model.named_parameters()} == before

@@ -426,3 +426,7 @@ def test_the_sampler_weight_copy_is_counted_only_where_the_lean_sampler_makes_on
     fsdp2 = mixed.hyperparameters.model_copy(update={"parallel": Parallel(strategy="fsdp2")})
     sharded = mixed.model_copy(update={"hyperparameters": fsdp2})
     assert "sampler's weights cast" not in estimate(sharded, wide, devices=2)  # gathered in the compute dtype
+    # the model's own forward (the transformers engine) casts for each call at every size
+    hp_own = mixed.hyperparameters.model_copy(update={"sampling": sampling})
+    assert estimate(mixed.model_copy(update={"hyperparameters": hp_own}), shape)["sampler's weights cast"] > 0
+    assert "sampler's weights cast" not in estimate(other, shape)  # fp32: nothing to cast
