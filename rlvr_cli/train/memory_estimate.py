@@ -217,6 +217,8 @@ def sampler_cast(contract: Contract, shape: Layout, held: int, computed: int) ->
     linear, engine = shape.linear_weights, contract.hyperparameters.sampling.engine
     own_forward = engine == "transformers" or (engine == "lean" and not lean_decoder(contract, shape))
     casts = own_forward or (lean_decoder(contract, shape) and linear * held > COPY_BYTES)
+    if own_forward and shape.tied:  # the model's own forward leaves a head tied to the input table as it is
+        linear -= shape.vocab * shape.hidden
     return float(linear * computed) if casts and computed < held else 0.0
 
 

@@ -5,7 +5,9 @@ The torchrun tests (test_distributed.py) write it from FSDP2 shards."""
 from __future__ import annotations
 
 import json
+import weakref
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 import torch
@@ -53,9 +55,12 @@ class _Shard:
     """Stands in for a DTensor shard: gathering it is a collective every process must join."""
 
     gathered = 0
+    alive: ClassVar[list[weakref.ref[torch.Tensor]]] = []  # the whole tensors handed out so far
 
     def __init__(self, whole: torch.Tensor) -> None:
         self.whole = whole
+        self.dtype = whole.dtype
+        self.shape = whole.shape
 
     def numel(self) -> int:
         return self.whole.numel()
@@ -68,26 +73,53 @@ class _Shard:
 
     def full_tensor(self) -> torch.Tensor:
         _Shard.gathered += 1
-        return self.whole
+        held = [ref for ref in _Shard.alive if ref() is not None]
+        assert not held, f"{len(held)} gathered weights still held when the next one is gathered"
+        gathered = self.whole.clone()  # what a gather gives: a new tensor
+        _Shard.alive.append(weakref.ref(gathered))
+        return gathered
+
+
+def _sharded(source: torch.nn.Module, monkeypatch: pytest.MonkeyPatch) -> dict[str, _Shard]:
+    _Shard.gathered = 0
+    _Shard.alive = []
+    state = {name: _Shard(t) for name, t in source.state_dict().items()}
+    monkeypatch.setattr(source, "state_dict", lambda: state)
+    return state
+
+
+@pytest.mark.parametrize("limit", [1 << 40, 100_000])
+def test_the_main_process_holds_one_gathered_weight_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, limit: int
+) -> None:
+    """Each weight is written as soon as it is gathered, not kept until its file is complete (a
+    file of up to 2 GiB on the main process, above a sharded CPU run's step peak)."""
+    source = AutoModelForCausalLM.from_pretrained(build_tiny(tmp_path / "tiny"))
+    expected = {name: t.clone() for name, t in source.state_dict().items()}
+    state = _sharded(source, monkeypatch)
+    monkeypatch.setattr(final_shards, "FILE_BYTES", limit)
+    save_final_sharded(source, tmp_path / "final", main=True)
+    assert _Shard.gathered == len(state) - len(final_shards.tied_names(source)) > 3
+    monkeypatch.undo()
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "final")
+    for name, tensor in loaded.state_dict().items():
+        torch.testing.assert_close(tensor, expected[name], rtol=0, atol=0, msg=name)
 
 
 def test_a_write_error_on_the_main_process_is_raised_after_every_gather(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Otherwise the other processes would wait forever in the next gather."""
-    import safetensors.torch
-
+    """Otherwise the other processes would wait forever in the next gather. The second file is
+    written to /dev/full, which fails as a full disk does."""
     source = AutoModelForCausalLM.from_pretrained(build_tiny(tmp_path / "tiny"))
-    _Shard.gathered = 0
-    state = {name: _Shard(t) for name, t in source.state_dict().items()}
-    monkeypatch.setattr(source, "state_dict", lambda: state)
+    state = _sharded(source, monkeypatch)
     monkeypatch.setattr(final_shards, "FILE_BYTES", 100_000)
-
-    def full(*_: object, **__: object) -> None:
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(safetensors.torch, "save_file", full)
+    pieces = final_shards.model_pieces(source)
+    count = len(plan_files({name: piece.size for name, piece in pieces.items()}))
+    final = tmp_path / "final"
+    final.mkdir()
+    (final / f"model-00002-of-{count:05d}.safetensors").symlink_to("/dev/full")
     with pytest.raises(OSError, match="No space left"):
-        save_final_sharded(source, tmp_path / "final", main=True)
+        save_final_sharded(source, final, main=True)
     kept = len(state) - len(final_shards.tied_names(source))
-    assert _Shard.gathered == kept > 3
+    assert _Shard.gathered == kept > 3 and count > 2

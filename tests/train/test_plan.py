@@ -428,5 +428,14 @@ def test_the_sampler_weight_copy_is_counted_only_where_the_lean_sampler_makes_on
     assert "sampler's weights cast" not in estimate(sharded, wide, devices=2)  # gathered in the compute dtype
     # the model's own forward (the transformers engine) casts for each call at every size
     hp_own = mixed.hyperparameters.model_copy(update={"sampling": sampling})
-    assert estimate(mixed.model_copy(update={"hyperparameters": hp_own}), shape)["sampler's weights cast"] > 0
+    own = mixed.model_copy(update={"hyperparameters": hp_own})
+    assert estimate(own, shape)["sampler's weights cast"] > 0
+    # ...each projection's weight, and a head tied to the input table stays as it is
+    for tied in (False, True):
+        layout = Layout(**{**wide.__dict__, "tied": tied})
+        head = 0 if tied else wide.vocab * wide.hidden
+        assert (
+            estimate(own, layout)["sampler's weights cast"]
+            == (wide.linear_weights - wide.vocab * wide.hidden + head) * 2
+        )
     assert "sampler's weights cast" not in estimate(other, shape)  # fp32: nothing to cast
