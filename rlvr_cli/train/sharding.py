@@ -22,7 +22,7 @@ What changes when the model is sharded, and how rlvr keeps the run the same run:
   memory once, not eight times.
 - **Checkpoints are written as shards** by every process (train/shards.py, DCP), and DCP
   reshards them on load, so a run resumes with another number of processes; `final/` is
-  gathered file by file and written by the main process (train/final_shards.py: a
+  gathered weight by weight and written by the main process (train/final_shards.py: a
   `save_pretrained` folder, never the whole model on one process).
 """
 

@@ -107,7 +107,7 @@ def finish(run: Run, reason: str) -> int:
     final = run.folder.final
     if run.records is not None:
         run.records.flush()  # "finished" means every record is listed
-    if is_sharded(run.setup.policy):  # every process gathers, file by file; the main one writes
+    if is_sharded(run.setup.policy):  # every process gathers, weight by weight; the main one writes
         save_sharded(run.setup, final)
     if run.setup.main:
         with disk_errors(final.parent):  # safetensors hides ENOSPC in an error of its own

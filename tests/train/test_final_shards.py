@@ -1,4 +1,4 @@
-"""`final/` of a sharded policy, written file by file (train/final_shards.py): the folder loads
+"""`final/` of a sharded policy, written weight by weight (train/final_shards.py): the folder loads
 with from_pretrained as the model it was written from, in one file or in several with an index.
 The torchrun tests (test_distributed.py) write it from FSDP2 shards."""
 
