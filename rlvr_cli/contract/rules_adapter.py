@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -148,37 +149,51 @@ def adapter_findings_loaded(c: Contract, folder: Path) -> Iterator[Finding]:
             yield error("RLV305", (*WHERE, "path"), problem)
 
 
-_PROBE = """
-import json, sys
-import torch
-from transformers import AutoConfig, AutoModelForCausalLM
-from transformers.pytorch_utils import Conv1D
-config = AutoConfig.from_pretrained(sys.argv[1], local_files_only=True)
-with torch.device("meta"):
-    model = AutoModelForCausalLM.from_config(config)
-head = model.get_output_embeddings()
-linear = [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear | Conv1D) and m is not head]
-names = {n.rsplit(".", 1)[-1] for n in linear}
-try:  # peft maps a mixture's older linear names onto its experts and router (transformers 5)
-    from peft.utils import transformers_weight_conversion as moe
-    pattern = moe._MODEL_TO_CONVERSION_PATTERN.get(config.model_type)
-    names |= set(moe._MOE_TARGET_MODULE_MAPPING.get(pattern) or ())
-except (ImportError, AttributeError):
-    pass
-print(json.dumps(sorted(names)))
-"""
+def built_linear_names(model_folder: str | Path) -> list[str]:
+    """Last name parts of every linear layer (the output head aside) of the model transformers
+    builds from this folder's config.json on the meta device: no weights read, no code of the
+    folder's run (no remote code). Imports torch and transformers."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers.pytorch_utils import Conv1D
+
+    config = AutoConfig.from_pretrained(model_folder, local_files_only=True)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    head = model.get_output_embeddings()
+    linear = [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear | Conv1D) and m is not head]
+    names = {n.rsplit(".", 1)[-1] for n in linear}
+    try:  # peft maps a mixture's older linear names onto its experts and router (transformers 5)
+        from peft.utils import transformers_weight_conversion as moe
+
+        pattern = moe._MODEL_TO_CONVERSION_PATTERN.get(config.model_type)
+        names |= set(moe._MOE_TARGET_MODULE_MAPPING.get(pattern) or ())
+    except (ImportError, AttributeError):
+        pass
+    return sorted(names)
+
+
+_PROBE = "import json, sys\nfrom rlvr_cli.contract.rules_adapter import built_linear_names\n"
+_PROBE += "print(json.dumps(built_linear_names(sys.argv[1])))\n"
 
 
 def loaded_linear_names(model_folder: Path) -> set[str] | None:
-    """Last name parts of every linear layer of the model built from its config on the meta device
-    (no weights read), or None when it cannot be built (RLV901 says why when it is loaded). Built in a
-    child process: `validate` itself never imports torch or transformers."""
+    """`built_linear_names`, or None when the model cannot be built (RLV901 says why when it is
+    loaded). In this process where transformers is imported already (`train`); otherwise in a child
+    process, so that `validate --deep` itself never imports torch or transformers."""
     import subprocess
     import sys
 
+    if "transformers" in sys.modules:
+        try:
+            return set(built_linear_names(model_folder))
+        except Exception:  # any config transformers cannot build: the same as the child's failure
+            return None
+    here = str(Path(__file__).resolve().parents[2])  # this rlvr_cli, installed or not
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)}
     try:
         done = subprocess.run(
-            [sys.executable, "-c", _PROBE, str(model_folder)], capture_output=True, text=True, timeout=120
+            [sys.executable, "-c", _PROBE, str(model_folder)], capture_output=True, text=True, timeout=120, env=env
         )
         return set(json.loads(done.stdout.strip().splitlines()[-1])) if done.returncode == 0 else None
     except (OSError, subprocess.SubprocessError, ValueError, IndexError):

@@ -335,3 +335,34 @@ def test_a_mixture_rlvr_does_not_lay_out_is_said_to_be_counted_without_its_exper
     plan = rlvr("plan", _contract(tmp_path, config))
     assert plan.code == 0, plan.stderr
     assert "counted as a Llama-style decoder without its 256 experts per layer (an underestimate)" in plan.stdout
+
+
+@pytest.mark.parametrize("name", ["gpt2 (124 M)", "Mixtral-8x7B"])
+def test_the_linear_names_are_the_same_built_here_or_in_a_child_process(name: str, tmp_path: Path) -> None:
+    """`train` (transformers imported) builds the meta model in its own process; `validate --deep`
+    (which never imports torch) in a child started from another directory. Both find the same
+    names, a mixture's older expert names included; a config transformers cannot build is None."""
+    import os
+    import subprocess
+    import sys
+
+    from rlvr_cli.contract.rules_adapter import loaded_linear_names
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(SMALL_MIXTRAL if name == "Mixtral-8x7B" else SHAPES[name]))
+    here = loaded_linear_names(folder)
+    probe = (
+        "import json, sys\nfrom pathlib import Path\nfrom rlvr_cli.contract.rules_adapter import loaded_linear_names\n"
+        "names = loaded_linear_names(Path(sys.argv[1]))\n"
+        "print(json.dumps([sorted(names), 'transformers' in sys.modules]))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run(
+        [sys.executable, "-c", probe, str(folder)], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300
+    )
+    child, imported = json.loads(done.stdout.splitlines()[-1])
+    assert not imported and here is not None and set(child) == here
+    assert {"q_proj", "w1", "w3"} <= here if name == "Mixtral-8x7B" else {"c_attn", "c_fc"} <= here
+    (folder / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": "wide"}))
+    assert loaded_linear_names(folder) is None
