@@ -169,6 +169,8 @@ _DTYPES = {
     torch.int8: "I8",
     torch.uint8: "U8",
     torch.bool: "BOOL",
+    torch.float8_e4m3fn: "F8_E4M3",
+    torch.float8_e5m2: "F8_E5M2",
 }
 
 
@@ -197,9 +199,10 @@ def _open(path: Path, pieces: Pieces, failed: list[BaseException]) -> BinaryIO |
     if failed:
         return None
     try:
+        header = safetensors_header(pieces)
         out = path.open("wb")
-        out.write(safetensors_header(pieces))
-    except OSError as exc:
+        out.write(header)
+    except Exception as exc:  # a dtype safetensors cannot name, the disk
         failed.append(exc)
         return None
     return out

@@ -123,3 +123,38 @@ def test_a_write_error_on_the_main_process_is_raised_after_every_gather(
         save_final_sharded(source, final, main=True)
     kept = len(state) - len(final_shards.tied_names(source))
     assert _Shard.gathered == kept > 3 and count > 2
+
+
+def test_every_dtype_reads_back_through_safetensors_and_one_it_cannot_name_fails_after_every_gather(
+    tmp_path: Path,
+) -> None:
+    from safetensors.torch import load_file
+
+    tensors = {
+        f"w{i}": (torch.randn(3, 5) * 4).to(dtype)
+        for i, dtype in enumerate(
+            [torch.float32, torch.bfloat16, torch.float16, torch.float64, torch.float8_e4m3fn, torch.float8_e5m2]
+        )
+    }
+    tensors |= {"count": torch.tensor(7), "flags": torch.tensor([True, False]), "empty": torch.zeros(0, 4)}
+    gathered: list[str] = []
+
+    def piece(name: str, t: torch.Tensor) -> final_shards.Piece:
+        return final_shards.Piece(t.dtype, tuple(t.shape), lambda: gathered.append(name) or t)
+
+    class Model:  # what save_final_sharded reads of a model besides its pieces
+        config = AutoModelForCausalLM.from_pretrained(build_tiny(tmp_path / "tiny")).config
+        generation_config = None
+
+    save_final_sharded(Model(), tmp_path / "final", True, {n: piece(n, t) for n, t in tensors.items()})
+    loaded = load_file(tmp_path / "final" / "model.safetensors")
+    assert list(loaded) == list(tensors) == gathered  # in the order gathered
+    for name, tensor in tensors.items():
+        assert loaded[name].dtype == tensor.dtype and torch.equal(
+            loaded[name].reshape(-1).view(torch.uint8), tensor.reshape(-1).view(torch.uint8)
+        )
+    gathered.clear()
+    pieces = {"w0": piece("w0", tensors["w0"]), "z": piece("z", torch.zeros(2, dtype=torch.complex64))}
+    with pytest.raises(ValueError, match="complex64 has no safetensors name"):
+        save_final_sharded(Model(), tmp_path / "other", True, pieces)
+    assert gathered == ["w0", "z"]
