@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import struct
 from collections.abc import Callable
 from pathlib import Path
@@ -63,17 +64,10 @@ class Piece(NamedTuple):
 
     @property
     def size(self) -> int:
-        return _bytes(self.dtype, self.shape)
+        return math.prod(self.shape) * self.dtype.itemsize
 
 
 Pieces = dict[str, Piece]
-
-
-def _bytes(dtype: torch.dtype, shape: tuple[int, ...]) -> int:
-    count = 1
-    for n in shape:
-        count *= n
-    return count * dtype.itemsize
 
 
 def model_pieces(model: Any) -> Pieces:
