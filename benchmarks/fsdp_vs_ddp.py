@@ -160,6 +160,10 @@ def run(folder: Path, name: str, out: Path, live: bool, precision: str = "fp32",
         raise SystemExit(f"{name} failed:\n{done.stderr[-3000:]}")
     rows = [json.loads(line) for line in (out / f"run-{name}" / "metrics.jsonl").read_text().splitlines()]
     seconds = [r["step_seconds"] for r in rows[1:]]
+    # where a step's time goes (steps after the first): sampling, and the update with its collectives
+    phase_seconds = {
+        k: round(sum(r[f"time_{k}_s"] for r in rows[1:]) / len(rows[1:]), 2) for k in ("generate", "update")
+    }
     plan = subprocess.run(
         [sys.executable, "-m", "rlvr_cli", "plan", str(contract), "--gpus", "2"], capture_output=True, text=True
     ).stdout
@@ -167,6 +171,7 @@ def run(folder: Path, name: str, out: Path, live: bool, precision: str = "fp32",
     if phases:
         return {
             "seconds_per_step": sum(seconds) / len(seconds),
+            "phase_seconds": phase_seconds,
             "peak_mib_by_phase": [
                 {k: round(v / 2**20) for k, v in json.loads(p.read_text()).items()}
                 for p in sorted(peaks.glob("phases-*.json"))
@@ -175,6 +180,7 @@ def run(folder: Path, name: str, out: Path, live: bool, precision: str = "fp32",
     return {
         "peak_per_process_mib": [json.loads(p.read_text())["peak"] / 2**20 for p in sorted(peaks.glob("rank-*.json"))],
         "seconds_per_step": sum(seconds) / len(seconds),
+        "phase_seconds": phase_seconds,
         "plan_total": total.split(None, 1)[1].strip(),
         # the most any process held by the end of each step (VmHWM): where the peak is reached
         "memory_peak_gib_by_step": [r.get("memory_peak_gib") for r in rows],

@@ -150,7 +150,7 @@ class PolicyEngine:
         other engine holds them always, and this is a null scope."""
         import contextlib
 
-        return self.lender() if self._borrows() else contextlib.nullcontext()
+        return self.lender(isinstance(self.engine, LeanEngine)) if self._borrows() else contextlib.nullcontext()
 
     def _borrows(self) -> bool:
         """It samples from its model's tensors, lent per phase (an engine that holds weights of

@@ -12,11 +12,12 @@ with an additive mask kept with the cache. Where they fit in `COPY_BYTES`, the d
 the weights it computes side by side stacked in one matrix (and every weight it computes in
 another dtype than the model holds, cast); it re-copies them whenever a parameter was written
 or replaced (an optimizer step, a load), so it always samples with the model's current
-weights. Otherwise, and for weights lent for one sampling phase (a sharded policy's, gathered:
-a copy would double them for no speed at the sizes sharding is for), it uses the model's own
-weights as they are, except that weights held in a wider dtype than it computes in (mixed
-precision) are cast once per sampling call and freed at its end (`release`): autocast would
-cast every weight again at every decode step.
+weights. Otherwise it uses the model's own weights as they are, except that weights held in a
+wider dtype than it computes in (mixed precision) are cast once per sampling call and freed at
+its end (`release`): autocast would cast every weight again at every decode step. A sharded
+policy's weights, lent for one sampling phase, are copied layer by layer while each layer alone
+is gathered (`Decoder(model, gathered)`, `_lent`), so the copies take the place of the gathered
+weights instead of doubling them.
 
 `why_not(model)` says when a model is outside what it reproduces (another architecture, scaled
 RoPE, a sliding window, a non-SiLU MLP); the sampler then uses the model's own forward. A test
@@ -34,6 +35,7 @@ import torch.nn.functional as F
 
 from rlvr_cli.engine import cascade, ragged
 from rlvr_cli.engine.adapted import effective_weight, is_adapted, weight_bytes
+from rlvr_cli.engine.kv_cache import Cache
 from rlvr_cli.engine.limits import COPY_BYTES, FAMILIES, packed_on_cpu
 from rlvr_cli.engine.precision import attention as attend
 
@@ -106,16 +108,16 @@ class _Linear:
     in, or an adapted layer's merged weight, is copied once per optimizer step too; a single
     plain layer held in the dtype it computes in is read as it is, unless the packed layout pays
     for it (`packs`: on a CPU every copy is held packed). Without `copy`, the model's own weights
-    are used as they are."""
+    are used as they are. `own`: copied whatever the layers (their weights are freed once read)."""
 
-    def __init__(self, modules: list[Any], copy: bool, dtype: torch.dtype | None = None) -> None:
+    def __init__(self, modules: list[Any], copy: bool, dtype: torch.dtype | None = None, own: bool = False) -> None:
         self.modules = modules
         weights = [effective_weight(m) for m in modules]  # an adapted layer's: base + scale·B·A
         biases = [getattr(m, "bias", None) for m in modules]
         self.dtype = dtype = dtype or weights[0].dtype  # under autocast, the dtype it computes in: no cast per step
         adapted = any(hasattr(m, "lora_A") for m in modules)
         packed = packs(weights[0].device, dtype, sum(w.numel() for w in weights))
-        self.copied = copy and (len(modules) > 1 or weights[0].dtype != dtype or adapted or packed)
+        self.copied = copy and (own or len(modules) > 1 or weights[0].dtype != dtype or adapted or packed)
         self.packed = False
         if not self.copied:
             self.parts = list(zip(weights, biases, strict=True))
@@ -183,49 +185,12 @@ class _Layer:
     qk_norm: torch.Tensor | None  # (heads + kv_heads, D): Qwen3's per-head norms of queries and keys
 
 
-@dataclass
-class Cache:
-    """Keys and values per layer `(B, kv_heads, capacity, head_dim)`, allocated once, the
-    first `length` slots filled; an additive mask `(B, capacity)`: 0 for real tokens, -inf
-    for left padding and empty slots."""
-
-    keys: list[torch.Tensor]
-    values: list[torch.Tensor]
-    mask: torch.Tensor
-    positions: torch.Tensor  # (B,) the position of each row's last token
-    length: int
-    cos: torch.Tensor  # (positions, D) rotation tables up to the cache's capacity
-    sin: torch.Tensor  # sign folded in: x·cos + swap_halves(x)·sin is the rotation
-    # once a shared prompt fans out (engine/cascade.py): the rows' own slots start after `prefix`
-    # prompt tokens kept once per distinct prompt; `owner` is the prompt each row answers
-    prefix: int = 0
-    owner: Any = None
-    prompt_keys: Any = None
-    prompt_values: Any = None
-    prompt_mask: Any = None
-    slots: Any = None
-    slot_of_row: Any = None
-    group_rows: int = 0
-
-    def select(self, rows: torch.Tensor) -> None:
-        """Keep (or repeat) these rows: finished rows leave; a shared prompt fans out, its keys
-        and values kept once (engine/cascade.py)."""
-        if not self.prefix and rows.numel() > self.mask.size(0) and cascade.pays(self, rows):
-            cascade.share(self, rows)
-            return
-        self.keys = [k[rows] for k in self.keys]
-        self.values = [v[rows] for v in self.values]
-        self.mask, self.positions = self.mask[rows], self.positions[rows]
-        if self.prefix:
-            self.owner = self.owner[rows]
-            cascade.index(self)
-
-
 class Decoder:
     """`prefill(ids, attention, room)` → (last logits, cache); `step(tokens, cache)` → next logits."""
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: Any, gathered: Any = None) -> None:
         self._model = weakref.ref(model)  # a decoder kept for a model does not keep it alive
+        self.gathered = gathered  # lent layer by layer (`_lent`): a context in which a layer's weights are whole
         config = model.config
         self.eps = config.rms_norm_eps
         self.heads = config.num_attention_heads
@@ -262,6 +227,10 @@ class Decoder:
     def _refresh(self) -> None:
         """Read the weights: copy them again after they were written (an optimizer step, a
         load), build the layers again when a parameter was replaced."""
+        if self.gathered is not None:  # lent for one sampling phase: read once, never again
+            if not self.layers:
+                self._lent()
+            return
         params = list(self.model.parameters())
         device = params[0].device.type
         dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
@@ -288,30 +257,47 @@ class Decoder:
                 copy = copy or self.for_this_call
                 self.layers = [self._layer(layer, copy, dtype) for layer in layers]
                 self.head = _Linear([head], copy, dtype)
-                self._qk_norms()
         self._seen = (where, versions)
 
-    def _layer(self, layer: Any, copy: bool, dtype: torch.dtype | None) -> _Layer:
+    def _lent(self) -> None:
+        """A sharded policy's weights, lent for one sampling phase: the embeddings, final norm and
+        head are whole for the phase, and each decoder layer only inside `gathered(name)`, where
+        its weights are copied (stacked, and packed where that pays) before they are freed. So
+        the phase holds about one model's weights in the compute dtype, as when every layer is
+        gathered at once, and samples at the speed of the decoder's own copies."""
+        model = self.model
+        device = model.model.embed_tokens.weight.device.type
+        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
+        names = {id(module): name for name, module in model.named_modules()}
+        with torch.no_grad():
+            for layer in model.model.layers:
+                with self.gathered(names[id(layer)]):
+                    self.layers.append(self._layer(layer, True, dtype, own=True))
+            self.head = _Linear([model.lm_head], False, dtype)  # whole through the phase
+
+    def _layer(self, layer: Any, copy: bool, dtype: torch.dtype | None, own: bool = False) -> _Layer:
+        """`own`: every tensor copied, none read later (a lent layer's weights are freed once read)."""
         attn, mlp = layer.self_attn, layer.mlp
+        norm = (lambda m: m.weight.clone()) if own else (lambda m: m.weight)
         return _Layer(
-            layer.input_layernorm.weight,
-            _Linear([attn.q_proj, attn.k_proj, attn.v_proj], copy, dtype),
-            _Linear([attn.o_proj], copy, dtype),
-            layer.post_attention_layernorm.weight,
-            _Linear([mlp.gate_proj, mlp.up_proj], copy, dtype),
-            _Linear([mlp.down_proj], copy, dtype),
-            None,
+            norm(layer.input_layernorm),
+            _Linear([attn.q_proj, attn.k_proj, attn.v_proj], copy, dtype, own),
+            _Linear([attn.o_proj], copy, dtype, own),
+            norm(layer.post_attention_layernorm),
+            _Linear([mlp.gate_proj, mlp.up_proj], copy, dtype, own),
+            _Linear([mlp.down_proj], copy, dtype, own),
+            self._qk_norm(attn) if self.qk_norm else None,
         )
 
     def _qk_norms(self) -> None:
+        """Qwen3's per-head norms of the queries and keys, read again (a copy: `_qk_norm`)."""
+        if self.qk_norm:
+            for layer, module in zip(self.layers, self.model.model.layers, strict=True):
+                layer.qk_norm = self._qk_norm(module.self_attn)
+
+    def _qk_norm(self, attn: Any) -> torch.Tensor:
         """Qwen3's per-head norms of the queries and keys, side by side `(heads + kv_heads, D)`."""
-        if not self.qk_norm:
-            return
-        for layer, module in zip(self.layers, self.model.model.layers, strict=True):
-            attn = module.self_attn
-            layer.qk_norm = torch.cat(
-                [attn.q_norm.weight.expand(self.heads, -1), attn.k_norm.weight.expand(self.kv_heads, -1)]
-            )
+        return torch.cat([attn.q_norm.weight.expand(self.heads, -1), attn.k_norm.weight.expand(self.kv_heads, -1)])
 
     def _tables(self, length: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sign-folded sin `(length, D)` for positions 0..length-1, as transformers

@@ -123,6 +123,15 @@ def forget(model: Any) -> None:
     _DECODERS.pop(model, None)
 
 
+def lend(model: Any, gathered: Any) -> None:
+    """Build the decoder for `model` now, each decoder layer read inside `gathered(name)`, where
+    its weights are whole (a sharded policy's, one layer at a time: engine/fused.py `_lent`); it
+    samples with those copies until `forget`."""
+    from rlvr_cli.engine.fused import Decoder
+
+    _DECODERS[model] = Decoder(model, gathered)
+
+
 class _LeanForward:
     def __init__(self, model: Any) -> None:
         from rlvr_cli.engine.fused import Decoder

@@ -10,7 +10,8 @@ What changes when the model is sharded, and how rlvr keeps the run the same run:
 - **Sampling reads the policy's whole weights, gathered once per sampling phase** (`Lender`):
   sampling lengths differ between processes and cannot run in lockstep through the units'
   hooks, so every unit is gathered before the phase (one all-gather each) and the engine's
-  model, a skeleton on the meta device, samples from those tensors. They are freed again
+  model, a skeleton on the meta device, samples from those tensors (the lean decoder: from its
+  own copy of each layer, made while that layer alone is gathered). They are freed again
   before the update, whose peak never holds them.
 - **The update's shared-prompt forward** (engine/shared.py: each group's prompt once) runs
   as forward methods of the same units, so a layer's weights are gathered around its step there
@@ -165,7 +166,13 @@ class Lender:
     the same number of times on every process): every unit gathered (`unshard`, one all-gather
     each, in the compute dtype), its whole tensors set on `own` (the engine's model: a skeleton
     on the meta device with the policy's buffers), then taken back and every unit resharded.
-    Between phases nothing whole is held: the update's peak never meets the rollout weights."""
+    Between phases nothing whole is held: the update's peak never meets the rollout weights.
+
+    `layer_by_layer` (the lean engine asks for it): where its fused decoder reads `own`, only the
+    root unit (embeddings, final norm, head) stays gathered for the phase; each decoder layer is
+    gathered, copied by the decoder into the layout it computes fastest with (stacked, packed on
+    a CPU), and resharded at once (engine/fused.py `Decoder._lent`). The phase then holds about
+    as much as with every unit gathered, and samples as an unsharded run's decoder does."""
 
     def __init__(self, policy: Any, own: Any) -> None:
         self.policy, self.own, self.active = policy, own, False
@@ -175,15 +182,19 @@ class Lender:
             _place(own, name, buffer, "_buffers")
 
     @contextlib.contextmanager
-    def __call__(self) -> Iterator[Any]:
-        from rlvr_cli.engine.sampler import forget
+    def __call__(self, layer_by_layer: bool = False) -> Iterator[Any]:
+        from rlvr_cli.engine.sampler import forget, lend
 
         self.policy._get_fsdp_state()._lazy_init()  # the root's streams, before any forward has run
         try:
-            for unit in self.units:
-                unit.unshard()
-            for name, tensor in self.policy.named_parameters(remove_duplicate=False):
-                _place(self.own, name, tensor, "_parameters")  # whole now: registered by `unshard`
+            if layer_by_layer and self._by_layer():
+                self.policy.unshard()  # the root unit's own weights alone
+                self._lend(self.policy.named_parameters(remove_duplicate=False))
+                lend(self.own, self._layer)
+            else:
+                for unit in self.units:
+                    unit.unshard()
+                self._lend(self.policy.named_parameters(remove_duplicate=False))  # whole now: set by `unshard`
             self.active = True
             yield self.own
         finally:
@@ -193,6 +204,40 @@ class Lender:
                 _place(self.own, name, empty, "_parameters")
             for unit in self.units:
                 unit.reshard()
+
+    def _by_layer(self) -> bool:
+        """Whether the lean decoder reads `own` (not the model's own forward) and every decoder
+        layer of it is a unit of its own here."""
+        from torch.distributed.fsdp import FSDPModule
+
+        from rlvr_cli.engine.fused import why_not
+
+        if why_not(self.own) is not None or self.policy not in self.units:
+            return False
+        names = {id(m): n for n, m in self.own.named_modules()}
+        layers = [names[id(layer)] for layer in self.own.model.layers]
+        return all(isinstance(self.policy.get_submodule(name), FSDPModule) for name in layers)
+
+    def _lend(self, named: Iterator[tuple[str, torch.Tensor]]) -> None:
+        """Set the whole tensors among `named` on `own` (the others are still shards)."""
+        from torch.distributed.tensor import DTensor
+
+        for name, tensor in named:
+            if not isinstance(tensor, DTensor):
+                _place(self.own, name, tensor, "_parameters")
+
+    @contextlib.contextmanager
+    def _layer(self, name: str) -> Iterator[None]:
+        """One decoder layer's unit gathered and set on `own`, then taken back and resharded."""
+        unit = self.policy.get_submodule(name)
+        unit.unshard()
+        try:
+            self._lend(unit.named_parameters(prefix=name, remove_duplicate=False))
+            yield
+        finally:
+            for param, _ in unit.named_parameters(prefix=name, remove_duplicate=False):
+                _place(self.own, param, self.empty[param], "_parameters")
+            unit.reshard()
 
 
 def _place(model: Any, name: str, tensor: torch.Tensor, where: str) -> None:

@@ -9,13 +9,14 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.distributed as tdist
+from torch.distributed.tensor import DTensor
 
 from rlvr_cli.engine.engines import PolicyEngine, StaleWeights
-from rlvr_cli.engine.sampler import lean_sample
+from rlvr_cli.engine.sampler import _DECODERS, lean_sample
 from rlvr_cli.engine.types import SamplingParams
 from rlvr_cli.toy.tiny import build_tiny
 from rlvr_cli.train.setup import load_model
-from rlvr_cli.train.sharding import rollout_model, shard
+from rlvr_cli.train.sharding import rollout_model, shard, units
 
 PROMPTS = [[5, 6, 7, 8], [9, 10]]
 
@@ -58,10 +59,46 @@ def draw(model, seed: int) -> list:
     )
 
 
-@pytest.mark.parametrize("family", ["llama", "gpt2"])
+ROOT = {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"}  # the root unit (a tied head: no lm_head)
+
+
+def watch_layers(policy) -> dict:
+    """How many of the policy's layer units are gathered at once, at most, and how many times one is."""
+    seen = {"most at once": 0, "gathered": 0}
+    now: set = set()
+    for unit in units(policy):
+        if unit is policy:
+            continue
+
+        def unshard(unit=unit, inner=unit.unshard):
+            now.add(id(unit))
+            seen["gathered"] += 1
+            seen["most at once"] = max(seen["most at once"], len(now))
+            return inner()
+
+        def reshard(unit=unit, inner=unit.reshard):
+            now.discard(id(unit))
+            return inner()
+
+        unit.unshard, unit.reshard = unshard, reshard
+    return seen
+
+
+@pytest.mark.parametrize("family", ["llama", "llama-packed", "gpt2"])
 def test_the_engine_samples_from_the_gathered_policy_and_holds_nothing_between_phases(
-    one_process: None, tmp_path: Path, family: str
+    one_process: None, tmp_path: Path, family: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Llama: the lean decoder's own copies (packed: oneDNN's layout, as a CPU's bf16 run holds
+    them), each made while its layer alone is gathered. GPT-2: the model's own forward, over
+    every unit gathered for the phase."""
+    if family == "llama-packed":
+        import rlvr_cli.engine.fused as fused
+        import rlvr_cli.engine.limits as limits
+
+        if not fused.ONEDNN:
+            pytest.skip("this PyTorch has no oneDNN")
+        monkeypatch.setattr(limits, "PACK_FP32", 0)  # this tiny model's fp32 layers packed too
+    family, packed = family.split("-")[0], family.endswith("packed")
     policy, plain, own, lender = sharded(tmp_path, family)
     engine = PolicyEngine.of("lean", own)
     engine.lender, engine.device = lender, "cpu"
@@ -70,9 +107,19 @@ def test_the_engine_samples_from_the_gathered_policy_and_holds_nothing_between_p
     assert all(p.is_meta for p in own.parameters())  # no memory between phases
     with pytest.raises(StaleWeights, match="inside `lent"):
         engine.sample(PROMPTS, params, seed=3, revision=0)
+    gathered = watch_layers(policy)
     with engine.lent():
-        whole = {n: p.data_ptr() for n, p in policy.named_parameters()}  # gathered: plain tensors
-        assert {n: p.data_ptr() for n, p in own.named_parameters()} == whole  # the same memory, no copy
+        whole = {n: p.data_ptr() for n, p in policy.named_parameters() if not isinstance(p, DTensor)}
+        assert {n: p.data_ptr() for n, p in own.named_parameters() if n in whole} == whole  # the same memory
+        if family == "llama":  # the lean decoder copied each layer while it alone was gathered
+            assert gathered == {"most at once": 1, "gathered": 2} and set(whole) == ROOT & set(
+                dict(policy.named_parameters())
+            )
+            assert all(p.is_meta for n, p in own.named_parameters() if n not in whole)
+            layers = _DECODERS[own].layers
+            assert {linear.packed for layer in layers for linear in (layer.qkv, layer.o, layer.gate_up)} == {packed}
+        else:  # the model's own forward reads every unit, gathered for the phase
+            assert gathered["most at once"] == 2 and len(whole) == len(list(policy.named_parameters()))
         drawn = [g.response_ids for g in engine.sample(PROMPTS, params, seed=3, revision=0)]
     assert drawn == [ids for ids, _, _ in draw(plain, 3)]
     assert all(p.is_meta for p in own.parameters())
