@@ -161,8 +161,9 @@ def run(folder: Path, name: str, out: Path, live: bool, precision: str = "fp32",
     rows = [json.loads(line) for line in (out / f"run-{name}" / "metrics.jsonl").read_text().splitlines()]
     seconds = [r["step_seconds"] for r in rows[1:]]
     # where a step's time goes (steps after the first): sampling, and the update with its collectives
-    phase_seconds = {
-        k: round(sum(r[f"time_{k}_s"] for r in rows[1:]) / len(rows[1:]), 2) for k in ("generate", "update")
+    phase_seconds = {  # (collectives: the time spent in them, within the other two)
+        k: round(sum(r.get(f"time_{k}_s", 0.0) for r in rows[1:]) / len(rows[1:]), 2)
+        for k in ("generate", "update", "collectives")
     }
     plan = subprocess.run(
         [sys.executable, "-m", "rlvr_cli", "plan", str(contract), "--gpus", "2"], capture_output=True, text=True

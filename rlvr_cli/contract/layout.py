@@ -14,10 +14,12 @@ the plan can say so too (and that its experts, if it has some, are left out).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
-from rlvr_cli.errors import RlvrError
+from rlvr_cli.errors import RlvrError, UsageProblem
 
 # config.json's names for each quantity, by family (transformers' `attribute_map`s)
 _FIELDS = {
@@ -303,3 +305,20 @@ def _with_experts(layout: Layout, config: dict[str, Any]) -> Layout:
         shared_intermediate=shared,
         sparse_layers=sparse,
     )
+
+
+def load_shape(contract: Any, folder: Path) -> Layout:
+    """The layout of the contract's policy, from its config.json on disk (`rlvr plan`, `train`)."""
+    policy = contract.artifacts.policy
+    if policy.path is None:
+        raise UsageProblem("rlvr plan reads the model's config.json from disk; artifacts.policy is a hub id")
+    path = folder / policy.path / "config.json"
+    if not path.is_file():
+        raise UsageProblem(f"{path} does not exist")
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise RlvrError(f"{path} cannot be read: {exc}") from None
+    if not isinstance(config, dict):
+        raise RlvrError(f"{path} is not a JSON object")
+    return Layout.from_config(config)

@@ -52,6 +52,13 @@ def rlv003_strategy_keys(c: Contract, _: Path) -> Iterator[Finding]:
             "sample_ahead does not run with strategy fsdp2 yet (its copy of the weights would be a shard); "
             "turn it off or use ddp",
         )
+    if par is not None and "sample_groups" in par.model_fields_set and c.environment.kind != "single_turn":
+        yield error(
+            "RLV003",
+            ("hyperparameters", "parallel", "sample_groups"),
+            f"sample_groups applies to single-turn environments; a {c.environment.kind} rollout samples each "
+            "process's episodes together always (one batch a turn), so the key would change nothing",
+        )
     if par is None or par.strategy == "fsdp2":
         return
     for key, default in (

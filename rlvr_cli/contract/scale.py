@@ -86,3 +86,11 @@ class Parallel(Section):
     activation_checkpointing: bool = Field(
         False, description="Recompute each decoder layer's activations in the backward instead of keeping them."
     )
+    sample_groups: Literal["alone", "together"] = Field(
+        "alone",
+        description="Under torchrun, how a process samples its share of a step's groups (single-turn). alone: each "
+        "group by itself with a seed of its own, so the samples do not depend on the number of processes (a run "
+        "resumed with another number goes on bit for bit); together: the share in one batch, seeded by the "
+        "process's rank (fuller decode steps, fewer reads of the weights; the samples are those of this number of "
+        "processes). Tool-use episodes are always sampled together.",
+    )

@@ -79,7 +79,12 @@ class SingleTurn:
         self, tasks: Sequence[dict[str, Any]], draw: Draw, rank: int, world: int, times: Times | None = None
     ) -> tuple[list[Sample], list[dict[str, Any]]]:
         """Each group of this process's share sampled alone with its own seed, so samples do
-        not depend on the number of processes."""
+        not depend on the number of processes; with `parallel.sample_groups: together`, the share
+        in one batch seeded by rank, as a tool-use rollout samples it (fuller decode steps)."""
+        if self.contract.hyperparameters.strategy.sample_groups == "together":
+            groups = list(range(rank, len(tasks), world))
+            mine = [tasks[g] for g in groups]
+            return self.sample(mine, replace(draw, seed=draw.seed * 10_007 + rank, groups=groups), times), mine
         samples: list[Sample] = []
         for g in range(rank, len(tasks), world):
             samples += self.sample([tasks[g]], replace(draw, seed=draw.seed * 10_007 + g, groups=[g]), times)

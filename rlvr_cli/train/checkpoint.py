@@ -353,6 +353,16 @@ def _refuse_changes(setup: Setup, meta: dict[str, Any], path: Path, contract_pat
     if written != setup.per_group_seeds:  # the number of processes may change; how groups are seeded may not
         how = "under torchrun (`--nproc N`, any N)" if written else "in one plain process (without --nproc)"
         seeds = "each group is sampled with a seed of its own" if written else "groups share the run's seed stream"
+        if not written and meta.get("world_size", 1) > 1:  # parallel.sample_groups: together
+            how, seeds = f"by {meta['world_size']} processes", "each samples its groups together, seeded by rank"
         raise RlvrError(f"checkpoint {path.name} was written {how}, where {seeds}; resume it the same way")
+    before = meta.get("world_size", 1)
+    if not written and before != setup.world and setup.main:  # parallel.sample_groups: together, then or now
+        print(
+            f"resuming with {setup.world} processes from a checkpoint of {before}: under parallel.sample_groups: "
+            "together each process samples its groups as one batch seeded by its rank, so from here the samples "
+            f"are those of a {setup.world}-process run",
+            file=sys.stderr,
+        )
     if meta.get("lock_sha256") != _lock_hash(setup.contract, contract_path):
         raise RlvrError(f"the lock file changed since checkpoint {path.name}; the locked artifacts differ")

@@ -15,6 +15,7 @@ import torch
 from rlvr_cli.env.sample import Sample
 from rlvr_cli.rollout import hints
 from rlvr_cli.rollout.base import Draw, Rollout, Times
+from rlvr_cli.train import distributed as dist
 from rlvr_cli.train.objective import uniform_groups
 from rlvr_cli.train.setup import Setup
 from rlvr_cli.train.state import TrainState
@@ -63,7 +64,7 @@ def sample_groups(
     hinted = hints.hinted_per_group(setup.contract, step)
     request = Draw(group_size=hp.group_size, seed=seed, round=round_, revision=revision, hinted=hinted)
     with setup.engine.lent():  # a sharded policy's weights, gathered for this phase (train/sharding.py)
-        if setup.per_group_seeds:
+        if dist.active():  # under torchrun: this process's share of the groups
             return rollout.sample_share(tasks, request, setup.rank, setup.world, times)
         request = replace(request, groups=list(range(first, first + len(tasks))))
         return rollout.sample(tasks, request, times), tasks

@@ -12,6 +12,7 @@ def plan_lines(contract: Contract, shape: Layout, devices: int) -> list[str]:
     """The lines `rlvr plan` ends with for several processes: the collectives a step runs, then
     what each fsdp2 setting left at its default would save in them and cost at the peak."""
     lines = [talk] if (talk := communication_line(contract, shape, devices)) else []
+    lines += [sampling] if (sampling := sampling_line(contract, shape, devices)) else []
     par = contract.hyperparameters.strategy
     if devices < 2 or par.strategy != "fsdp2":
         return lines
@@ -20,6 +21,29 @@ def plan_lines(contract: Contract, shape: Layout, devices: int) -> list[str]:
         if getattr(par, key) != value and (line := _instead(contract, shape, devices, total, key, value)):
             lines.append(line)
     return lines
+
+
+def sampling_line(contract: Contract, shape: Layout, devices: int) -> str | None:
+    """How a process samples its share of a single-turn step's groups (rollout/single_turn.py):
+    one group at a time, or all together (`parallel.sample_groups`), and what the other way
+    would hold at the peak."""
+    hp = contract.hyperparameters
+    if devices < 2 or contract.environment.kind != "single_turn":
+        return None
+    groups, alone = hp.prompts_per_step // devices, hp.strategy.sample_groups == "alone"
+    other = hp.strategy.model_copy(update={"sample_groups": "together" if alone else "alone"})
+    changed = contract.model_copy(update={"hyperparameters": hp.model_copy(update={"parallel": other})})
+    after = fmt_bytes(peak(changed, estimate(changed, shape, devices))[0])
+    if alone:
+        return (
+            f"sampling per process: its {groups} group(s) one at a time, {hp.group_size} rows a decode step, each "
+            "with a seed of its own (the samples do not depend on the number of processes); with "
+            f"parallel.sample_groups: together, {groups * hp.group_size} rows a decode step, peak {after} per device"
+        )
+    return (
+        f"sampling per process: its {groups} group(s) in one batch, {groups * hp.group_size} rows a decode step, "
+        f"seeded by rank (the samples are those of {devices} processes); one group at a time, peak {after} per device"
+    )
 
 
 def micro_batches(contract: Contract, devices: int) -> int:

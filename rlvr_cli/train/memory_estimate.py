@@ -14,13 +14,9 @@ with the rows' copies of their prompt's keys and values where that forward share
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 from rlvr_cli.contract.adapter import Adapter
-from rlvr_cli.contract.layout import Layout
+from rlvr_cli.contract.layout import Layout, load_shape  # noqa: F401 (rlvr plan, train)
 from rlvr_cli.contract.models import Contract
-from rlvr_cli.errors import RlvrError, UsageProblem
 from rlvr_cli.train.activations import BYTES, activation_terms
 
 GIB = 1024**3
@@ -86,22 +82,6 @@ def reference_is_base(contract: Contract) -> bool:
     return a is not None and a.bias == "none" and ref is not None and bool(ref.same_as_policy)
 
 
-def load_shape(contract: Contract, folder: Path) -> Layout:
-    policy = contract.artifacts.policy
-    if policy.path is None:
-        raise UsageProblem("rlvr plan reads the model's config.json from disk; artifacts.policy is a hub id")
-    path = folder / policy.path / "config.json"
-    if not path.is_file():
-        raise UsageProblem(f"{path} does not exist")
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise RlvrError(f"{path} cannot be read: {exc}") from None
-    if not isinstance(config, dict):
-        raise RlvrError(f"{path} is not a JSON object")
-    return Layout.from_config(config)
-
-
 def estimate(contract: Contract, shape: Layout, devices: int = 1, cpu: bool = False) -> dict[str, float]:
     """Bytes per device for each term, as the trainer runs the contract on GPUs (`cpu`: on a CPU,
     where the lean sampler also copies the layers it holds packed): the parameter terms are
@@ -125,6 +105,8 @@ def _terms(contract: Contract, shape: Layout, devices: int, cpu: bool) -> dict[s
     on_device = 0.0 if sharded and par.cpu_offload else 1.0
     seq = length.max_prompt_tokens + length.max_response_tokens
     rollouts = hp.prompts_per_step * hp.group_size / max(devices, 1)
+    # under torchrun a single-turn share is sampled a group at a time unless `sample_groups: together`
+    alone = devices > 1 and contract.environment.kind == "single_turn" and par.sample_groups == "alone"
     micro = hp.micro_batch_sequences or hp.prompts_per_step * hp.group_size
     micro = min(micro, rollouts) if devices > 1 else micro
     if hp.adapter is not None:  # a frozen base in the compute dtype; the adapter (params) trains
@@ -141,7 +123,13 @@ def _terms(contract: Contract, shape: Layout, devices: int, cpu: bool) -> dict[s
         held, whole_gradients, adapter = bp, params * BYTES[p.reduce], 0.0
     kv = 4 if cpu and lean_decoder(contract, shape) else bc  # its cache is fp32 on a CPU (engine/fused.py)
     terms |= {
-        "rollout KV cache": 2 * shape.layers * shape.kv_heads * shape.head_dim * kv * seq * rollouts,
+        "rollout KV cache": 2
+        * shape.layers
+        * shape.kv_heads
+        * shape.head_dim
+        * kv
+        * seq
+        * (hp.group_size if alone else rollouts),
         **activation_terms(contract, shape, micro, cpu),
         "logits": 2 * micro * length.max_response_tokens * shape.vocab * 4,
     }

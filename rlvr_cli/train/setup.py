@@ -72,8 +72,8 @@ class Setup:
     @property
     def per_group_seeds(self) -> bool:
         """Under torchrun each group is sampled with its own seed, so samples do not depend on
-        the number of processes."""
-        return dist.active()
+        the number of processes (unless the contract samples a process's groups together)."""
+        return dist.active() and self.contract.hyperparameters.strategy.sample_groups == "alone"
 
 
 def build(contract: Contract, folder: Path, fault: Fault, run_dir: Path | None = None) -> Setup:

@@ -625,6 +625,61 @@ def test_an_fsdp2_key_under_ddp_is_refused_as_changing_nothing(scaffold: Path, t
     assert rlvr("validate", contract).code == 0  # the paired pass
 
 
+def test_sample_groups_is_refused_where_episodes_are_sampled_together_always(
+    scaffold: Path, tool_use: Path, tmp_path: Path
+) -> None:
+    section = "  precision: fp32\n  parallel: {strategy: ddp, sample_groups: together}\n"
+    agent = copy_experiment(tool_use, tmp_path / "agent", [("  precision: fp32\n", section)])
+    out = rlvr("validate", agent / CONTRACT)
+    assert out.code == 1 and "RLV003" in out.stdout and "sample_groups applies to single-turn" in out.stdout, out.stdout
+    arith = copy_experiment(scaffold, tmp_path / "arith", [("  precision: fp32\n", section)])
+    assert rlvr("validate", arith / CONTRACT).code == 0  # the paired pass
+
+
+def seeds_by_group(run: Path) -> dict[tuple[int, int], set[int]]:
+    import pyarrow.parquet as pq
+
+    rows = [r for shard in sorted((run / "records").glob("*.parquet")) for r in pq.read_table(shard).to_pylist()]
+    out: dict[tuple[int, int], set[int]] = {}
+    for row in rows:
+        out.setdefault((row["step"], row["group"]), set()).add(row["seed"])
+    return out
+
+
+@pytest.mark.slow
+def test_groups_sampled_together_resume_exactly_with_as_many_processes_and_say_so_with_another(
+    scaffold: Path, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """`parallel.sample_groups: together`: each process samples its share of a step's groups in
+    one batch seeded by its rank (the records say so: a process's groups share one seed, where
+    alone each group has its own), which changes the samples; resumed by as many processes the
+    run ends where it ends straight through; resumed by another number it goes on and says that
+    the samples from there are that number's."""
+    parallel = "  precision: fp32\n  parallel: {strategy: ddp, sample_groups: together}\n"
+    contract = experiment(scaffold, tmp_path / "exp", "token_mean", parallel)
+    straight = tmp_path / "straight"
+    done = torchrun(2, contract, straight, "--max-steps", "3")
+    assert done.returncode == 0, done.stderr[-3000:]
+    together, alone = (
+        seeds_by_group(straight),
+        seeds_by_group(two_processes(scaffold, tmp_path_factory, "token_mean", None)),
+    )
+    assert together.keys() == alone.keys() and all(len(s) == 1 for s in [*together.values(), *alone.values()])
+    for step in {step for step, _ in together}:
+        mine = [together[(s, g)] for s, g in sorted(together) if s == step]
+        assert mine[0::2] == [mine[0]] * len(mine[0::2]) and mine[1::2] == [mine[1]] * len(mine[1::2])  # one a rank
+        assert mine[0] != mine[1]
+        assert len({next(iter(alone[(s, g)])) for s, g in alone if s == step}) == len(mine)  # one a group
+    resumed = stopped_at_step_2(straight, tmp_path / "resumed")
+    again = torchrun(2, contract, resumed, "--max-steps", "3", "--resume")
+    assert again.returncode == 0 and "samples are those of" not in again.stderr, again.stderr[-3000:]
+    assert_same_final(resumed, straight)
+    other = stopped_at_step_2(straight, tmp_path / "other")
+    one = torchrun(1, contract, other, "--max-steps", "3", "--resume")
+    assert one.returncode == 0, one.stderr[-3000:]
+    assert "resuming with 1 processes from a checkpoint of 2" in one.stderr and "a 1-process run" in one.stderr
+
+
 @pytest.mark.slow
 def test_two_nodes_launched_as_docs_scale_says_train_as_one_process_does(
     scaffold: Path, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory

@@ -186,6 +186,25 @@ def test_the_rows_prompt_copies_follow_where_each_device_keeps_them(single_turn:
     assert estimate(longer, shape)["prompt K/V copies"] > 0
 
 
+def test_the_rollout_kv_cache_holds_the_rows_a_process_samples_at_once(single_turn: Path) -> None:
+    """Under torchrun a single-turn process samples its groups one at a time (each with a seed of
+    its own: rollout/single_turn.py), or its whole share at once with `sample_groups: together`;
+    one process samples the whole step in one batch. The KV cache is that many rows."""
+    from rlvr_cli.contract.load import load
+    from rlvr_cli.train.memory_estimate import estimate, load_shape
+
+    contract = load(single_turn / "experiment.rlvr.yaml")
+    shape, hp = load_shape(contract, single_turn), contract.hyperparameters
+    per_row = estimate(contract, shape, 1)["rollout KV cache"] / (hp.prompts_per_step * hp.group_size)
+    parallel = {a: hp.strategy.model_copy(update={"sample_groups": a}) for a in ("alone", "together")}
+    rows = {}
+    for how, section in parallel.items():
+        changed = contract.model_copy(update={"hyperparameters": hp.model_copy(update={"parallel": section})})
+        rows[how] = estimate(changed, shape, 2)["rollout KV cache"] / per_row
+        assert estimate(changed, shape, 1)["rollout KV cache"] / per_row == hp.prompts_per_step * hp.group_size
+    assert rows == {"alone": hp.group_size, "together": hp.prompts_per_step * hp.group_size / 2}
+
+
 def test_the_plan_holds_a_reference_wherever_the_trainer_loads_one(tmp_path: Path) -> None:
     """The trainer loads the reference when the KL is in the loss or a rule watches it (it is
     measured then): the plan counts its memory and its pass in both cases, and neither without."""
