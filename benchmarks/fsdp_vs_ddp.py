@@ -12,7 +12,8 @@ contract's `precision: bf16` (fp32 master weights and optimizer state, bf16 comp
 run uses) instead of fp32.
 `--model=HIDDENxLAYERS` (default 768x9, ~53 M parameters; 1024x12 is ~126 M) and
 `--answer-tokens=N` (default the template's 2; the length rule follows it): a step whose
-answers are as long as a real task's.
+answers are as long as a real task's. `--sample-groups=together`: each process samples its share
+of the groups in one batch (`parallel.sample_groups`; default alone: one group at a time).
 """
 
 from __future__ import annotations
@@ -125,7 +126,9 @@ def experiment(root: Path, hidden: int = 768, layers: int = 9, answer_tokens: in
     return folder
 
 
-def run(folder: Path, name: str, out: Path, live: bool, precision: str = "fp32", phases: bool = False) -> dict:
+def run(
+    folder: Path, name: str, out: Path, live: bool, precision: str = "fp32", phases: bool = False, groups: str = "alone"
+) -> dict:
     """`name`: ddp, fsdp2, ddp-own: ddp with the model's own update forward (responses padded
     on the right, so the shared-prompt forward steps aside), fsdp2-kept: fsdp2 with
     `reshard_after_forward: false` (each unit gathered once a pass), or fsdp2-whole: that and
@@ -138,6 +141,8 @@ def run(folder: Path, name: str, out: Path, live: bool, precision: str = "fp32",
     }.get(name.removesuffix("-ckpt"), "")
     if name.endswith("-ckpt"):  # activation checkpointing: each layer keeps its input, its forward runs again
         kept += ", activation_checkpointing: true"
+    if groups != "alone":  # a process samples its share of the groups in one batch
+        kept += f", sample_groups: {groups}"
     contract = folder / f"{name}.rlvr.yaml"
     text = (folder / "experiment.rlvr.yaml").read_text()
     text = text.replace(
@@ -198,10 +203,11 @@ def main() -> None:
         int, next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--model=")), "768x9").split("x")
     )
     answers = int(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--answer-tokens=")), "2"))
+    groups = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--sample-groups=")), "alone")
     with tempfile.TemporaryDirectory() as tmp:
         folder = experiment(Path(tmp), hidden, layers, answers)
         # in the order `--only` names them (an alternating second run shows a drift of the machine's speed)
-        results = {s: run(folder, s, Path(tmp) / "out", live, precision, phases) for s in only if s in names}
+        results = {s: run(folder, s, Path(tmp) / "out", live, precision, phases, groups) for s in only if s in names}
     print(json.dumps(results, indent=1))
     if phases:
         return
