@@ -100,8 +100,10 @@ def _nearly_full(where: Path) -> bool:
 
 
 class _Sink:
-    """The file `torch.save` writes through: it keeps the OSError that torch's zip writer
-    turns into a RuntimeError, so the real error (ENOSPC) is what the caller sees."""
+    """The file `torch.save` writes through: it keeps what a write raised, which torch's zip
+    writer turns into a RuntimeError ("enforce fail ... unexpected pos"), so the caller sees what
+    it was: the OSError of a full disk, or the `Interrupted` of a SIGTERM or SIGINT whose handler
+    ran inside this callback (the run then pauses as at any other moment, not as a bug)."""
 
     def __init__(self, fh: Any, before_write: Callable[[], None] | None) -> None:
         self.fh, self.before_write, self.error = fh, before_write, None
@@ -111,7 +113,7 @@ class _Sink:
             if self.before_write is not None:
                 self.before_write()
             return self.fh.write(data)
-        except OSError as exc:
+        except BaseException as exc:
             self.error = exc
             raise
 
@@ -128,10 +130,8 @@ def save_torch(obj: Any, path: Path, before_write: Callable[[], None] | None = N
         sink = _Sink(fh, before_write)
         try:
             torch.save(obj, sink)
-        except OSError:
-            raise
-        except Exception as exc:
-            if sink.error is not None:
+        except BaseException as exc:
+            if sink.error is not None and sink.error is not exc:
                 raise sink.error from exc
             raise
 

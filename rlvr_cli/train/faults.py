@@ -2,7 +2,9 @@
 
 `RLVR_FAULT=nan_loss@STEP` poisons that step's loss with NaN; `RLVR_FAULT=disk_full@STEP`
 makes that step's checkpoint meet a full disk (ENOSPC, raised inside torch's writer of
-`state.pt`), `RLVR_FAULT=records_full@STEP` that step's records (written in the background).
+`state.pt`), `RLVR_FAULT=records_full@STEP` that step's records (written in the background);
+`RLVR_FAULT=term_in_checkpoint@STEP` runs the SIGTERM handler inside torch's writer of that step's
+`state.pt` (where the interpreter runs it when the signal arrives during a write).
 `RLVR_FAULT=kill_in_shards@STEP` SIGKILLs every process of a sharded run once its shard of
 that step's checkpoint is written, before the checkpoint is published; `RLVR_FAULT=kill_rank@STEP`
 SIGKILLs the process of rank 1 when that step starts (another rank of the run dies), and
@@ -17,16 +19,20 @@ in normal runs, where `Fault.none()` changes nothing.
 from __future__ import annotations
 
 import errno
+import itertools
 import os
 from dataclasses import dataclass
 
 import torch
+
+_WRITES = itertools.count()  # term_in_checkpoint: the writes of the checkpoint it interrupts
 
 
 @dataclass(frozen=True)
 class Fault:
     nan_loss_step: int | None = None
     disk_full_step: int | None = None  # the checkpoint of this step meets a full disk
+    term_in_checkpoint_step: int | None = None  # SIGTERM arrives while this step's checkpoint is written
     records_full_step: int | None = None  # the records of this step meet a full disk
     engine: str | None = None  # engine_copy | stale_engine: the engine samples from its own copy
     kill_in_shards_step: int | None = None  # every process dies between its shard and the marker
@@ -48,6 +54,8 @@ class Fault:
             return cls(disk_full_step=int(step))
         if kind == "records_full":
             return cls(records_full_step=int(step))
+        if kind == "term_in_checkpoint":
+            return cls(term_in_checkpoint_step=int(step))
         if kind == "kill_in_shards":
             return cls(kill_in_shards_step=int(step))
         if kind == "kill_rank":
@@ -59,8 +67,15 @@ class Fault:
         return cls()
 
     def disk(self, step: int) -> None:
+        """Before each write of a checkpoint's `state.pt` (inside torch's zip writer)."""
         if self.disk_full_step == step:
             raise OSError(errno.ENOSPC, "No space left on device (injected by RLVR_FAULT)")
+        if self.term_in_checkpoint_step == step and next(_WRITES) == 2:  # a write in the middle of the file
+            import signal
+
+            handler = signal.getsignal(signal.SIGTERM)  # a SIGTERM that arrived during this write:
+            if callable(handler):
+                handler(signal.SIGTERM, None)  # its handler runs here, in the writer's callback
 
     def kill_in_shards(self, step: int) -> None:
         if self.kill_in_shards_step == step:

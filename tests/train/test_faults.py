@@ -234,6 +234,24 @@ def test_a_full_disk_fails_the_run_with_a_way_forward(
     assert same_final(run_dir, straight) and record_keys(run_dir) == record_keys(straight)
 
 
+def test_a_sigterm_inside_the_checkpoint_writer_pauses_the_run_and_auto_goes_on(
+    experiment: Path, tmp_path: Path, straight: Path
+) -> None:
+    """The signal's handler runs in torch's zip writer's write callback; the writer turns what it
+    raises into `unexpected pos`, which must not come out as a bug in rlvr."""
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "RLVR_FAULT": "term_in_checkpoint@3"}
+    term = rlvr("train", experiment / CONTRACT, "--run-dir", run_dir, "--max-steps", "4", env=env, timeout=300)
+    assert term.code == 143 and "interrupted by SIGTERM" in term.stderr, term.stderr[-2000:]
+    assert "internal error" not in term.stderr and "unexpected pos" not in term.stderr
+    assert status(run_dir)["state"] == "paused" and "SIGTERM" in status(run_dir)["reason"]
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["step-1", "step-2"]  # step 3's unpublished
+    done = rlvr("train", experiment / CONTRACT, "--run-dir", run_dir, "--max-steps", "4", "--auto", timeout=300)
+    assert done.code == 0, done.stderr[-2000:]
+    assert steps_logged(run_dir) == [0, 1, 2, 3]
+    assert same_final(run_dir, straight) and record_keys(run_dir) == record_keys(straight)
+
+
 def test_two_trainers_never_share_a_run_folder(experiment: Path, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     run_dir.mkdir()
