@@ -15,7 +15,7 @@ import sys
 import threading
 from collections.abc import Callable
 from enum import IntEnum
-from typing import TypeVar
+from typing import ClassVar, TypeVar
 
 T = TypeVar("T")
 
@@ -55,6 +55,11 @@ class CannotRun(RlvrError):
 
 class Interrupted(BaseException):
     """SIGINT or SIGTERM arrived: unwind (writing what the run folder needs), then exit 130/143."""
+
+    #: the one a signal's handler raised last in this command (`signals_unwind`): where a library's
+    #: code turns it into an error of its own (torch's writers: "unexpected pos"), the run still
+    #: stopped on the signal (train/ending.py)
+    raised: ClassVar[Interrupted | None] = None
 
     def __init__(self, signal_name: str, exit_code: int) -> None:
         super().__init__(signal_name)

@@ -77,8 +77,11 @@ def signals_unwind() -> Iterator[None]:
 
     def handler(signum: int, _: Any) -> None:
         name = signal.Signals(signum).name
-        raise Interrupted(name, ExitCode.TERMINATED if signum == signal.SIGTERM else ExitCode.INTERRUPTED)
+        stop = Interrupted(name, ExitCode.TERMINATED if signum == signal.SIGTERM else ExitCode.INTERRUPTED)
+        Interrupted.raised = stop
+        raise stop
 
+    Interrupted.raised = None
     previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield

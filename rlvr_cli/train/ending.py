@@ -23,6 +23,8 @@ def ended(run: Run, exc: BaseException) -> int:
     abort) or raises what the command reports. A SIGTERM or SIGINT from here on is absorbed
     (torchrun sends SIGTERM to every rank once one has died, while this rank writes why)."""
     ending()
+    if isinstance(exc, RuntimeError) and Interrupted.raised is not None:  # the signal's, turned into
+        exc = Interrupted.raised  # another error by the code it was raised in (torch's writers: "unexpected pos")
     if isinstance(exc, InvalidVerdictStop | NonFiniteLogits):
         run.status("aborted", reason=str(exc), next=kept(run))
         _eprint(f"aborted: {exc}")
