@@ -383,3 +383,12 @@ class Contract(Section):
     records: Records = Field(Records(), description="The immutable rollout log.")
     acceptance: Acceptance = Field(description="When a run may ship.")
     waivers: list[Waiver] | None = Field(None, description="Accepted findings, each with a reason and an expiry.")
+
+    def seeds_each_group(self, torchrun: bool) -> bool:
+        """Whether a run (under torchrun or not) samples each group of a step alone with a seed of
+        its own, so the samples do not depend on the number of processes: under torchrun, single-turn
+        rollouts unless `parallel.sample_groups: together`. Tool-use rollouts sample a process's
+        share in one batch seeded by rank (one round trip a turn for the share); one plain process
+        samples the step's groups together with the run's seed."""
+        alone = self.hyperparameters.strategy.sample_groups == "alone"
+        return torchrun and self.environment.kind == "single_turn" and alone

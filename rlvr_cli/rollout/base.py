@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from rlvr_cli.engine.engines import PolicyEngine
@@ -56,3 +56,13 @@ class Rollout(Protocol):
         """The same rollout (prompts, reward source) sampling with another engine: sampling
         ahead draws with its own copy of the weights (train/overlap.py)."""
         ...
+
+
+def sample_together(
+    rollout: Rollout, tasks: Sequence[dict[str, Any]], draw: Draw, rank: int, world: int, times: Times | None
+) -> tuple[list[Sample], list[dict[str, Any]]]:
+    """This process's groups (g ≡ rank mod world) in one batch seeded by its rank: fuller decode
+    steps (and one round trip a turn for tool use), and samples that are those of `world` processes."""
+    groups = list(range(rank, len(tasks), world))
+    mine = [tasks[g] for g in groups]
+    return rollout.sample(mine, replace(draw, seed=draw.seed * 10_007 + rank, groups=groups), times), mine

@@ -17,7 +17,7 @@ from rlvr_cli.env.sample import Sample
 from rlvr_cli.env.scoring import score_all
 from rlvr_cli.env.verifier_pool import VerifierPool
 from rlvr_cli.rollout import hints, sets
-from rlvr_cli.rollout.base import Draw, Times
+from rlvr_cli.rollout.base import Draw, Times, sample_together
 from rlvr_cli.rollout.prompts import Prompts
 
 
@@ -82,9 +82,7 @@ class SingleTurn:
         not depend on the number of processes; with `parallel.sample_groups: together`, the share
         in one batch seeded by rank, as a tool-use rollout samples it (fuller decode steps)."""
         if self.contract.hyperparameters.strategy.sample_groups == "together":
-            groups = list(range(rank, len(tasks), world))
-            mine = [tasks[g] for g in groups]
-            return self.sample(mine, replace(draw, seed=draw.seed * 10_007 + rank, groups=groups), times), mine
+            return sample_together(self, tasks, draw, rank, world, times)
         samples: list[Sample] = []
         for g in range(rank, len(tasks), world):
             samples += self.sample([tasks[g]], replace(draw, seed=draw.seed * 10_007 + g, groups=[g]), times)

@@ -43,7 +43,7 @@ from rlvr_cli.env.tool_env import ToolEnv
 from rlvr_cli.env.verdict import Verdict
 from rlvr_cli.errors import RlvrError
 from rlvr_cli.rollout import hints, sessions
-from rlvr_cli.rollout.base import Draw, Times
+from rlvr_cli.rollout.base import Draw, Times, sample_together
 from rlvr_cli.rollout.episode import Episode, executed, failure, results, verdict_of
 from rlvr_cli.rollout.prompts import Prompts
 
@@ -122,9 +122,7 @@ class ToolUse:
     ) -> tuple[list[Sample], list[dict[str, Any]]]:
         """This process's groups as one batch against its own server, seeded by rank (a
         turn's round trips are paid once for the share, not once per group)."""
-        groups = list(range(rank, len(tasks), world))
-        mine = [tasks[g] for g in groups]
-        return self.sample(mine, replace(draw, seed=draw.seed * 10_007 + rank, groups=groups), times), mine
+        return sample_together(self, tasks, draw, rank, world, times)
 
 
 def _open(env: ToolEnv, episodes: list[Episode]) -> None:

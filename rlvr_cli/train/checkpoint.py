@@ -158,7 +158,8 @@ def _write_checkpoint(
         "verifier": contract.artifacts.verifier.model_dump(),
         "lock_sha256": _lock_hash(contract, contract_path),
         "world_size": setup.world,
-        "per_group_seeds": setup.per_group_seeds,
+        "sampled_by": setup.sampled_by,
+        "per_group_seeds": setup.sampled_by == "group",  # what checkpoints before `sampled_by` said
         "metrics_sha256": sha256_file(run.metrics) if run.metrics.is_file() else None,
     }
     (tmp / "trainer.json").write_text(json.dumps(meta, indent=1, default=str), encoding="utf-8")
@@ -337,6 +338,41 @@ def _restore_metrics(run: RunFolder, step: int, expected: str | None, name: str)
         )
 
 
+def _sampled_by(meta: dict[str, Any], setup: Setup) -> str:
+    """How the checkpoint's run seeded its samples (Setup.sampled_by); older checkpoints said
+    only whether each group had a seed of its own, which a tool-use run's flag claimed wrongly."""
+    if meta.get("sampled_by") in ("group", "rank", "run"):
+        return str(meta["sampled_by"])
+    world = meta.get("world_size", 1)
+    if meta.get("per_group_seeds", world > 1):
+        return "group" if setup.contract.environment.kind == "single_turn" else "rank"
+    return "rank" if world > 1 else "run"
+
+
+def _check_sampling(setup: Setup, meta: dict[str, Any], path: Path) -> None:
+    """Groups seeded one by one go on at any number of processes, and only so; samples seeded by
+    rank (or by the run, in one plain process) go on as those of the processes that resume."""
+    written, now, before = _sampled_by(meta, setup), setup.sampled_by, meta.get("world_size", 1)
+    if (written == "group") != (now == "group"):
+        how = "under torchrun (`--nproc N`, any N)" if written == "group" else "in one plain process (without --nproc)"
+        seeds = "each group is sampled with a seed of its own" if written == "group" else "groups share the run's seed"
+        if written == "rank":
+            how, seeds = f"by {before} processes under torchrun", "each samples its groups together, seeded by rank"
+        raise RlvrError(f"checkpoint {path.name} was written {how}, where {seeds}; resume it the same way")
+    if written != "group" and (written, before) != (now, setup.world) and setup.main:
+        print(
+            f"resuming as {_processes(now, setup.world)} from a checkpoint of {_processes(written, before)}: each "
+            "process samples its groups as one batch seeded by its rank (tool-use rollouts, and single-turn ones "
+            "under parallel.sample_groups: together; one plain process, by the run's seed), so from here the "
+            f"samples are those of {_processes(now, setup.world)}",
+            file=sys.stderr,
+        )
+
+
+def _processes(sampled_by: str, world: int) -> str:
+    return "one plain process" if sampled_by == "run" else f"{world} process{'es' if world > 1 else ''} under torchrun"
+
+
 def _refuse_changes(setup: Setup, meta: dict[str, Any], path: Path, contract_path: Path) -> None:
     if meta["contract_sha256"] != contract_hash(contract_path):
         text = meta.get("contract_text")
@@ -349,20 +385,6 @@ def _refuse_changes(setup: Setup, meta: dict[str, Any], path: Path, contract_pat
                 "float tolerance, not bit for bit",
                 file=sys.stderr,
             )
-    written = meta.get("per_group_seeds", meta.get("world_size", 1) > 1)
-    if written != setup.per_group_seeds:  # the number of processes may change; how groups are seeded may not
-        how = "under torchrun (`--nproc N`, any N)" if written else "in one plain process (without --nproc)"
-        seeds = "each group is sampled with a seed of its own" if written else "groups share the run's seed stream"
-        if not written and meta.get("world_size", 1) > 1:  # parallel.sample_groups: together
-            how, seeds = f"by {meta['world_size']} processes", "each samples its groups together, seeded by rank"
-        raise RlvrError(f"checkpoint {path.name} was written {how}, where {seeds}; resume it the same way")
-    before = meta.get("world_size", 1)
-    if not written and before != setup.world and setup.main:  # parallel.sample_groups: together, then or now
-        print(
-            f"resuming with {setup.world} processes from a checkpoint of {before}: under parallel.sample_groups: "
-            "together each process samples its groups as one batch seeded by its rank, so from here the samples "
-            f"are those of a {setup.world}-process run",
-            file=sys.stderr,
-        )
+    _check_sampling(setup, meta, path)
     if meta.get("lock_sha256") != _lock_hash(setup.contract, contract_path):
         raise RlvrError(f"the lock file changed since checkpoint {path.name}; the locked artifacts differ")

@@ -30,7 +30,7 @@ def sampling_line(contract: Contract, shape: Layout, devices: int) -> str | None
     hp = contract.hyperparameters
     if devices < 2 or contract.environment.kind != "single_turn":
         return None
-    groups, alone = hp.prompts_per_step // devices, hp.strategy.sample_groups == "alone"
+    groups, alone = hp.prompts_per_step // devices, contract.seeds_each_group(torchrun=True)
     other = hp.strategy.model_copy(update={"sample_groups": "together" if alone else "alone"})
     changed = contract.model_copy(update={"hyperparameters": hp.model_copy(update={"parallel": other})})
     after = fmt_bytes(peak(changed, estimate(changed, shape, devices))[0])

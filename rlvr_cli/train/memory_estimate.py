@@ -105,8 +105,7 @@ def _terms(contract: Contract, shape: Layout, devices: int, cpu: bool) -> dict[s
     on_device = 0.0 if sharded and par.cpu_offload else 1.0
     seq = length.max_prompt_tokens + length.max_response_tokens
     rollouts = hp.prompts_per_step * hp.group_size / max(devices, 1)
-    # under torchrun a single-turn share is sampled a group at a time unless `sample_groups: together`
-    alone = devices > 1 and contract.environment.kind == "single_turn" and par.sample_groups == "alone"
+    alone = contract.seeds_each_group(devices > 1)  # a group at a time under torchrun, else the share at once
     micro = hp.micro_batch_sequences or hp.prompts_per_step * hp.group_size
     micro = min(micro, rollouts) if devices > 1 else micro
     if hp.adapter is not None:  # a frozen base in the compute dtype; the adapter (params) trains

@@ -70,10 +70,14 @@ class Setup:
         return self.rank == 0
 
     @property
-    def per_group_seeds(self) -> bool:
-        """Under torchrun each group is sampled with its own seed, so samples do not depend on
-        the number of processes (unless the contract samples a process's groups together)."""
-        return dist.active() and self.contract.hyperparameters.strategy.sample_groups == "alone"
+    def sampled_by(self) -> str:
+        """How a step's samples are seeded, which says what a resume with other processes keeps:
+        `group` (under torchrun, each group its own seed: the same samples at any number of
+        processes), `rank` (under torchrun, a process's share in one batch seeded by its rank:
+        those of this number of processes), `run` (one plain process, the run's seed)."""
+        if not dist.active():
+            return "run"
+        return "group" if self.contract.seeds_each_group(torchrun=True) else "rank"
 
 
 def build(contract: Contract, folder: Path, fault: Fault, run_dir: Path | None = None) -> Setup:

@@ -106,6 +106,11 @@ def test_tool_use_trains_in_two_processes_with_a_server_each(lookup: Path, tmp_p
     assert first.code == 0 and resumed.code == 0, resumed.stderr[-3000:]
     straight, again = (load_file(d / "final" / "model.safetensors") for d in (run_dir, split))
     assert all(torch.equal(straight[k], again[k]) for k in straight)  # resumed with the same N: exact
+    assert "samples are those of" not in resumed.stderr, resumed.stderr[-3000:]
+    plain = rlvr("train", contract, "--run-dir", split, "--max-steps", "4", "--resume", timeout=600)  # 2 → 1
+    assert plain.code == 0, plain.stderr[-3000:]
+    said = "resuming as one plain process from a checkpoint of 2 processes under torchrun"
+    assert said in plain.stderr and "samples are those of one plain process" in plain.stderr, plain.stderr[-3000:]
     assert json.loads((run_dir / "plan.json").read_text())["processes"] == 2
     rows = []
     for shard in sorted((run_dir / "records").glob("*.parquet")):
