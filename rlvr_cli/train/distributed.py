@@ -27,6 +27,13 @@ def launched() -> bool:
     return "WORLD_SIZE" in os.environ and "RANK" in os.environ
 
 
+def backends() -> str:
+    """The process group's backend for each device: gloo on a CPU; on GPUs, NCCL for the tensors
+    on them (gradients, FSDP2's gathers) and gloo for those on the CPU, which rlvr's own counts
+    (`total`, `maximum`) and the object collectives use (NCCL alone refuses a CPU tensor)."""
+    return "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
+
+
 def init() -> None:
     """Join the run's other processes (a failure to connect is the user's to fix: a message, exit 1)."""
     import torch.distributed as dist
@@ -35,8 +42,8 @@ def init() -> None:
 
     if dist.is_initialized() or not launched():
         return
-    backend = "nccl" if torch.cuda.is_available() else "gloo"
-    if backend == "nccl":
+    backend = backends()
+    if torch.cuda.is_available():
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     try:
         store, timeout = _attempt_store(), collective_timeout()

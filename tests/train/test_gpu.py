@@ -51,6 +51,22 @@ def _torchrun(n: int, contract: Path, run: Path, *extra: str) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
 
 
+@GPU
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
+def test_torchrun_on_one_gpu_trains_and_resumes_exactly(single_turn: Path, tmp_path: Path, strategy: str) -> None:
+    """Under torchrun on a GPU, rlvr's counts over processes are CPU tensors (gloo) and the
+    gradients and FSDP2's gathers CUDA ones (NCCL): a process group of NCCL alone refuses the first."""
+    section = f"  precision: bf16\n  parallel: {{strategy: {strategy}}}\n"
+    edits = [("  precision: fp32\n", section), ("every_steps: 20", "every_steps: 2")]
+    experiment = copy_experiment(single_turn, tmp_path / "exp", edits)
+    _torchrun(1, experiment / CONTRACT, tmp_path / "straight", "--max-steps", "3")
+    _torchrun(1, experiment / CONTRACT, tmp_path / "resumed", "--max-steps", "2")
+    _torchrun(1, experiment / CONTRACT, tmp_path / "resumed", "--max-steps", "3", "--resume")
+    a, b = _weights(tmp_path / "straight" / "final"), _weights(tmp_path / "resumed" / "final")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
 LORA = (
     "  adapter: {kind: lora, rank: 4, alpha: 8, dropout: 0.0, target_modules: all-linear, bias: none, init: default}\n"
 )
