@@ -63,6 +63,7 @@ def sample_together(
 ) -> tuple[list[Sample], list[dict[str, Any]]]:
     """This process's groups (g ≡ rank mod world) in one batch seeded by its rank: fuller decode
     steps (and one round trip a turn for tool use), and samples that are those of `world` processes."""
-    groups = list(range(rank, len(tasks), world))
-    mine = [tasks[g] for g in groups]
-    return rollout.sample(mine, replace(draw, seed=draw.seed * 10_007 + rank, groups=groups), times), mine
+    mine, numbers = list(tasks[rank::world]), draw.numbers(len(tasks))[rank::world]
+    if not mine:  # a later round of dynamic sampling may have fewer groups than processes
+        return [], []
+    return rollout.sample(mine, replace(draw, seed=draw.seed * 10_007 + rank, groups=numbers), times), mine

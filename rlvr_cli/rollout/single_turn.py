@@ -84,6 +84,7 @@ class SingleTurn:
         if self.contract.hyperparameters.strategy.sample_groups == "together":
             return sample_together(self, tasks, draw, rank, world, times)
         samples: list[Sample] = []
+        numbers = draw.numbers(len(tasks))  # the step's group numbers (later rounds go on from the earlier ones')
         for g in range(rank, len(tasks), world):
-            samples += self.sample([tasks[g]], replace(draw, seed=draw.seed * 10_007 + g, groups=[g]), times)
+            samples += self.sample([tasks[g]], replace(draw, seed=draw.seed * 10_007 + g, groups=[numbers[g]]), times)
         return samples, list(tasks[rank::world])

@@ -7,7 +7,7 @@ previous step's update (train/overlap.py)."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -62,11 +62,11 @@ def sample_groups(
     tasks = [setup.train_tasks[i] for i in indices]
     seed = step_seed(setup, step, round_)
     hinted = hints.hinted_per_group(setup.contract, step)
-    request = Draw(group_size=hp.group_size, seed=seed, round=round_, revision=revision, hinted=hinted)
+    numbers = list(range(first, first + len(tasks)))
+    request = Draw(group_size=hp.group_size, seed=seed, round=round_, revision=revision, hinted=hinted, groups=numbers)
     with setup.engine.lent():  # a sharded policy's weights, gathered for this phase (train/sharding.py)
         if dist.active():  # under torchrun: this process's share of the groups
             return rollout.sample_share(tasks, request, setup.rank, setup.world, times)
-        request = replace(request, groups=list(range(first, first + len(tasks))))
         return rollout.sample(tasks, request, times), tasks
 
 
@@ -75,8 +75,9 @@ def collect(setup: Setup, state: TrainState, rollout: Rollout, ahead: Any = None
     ds = setup.contract.length.dynamic_sampling
     drop = bool(ds and ds.drop_uniform_groups)
     result = StepResult(revision=state.optimizer_steps)
+    accepted = first = 0  # every process's accepted groups, and the step's number of the next group sampled
     for round_ in range(ds.max_rounds if drop else 1):  # type: ignore[union-attr]
-        missing = hp.prompts_per_step - len(result.accepted)
+        missing = hp.prompts_per_step - accepted
         if missing <= 0:
             break
         start = time.perf_counter()
@@ -87,14 +88,16 @@ def collect(setup: Setup, state: TrainState, rollout: Rollout, ahead: Any = None
             result.times.rollout_age = ahead.age
             result.times.generate += result.times.wait_rollouts  # the wait, if any
         else:
-            first = len(result.generated) // hp.group_size
-            indices = state.sampler.take(missing)
+            indices = state.sampler.take(missing)  # the same on every process: the data cursor is global
             samples, tasks = sample_groups(
                 setup, rollout, indices, state.step, round_, state.optimizer_steps, first, result.times
             )
+        first += missing
         result.generated += samples
         result.rounds = round_ + 1
         accept(hp.group_size, samples, tasks, drop, result)
+        if drop and round_ + 1 < ds.max_rounds:  # type: ignore[union-attr]  # under torchrun: every process's
+            accepted = int(dist.total(float(len(result.accepted))))
     return result
 
 

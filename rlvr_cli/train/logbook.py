@@ -108,13 +108,13 @@ def acceptance_by(contract: Contract, result: StepResult) -> dict[str, float]:
     if not ds or not ds.drop_uniform_groups:
         return {}
     size = contract.hyperparameters.group_size
-    accepted = {id(g[0]) for g in result.accepted}
+    accepted = {(g[0].round, g[0].group) for g in result.accepted}  # under torchrun, copies gathered apart
     out: dict[str, float] = {}
     for field_name in ds.log_by or []:
         seen: dict[str, list[int]] = {}
         for start in range(0, len(result.generated), size):
             first = result.generated[start]
-            seen.setdefault(str(first.task.get(field_name)), []).append(int(id(first) in accepted))
+            seen.setdefault(str(first.task.get(field_name)), []).append(int((first.round, first.group) in accepted))
         for value, flags in sorted(seen.items()):
             out[f"accept_rate/{field_name}={value}"] = sum(flags) / len(flags)
     return out

@@ -268,11 +268,9 @@ def verifier_identity(contract: Contract, folder: Path) -> str:
 
 
 def _check_shardable(contract: Contract, world: int) -> None:
-    hp, ds = contract.hyperparameters, contract.length.dynamic_sampling
+    hp = contract.hyperparameters
     if hp.prompts_per_step % world:
         raise RlvrError(f"prompts_per_step ({hp.prompts_per_step}) must be divisible by the {world} processes")
-    if ds and ds.drop_uniform_groups:
-        raise RlvrError("dynamic sampling runs in one process for now; drop --nproc or drop_uniform_groups")
     if hp.sampling.server is not None:
         raise RlvrError("a served engine (sampling.server) samples for one process for now; drop --nproc")
 

@@ -812,3 +812,48 @@ def test_a_process_that_cannot_see_the_run_folder_or_a_refused_start_stops_every
         and "process 0 of the run stopped before training began" in refused.stderr
     )
     assert "bug in rlvr" not in refused.stderr, refused.stderr[-3000:]
+
+
+DYNAMIC = "  padding_side: left\n  dynamic_sampling: {drop_uniform_groups: true, max_rounds: 3, log_by: [difficulty]}\n"
+
+
+@pytest.mark.slow
+def test_dynamic_sampling_over_two_sharded_processes_trains_what_one_process_trains(
+    scaffold: Path, tmp_path: Path
+) -> None:
+    """DAPO's dynamic sampling under torchrun: each round samples the groups the step still lacks
+    over every process (they agree on how many were accepted), numbers them after the earlier
+    rounds' groups, and each process trains the groups it accepted, however many (fsdp2: the one
+    with fewer micro-batches joins the others' collectives with empty ones). Two sharded processes
+    draw the same samples and end at the same weights as one."""
+    runs = {}
+    for n, parallel in ((1, "  precision: fp32\n"), (2, FSDP2 % "false")):
+        contract = experiment(scaffold, tmp_path / f"exp-{n}", "token_mean", parallel)
+        text = contract.read_text()
+        assert "  padding_side: left\n" in text
+        contract.write_text(text.replace("  padding_side: left\n", DYNAMIC))
+        done = torchrun(n, contract, tmp_path / f"run-{n}", "--max-steps", "3")
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs[n] = tmp_path / f"run-{n}"
+    one, two = metrics(runs[1]), metrics(runs[2])
+    counted = ("groups_generated", "groups_accepted", "dynamic_sampling_rounds", "reward_mean")
+    for x, y in zip(one, two, strict=True):
+        assert {k: x[k] for k in counted} == {k: y[k] for k in counted}
+        rates = {k: v for k, v in x.items() if k.startswith("accept_rate/")}
+        assert rates and rates == {k: v for k, v in y.items() if k.startswith("accept_rate/")}
+    assert any(r["dynamic_sampling_rounds"] > 1 and r["groups_accepted"] > 0 for r in one), one
+    assert sum(r["groups_generated"] for r in one) > 3 * 8  # later rounds sampled more groups
+    import pyarrow.parquet as pq
+
+    def rows(run: Path) -> list[tuple]:
+        found = [r for s in sorted((run / "records").glob("*.parquet")) for r in pq.read_table(s).to_pylist()]
+        return sorted(
+            (r["step"], r["round"], r["group"], r["sample"], r["response_text"], r["discard_reason"]) for r in found
+        )
+
+    a, b = rows(runs[1]), rows(runs[2])
+    assert a == b and len({r[:4] for r in a}) == len(a)  # the same samples, each group numbered once in its step
+    for step in range(3):
+        numbers = sorted({(r[1], r[2]) for r in a if r[0] == step})
+        assert [g for _, g in numbers] == list(range(len(numbers)))  # later rounds go on from the earlier ones
+    assert_same_final(runs[2], runs[1])
