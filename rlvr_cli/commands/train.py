@@ -173,10 +173,9 @@ def finished_at(run_dir: Path) -> int | None:
 
 def launch(nproc: int, argv: list[str]) -> int:
     """`rlvr train --nproc N ...`: the same command under torchrun with N processes."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
-    command += ["-m", "rlvr_cli", "train", *argv]
-    print("launching: " + " ".join(command[2:]), file=sys.stderr, flush=True)
-    return subprocess.run(command).returncode
+    torchrun = ["--standalone", f"--nproc_per_node={nproc}", "-m", "rlvr_cli", "train", *argv]
+    print("launching: torch.distributed.run " + " ".join(torchrun), file=sys.stderr, flush=True)
+    return subprocess.run([sys.executable, "-m", "rlvr_cli.train.launcher", *torchrun]).returncode
 
 
 def progress_line(

@@ -6,7 +6,8 @@ more than the update's own passes; 2 with max_policy_lag 2 and one pass: lag 2).
 - When: the contract asks (`hyperparameters.sample_ahead: true`), its lag budget has room
   (`max_policy_lag ≥ updates_per_batch`: the update's own passes use `updates_per_batch − 1`
   of it, sampling ahead one more; RLV303 otherwise) and one process trains (under torchrun
-  every rank samples on-policy). Otherwise nothing here runs: strictly on-policy.
+  `train` refuses the key: every process samples on-policy). Otherwise nothing here runs:
+  strictly on-policy.
 - Where it pays: sampling on its own device or cores. On two shared CPU cores it does not
   (benchmarks/README.md: the update slows by more than the sampling it hides).
 - How: one worker thread, and `depth` engines each on its own copy of the policy (the memory of

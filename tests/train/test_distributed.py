@@ -814,6 +814,7 @@ def test_a_process_that_cannot_see_the_run_folder_or_a_refused_start_stops_every
     assert "bug in rlvr" not in refused.stderr, refused.stderr[-3000:]
 
 
+RATIO = "  ratio: {level: token, denominator: engine}\n  aggregation: "
 DYNAMIC = "  padding_side: left\n  dynamic_sampling: {drop_uniform_groups: true, max_rounds: 3, log_by: [difficulty]}\n"
 
 
@@ -857,3 +858,30 @@ def test_dynamic_sampling_over_two_sharded_processes_trains_what_one_process_tra
         numbers = sorted({(r[1], r[2]) for r in a if r[0] == step})
         assert [g for _, g in numbers] == list(range(len(numbers)))  # later rounds go on from the earlier ones
     assert_same_final(runs[2], runs[1])
+
+
+@pytest.mark.parametrize(
+    "edits",
+    [
+        [("max_policy_lag: 0", "max_policy_lag: 1\n  sample_ahead: true"), ("  aggregation: ", RATIO)],
+        [("prompts_per_step: 8", "prompts_per_step: 2")],
+    ],
+    ids=["sample_ahead", "indivisible"],
+)
+def test_what_one_process_alone_runs_is_refused_under_torchrun_with_the_reason(
+    scaffold: Path, tmp_path: Path, edits: list[tuple[str, str]]
+) -> None:
+    """A contract whose key would change nothing under torchrun (sampling ahead: every process
+    samples on-policy) or cannot be shared out is refused before any step, with the reason."""
+    folder = copy_experiment(scaffold, tmp_path / "exp", edits)
+    assert rlvr("validate", folder / CONTRACT).code == 0  # the contract itself is sound
+    nproc = "1" if len(edits) == 2 else "3"
+    done = rlvr("train", folder / CONTRACT, "--nproc", nproc, "--run-dir", tmp_path / "run", "--max-steps", "1")
+    assert done.code == 1 and not (tmp_path / "run" / "metrics.jsonl").exists(), done.stderr[-3000:]
+    said = (
+        "sample_ahead: true samples ahead in one process only"
+        if len(edits) == 2
+        else "must be divisible by the 3 processes"
+    )
+    assert said in done.stderr and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert "stopped first: exit code 1; its own message is above" in done.stderr, done.stderr[-3000:]
