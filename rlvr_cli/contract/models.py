@@ -392,3 +392,11 @@ class Contract(Section):
         samples the step's groups together with the run's seed."""
         alone = self.hyperparameters.strategy.sample_groups == "alone"
         return torchrun and self.environment.kind == "single_turn" and alone
+
+    def rows_sampled_at_once(self, processes: int, torchrun: bool) -> int:
+        """The most rows a process samples in one batch (what its KV cache holds): a group under
+        torchrun where each group has a seed of its own, else the process's share of a step."""
+        hp = self.hyperparameters
+        if self.seeds_each_group(torchrun):
+            return hp.group_size
+        return hp.prompts_per_step * hp.group_size // max(processes, 1)

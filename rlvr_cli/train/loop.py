@@ -265,9 +265,19 @@ def holdout_start(run: Run, rollout: Rollout, progress: Progress) -> None:
 def _holdout_rows(run: Run, rollout: Rollout) -> list[Sample]:
     if run.ahead is not None:
         run.ahead.wait()  # the sampling in flight shares the reward source
-    draw = Draw(group_size=1, seed=0, revision=run.state.optimizer_steps, greedy=True)
-    with run.setup.engine.lent():
-        return rollout.sample(run.setup.holdout_tasks, draw)
+    # in batches of the rows a process samples at once in a step (what the plan gives its KV cache:
+    # a group's rows under torchrun unless sample_groups is together, so the same batches at any
+    # number of processes); under torchrun batch k is rank k mod N's, and every process gets every
+    # answer back, in task order
+    setup, tasks = run.setup, run.setup.holdout_tasks
+    size = max(setup.contract.rows_sampled_at_once(setup.world, dist.active()), 1)
+    answers: list[Sample] = []
+    with setup.engine.lent():  # every process enters the phase (fsdp2 gathers the weights for it)
+        for start in range(setup.rank * size, len(tasks), setup.world * size):
+            numbers = list(range(start, min(start + size, len(tasks))))
+            draw = Draw(group_size=1, seed=0, revision=run.state.optimizer_steps, greedy=True, groups=numbers)
+            answers += rollout.sample(tasks[start : start + size], draw)
+    return sorted((s for part in dist.gather(answers) for s in part), key=lambda s: s.group)
 
 
 def _holdout_values(run: Run, rows: list[Sample], metrics: StepMetrics) -> None:

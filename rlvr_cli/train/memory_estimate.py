@@ -105,7 +105,6 @@ def _terms(contract: Contract, shape: Layout, devices: int, cpu: bool) -> dict[s
     on_device = 0.0 if sharded and par.cpu_offload else 1.0
     seq = length.max_prompt_tokens + length.max_response_tokens
     rollouts = hp.prompts_per_step * hp.group_size / max(devices, 1)
-    alone = contract.seeds_each_group(devices > 1)  # a group at a time under torchrun, else the share at once
     micro = hp.micro_batch_sequences or hp.prompts_per_step * hp.group_size
     micro = min(micro, rollouts) if devices > 1 else micro
     if hp.adapter is not None:  # a frozen base in the compute dtype; the adapter (params) trains
@@ -128,7 +127,7 @@ def _terms(contract: Contract, shape: Layout, devices: int, cpu: bool) -> dict[s
         * shape.head_dim
         * kv
         * seq
-        * (hp.group_size if alone else rollouts),
+        * contract.rows_sampled_at_once(devices, devices > 1),
         **activation_terms(contract, shape, micro, cpu),
         "logits": 2 * micro * length.max_response_tokens * shape.vocab * 4,
     }

@@ -885,3 +885,46 @@ def test_what_one_process_alone_runs_is_refused_under_torchrun_with_the_reason(
     )
     assert said in done.stderr and "Traceback" not in done.stderr, done.stderr[-3000:]
     assert "stopped first: exit code 1; its own message is above" in done.stderr, done.stderr[-3000:]
+
+
+COUNTING = """
+import os
+from pathlib import Path
+
+from verifier_base import verify as answer
+
+
+def verify(task: dict, response: str):
+    with open(Path(__file__).parent / "verified.log", "a") as log:
+        log.write(task["id"] + "\\n")
+    return answer(task, response)
+"""
+
+
+@pytest.mark.slow
+def test_the_holdout_is_shared_among_the_processes_and_scores_as_one_process_does(
+    scaffold: Path, tmp_path: Path
+) -> None:
+    """Each holdout evaluation answers every holdout task once over all processes (each process
+    its batches, every process gets all the answers), not once a process; and in batches of the
+    same rows at any number of processes, so two processes score the holdout as one does."""
+    holdout = {json.loads(line)["id"] for line in (scaffold / "data" / "holdout.jsonl").read_text().splitlines()}
+    runs = {}
+    for n in (1, 2):
+        folder = tmp_path / f"exp-{n}"
+        shutil.copytree(scaffold, folder)
+        (folder / "verifier.py").rename(folder / "verifier_base.py")
+        (folder / "verifier.py").write_text(COUNTING)
+        contract = folder / CONTRACT
+        contract.write_text(contract.read_text().replace("holdout_every: 10", "holdout_every: 1"))
+        done = torchrun(n, contract, tmp_path / f"run-{n}", "--max-steps", "2")
+        assert done.returncode == 0, done.stderr[-3000:]
+        verified = [line for line in (folder / "verified.log").read_text().splitlines() if line in holdout]
+        counts = {task: verified.count(task) for task in holdout}
+        assert set(counts.values()) == {3}, counts  # the start, and after each of the 2 steps
+        runs[n] = tmp_path / f"run-{n}"
+    start = [json.loads((runs[n] / "holdout-start.json").read_text()) for n in (1, 2)]
+    assert start[0] == start[1] and start[0]
+    for x, y in zip(metrics(runs[1]), metrics(runs[2]), strict=True):
+        held = {k: v for k, v in x.items() if k.startswith("holdout")}
+        assert held and held == {k: v for k, v in y.items() if k.startswith("holdout")}
