@@ -13,7 +13,6 @@ def plan_lines(contract: Contract, shape: Layout, devices: int) -> list[str]:
     what each fsdp2 setting left at its default would save in them and cost at the peak."""
     lines = [talk] if (talk := communication_line(contract, shape, devices)) else []
     lines += [sampling] if (sampling := sampling_line(contract, shape, devices)) else []
-    lines += [ahead] if (ahead := ahead_line(contract, shape, devices)) else []
     par = contract.hyperparameters.strategy
     if devices < 2 or par.strategy != "fsdp2":
         return lines
@@ -22,19 +21,6 @@ def plan_lines(contract: Contract, shape: Layout, devices: int) -> list[str]:
         if getattr(par, key) != value and (line := _instead(contract, shape, devices, total, key, value)):
             lines.append(line)
     return lines
-
-
-def ahead_line(contract: Contract, shape: Layout, devices: int) -> str | None:
-    """Sampling ahead runs in one process only: `rlvr train` refuses it under torchrun."""
-    hp = contract.hyperparameters
-    if devices < 2 or not hp.ahead_steps:
-        return None
-    changed = contract.model_copy(update={"hyperparameters": hp.model_copy(update={"sample_ahead": False})})
-    after = fmt_bytes(peak(changed, estimate(changed, shape, devices))[0])
-    return (
-        f"sampling ahead runs in one process only: `rlvr train` refuses hyperparameters.sample_ahead on {devices} "
-        f"processes (every process samples on-policy); with sample_ahead: false, peak {after} per device"
-    )
 
 
 def sampling_line(contract: Contract, shape: Layout, devices: int) -> str | None:

@@ -5,9 +5,10 @@ more than the update's own passes; 2 with max_policy_lag 2 and one pass: lag 2).
 
 - When: the contract asks (`hyperparameters.sample_ahead: true`), its lag budget has room
   (`max_policy_lag ≥ updates_per_batch`: the update's own passes use `updates_per_batch − 1`
-  of it, sampling ahead one more; RLV303 otherwise) and one process trains (under torchrun
-  `train` refuses the key: every process samples on-policy). Otherwise nothing here runs:
-  strictly on-policy.
+  of it, sampling ahead one more; RLV303 otherwise). Otherwise nothing here runs: strictly
+  on-policy. Under torchrun (ddp: RLV010 refuses fsdp2, whose copy would be a shard) each
+  process samples its share of the next steps' groups ahead, as it samples a step's
+  (`sample_share`), with its own copies of the whole weights.
 - Where it pays: sampling on its own device or cores. On two shared CPU cores it does not
   (benchmarks/README.md: the update slows by more than the sampling it hides).
 - How: one worker thread, and `depth` engines each on its own copy of the policy (the memory of
@@ -24,8 +25,10 @@ more than the update's own passes; 2 with max_policy_lag 2 and one pass: lag 2).
   (`objective.correction`: train/importance.py); each sample's measured lag is in the records
   (`policy_lag`).
 - Exact resume: a checkpoint waits for the sampling in flight and stores every step's samples whole
-  (`Sample.as_json`: ids, log-probs, verdicts, transcripts, with their tasks' indices); a
-  resumed run takes those samples instead of drawing new ones, so it continues exactly.
+  (`Sample.as_json`: ids, log-probs, verdicts, transcripts, with their tasks' indices; under
+  torchrun every process's share, gathered); a resumed run takes those samples instead of
+  drawing new ones (each process its share: group g on rank g mod N, whatever N wrote them),
+  so it continues exactly.
 """
 
 from __future__ import annotations
@@ -48,8 +51,7 @@ from rlvr_cli.train.collect import sample_groups
 
 
 def allowed(setup: Any) -> bool:
-    hp = setup.contract.hyperparameters
-    return hp.ahead_steps >= 1 and not dist.active()
+    return setup.contract.hyperparameters.ahead_steps >= 1
 
 
 @dataclass
@@ -65,9 +67,9 @@ class Launched:
         return self.result
 
     def as_json(self) -> dict[str, Any]:
-        """Every sample whole, its task by its index in the train split (group g is task
-        `indices[g]`: sampling ahead runs in one process, its groups numbered from 0)."""
-        samples, _ = self.samples()
+        """Every sample whole (under torchrun: every process's share), its task by its index in
+        the train split (group g, numbered from 0 in its step, is task `indices[g]`)."""
+        samples = sorted((s for part in dist.gather(self.samples()[0]) for s in part), key=lambda s: (s.group, s.index))
         return {
             "step": self.step,
             "indices": self.indices,
@@ -132,6 +134,7 @@ class Ahead:
     def restore(self, data: list[dict[str, Any]] | dict[str, Any] | None) -> None:
         """A resumed run: the samples the checkpoint holds are the ones in flight (one step's, as
         releases before sampling several steps ahead wrote it, or a list)."""
+        rank, world = self.setup.rank, self.setup.world
         for one in [data] if isinstance(data, dict) else data or []:
             if "samples" not in one:
                 raise RlvrError(
@@ -140,7 +143,12 @@ class Ahead:
                 )
             tasks, indices = self.setup.train_tasks, list(one["indices"])
             samples = [Sample.from_json(row, tasks) for row in one["samples"]]
-            self.launched.append(Launched(int(one["step"]), indices, (samples, [tasks[i] for i in indices])))
+            if dist.active():  # this process's share, as it samples a step's (rollout/base.py)
+                samples = [s for s in samples if s.group % world == rank]
+                indices_mine = indices[rank::world]
+            else:
+                indices_mine = indices
+            self.launched.append(Launched(int(one["step"]), indices, (samples, [tasks[i] for i in indices_mine])))
 
     def close(self) -> None:
         self.worker.shutdown(wait=True, cancel_futures=True)

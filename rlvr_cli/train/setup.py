@@ -273,11 +273,6 @@ def _check_shardable(contract: Contract, world: int) -> None:
         raise RlvrError(f"prompts_per_step ({hp.prompts_per_step}) must be divisible by the {world} processes")
     if hp.sampling.server is not None:
         raise RlvrError("a served engine (sampling.server) samples for one process for now; drop --nproc")
-    if hp.ahead_steps:  # each process's copies of the weights and samples in flight are not checkpointed
-        raise RlvrError(
-            "hyperparameters.sample_ahead: true samples ahead in one process only; under torchrun every process "
-            "samples on-policy: set sample_ahead: false, or drop --nproc"
-        )
 
 
 def artifact_path(ref: Any, folder: Path, what: str) -> str:

@@ -860,29 +860,17 @@ def test_dynamic_sampling_over_two_sharded_processes_trains_what_one_process_tra
     assert_same_final(runs[2], runs[1])
 
 
-@pytest.mark.parametrize(
-    "edits",
-    [
-        [("max_policy_lag: 0", "max_policy_lag: 1\n  sample_ahead: true"), ("  aggregation: ", RATIO)],
-        [("prompts_per_step: 8", "prompts_per_step: 2")],
-    ],
-    ids=["sample_ahead", "indivisible"],
-)
-def test_what_one_process_alone_runs_is_refused_under_torchrun_with_the_reason(
-    scaffold: Path, tmp_path: Path, edits: list[tuple[str, str]]
+def test_groups_that_cannot_be_shared_out_are_refused_with_the_reason_and_the_failed_process_code(
+    scaffold: Path, tmp_path: Path
 ) -> None:
-    """A contract whose key would change nothing under torchrun (sampling ahead: every process
-    samples on-policy) or cannot be shared out is refused before any step, with the reason."""
-    folder = copy_experiment(scaffold, tmp_path / "exp", edits)
+    """`rlvr train --nproc 3` of a contract whose 2 groups a step cannot be shared among 3
+    processes: refused before any step, with the reason, the failed process's exit code (1) and
+    no traceback (torchrun's own launcher would add one)."""
+    folder = copy_experiment(scaffold, tmp_path / "exp", [("prompts_per_step: 8", "prompts_per_step: 2")])
     assert rlvr("validate", folder / CONTRACT).code == 0  # the contract itself is sound
-    nproc = "1" if len(edits) == 2 else "3"
-    done = rlvr("train", folder / CONTRACT, "--nproc", nproc, "--run-dir", tmp_path / "run", "--max-steps", "1")
+    done = rlvr("train", folder / CONTRACT, "--nproc", "3", "--run-dir", tmp_path / "run", "--max-steps", "1")
     assert done.code == 1 and not (tmp_path / "run" / "metrics.jsonl").exists(), done.stderr[-3000:]
-    said = (
-        "sample_ahead: true samples ahead in one process only"
-        if len(edits) == 2
-        else "must be divisible by the 3 processes"
-    )
+    said = "must be divisible by the 3 processes"
     assert said in done.stderr and "Traceback" not in done.stderr, done.stderr[-3000:]
     assert "stopped first: exit code 1; its own message is above" in done.stderr, done.stderr[-3000:]
 
@@ -928,3 +916,41 @@ def test_the_holdout_is_shared_among_the_processes_and_scores_as_one_process_doe
     for x, y in zip(metrics(runs[1]), metrics(runs[2]), strict=True):
         held = {k: v for k, v in x.items() if k.startswith("holdout")}
         assert held and held == {k: v for k, v in y.items() if k.startswith("holdout")}
+
+
+AHEAD = [("max_policy_lag: 0", "max_policy_lag: 1\n  sample_ahead: true"), ("  aggregation: ", RATIO)]
+
+
+@pytest.mark.slow
+def test_sampling_ahead_over_two_processes_trains_what_one_trains_and_resumes_with_another_number(
+    scaffold: Path, tmp_path: Path
+) -> None:
+    """`sample_ahead` under torchrun: each process samples its share of the next step's groups
+    during this step's update (policy lag 1); two processes draw what one draws and end at its
+    weights. A checkpoint holds every process's samples in flight, so a run stopped at step 2 by
+    two processes goes on with one exactly as the straight run ends."""
+    import pyarrow.parquet as pq
+
+    folder = copy_experiment(scaffold, tmp_path / "exp", AHEAD)
+    runs = {n: tmp_path / f"run-{n}" for n in (1, 2)}
+    for n, run in runs.items():
+        done = torchrun(n, folder / CONTRACT, run, "--max-steps", "3")
+        assert done.returncode == 0, done.stderr[-3000:]
+    one, two = metrics(runs[1]), metrics(runs[2])
+    assert [r["policy_lag"] for r in one] == [r["policy_lag"] for r in two] == [0, 1, 1]
+    assert [r["reward_mean"] for r in one] == [r["reward_mean"] for r in two]
+    assert all("rollout_age_s" in r for r in two[1:])
+
+    def texts(run: Path) -> list[tuple]:
+        rows = [r for s in sorted((run / "records").glob("*.parquet")) for r in pq.read_table(s).to_pylist()]
+        return sorted((r["step"], r["group"], r["sample"], r["response_text"], r["policy_lag"]) for r in rows)
+
+    assert texts(runs[1]) == texts(runs[2])
+    assert_same_final(runs[2], runs[1])
+    meta = json.loads((runs[2] / "checkpoints" / "step-2" / "trainer.json").read_text())
+    assert [len(a["samples"]) for a in meta["ahead"]] == [8 * 8]  # both processes' shares of step 2
+    resumed = stopped_at_step_2(runs[2], tmp_path / "resumed")
+    again = torchrun(1, folder / CONTRACT, resumed, "--max-steps", "3", "--resume")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert texts(resumed) == texts(runs[2])  # step 2 trained the samples the two processes drew ahead
+    assert_same_final(resumed, runs[2])

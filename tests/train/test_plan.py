@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, copy_experiment, rlvr
+from tests.conftest import ROOT, rlvr
 
 SEVEN_B = ROOT / "contracts" / "grpo-7b-plan.rlvr.yaml"
 
@@ -458,17 +458,3 @@ def test_the_sampler_weight_copy_is_counted_only_where_the_lean_sampler_makes_on
             == (wide.linear_weights - wide.vocab * wide.hidden + head) * 2
         )
     assert "sampler's weights cast" not in estimate(other, shape)  # fp32: nothing to cast
-
-
-def test_the_plan_says_sampling_ahead_runs_in_one_process_only(single_turn: Path, tmp_path: Path) -> None:
-    """`rlvr train` refuses sample_ahead under torchrun (tests/train/test_distributed.py): the plan
-    for several devices says so, with the peak the run would have without it; for one, nothing."""
-    edits = [("max_policy_lag: 0", "max_policy_lag: 1\n  sample_ahead: true")]
-    edits.append(("  aggregation: ", "  ratio: {level: token, denominator: engine}\n  aggregation: "))
-    folder = copy_experiment(single_turn, tmp_path / "exp", edits)
-    several = rlvr("plan", folder / "experiment.rlvr.yaml", "--gpus", "2")
-    assert several.code == 0, several.stderr
-    said = "sampling ahead runs in one process only: `rlvr train` refuses hyperparameters.sample_ahead on 2"
-    assert said in several.stdout and "with sample_ahead: false, peak" in several.stdout, several.stdout
-    one = rlvr("plan", folder / "experiment.rlvr.yaml")
-    assert one.code == 0 and "sampling ahead during the update" in one.stdout and said not in one.stdout
