@@ -385,18 +385,16 @@ class Contract(Section):
     waivers: list[Waiver] | None = Field(None, description="Accepted findings, each with a reason and an expiry.")
 
     def seeds_each_group(self, torchrun: bool) -> bool:
-        """Whether a run (under torchrun or not) samples each group of a step alone with a seed of
-        its own, so the samples do not depend on the number of processes: under torchrun, single-turn
-        rollouts unless `parallel.sample_groups: together`. Tool-use rollouts sample a process's
-        share in one batch seeded by rank (one round trip a turn for the share); one plain process
-        samples the step's groups together with the run's seed."""
-        alone = self.hyperparameters.strategy.sample_groups == "alone"
-        return torchrun and self.environment.kind == "single_turn" and alone
+        """Whether each group of a step is sampled alone with a seed of its own (samples that do not
+        depend on the number of processes): single-turn under torchrun unless `sample_groups:
+        together`. Tool-use rollouts share a process's groups in one batch seeded by rank; one
+        plain process samples a step in one batch with the run's seed."""
+        together = self.hyperparameters.strategy.sample_groups == "together"
+        return torchrun and self.environment.kind == "single_turn" and not together
 
     def rows_sampled_at_once(self, processes: int, torchrun: bool) -> int:
         """The most rows a process samples in one batch (what its KV cache holds): a group under
         torchrun where each group has a seed of its own, else the process's share of a step."""
         hp = self.hyperparameters
-        if self.seeds_each_group(torchrun):
-            return hp.group_size
-        return hp.prompts_per_step * hp.group_size // max(processes, 1)
+        share = hp.prompts_per_step * hp.group_size // max(processes, 1)
+        return hp.group_size if self.seeds_each_group(torchrun) else share

@@ -24,7 +24,7 @@ from rlvr_cli.env.sample import Sample
 from rlvr_cli.errors import RlvrError
 from rlvr_cli.files import sha256_bytes
 from rlvr_cli.metrics import StepMetrics
-from rlvr_cli.rollout.base import Draw, Rollout
+from rlvr_cli.rollout.base import Rollout
 from rlvr_cli.rollout.rollouts import open_rollout
 from rlvr_cli.store.records import RecordStore
 from rlvr_cli.store.run import RunFolder, Status
@@ -44,8 +44,9 @@ from rlvr_cli.train import (
 from rlvr_cli.train import distributed as dist
 from rlvr_cli.train.checkpoint import load_latest
 from rlvr_cli.train.collect import StepResult, collect
+from rlvr_cli.train.evaluation import holdout, holdout_start
 from rlvr_cli.train.faults import Fault
-from rlvr_cli.train.logbook import NoSignal, holdout_segments, rollout_metrics, write_records
+from rlvr_cli.train.logbook import NoSignal, rollout_metrics, write_records
 from rlvr_cli.train.monitor import Monitor
 from rlvr_cli.train.overlap import Ahead
 from rlvr_cli.train.run_plan import build_plan, plan_text, trainer_words
@@ -237,69 +238,6 @@ def _step_time(run: Run, metrics: StepMetrics, generated: list[Sample], wall: fl
         done = flops.step_flops(run.shape, every, trained, hp.updates_per_batch, run.setup.reference is not None)
         metrics.step_tflop = done / 1e12
         metrics.mfu = done / (max(wall, 1e-9) * run.peak * run.setup.world)
-
-
-def holdout(run: Run, rollout: Rollout, metrics: StepMetrics) -> None:
-    """Every `holdout_every` steps: one greedy answer (or episode) to every holdout task, never
-    with hints, from the weights just trained."""
-    every = run.contract.monitoring.holdout_every
-    if not every or (run.state.step + 1) % every:
-        return
-    _holdout_metrics(run, _holdout_rows(run, rollout), metrics)
-
-
-def holdout_start(run: Run, rollout: Rollout, progress: Progress) -> None:
-    """Before the first update of a run that starts at step 0, the same evaluation of the
-    starting weights: the curve's step-0 point (`holdout-start.json`), the baseline the gate
-    compares with too. It enters no rule and no reward/holdout divergence."""
-    if not run.contract.monitoring.holdout_every:
-        return
-    _holdout_values(run, _holdout_rows(run, rollout), metrics := StepMetrics(0))
-    row = {k: v for k, v in metrics.row().items() if k.startswith("holdout")}  # every holdout metric
-    if run.setup.main:
-        run.folder.write_holdout_start(row)
-        progress.before_training(row)
-        tracking.send(run, 0, row, progress)
-
-
-def _holdout_rows(run: Run, rollout: Rollout) -> list[Sample]:
-    if run.ahead is not None:
-        run.ahead.wait()  # the sampling in flight shares the reward source
-    # in batches of the rows a process samples at once in a step (what the plan gives its KV cache:
-    # a group's rows under torchrun unless sample_groups is together, so the same batches at any
-    # number of processes); under torchrun batch k is rank k mod N's, and every process gets every
-    # answer back, in task order
-    setup, tasks = run.setup, run.setup.holdout_tasks
-    size = max(setup.contract.rows_sampled_at_once(setup.world, dist.active()), 1)
-    answers: list[Sample] = []
-    with setup.engine.lent():  # every process enters the phase (fsdp2 gathers the weights for it)
-        for start in range(setup.rank * size, len(tasks), setup.world * size):
-            numbers = list(range(start, min(start + size, len(tasks))))
-            draw = Draw(group_size=1, seed=0, revision=run.state.optimizer_steps, greedy=True, groups=numbers)
-            answers += rollout.sample(tasks[start : start + size], draw)
-    return sorted((s for part in dist.gather(answers) for s in part), key=lambda s: s.group)
-
-
-def _holdout_values(run: Run, rows: list[Sample], metrics: StepMetrics) -> None:
-    valid = [s.reward for s in rows if s.valid]  # an invalid verdict is excluded, never a reward of 0
-    metrics.holdout_reward = sum(valid) / len(valid) if valid else float("nan")
-    scored = [s.verdict.components for s in rows if s.valid and s.verdict is not None]
-    for part in run.contract.objective.reward.components:  # correctness apart from any bonus
-        values = [c[part.name] for c in scored if part.name in c]
-        metrics.holdout_components[f"holdout/{part.name}"] = sum(values) / len(values) if values else float("nan")
-    metrics.update(holdout_segments(rows))
-    if run.references:
-        metrics.holdout_nll = reference_nll.holdout_nll(run.setup, run.references)
-
-
-def _holdout_metrics(run: Run, rows: list[Sample], metrics: StepMetrics) -> None:
-    _holdout_values(run, rows, metrics)
-    reward = metrics.holdout_reward
-    history = run.state.holdout_history
-    history.append((run.state.step, metrics.get("reward_mean") or float("nan"), reward))
-    if len(history) >= 2:
-        (_, train0, hold0), (_, train1, hold1) = history[-2], history[-1]
-        metrics.reward_holdout_divergence = (train1 - train0) - (hold1 - hold0)
 
 
 def start(contract: Contract, contract_path: Path, run_dir: Path, steps: int, resume: bool, force: bool) -> Run:

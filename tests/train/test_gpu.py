@@ -53,11 +53,10 @@ def _torchrun(n: int, contract: Path, run: Path, *extra: str) -> None:
 
 @GPU
 @pytest.mark.slow
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
-def test_torchrun_on_one_gpu_trains_and_resumes_exactly(single_turn: Path, tmp_path: Path, strategy: str) -> None:
+def test_torchrun_on_one_gpu_trains_and_resumes_exactly(single_turn: Path, tmp_path: Path) -> None:
     """Under torchrun on a GPU, rlvr's counts over processes are CPU tensors (gloo) and the
     gradients and FSDP2's gathers CUDA ones (NCCL): a process group of NCCL alone refuses the first."""
-    section = f"  precision: bf16\n  parallel: {{strategy: {strategy}}}\n"
+    section = "  precision: bf16\n  parallel: {strategy: fsdp2}\n"
     edits = [("  precision: fp32\n", section), ("every_steps: 20", "every_steps: 2")]
     experiment = copy_experiment(single_turn, tmp_path / "exp", edits)
     _torchrun(1, experiment / CONTRACT, tmp_path / "straight", "--max-steps", "3")
