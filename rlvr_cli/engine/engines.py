@@ -180,6 +180,8 @@ class PolicyEngine:
             with self.lender() as whole:
                 self.engine.load_weights(whole)
         # else: it reads the weights as they are when it is lent them, at each sampling phase
+        if getattr(self.engine, "remote", False):
+            _all_handed_over()
         self.revision = revision
 
     def sample(self, prompts: list[list[int]], params: SamplingParams, seed: int, revision: int) -> list[Generation]:
@@ -199,6 +201,15 @@ class PolicyEngine:
         """A served engine's `time_engine_weights_s` since the last call; nothing for the others."""
         take = getattr(self.engine, "take_push_seconds", None)
         return {"time_engine_weights_s": take()} if take is not None else {}
+
+
+def _all_handed_over() -> None:
+    """Under torchrun one process hands a served engine the weights; no process samples before
+    the server holds them."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
 
 
 def engine_for(name: str, model: Any, server: Any = None, weights: Any = None) -> RolloutEngine:

@@ -55,6 +55,9 @@ class ServedEngine:
         self.pool: ThreadPoolExecutor | None = None
         self.held: Path | None = None  # the folder whose weights the server holds (None: not handed any yet)
         self.pushes, self.push_seconds = 0, 0.0
+        # whether this process hands the server its weights: under torchrun process 0 does, and the
+        # others sample from what it handed over (PolicyEngine.sync waits for it)
+        self.writer = True
         self.version = self._identify()
 
     def _identify(self) -> str:
@@ -139,17 +142,32 @@ class ServedEngine:
     # ── weights ───────────────────────────────────────────────────────────────────────
 
     def load_weights(self, model: Any) -> None:
-        """The policy's weights into a new folder, loaded by the server; the previous folder goes."""
+        """The policy's weights into a new folder, loaded by the server; the previous folder goes.
+        A sharded policy's (FSDP2) are written weight by weight as every process gathers each one
+        (train/final_shards.py): every process calls this, the writer alone writes and hands over."""
         from rlvr_cli.engine.adapted import is_adapted, merged_state
 
+        sharded = any(hasattr(p, "full_tensor") for p in model.parameters())
+        if not self.writer and not sharded:  # another process of the run hands them over
+            self.held, self.policy = self.weights_dir, model
+            return
         started = time.perf_counter()
         self.pushes += 1
-        self.weights_dir.mkdir(parents=True, exist_ok=True)
         name = f"revision-{os.getpid()}-{self.pushes:06d}"
         folder, partial = self.weights_dir / name, self.weights_dir / f".{name}.partial"
-        shutil.rmtree(partial, ignore_errors=True)
-        state = merged_state(model) if is_adapted(model) else None  # the base's names, the adapter merged in
-        model.save_pretrained(partial, state_dict=state, safe_serialization=True)
+        if self.writer:
+            self.weights_dir.mkdir(parents=True, exist_ok=True)
+            shutil.rmtree(partial, ignore_errors=True)
+        if sharded:
+            from rlvr_cli.train.final_shards import merged_pieces, save_final_sharded
+
+            save_final_sharded(model, partial, self.writer, merged_pieces(model) if is_adapted(model) else None)
+            if not self.writer:
+                self.held, self.policy = self.weights_dir, model
+                return
+        else:
+            state = merged_state(model) if is_adapted(model) else None  # the base's names, the adapter merged in
+            model.save_pretrained(partial, state_dict=state, safe_serialization=True)
         partial.rename(folder)  # the server never sees a half-written folder
         try:
             self.api.load(self, str(folder))

@@ -155,12 +155,16 @@ def served_engine(contract: Contract, folder: Path, run_dir: Path | None, policy
     sampling = contract.hyperparameters.sampling
     if sampling.server is None:
         return None
+    writer = dist.rank_world()[0] == 0  # under torchrun process 0 hands the weights over, the others wait for it
     if sampling.server.weights_dir is not None:
         weights = (folder / sampling.server.weights_dir).resolve()
     else:
         weights = Path(run_dir or folder).resolve() / "engine_weights"
-        shutil.rmtree(weights, ignore_errors=True)
-    return PolicyEngine.of(sampling.engine, policy, server=sampling.server, weights=weights)
+        if writer:
+            shutil.rmtree(weights, ignore_errors=True)
+    engine = PolicyEngine.of(sampling.engine, policy, server=sampling.server, weights=weights)
+    engine.engine.writer = writer  # type: ignore[attr-defined]
+    return engine
 
 
 def _engine(
@@ -271,8 +275,6 @@ def _check_shardable(contract: Contract, world: int) -> None:
     hp = contract.hyperparameters
     if hp.prompts_per_step % world:
         raise RlvrError(f"prompts_per_step ({hp.prompts_per_step}) must be divisible by the {world} processes")
-    if hp.sampling.server is not None:
-        raise RlvrError("a served engine (sampling.server) samples for one process for now; drop --nproc")
 
 
 def artifact_path(ref: Any, folder: Path, what: str) -> str:

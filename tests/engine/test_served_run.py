@@ -72,3 +72,51 @@ def test_a_run_samples_from_a_served_engine_and_stops_truthfully_when_it_lies(
         assert json.loads((run / "status.json").read_text())["state"] == "finished"
     finally:
         running.stop()
+
+
+@pytest.mark.slow
+def test_processes_under_torchrun_sample_from_one_server_that_one_process_hands_the_weights(
+    single_turn: Path, tmp_path: Path
+) -> None:
+    """Two sharded (fsdp2) processes with a served engine: each sends its share of the groups to
+    the one server, and process 0 alone hands it the weights, written weight by weight as both
+    gather them, the other waiting until the server holds them before it samples. The server's
+    log-probs are the trainer's at every step, it loaded the weights once at the start and once
+    a step, and it ends holding the final policy."""
+    import os
+    import subprocess
+    import sys
+
+    import pyarrow.parquet as pq
+    import torch
+    from safetensors.torch import load_file
+
+    experiment = copy_experiment(single_turn, tmp_path / "exp", QUICK_STEPS)
+    running = Running(StandIn(experiment / "model", "tiny-policy", "vllm"))
+    try:
+        server = f"server: {{url: '{running.url}', model: tiny-policy, timeout_s: 60, retries: 0}}"
+        edits = [
+            (SAMPLING, SAMPLING[:-1] + f", engine: vllm, {server}}}"),
+            ("  aggregation:", RATIO + "  aggregation:"),
+            ("  precision: fp32\n", "  precision: fp32\n  parallel: {strategy: fsdp2}\n"),
+        ]
+        folder = copy_experiment(experiment, tmp_path / "sharded", edits)
+        run = folder / "run"
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m"]
+        command += ["rlvr_cli", "train", str(folder / CONTRACT), "--run-dir", str(run), "--max-steps", "3"]
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+        assert done.returncode == 0, done.stderr[-3000:]
+        rows = _metrics(run)
+        assert [r["step"] for r in rows] == [0, 1, 2]
+        assert all(r["engine_logprob_diff_max"] < 1e-4 for r in rows), rows  # every process: the current weights
+        assert len(running.standin.loads) == 4  # the starting weights, then after each step: one process hands them
+        records = [r for s in sorted((run / "records").glob("*.parquet")) for r in pq.read_table(s).to_pylist()]
+        for step in range(3):  # both processes' shares, each group's samples once
+            drawn = sorted((r["group"], r["sample"]) for r in records if r["step"] == step)
+            assert drawn == [(g, j) for g in range(4) for j in range(8)]  # QUICK_STEPS: 4 prompts a step
+        final, held = load_file(run / "final" / "model.safetensors"), running.standin.model.state_dict()
+        assert all(torch.equal(held[name], tensor) for name, tensor in final.items())
+        assert [p.name for p in (run / "engine_weights").iterdir()] == [Path(running.standin.path).name]
+    finally:
+        running.stop()
