@@ -19,6 +19,12 @@ SAMPLING = "sampling: {temperature: 1.0, top_p: 1.0, top_k: 0}"
 RATIO = "  ratio: {level: token, denominator: trainer_recomputed}\n"
 
 
+def served_by(running: Running) -> list[tuple[str, str]]:
+    """The contract's edits that sample from the stand-in (vLLM's API), over the trainer's log-probs."""
+    server = f"server: {{url: '{running.url}', model: tiny-policy, timeout_s: 60, retries: 0}}"
+    return [(SAMPLING, SAMPLING[:-1] + f", engine: vllm, {server}}}"), ("  aggregation:", RATIO + "  aggregation:")]
+
+
 def _metrics(run: Path) -> list[dict]:
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
 
@@ -33,12 +39,7 @@ def test_a_run_samples_from_a_served_engine_and_stops_truthfully_when_it_lies(
     experiment = copy_experiment(single_turn, tmp_path / "exp", QUICK_STEPS)
     running = Running(StandIn(experiment / "model", "tiny-policy", "vllm"))
     try:
-        server = f"server: {{url: '{running.url}', model: tiny-policy, timeout_s: 60, retries: 0}}"
-        edits = [
-            (SAMPLING, SAMPLING[:-1] + f", engine: vllm, {server}}}"),
-            ("  aggregation:", RATIO + "  aggregation:"),
-        ]
-        copy_experiment(experiment, tmp_path / "served", edits)
+        copy_experiment(experiment, tmp_path / "served", served_by(running))
         experiment = tmp_path / "served"
         run = experiment / "run"
         done = rlvr("train", experiment / CONTRACT, "--run-dir", run, "--max-steps", "3", timeout=300)
@@ -94,12 +95,7 @@ def test_processes_under_torchrun_sample_from_one_server_that_one_process_hands_
     experiment = copy_experiment(single_turn, tmp_path / "exp", QUICK_STEPS)
     running = Running(StandIn(experiment / "model", "tiny-policy", "vllm"))
     try:
-        server = f"server: {{url: '{running.url}', model: tiny-policy, timeout_s: 60, retries: 0}}"
-        edits = [
-            (SAMPLING, SAMPLING[:-1] + f", engine: vllm, {server}}}"),
-            ("  aggregation:", RATIO + "  aggregation:"),
-            ("  precision: fp32\n", "  precision: fp32\n  parallel: {strategy: fsdp2}\n"),
-        ]
+        edits = [*served_by(running), ("  precision: fp32\n", "  precision: fp32\n  parallel: {strategy: fsdp2}\n")]
         folder = copy_experiment(experiment, tmp_path / "sharded", edits)
         run = folder / "run"
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m"]
