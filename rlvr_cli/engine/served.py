@@ -56,8 +56,10 @@ class ServedEngine:
         self.held: Path | None = None  # the folder whose weights the server holds (None: not handed any yet)
         self.pushes, self.push_seconds = 0, 0.0
         # whether this process hands the server its weights: under torchrun process 0 does, and the
-        # others sample from what it handed over (PolicyEngine.sync waits for it)
+        # others sample from what it handed over (PolicyEngine.sync waits for it); a sharded
+        # policy's are written by `write_sharded(model, folder, writer)`, which every process calls
         self.writer = True
+        self.write_sharded: Any = None
         self.version = self._identify()
 
     def _identify(self) -> str:
@@ -159,9 +161,7 @@ class ServedEngine:
             self.weights_dir.mkdir(parents=True, exist_ok=True)
             shutil.rmtree(partial, ignore_errors=True)
         if sharded:
-            from rlvr_cli.train.final_shards import merged_pieces, save_final_sharded
-
-            save_final_sharded(model, partial, self.writer, merged_pieces(model) if is_adapted(model) else None)
+            self.write_sharded(model, partial, self.writer)  # every process gathers each weight, the writer writes
             if not self.writer:
                 self.held, self.policy = self.weights_dir, model
                 return

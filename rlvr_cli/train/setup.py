@@ -163,8 +163,16 @@ def served_engine(contract: Contract, folder: Path, run_dir: Path | None, policy
         if writer:
             shutil.rmtree(weights, ignore_errors=True)
     engine = PolicyEngine.of(sampling.engine, policy, server=sampling.server, weights=weights)
-    engine.engine.writer = writer  # type: ignore[attr-defined]
+    engine.engine.writer, engine.engine.write_sharded = writer, _write_sharded  # type: ignore[attr-defined]
     return engine
+
+
+def _write_sharded(model: Any, folder: Path, writer: bool) -> None:
+    """A sharded policy's weights for a served engine, as `final/` is written (an adapter merged in)."""
+    from rlvr_cli.engine.adapted import is_adapted
+    from rlvr_cli.train.final_shards import merged_pieces, save_final_sharded
+
+    save_final_sharded(model, folder, writer, merged_pieces(model) if is_adapted(model) else None)
 
 
 def _engine(
