@@ -6,7 +6,6 @@ import contextlib
 import math
 import os
 import signal
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -175,7 +174,10 @@ def launch(nproc: int, argv: list[str]) -> int:
     """`rlvr train --nproc N ...`: the same command under torchrun with N processes."""
     torchrun = ["--standalone", f"--nproc_per_node={nproc}", "-m", "rlvr_cli", "train", *argv]
     print("launching: torch.distributed.run " + " ".join(torchrun), file=sys.stderr, flush=True)
-    return subprocess.run([sys.executable, "-m", "rlvr_cli.train.launcher", *torchrun]).returncode
+    sys.stdout.flush()
+    # this process becomes the launcher (the same pid): a signal sent to it reaches torchrun's
+    # agent, which passes it to every process of the run, as a signal to `torchrun` itself would
+    os.execv(sys.executable, [sys.executable, "-m", "rlvr_cli.train.launcher", *torchrun])
 
 
 def progress_line(

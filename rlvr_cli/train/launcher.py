@@ -23,11 +23,19 @@ def exit_code(code: int) -> int:
 
 
 def main(argv: list[str]) -> int:
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run
 
     try:
         run(parse_args(argv))
+    except SignalException as exc:  # torchrun has passed the signal on to every process and waited for them
+        name = signal.Signals(exc.sigval).name
+        print(
+            f"the launch got {name}: every process of the run was given it (status.json says where the run stopped)",
+            file=sys.stderr,
+        )
+        return 128 + int(exc.sigval)
     except ChildFailedError as exc:
         rank, failure = exc.get_first_failure()
         code = exit_code(failure.exitcode)

@@ -36,3 +36,21 @@ def test_the_launch_ends_with_the_first_failed_process_code_and_no_traceback(
         assert "stopped first" not in done.stderr
     else:
         assert f"of the run stopped first: {said}; its own message is above" in done.stderr, done.stderr[-2000:]
+
+
+def test_a_signal_to_the_launch_reaches_every_process_and_ends_it_with_the_signal_code() -> None:
+    """SIGTERM sent to the launch alone (a scheduler's `kill PID`): torchrun passes it to every
+    process and waits for them (each here exits 143, as a paused run does), then the launch
+    exits 143 with one line, without torchrun's traceback."""
+    import signal
+    import time
+
+    argv = [sys.executable, "-m", "rlvr_cli.train.launcher", "--standalone", "--nproc_per_node=2", "--no-python"]
+    waits = ("sh", "-c", "trap 'exit 143' TERM; sleep 60 & wait")
+    launch = subprocess.Popen([*argv, *waits], stderr=subprocess.PIPE, text=True)
+    time.sleep(4)  # both processes started
+    launch.send_signal(signal.SIGTERM)
+    _, stderr = launch.communicate(timeout=60)
+    assert launch.returncode == 143, stderr[-2000:]
+    assert "the launch got SIGTERM: every process of the run was given it" in stderr
+    assert "Traceback" not in stderr, stderr[-2000:]
