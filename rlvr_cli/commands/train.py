@@ -9,7 +9,7 @@ import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from rlvr_cli.commands.common import load_valid_contract, require_extra
 from rlvr_cli.contract.models import Contract
@@ -170,8 +170,9 @@ def finished_at(run_dir: Path) -> int | None:
     return status.step if status.state == "finished" and status.step is not None else None
 
 
-def launch(nproc: int, argv: list[str]) -> int:
-    """`rlvr train --nproc N ...`: the same command under torchrun with N processes."""
+def launch(nproc: int, argv: list[str]) -> NoReturn:
+    """`rlvr train --nproc N ...`: the same command under torchrun with N processes (this process
+    becomes the launcher, rlvr_cli/train/launcher.py, whose exit code is the command's)."""
     torchrun = ["--standalone", f"--nproc_per_node={nproc}", "-m", "rlvr_cli", "train", *argv]
     print("launching: torch.distributed.run " + " ".join(torchrun), file=sys.stderr, flush=True)
     sys.stdout.flush()

@@ -96,8 +96,8 @@ def collect(setup: Setup, state: TrainState, rollout: Rollout, ahead: Any = None
         result.generated += samples
         result.rounds = round_ + 1
         accept(hp.group_size, samples, tasks, drop, result)
-        if drop and round_ + 1 < ds.max_rounds:  # type: ignore[union-attr]  # under torchrun: every process's
-            accepted = int(dist.total(float(len(result.accepted))))
+        if drop and round_ + 1 < ds.max_rounds:  # type: ignore[union-attr]
+            accepted = int(dist.total(float(len(result.accepted))))  # under torchrun: every process's
     return result
 
 
