@@ -220,9 +220,10 @@ def train(
 
     if nproc is not None:
         argv = [str(contract)] + (["--run-dir", str(run_dir)] if run_dir else [])
-        argv += (["--max-steps", str(max_steps)] if max_steps else []) + (["--resume"] if resume else [])
+        argv += (["--max-steps", str(max_steps)] if max_steps is not None else []) + (["--resume"] if resume else [])
         argv += ["--device-memory", str(device_memory)] if device_memory is not None else []
-        return launch(nproc, argv + (["--force"] if force else []) + (["--auto"] if auto else []))
+        argv += (["--force"] if force else []) + (["--auto"] if auto else [])
+        return launch(nproc, contract, max_steps, argv)
     return run_train(contract, run_dir, max_steps, resume, force, auto, device_memory)
 
 

@@ -126,15 +126,11 @@ def run_train(
     auto: bool = False,
     device_memory: float | None = None,
 ) -> int:
-    require_extra("train", "torch", "transformers")
+    contract, steps = preflight(contract_path, max_steps)
     from rlvr_cli.train import distributed
     from rlvr_cli.train.loop import AlreadyFinished, train
 
-    contract = load_valid_contract(contract_path, artifacts=True)
     run_dir = (run_dir or default_run_dir(contract, contract_path)).resolve()
-    steps = max_steps if max_steps is not None else contract.hyperparameters.max_steps
-    if steps < 1:
-        raise UsageProblem("--max-steps must be at least 1")
     distributed.init()
     resuming = resume or (auto and run_dir.is_dir() and bool(RunFolder(run_dir).complete_checkpoints()))
     refuse_unfit(contract, contract_path, distributed.rank_world()[1], device_memory, resuming)
@@ -161,6 +157,22 @@ def run_train(
             return ExitCode.OK
 
 
+def preflight(contract_path: Path, max_steps: int | None, world: int = 1) -> tuple[Contract, int]:
+    """What `rlvr train` checks before anything starts: the extra installed, the contract valid
+    with its model folders there, at least one step, groups that `world` processes can share.
+    `--nproc N` checks it before launching, so a contract that cannot train is said once, not
+    once a process among torchrun's lines."""
+    require_extra("train", "torch", "transformers")
+    from rlvr_cli.train.collectives import check_shareable
+
+    contract = load_valid_contract(contract_path, artifacts=True)
+    steps = max_steps if max_steps is not None else contract.hyperparameters.max_steps
+    if steps < 1:
+        raise UsageProblem("--max-steps must be at least 1")
+    check_shareable(contract, world)
+    return contract, steps
+
+
 def finished_at(run_dir: Path) -> int | None:
     """The step a finished run stopped at (whatever `--max-steps` it was given), or None."""
     try:
@@ -170,9 +182,11 @@ def finished_at(run_dir: Path) -> int | None:
     return status.step if status.state == "finished" and status.step is not None else None
 
 
-def launch(nproc: int, argv: list[str]) -> NoReturn:
+def launch(nproc: int, contract_path: Path, max_steps: int | None, argv: list[str]) -> NoReturn:
     """`rlvr train --nproc N ...`: the same command under torchrun with N processes (this process
-    becomes the launcher, rlvr_cli/train/launcher.py, whose exit code is the command's)."""
+    becomes the launcher, rlvr_cli/train/launcher.py, whose exit code is the command's), once
+    the contract has passed `preflight` here."""
+    preflight(contract_path, max_steps, nproc)
     torchrun = ["--standalone", f"--nproc_per_node={nproc}", "-m", "rlvr_cli", "train", *argv]
     print("launching: torch.distributed.run " + " ".join(torchrun), file=sys.stderr, flush=True)
     sys.stdout.flush()

@@ -5,7 +5,16 @@ from __future__ import annotations
 
 from rlvr_cli.contract.layout import Layout
 from rlvr_cli.contract.models import Contract
+from rlvr_cli.errors import RlvrError
 from rlvr_cli.train.memory_estimate import BYTES, estimate, fmt_bytes, peak, reference_pass
+
+
+def check_shareable(contract: Contract, world: int) -> None:
+    """Each of `world` processes samples and trains an equal share of a step's groups: refused
+    where they cannot be shared out evenly (before a launch, and again in every process)."""
+    if contract.hyperparameters.prompts_per_step % world:
+        steps = contract.hyperparameters.prompts_per_step
+        raise RlvrError(f"prompts_per_step ({steps}) must be divisible by the {world} processes")
 
 
 def plan_lines(contract: Contract, shape: Layout, devices: int) -> list[str]:

@@ -26,6 +26,7 @@ from rlvr_cli.engine.engines import PolicyEngine
 from rlvr_cli.engine.precision import DTYPES
 from rlvr_cli.errors import RlvrError
 from rlvr_cli.files import sha256_file
+from rlvr_cli.train import collectives
 from rlvr_cli.train import distributed as dist
 from rlvr_cli.train.faults import Fault
 from rlvr_cli.train.sharding import meta_loader, shard_loaded
@@ -88,7 +89,7 @@ def build(contract: Contract, folder: Path, fault: Fault, run_dir: Path | None =
     hp = contract.hyperparameters
     rank, world = dist.rank_world()
     if dist.active():
-        _check_shardable(contract, world)
+        collectives.check_shareable(contract, world)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dtype, compute = DTYPES[hp.dtypes.params], compute_dtype(contract)
     torch.manual_seed(hp.seed)
@@ -277,12 +278,6 @@ def verifier_identity(contract: Contract, folder: Path) -> str:
     found = module_source(spec.partition(":")[0], folder) if spec else None
     digest = f" sha256:{sha256_file(found)}" if found else ""
     return f"{spec} {contract.artifacts.verifier.version}{digest}"
-
-
-def _check_shardable(contract: Contract, world: int) -> None:
-    hp = contract.hyperparameters
-    if hp.prompts_per_step % world:
-        raise RlvrError(f"prompts_per_step ({hp.prompts_per_step}) must be divisible by the {world} processes")
 
 
 def artifact_path(ref: Any, folder: Path, what: str) -> str:

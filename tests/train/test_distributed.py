@@ -860,19 +860,33 @@ def test_dynamic_sampling_over_two_sharded_processes_trains_what_one_process_tra
     assert_same_final(runs[2], runs[1])
 
 
-def test_groups_that_cannot_be_shared_out_are_refused_with_the_reason_and_the_failed_process_code(
+def test_groups_that_cannot_be_shared_out_are_refused_with_the_reason_before_any_launch(
     scaffold: Path, tmp_path: Path
 ) -> None:
     """`rlvr train --nproc 3` of a contract whose 2 groups a step cannot be shared among 3
-    processes: refused before any step, with the reason, the failed process's exit code (1) and
-    no traceback (torchrun's own launcher would add one)."""
+    processes: refused before torchrun starts, with the reason said once, exit 1, no traceback."""
     folder = copy_experiment(scaffold, tmp_path / "exp", [("prompts_per_step: 8", "prompts_per_step: 2")])
     assert rlvr("validate", folder / CONTRACT).code == 0  # the contract itself is sound
     done = rlvr("train", folder / CONTRACT, "--nproc", "3", "--run-dir", tmp_path / "run", "--max-steps", "1")
-    assert done.code == 1 and not (tmp_path / "run" / "metrics.jsonl").exists(), done.stderr[-3000:]
-    said = "must be divisible by the 3 processes"
-    assert said in done.stderr and "Traceback" not in done.stderr, done.stderr[-3000:]
-    assert "stopped first: exit code 1; its own message is above" in done.stderr, done.stderr[-3000:]
+    assert done.code == 1 and not (tmp_path / "run").exists(), done.stderr[-3000:]
+    said = "prompts_per_step (2) must be divisible by the 3 processes"
+    assert done.stderr.count(said) == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert "launching:" not in done.stderr and "stopped first" not in done.stderr, done.stderr[-3000:]
+    fine = rlvr("train", folder / CONTRACT, "--nproc", "2", "--run-dir", tmp_path / "run", "--max-steps", "0")
+    assert fine.code == 2 and "--max-steps must be at least 1" in fine.stderr, fine.stderr[-3000:]  # not the contract's
+
+
+def test_an_invalid_contract_under_nproc_is_said_once_before_any_launch(scaffold: Path, tmp_path: Path) -> None:
+    """A contract `validate` refuses: `--nproc 2` says so once, with file:line:col and the rule
+    code, and starts no process (before, each process said it among torchrun's lines)."""
+    folder = copy_experiment(scaffold, tmp_path / "exp", [("group_size: 8", "group_size: 1")])
+    checked = rlvr("validate", folder / CONTRACT)
+    assert checked.code == 1, checked.stdout + checked.stderr
+    done = rlvr("train", folder / CONTRACT, "--nproc", "2", "--run-dir", tmp_path / "run", "--max-steps", "1")
+    assert done.code == 1 and not (tmp_path / "run").exists(), done.stderr[-3000:]
+    errors = [line for line in done.stderr.splitlines() if "error[RLV" in line]
+    assert errors and len(errors) == len(set(errors)), done.stderr[-3000:]
+    assert f"{CONTRACT}:" in errors[0] and "launching:" not in done.stderr, done.stderr[-3000:]
 
 
 COUNTING = """
