@@ -124,3 +124,50 @@ def test_tool_use_trains_in_two_processes_with_a_server_each(lookup: Path, tmp_p
     assert all(t["verdict"]["status"] == "ok" for t in transcripts)
     servers = subprocess.run(["pgrep", "-f", f"rlvr_cli.env.child .* {folder}"], capture_output=True).stdout
     assert not servers, "a rank's server outlived the run"
+
+
+@pytest.mark.slow
+def test_dynamic_sampling_of_tool_use_episodes_over_two_processes_keeps_the_step_whole_and_resumes_exactly(
+    lookup: Path, tmp_path: Path
+) -> None:
+    """DAPO's dynamic sampling of tool-use episodes under torchrun (each process's share seeded
+    by its rank): every round's groups are numbered after the earlier rounds', each group asks
+    one task and no task twice in a step, the groups kept are exactly those whose rewards
+    differ (at most `prompts_per_step`), the metrics count what the records hold, and a run
+    stopped at step 2 and resumed by two processes ends with the straight run's weights."""
+    folder = tmp_path / "lookup"
+    shutil.copytree(lookup, folder)
+    contract = folder / "experiment.rlvr.yaml"
+    text = contract.read_text().replace("every_steps: 20", "every_steps: 2")
+    dynamic = "  dynamic_sampling: {drop_uniform_groups: true, max_rounds: 3, log_by: [domain]}\n"
+    contract.write_text(text.replace("  on_truncated: keep\n", "  on_truncated: keep\n" + dynamic))
+    straight, split = tmp_path / "run", tmp_path / "split"
+    done = rlvr("train", contract, "--nproc", "2", "--run-dir", straight, "--max-steps", "3", timeout=600)
+    assert done.code == 0, done.stderr[-3000:]
+    first = rlvr("train", contract, "--nproc", "2", "--run-dir", split, "--max-steps", "2", timeout=600)
+    resumed = rlvr("train", contract, "--nproc", "2", "--run-dir", split, "--max-steps", "3", "--resume", timeout=600)
+    assert first.code == 0 and resumed.code == 0, resumed.stderr[-3000:]
+    weights = [load_file(d / "final" / "model.safetensors") for d in (straight, split)]
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+    metrics = [json.loads(line) for line in (straight / "metrics.jsonl").read_text().splitlines()]
+    columns = ["step", "round", "group", "prompt_id", "reward", "kept"]
+    rows = [
+        r
+        for f in sorted((straight / "records").glob("*.parquet"))
+        for r in pq.read_table(f, columns=columns).to_pylist()
+    ]
+    assert any(m["dynamic_sampling_rounds"] > 1 for m in metrics)  # the test reaches a second round
+    for m in metrics:
+        step = [r for r in rows if r["step"] == m["step"]]
+        groups: dict[int, list[dict]] = {}
+        for r in step:
+            groups.setdefault(r["group"], []).append(r)
+        assert sorted(groups) == list(range(len(groups))) == list(range(int(m["groups_generated"])))
+        rounds = [g[0]["round"] for _, g in sorted(groups.items())]
+        assert rounds == sorted(rounds) and len(set(rounds)) == m["dynamic_sampling_rounds"]
+        tasks = [{r["prompt_id"] for r in g} for g in groups.values()]
+        assert all(len(t) == 1 for t in tasks) and len(set.union(*tasks)) == len(tasks)  # no task twice
+        kept = [g for g in groups.values() if all(r["kept"] for r in g)]
+        assert all(len({r["reward"] for r in g}) > 1 for g in kept) and len(kept) <= 8
+        assert len(kept) == m["groups_accepted"] and 8 * len(kept) == m["samples_kept"]
+        assert m["accept_rate/domain=lookup"] == pytest.approx(len(kept) / len(groups))
