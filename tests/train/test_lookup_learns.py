@@ -171,3 +171,35 @@ def test_dynamic_sampling_of_tool_use_episodes_over_two_processes_keeps_the_step
         assert all(len({r["reward"] for r in g}) > 1 for g in kept) and len(kept) <= 8
         assert len(kept) == m["groups_accepted"] and 8 * len(kept) == m["samples_kept"]
         assert m["accept_rate/domain=lookup"] == pytest.approx(len(kept) / len(groups))
+
+
+@pytest.mark.slow
+def test_tool_use_episodes_sampled_ahead_over_two_processes_resume_exactly_and_in_one_process(
+    lookup: Path, tmp_path: Path
+) -> None:
+    """`sample_ahead` with tool-use episodes under torchrun: each process runs its share of the
+    next step's episodes during the update. Stopped at step 2 and resumed by two processes, the
+    run ends with the straight run's weights; resumed by one plain process, the episodes in
+    flight at the checkpoint (the two processes') are the ones step 2 trains, so that step's
+    metrics are the straight run's, and the run says the episodes after it are one process's."""
+    folder = tmp_path / "lookup"
+    shutil.copytree(lookup, folder)
+    contract = folder / "experiment.rlvr.yaml"
+    text = contract.read_text().replace("every_steps: 20", "every_steps: 2")
+    text = text.replace("  max_policy_lag: 0\n", "  max_policy_lag: 1\n  sample_ahead: true\n")
+    contract.write_text(text.replace("  aggregation:", "  ratio: {level: token, denominator: engine}\n  aggregation:"))
+    straight, split, plain = tmp_path / "run", tmp_path / "split", tmp_path / "plain"
+    for run_dir in (straight, split, plain):
+        steps = "3" if run_dir == straight else "2"
+        done = rlvr("train", contract, "--nproc", "2", "--run-dir", run_dir, "--max-steps", steps, timeout=600)
+        assert done.code == 0, done.stderr[-3000:]
+    resumed = rlvr("train", contract, "--nproc", "2", "--run-dir", split, "--max-steps", "3", "--resume", timeout=600)
+    alone = rlvr("train", contract, "--run-dir", plain, "--max-steps", "3", "--resume", timeout=600)
+    assert resumed.code == 0 and alone.code == 0, (resumed.stderr + alone.stderr)[-3000:]
+    assert "samples are those of one plain process" in alone.stderr, alone.stderr[-3000:]
+    weights = [load_file(d / "final" / "model.safetensors") for d in (straight, split)]
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+    rows = {d: [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()] for d in (straight, plain)}
+    assert [r["policy_lag"] for r in rows[straight]] == [0, 1, 1]
+    keys = ["reward_mean", "response_length_mean", "total_rollouts"]
+    assert [rows[plain][2][k] for k in keys] == [rows[straight][2][k] for k in keys]
