@@ -21,6 +21,8 @@ from rlvr_cli.engine.forward import make_batch, token_logprobs
 from rlvr_cli.engine.precision import autocast
 from rlvr_cli.errors import RlvrError
 from rlvr_cli.rollout.prompts import Prompts
+from rlvr_cli.train import distributed as dist
+from rlvr_cli.train.sharding import Lockstep, is_sharded
 
 
 def references(setup: Any) -> list[tuple[list[int], list[int]]]:
@@ -53,9 +55,14 @@ def holdout_nll(setup: Any, rows: list[tuple[list[int], list[int]]]) -> float:
 
 
 def _nll(setup: Any, rows: list[tuple[list[int], list[int]]]) -> float:
+    """Under torchrun the processes share the micro-batches (batch k on rank k mod N; a sharded
+    policy's process with fewer runs empty forwards in lockstep) and sum them in batch order, so
+    the value is one process's whatever N."""
     size = setup.contract.hyperparameters.micro_batch_sequences or len(rows)
-    total, count = 0.0, 0
-    for start in range(0, len(rows), size):
+    starts = list(range(0, len(rows), size))
+    mine = starts[setup.rank :: setup.world]
+    sums = []
+    for start in mine:
         part = rows[start : start + size]
         batch = make_batch(
             [p for p, _ in part], [r for _, r in part], [[1] * len(r) for _, r in part], setup.renderer.pad_id
@@ -63,6 +70,12 @@ def _nll(setup: Any, rows: list[tuple[list[int], list[int]]]) -> float:
         with autocast(setup.compute, setup.device.type):
             logp, _ = token_logprobs(setup.policy, batch, 1.0)
         mask = batch.response_mask.bool()
-        total += float(-logp[mask].double().sum())
-        count += int(mask.sum())
+        sums.append((start, float(-logp[mask].double().sum()), int(mask.sum())))
+    if is_sharded(setup.policy):  # every process runs as many forwards through the units
+        lockstep = Lockstep(setup.renderer.pad_id, setup.device)
+        for _ in range(-(-len(starts) // setup.world) - len(mine)):
+            with autocast(setup.compute, setup.device.type):
+                lockstep.forward(setup.policy)
+    every = sorted(s for part in dist.gather(sums) for s in part)
+    total, count = sum(t for _, t, _ in every), sum(c for _, _, c in every)
     return total / count if count else math.nan

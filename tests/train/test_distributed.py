@@ -825,17 +825,21 @@ def test_dynamic_sampling_over_two_sharded_processes_trains_what_one_process_tra
     """DAPO's dynamic sampling under torchrun: each round samples the groups the step still lacks
     over every process (they agree on how many were accepted), numbers them after the earlier
     rounds' groups, and each process trains the groups it accepted, however many (fsdp2: the one
-    with fewer micro-batches joins the others' collectives with empty ones). Two sharded processes
-    draw the same samples and end at the same weights as one."""
+    with fewer micro-batches joins the others' collectives with empty ones, as in holdout_nll's
+    forwards). Two sharded processes draw the same samples and end at the same weights as one."""
     runs = {}
     for n, parallel in ((1, "  precision: fp32\n"), (2, FSDP2 % "false")):
         contract = experiment(scaffold, tmp_path / f"exp-{n}", "token_mean", parallel)
         text = contract.read_text()
         assert "  padding_side: left\n" in text
+        text = text.replace("  holdout_every: 10\n", "  holdout_every: 10\n  reference_answers: answer\n")
         contract.write_text(text.replace("  padding_side: left\n", DYNAMIC))
         done = torchrun(n, contract, tmp_path / f"run-{n}", "--max-steps", "3")
         assert done.returncode == 0, done.stderr[-3000:]
         runs[n] = tmp_path / f"run-{n}"
+    # holdout_nll's one micro-batch of references on process 0; process 1 joins its gathers empty
+    nll = [json.loads((runs[n] / "holdout-start.json").read_text())["holdout_nll"] for n in (1, 2)]
+    assert nll[1] == pytest.approx(nll[0], rel=1e-6)
     one, two = metrics(runs[1]), metrics(runs[2])
     counted = ("groups_generated", "groups_accepted", "dynamic_sampling_rounds", "reward_mean")
     for x, y in zip(one, two, strict=True):
@@ -918,7 +922,8 @@ def test_the_holdout_is_shared_among_the_processes_and_scores_as_one_process_doe
         (folder / "verifier.py").rename(folder / "verifier_base.py")
         (folder / "verifier.py").write_text(COUNTING)
         contract = folder / CONTRACT
-        contract.write_text(contract.read_text().replace("holdout_every: 10", "holdout_every: 1"))
+        every = "  holdout_every: 1\n  reference_answers: answer\n"  # and holdout_nll, its forwards shared too
+        contract.write_text(contract.read_text().replace("  holdout_every: 10\n", every))
         done = torchrun(n, contract, tmp_path / f"run-{n}", "--max-steps", "2")
         assert done.returncode == 0, done.stderr[-3000:]
         verified = [line for line in (folder / "verified.log").read_text().splitlines() if line in holdout]
@@ -926,9 +931,11 @@ def test_the_holdout_is_shared_among_the_processes_and_scores_as_one_process_doe
         assert set(counts.values()) == {3}, counts  # the start, and after each of the 2 steps
         runs[n] = tmp_path / f"run-{n}"
     start = [json.loads((runs[n] / "holdout-start.json").read_text()) for n in (1, 2)]
-    assert start[0] == start[1] and start[0]
+    assert start[0] == start[1] and start[0]["holdout_nll"] > 0
     for x, y in zip(metrics(runs[1]), metrics(runs[2]), strict=True):
         held = {k: v for k, v in x.items() if k.startswith("holdout")}
+        nll = held.pop("holdout_nll")  # of weights equal to float tolerance once trained (ddp's sum)
+        assert y.pop("holdout_nll") == pytest.approx(nll, rel=1e-6)
         assert held and held == {k: v for k, v in y.items() if k.startswith("holdout")}
 
 
