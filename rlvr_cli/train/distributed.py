@@ -276,6 +276,32 @@ def same_folder(run_dir: Any, choice: bool) -> bool:
     return bool(said[1])
 
 
+def on_main(work: Callable[[], Any]) -> Any:
+    """`work()` on the main process alone (None elsewhere), for a check whose result only the
+    main process keeps; every process stops where it refuses (the others with a line naming
+    process 0, whose own output says why) instead of running it N times at once."""
+    import torch.distributed as dist
+
+    from rlvr_cli.errors import RlvrError
+
+    if not active():
+        return work()
+    said: list[Any] = [None]
+    try:
+        if dist.get_rank() == 0:
+            try:
+                result = work()
+            except BaseException:
+                said[0] = "refused"
+                raise
+            return result
+    finally:
+        dist.broadcast_object_list(said, src=0)  # the main process says whether it went on
+    if said[0] is not None:
+        raise RlvrError("process 0 of the run stopped before training began; its own output says why")
+    return None
+
+
 @timed
 def barrier() -> None:
     import torch.distributed as dist

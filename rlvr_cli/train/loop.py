@@ -244,7 +244,7 @@ def start(contract: Contract, contract_path: Path, run_dir: Path, steps: int, re
     """Build the run: set-up, then a fresh state or the newest checkpoint's."""
     folder = RunFolder(run_dir)
     lock.check_unchanged(contract, contract_path)
-    report = check_data(contract, contract_path)
+    report = dist.on_main(lambda: check_data(contract, contract_path))  # once, not once a process
     setup = build(contract, contract_path.resolve().parent, Fault.from_env(), run_dir)
     setup.data_check = sha256_bytes(report.dumps().encode()) if setup.main else None
     if setup.main:

@@ -814,6 +814,23 @@ def test_a_process_that_cannot_see_the_run_folder_or_a_refused_start_stops_every
     assert "bug in rlvr" not in refused.stderr, refused.stderr[-3000:]
 
 
+@pytest.mark.slow
+def test_the_data_check_runs_in_the_main_process_alone_and_its_refusal_stops_every_process(
+    scaffold: Path, tmp_path: Path
+) -> None:
+    """The data check before training runs once (process 0), not once a process at the same time;
+    data it refuses stops every process: the reason said once, by process 0, the others naming it."""
+    folder = copy_experiment(scaffold, tmp_path / "exp", [])
+    leaked = (folder / "data" / "holdout.jsonl").read_text().splitlines()[0]
+    with (folder / "data" / "train.jsonl").open("a") as train:
+        train.write(leaked + "\n")
+    done = rlvr("train", folder / CONTRACT, "--nproc", "2", "--run-dir", tmp_path / "run", "--max-steps", "1")
+    assert done.code == 1 and not (tmp_path / "run" / "metrics.jsonl").exists(), done.stderr[-3000:]
+    assert done.stderr.count("the data check found") == 1 and "[RLV405]" in done.stderr, done.stderr[-3000:]
+    assert "process 0 of the run stopped before training began" in done.stderr, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr and "bug in rlvr" not in done.stderr, done.stderr[-3000:]
+
+
 RATIO = "  ratio: {level: token, denominator: engine}\n  aggregation: "
 DYNAMIC = "  padding_side: left\n  dynamic_sampling: {drop_uniform_groups: true, max_rounds: 3, log_by: [difficulty]}\n"
 
