@@ -45,13 +45,6 @@ def rlv304_pure_bf16(c: Contract, _: Path) -> Iterator[Finding]:
 @rule
 def rlv003_strategy_keys(c: Contract, _: Path) -> Iterator[Finding]:
     par = c.hyperparameters.parallel
-    if par is not None and par.strategy == "fsdp2" and c.hyperparameters.sample_ahead:
-        yield error(
-            "RLV010",
-            ("hyperparameters", "sample_ahead"),
-            "sample_ahead does not run with strategy fsdp2 yet (its copy of the weights would be a shard); "
-            "turn it off or use ddp",
-        )
     if par is not None and "sample_groups" in par.model_fields_set and c.environment.kind != "single_turn":
         yield error(
             "RLV003",

@@ -64,7 +64,9 @@ def sample_groups(
     hinted = hints.hinted_per_group(setup.contract, step)
     numbers = list(range(first, first + len(tasks)))
     request = Draw(group_size=hp.group_size, seed=seed, round=round_, revision=revision, hinted=hinted, groups=numbers)
-    with setup.engine.lent():  # a sharded policy's weights, gathered for this phase (train/sharding.py)
+    # the engine this rollout samples with: a sharded policy's weights are gathered for the phase
+    # (train/sharding.py); sampling ahead's copy holds its own, so its thread gathers nothing
+    with rollout.engine.lent():
         if dist.active():  # under torchrun: this process's share of the groups
             return rollout.sample_share(tasks, request, setup.rank, setup.world, times)
         return rollout.sample(tasks, request, times), tasks

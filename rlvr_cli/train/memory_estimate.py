@@ -146,7 +146,8 @@ def _terms(contract: Contract, shape: Layout, devices: int, cpu: bool) -> dict[s
         if par.accumulate_whole_gradients:  # summed whole over the micro-batches, then reduce-scattered
             terms["gradients accumulated whole"] = whole_gradients
     if hp.ahead_steps:  # train/overlap.py: a copy of the policy per step in flight; one samples at a time
-        terms["weights sampled ahead"] = (params * held + adapter) * hp.ahead_steps
+        whole = bc if sharded else held  # fsdp2: gathered whole in the compute dtype (train/sharding.py)
+        terms["weights sampled ahead"] = (params * whole + adapter) * hp.ahead_steps
         terms["rollout KV cache"] *= 2
     return terms
 

@@ -6,9 +6,10 @@ more than the update's own passes; 2 with max_policy_lag 2 and one pass: lag 2).
 - When: the contract asks (`hyperparameters.sample_ahead: true`), its lag budget has room
   (`max_policy_lag ≥ updates_per_batch`: the update's own passes use `updates_per_batch − 1`
   of it, sampling ahead one more; RLV303 otherwise). Otherwise nothing here runs: strictly
-  on-policy. Under torchrun (ddp: RLV010 refuses fsdp2, whose copy would be a shard) each
-  process samples its share of the next steps' groups ahead, as it samples a step's
-  (`sample_share`), with its own copies of the whole weights.
+  on-policy. Under torchrun each process samples its share of the next steps' groups ahead,
+  as it samples a step's (`sample_share`), with its own copies of the whole weights (fsdp2:
+  gathered into a model of the policy's structure, in the dtype sampling computes in, by every
+  process at each launch: `Lender.whole_copy`).
 - Where it pays: sampling on its own device or cores. On two shared CPU cores it does not
   (benchmarks/README.md: the update slows by more than the sampling it hides).
 - How: one worker thread, and `depth` engines each on its own copy of the policy (the memory of
@@ -92,7 +93,8 @@ class Ahead:
         self.age = 0.0
 
     def _engine(self) -> PolicyEngine:
-        model = copy.deepcopy(self.setup.policy).eval()
+        lender = self.setup.engine.lender  # a sharded policy: a copy of its whole weights (fsdp2)
+        model = lender.whole_copy(self.setup.device) if lender else copy.deepcopy(self.setup.policy).eval()
         for parameter in model.parameters():
             parameter.requires_grad_(False)
         sampling = self.setup.contract.hyperparameters.sampling
@@ -107,7 +109,11 @@ class Ahead:
         while step <= state.step + self.depth and step < hp.max_steps:
             engine = self.engines[step % self.depth]  # the step it sampled last was taken by now
             indices = state.sampler.take(hp.prompts_per_step)
-            engine.sync(setup.policy, state.optimizer_steps)
+            if setup.engine.lender is not None:  # fsdp2: every unit gathered once, copied, resharded
+                with setup.engine.lender() as whole:
+                    engine.sync(whole, state.optimizer_steps)
+            else:
+                engine.sync(setup.policy, state.optimizer_steps)
             mine, revision = rollout.using(engine), state.optimizer_steps
             future = self.worker.submit(sample_groups, setup, mine, indices, step, 0, revision, 0, Times())
             self.launched.append(Launched(step, indices, future))

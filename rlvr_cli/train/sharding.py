@@ -30,6 +30,7 @@ What changes when the model is sharded, and how rlvr keeps the run the same run:
 from __future__ import annotations
 
 import contextlib
+import copy
 from collections.abc import Iterator
 from typing import Any
 
@@ -204,6 +205,20 @@ class Lender:
                 _place(self.own, name, empty, "_parameters")
             for unit in self.units:
                 unit.reshard()
+
+    def whole_copy(self, device: torch.device) -> Any:
+        """A model of the policy's structure with whole weights of its own, in the dtype it is lent
+        them in (`sample_ahead` under fsdp2: it samples during the update, while every unit is
+        sharded). Empty until its engine's `sync` gathers the policy into it, a tensor at a time
+        on every process (engine/engines.py `copy_weights`); tied weights stay tied."""
+        model = copy.deepcopy(self.own)  # the policy's buffers copied with it
+        made: dict[int, torch.nn.Parameter] = {}
+        for name, meta in list(model.named_parameters(remove_duplicate=False)):
+            if id(meta) not in made:
+                made[id(meta)] = torch.nn.Parameter(torch.empty(meta.shape, dtype=meta.dtype, device=device), False)
+            _place(model, name, made[id(meta)], "_parameters")
+        model.weights_lent = False  # its own: the lean decoder may copy them into its layout
+        return model
 
     def _by_layer(self) -> bool:
         """Whether the lean decoder reads `own` (not the model's own forward) and every decoder

@@ -960,16 +960,19 @@ AHEAD = [("max_policy_lag: 0", "max_policy_lag: 1\n  sample_ahead: true"), ("  a
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
 def test_sampling_ahead_over_two_processes_trains_what_one_trains_and_resumes_with_another_number(
-    scaffold: Path, tmp_path: Path
+    scaffold: Path, tmp_path: Path, strategy: str
 ) -> None:
     """`sample_ahead` under torchrun: each process samples its share of the next step's groups
-    during this step's update (policy lag 1); two processes draw what one draws and end at its
-    weights. A checkpoint holds every process's samples in flight, so a run stopped at step 2 by
-    two processes goes on with one exactly as the straight run ends."""
+    during this step's update (policy lag 1; fsdp2: from a copy of the whole weights gathered at
+    each launch, the units staying sharded for the update); two processes draw what one draws
+    and end at its weights. A checkpoint holds every process's samples in flight, so a run
+    stopped at step 2 by two processes goes on with one exactly as the straight run ends."""
     import pyarrow.parquet as pq
 
-    folder = copy_experiment(scaffold, tmp_path / "exp", AHEAD)
+    sharded = [("  precision: fp32\n", FSDP2 % "false")] if strategy == "fsdp2" else []
+    folder = copy_experiment(scaffold, tmp_path / "exp", AHEAD + sharded)
     runs = {n: tmp_path / f"run-{n}" for n in (1, 2)}
     for n, run in runs.items():
         done = torchrun(n, folder / CONTRACT, run, "--max-steps", "3")

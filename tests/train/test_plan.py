@@ -458,3 +458,24 @@ def test_the_sampler_weight_copy_is_counted_only_where_the_lean_sampler_makes_on
             == (wide.linear_weights - wide.vocab * wide.hidden + head) * 2
         )
     assert "sampler's weights cast" not in estimate(other, shape)  # fp32: nothing to cast
+
+
+def test_sampling_ahead_under_fsdp2_is_planned_as_a_whole_copy_in_the_compute_dtype(tmp_path: Path) -> None:
+    """`sample_ahead` under fsdp2 samples during the update from a copy of the whole weights in the
+    compute dtype (train/sharding.py `Lender.whole_copy`), as large as the weights gathered to
+    sample; under ddp it copies the policy as it is (fp32 master weights: twice that)."""
+    text = SEVEN_B.read_text()
+    assert "  max_policy_lag: 0\n" in text and "  aggregation:" in text
+    text = text.replace("  max_policy_lag: 0\n", "  max_policy_lag: 1\n  sample_ahead: true\n")
+    text = text.replace("  aggregation:", "  ratio: {level: token, denominator: engine}\n  aggregation:", 1)
+    shutil.copytree(SEVEN_B.parent / "llama-7b", tmp_path / "llama-7b")
+    sharded, ddp = tmp_path / "sharded.rlvr.yaml", tmp_path / "ddp.rlvr.yaml"
+    sharded.write_text(text)
+    ddp.write_text(text.replace("  parallel: {strategy: fsdp2, activation_checkpointing: true}\n", ""))
+    assert rlvr("validate", sharded).code == 0  # no longer refused (RLV010)
+    rows, _, phase = _table(rlvr("plan", sharded, "--gpus", "8").stdout)
+    assert rows["weights sampled ahead"][0] == rows["rollout weights"][0]  # held throughout, not while sampling only
+    assert phase == "sampling ahead during the update"
+    assert rows["weights sampled ahead"][0] == pytest.approx(6.74e9 * 2 / 2**30, rel=0.01)  # bf16
+    whole, _, _ = _table(rlvr("plan", ddp, "--gpus", "8").stdout)
+    assert whole["weights sampled ahead"][0] == pytest.approx(2 * rows["weights sampled ahead"][0], rel=0.01)
