@@ -286,9 +286,9 @@ class Hyperparameters(Section):
     sample_ahead: bool = Field(
         False,
         description="Sample the next steps' first rounds during this step's update, each with a copy of the "
-        "weights, as many steps ahead as the lag budget leaves: max_policy_lag − (updates_per_batch − 1) "
-        "(needs max_policy_lag ≥ updates_per_batch, RLV303). Pays off where sampling and the update do not "
-        "share the same few CPU cores.",
+        "weights, as many steps ahead as the lag budget leaves: max_policy_lag − (updates_per_batch − 1) (needs "
+        "max_policy_lag ≥ updates_per_batch, RLV303; a served engine samples one step ahead, with the weights it "
+        "holds). Pays off where sampling has devices or cores of its own, not on the update's few CPU cores.",
     )
     sampling: Sampling = Field(description="How responses are sampled.")
     optimizer: Optimizer = Field(description="The optimizer and its settings.")

@@ -54,10 +54,11 @@ def findings(hyperparameters: Any) -> Iterator[tuple[str, tuple[str, ...], str]]
         )
     if sampling.server is None and sampling.engine == "sglang":
         yield "RLV003", where, "missing required key 'server' (required when engine is sglang: rlvr reaches it by URL)"
-    if sampling.server is not None and hyperparameters.sample_ahead:
+    if sampling.server is not None and hyperparameters.ahead_steps > 1:
         yield (
             "RLV010",
-            ("hyperparameters", "sample_ahead"),
-            "sample_ahead does not run with a served engine yet (the server holds one revision of the weights, "
-            "sampling ahead needs one per step in flight); turn it off",
+            ("hyperparameters", "max_policy_lag"),
+            f"a served engine holds one revision of the weights, so it samples one step ahead at most; "
+            f"max_policy_lag − (updates_per_batch − 1) = {hyperparameters.ahead_steps} steps in flight here: "
+            f"lower max_policy_lag to {hyperparameters.updates_per_batch}",
         )

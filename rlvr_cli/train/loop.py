@@ -132,6 +132,8 @@ def train_step(
         credit.share(flat, trained, owner)
         old = importance.ratio_denominator(setup, state, trained, fwd, old)
         learned = update.optimizer_passes(setup, state, trained, adv, fwd, old, ref)  # update
+    if ahead is not None:
+        ahead.before_sync()
     setup.engine.sync(setup.policy, state.optimizer_steps)  # nothing samples from older weights
     result.times.update = time.perf_counter() - start
     if dist.active():  # metrics and records cover every rank's samples, in group order

@@ -16,9 +16,12 @@ more than the update's own passes; 2 with max_policy_lag 2 and one pass: lag 2).
   `depth` more models), one per step in flight, given the trainer's weights
   (`PolicyEngine.sync`) at its launch — the weights of the last optimizer step, never older.
   The steps in flight are a bounded queue in step order: at most `depth`, each sampled by the
-  thread in turn. The worker runs the contract's rollout as training does (`train/collect.py`
-  `sample_groups`): single-turn samples are scored on the verifier worker, tool-use episodes run against
-  the resources server, on this thread. Holdout evaluation waits for it.
+  thread in turn. A served engine (`sampling.server`) is its own copy: the server samples the
+  next step with the weights it holds while the trainer updates, and is handed the new weights
+  once that sampling has ended (`before_sync`), so depth 1 only (RLV010). The worker runs the
+  contract's rollout as training does (`train/collect.py` `sample_groups`): single-turn samples
+  are scored on the verifier worker, tool-use episodes run against the resources server, on
+  this thread. Holdout evaluation waits for it.
 - The objective: these samples were drawn by weights one optimizer step older than those they
   train, so the contract must say which log-probs divide their ratio (`objective.ratio`,
   RLV003 without it): the engine's as it sampled (`Sample.sampling_logp`), or the trainer's
@@ -84,7 +87,10 @@ class Ahead:
     def __init__(self, setup: Any) -> None:
         self.setup = setup
         self.depth = setup.contract.hyperparameters.ahead_steps
-        self.engines = [self._engine() for _ in range(self.depth)]  # step s samples with engines[s % depth]
+        # a served engine samples ahead itself, with the weights it holds (one step ahead: RLV010)
+        self.served = bool(getattr(setup.engine.engine, "remote", False))
+        engines = [setup.engine] if self.served else [self._engine() for _ in range(self.depth)]
+        self.engines = engines  # step s samples with engines[s % depth]
         # one intra-op thread for the sampler (a per-thread setting): the trainer keeps its own
         self.worker = ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="rlvr-sample-ahead", initializer=torch.set_num_threads, initargs=(1,)
@@ -127,6 +133,14 @@ class Ahead:
         samples = launched.samples()
         self.age = time.monotonic() - launched.started  # `rollout_age_s`: how old the samples are when used
         return samples
+
+    def before_sync(self) -> None:
+        """Before the trainer hands the engine new weights: a served engine's sampling in flight
+        ends first, every process's (under torchrun process 0 hands them over for all), so that
+        no step's samples come from two revisions."""
+        if self.served:
+            self.wait()
+            dist.barrier()
 
     def wait(self) -> None:
         """Until the sampling in flight is done (it shares the reward source with the caller)."""

@@ -56,6 +56,8 @@ class StandIn:
         self.fault_after = 0
         self.sampled = 0  # sampling requests answered
         self.loads: list[str] = []  # folders loaded, in order
+        self.spans: list[tuple[int, int]] = []  # each sampling request: the loads done when it came and when answered
+        self.slow = 0.0  # seconds each batch takes at least (a server busy for longer than the trainer's update)
         self.lock = threading.Lock()  # the model: sampling and loading never overlap
         self.stopping = threading.Event()
         self.counting = threading.Lock()
@@ -90,6 +92,7 @@ class StandIn:
         p = items[0][1]
         try:
             with self.lock:
+                time.sleep(self.slow)
                 rows = lean_sample(
                     self.model,
                     [prompt for prompt, _, _ in items],
@@ -109,8 +112,10 @@ class StandIn:
 
     def sample(self, prompt: list[int], params: dict[str, Any], seed: int) -> tuple[list[int], list[float]]:
         future: Future = Future()
+        came = len(self.loads)
         self.queue.put((prompt, {**params, "seed": seed - seed % 1_000_003}, future))  # one seed per batch
         ids, logps, _ = future.result()
+        self.spans.append((came, len(self.loads)))
         return ids, logps
 
     # ── weights ──

@@ -116,3 +116,69 @@ def test_processes_under_torchrun_sample_from_one_server_that_one_process_hands_
         assert [p.name for p in (run / "engine_weights").iterdir()] == [Path(running.standin.path).name]
     finally:
         running.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("processes", [[], ["--nproc", "2"]], ids=["one-process", "torchrun-2"])
+def test_a_served_engine_samples_the_next_step_during_the_update_and_gets_the_weights_after(
+    single_turn: Path, tmp_path: Path, processes: list[str]
+) -> None:
+    """`sample_ahead` with a served engine: while the trainer updates step t, the server samples
+    step t + 1 with the weights it holds (policy lag 1), and the trainer hands it the new weights
+    only once that sampling has ended: every request is answered by the weights it came to, and
+    each load falls between two steps' requests. A run stopped at step 2 resumes with the samples
+    in flight the checkpoint holds (the server draws nothing for step 2). Two steps ahead is
+    refused: one revision is held. Under torchrun every process's sampling ends before process 0
+    hands the server the weights."""
+    import pyarrow.parquet as pq
+    import torch
+    from safetensors.torch import load_file
+
+    experiment = copy_experiment(single_turn, tmp_path / "exp", QUICK_STEPS)
+    running = Running(StandIn(experiment / "model", "tiny-policy", "vllm"))
+    try:
+        ahead = [*served_by(running), ("max_policy_lag: 0", "max_policy_lag: 1\n  sample_ahead: true")]
+        folder = copy_experiment(experiment, tmp_path / "ahead", ahead)
+        run, split = folder / "run", folder / "split"
+        running.standin.slow = 0.3  # each batch outlasts the update: new weights arrive while it samples
+        done = rlvr("train", folder / CONTRACT, *processes, "--run-dir", run, "--max-steps", "3", timeout=300)
+        assert done.code == 0, done.stderr[-2000:]
+        assert [r["policy_lag"] for r in _metrics(run)] == [0, 1, 1]
+        standin = running.standin
+        assert len(standin.loads) == 4  # the starting weights, then after each optimizer step
+        assert all(came == answered for came, answered in standin.spans)  # no load during a request
+        per_step = 4 * 8  # QUICK_STEPS: 4 prompts of 8 samples, one request each
+        holdout = len((folder / "data" / "holdout.jsonl").read_text().splitlines())  # answered before step 0
+        # the first load's weights sample the holdout, steps 0 and 1; each later one, the next step
+        # (step 3's samples too: in flight when --max-steps stops the run, kept for a run that goes on)
+        held = [came for came, _ in standin.spans]
+        assert held == sorted(held) and [held.count(n) for n in (1, 2, 3)] == [holdout + 2 * per_step] + [per_step] * 2
+        first = rlvr("train", folder / CONTRACT, *processes, "--run-dir", split, "--max-steps", "2", timeout=300)
+        assert first.code == 0, first.stderr[-2000:]
+        in_flight = json.loads((split / "checkpoints" / "step-2" / "trainer.json").read_text())["ahead"]
+        kept = sorted((s["group"], s["index"], s["response_ids"], s["sampling_logp"]) for s in in_flight[0]["samples"])
+        asked = len(standin.spans)
+        again = rlvr(
+            "train", folder / CONTRACT, *processes, "--run-dir", split, "--max-steps", "3", "--resume", timeout=300
+        )
+        assert again.code == 0, again.stderr[-2000:]
+        # step 2 trained what the checkpoint held; the server drew step 3's samples only (in flight at the end)
+        assert len(standin.spans) - asked == per_step
+        columns = ["step", "group", "sample", "response_ids", "sampling_logprobs", "policy_revision"]
+        rows = [
+            r
+            for f in sorted((split / "records").glob("*.parquet"))
+            for r in pq.read_table(f, columns=columns).to_pylist()
+        ]
+        trained = sorted(
+            (r["group"], r["sample"], r["response_ids"], r["sampling_logprobs"]) for r in rows if r["step"] == 2
+        )
+        assert trained == kept and {r["policy_revision"] for r in rows if r["step"] == 2} == {1}
+        final, now = load_file(split / "final" / "model.safetensors"), standin.model.state_dict()
+        assert all(torch.equal(now[name], tensor) for name, tensor in final.items())  # handed the last weights
+        deeper = folder / "deeper.rlvr.yaml"
+        deeper.write_text((folder / CONTRACT).read_text().replace("max_policy_lag: 1", "max_policy_lag: 2"))
+        refused = rlvr("validate", deeper)
+        assert refused.code == 1 and "RLV010" in refused.stdout + refused.stderr
+    finally:
+        running.stop()
