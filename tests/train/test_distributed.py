@@ -925,6 +925,31 @@ def verify(task: dict, response: str):
 
 
 @pytest.mark.slow
+def test_a_round_of_fewer_groups_than_processes_samples_together_over_sharded_processes(
+    scaffold: Path, tmp_path: Path
+) -> None:
+    """Dynamic sampling with `sample_groups: together` under fsdp2: a later round that lacks one
+    group gives one process that group and the other an empty share, which still joins the
+    gathers of the sampling phase; every group the records hold is sampled once and trained."""
+    import pyarrow.parquet as pq
+
+    parallel = "  precision: fp32\n  parallel: {strategy: fsdp2, sample_groups: together}\n"
+    contract = experiment(scaffold, tmp_path / "exp", "token_mean", parallel)
+    contract.write_text(contract.read_text().replace("  padding_side: left\n", DYNAMIC))
+    run = tmp_path / "run"
+    done = torchrun(2, contract, run, "--max-steps", "4")
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = metrics(run)
+    odd = [r for r in rows if r["dynamic_sampling_rounds"] > 1 and (r["groups_generated"] - 8) % 2]
+    assert odd, [(r["groups_generated"], r["dynamic_sampling_rounds"]) for r in rows]  # a round of 1, 3, ... groups
+    records = [r for s in sorted((run / "records").glob("*.parquet")) for r in pq.read_table(s).to_pylist()]
+    for r in rows:
+        groups = sorted({x["group"] for x in records if x["step"] == r["step"]})
+        assert groups == list(range(int(r["groups_generated"])))
+        assert r["samples_kept"] == 8 * r["groups_accepted"]
+
+
+@pytest.mark.slow
 def test_the_holdout_is_shared_among_the_processes_and_scores_as_one_process_does(
     scaffold: Path, tmp_path: Path
 ) -> None:
