@@ -165,7 +165,7 @@ def test_no_server_or_another_model_is_refused_before_the_first_request(folder, 
         running.stop()
 
 
-def _diagnostics(tmp_path: Path, sampling: dict, ahead: bool = False, ratio: bool = True) -> list[tuple]:
+def _diagnostics(tmp_path: Path, sampling: dict, ahead: bool = False, ratio: bool = True, lag: int = 2) -> list[tuple]:
     import yaml
 
     from rlvr_cli.contract.load import check_file
@@ -175,7 +175,7 @@ def _diagnostics(tmp_path: Path, sampling: dict, ahead: bool = False, ratio: boo
     data["hyperparameters"]["sampling"] = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, **sampling}
     data["hyperparameters"]["sample_ahead"] = ahead
     data["hyperparameters"]["parallel"] = {"strategy": "ddp"}
-    data["hyperparameters"]["max_policy_lag"] = 2
+    data["hyperparameters"]["max_policy_lag"] = lag  # updates_per_batch: 2, so lag 2 leaves one step ahead
     data["objective"].pop("correction", None)
     data["objective"]["ratio"] = {"level": "token", "denominator": "engine"} if ratio else None
     if not ratio:
@@ -195,8 +195,10 @@ def test_the_serving_keys_are_refused_where_they_would_change_nothing(tmp_path: 
     assert (code, path) == ("RLV003", "hyperparameters.sampling.server") and "would never be asked" in message
     [(code, path, message)] = _diagnostics(tmp_path, {"engine": "sglang"})
     assert (code, path) == ("RLV003", "hyperparameters.sampling") and "missing required key 'server'" in message
-    [(code, path, message)] = _diagnostics(tmp_path, {"engine": "vllm", "server": SERVER}, ahead=True)
-    assert (code, path) == ("RLV010", "hyperparameters.sample_ahead") and "served engine" in message
+    assert _diagnostics(tmp_path, {"engine": "vllm", "server": SERVER}, ahead=True) == []  # one step ahead
+    [(code, path, message)] = _diagnostics(tmp_path, {"engine": "vllm", "server": SERVER}, ahead=True, lag=3)
+    assert (code, path) == ("RLV010", "hyperparameters.max_policy_lag") and "one step ahead at most" in message
+    assert "lower max_policy_lag to 2" in message
     [(code, path, message)] = _diagnostics(tmp_path, {"engine": "sglang", "server": SERVER}, ratio=False)
     assert (code, path) == ("RLV003", "objective") and "required when sampling.engine is sglang" in message
     [(code, path, _)] = _diagnostics(tmp_path, {"engine": "vllm", "server": {**SERVER, "url": "127.0.0.1:8000"}})
