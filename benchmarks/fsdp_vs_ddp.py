@@ -133,13 +133,15 @@ def run(
     on the right, so the shared-prompt forward steps aside), fsdp2-kept: fsdp2 with
     `reshard_after_forward: false` (each unit gathered once a pass), or fsdp2-whole: that and
     `accumulate_whole_gradients: true` (each unit reduce-scattered once a pass); a `-ckpt` suffix
-    adds `activation_checkpointing: true`. Not the default set: `--only=...,NAME-ckpt`."""
-    strategy = name.split("-")[0]
+    adds `activation_checkpointing: true`, an `-ahead` suffix `sample_ahead: true` (max_policy_lag 1,
+    the ratio over the engine's log-probs). Not the default set: `--only=...,NAME-ckpt,NAME-ahead`."""
+    strategy, ahead = name.split("-")[0], name.endswith("-ahead")
+    name_kept = name.removesuffix("-ahead")
     kept = {
         "fsdp2-kept": ", reshard_after_forward: false",
         "fsdp2-whole": ", reshard_after_forward: false, accumulate_whole_gradients: true",
-    }.get(name.removesuffix("-ckpt"), "")
-    if name.endswith("-ckpt"):  # activation checkpointing: each layer keeps its input, its forward runs again
+    }.get(name_kept.removesuffix("-ckpt"), "")
+    if name_kept.endswith("-ckpt"):  # activation checkpointing: each layer keeps its input, its forward runs again
         kept += ", activation_checkpointing: true"
     if groups != "alone":  # a process samples its share of the groups in one batch
         kept += f", sample_groups: {groups}"
@@ -148,6 +150,13 @@ def run(
     text = text.replace(
         "  precision: fp32\n", f"  precision: {precision}\n  parallel: {{strategy: {strategy}{kept}}}\n"
     )
+    if ahead:  # the next step sampled during this one's update, by a copy of the whole weights
+        for old, new in (
+            ("max_policy_lag: 0", "max_policy_lag: 1\n  sample_ahead: true"),
+            ("  aggregation:", "  ratio: {level: token, denominator: engine}\n  aggregation:"),
+        ):
+            assert old in text, old
+            text = text.replace(old, new, 1)
     if "-own" in name:
         assert "padding_side: left" in text
         text = text.replace("padding_side: left", "padding_side: right")
@@ -197,6 +206,7 @@ def main() -> None:
     live, phases = "--live" in sys.argv, "--phases" in sys.argv
     names = ("ddp", "ddp-own", "fsdp2", "fsdp2-kept", "fsdp2-whole")
     names += tuple(f"{n}-ckpt" for n in ("ddp", "fsdp2", "fsdp2-kept", "fsdp2-whole"))
+    names += ("ddp-ahead", "fsdp2-ahead")
     precision = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--precision=")), "fp32")
     only = next((a.split("=", 1)[1].split(",") for a in sys.argv if a.startswith("--only=")), names[:5])
     hidden, layers = map(

@@ -6,8 +6,9 @@ contract's group size and lengths, training activations for one micro-batch, and
 logits of that micro-batch (kept in fp32 for the log-softmax). A step's phases do not hold
 their terms at once (`PHASES`): the KV cache and the weights gathered to sample are freed
 before the update, whose gradients, activations and logits are freed before the next
-sampling; the plan's figure is the peak, what is held throughout plus the largest phase (all
-of them together when `sample_ahead` samples during the update). The activation terms
+sampling; the plan's figure is the peak, what is held throughout plus the largest phase.
+`sample_ahead` holds its copy of the weights throughout, and its KV cache beside the reference
+pass and the update, which it runs alongside. The activation terms
 (train/activations.py) follow Korthikanti et al. 2022 over the tokens the update's forward runs,
 with the rows' copies of their prompt's keys and values where that forward shares prompts.
 """
@@ -23,11 +24,14 @@ GIB = 1024**3
 OPTIMIZER_STATES = {"adamw": 2, "adam": 2, "sgd": 0}
 
 
+AHEAD_CACHE = "KV cache sampled ahead"
 #: the terms alive during one phase of a step only; every other term is held throughout
 PHASES = {
     "sampling": ("rollout KV cache", "rollout weights", "sampler's weights cast"),
-    "reference pass": ("gathered reference", "logits"),
+    # sampling ahead (train/overlap.py) runs beside the reference pass and the update
+    "reference pass": ("gathered reference", "logits", AHEAD_CACHE),
     "update": (
+        AHEAD_CACHE,
         "gradients",
         "gradients accumulated whole",
         "activations",
@@ -40,12 +44,10 @@ PHASES = {
 
 def at_peak(contract: Contract, terms: dict[str, float]) -> tuple[dict[str, float], str]:
     """The terms a device holds at once at its peak, and when: what is held throughout plus the
-    largest phase, or plus every phase when sampling ahead runs during the update."""
+    largest phase (sampling ahead adds its cache to the phases it runs beside)."""
     transient = {name for names in PHASES.values() for name in names}
     if colocated_vllm(contract):  # vLLM keeps its weights and reserves its cache for the whole run
         transient -= set(PHASES["sampling"])
-    if contract.hyperparameters.ahead_steps:
-        return dict(terms), "sampling ahead during the update"
     phase = max(PHASES, key=lambda p: sum(terms.get(name, 0.0) for name in PHASES[p] if name in transient))
     return {k: v for k, v in terms.items() if k not in transient or k in PHASES[phase]}, phase
 
@@ -91,6 +93,7 @@ def estimate(contract: Contract, shape: Layout, devices: int = 1, cpu: bool = Fa
     terms = _terms(contract, shape, devices, cpu)
     if contract.hyperparameters.sampling.server is not None:
         served = ("rollout KV cache", "rollout weights", "sampler's weight copy", "sampler's weights cast")
+        served += ("weights sampled ahead", AHEAD_CACHE)  # the server samples ahead itself
         terms = {name: value for name, value in terms.items() if name not in served}
     return terms
 
@@ -147,8 +150,9 @@ def _terms(contract: Contract, shape: Layout, devices: int, cpu: bool) -> dict[s
             terms["gradients accumulated whole"] = whole_gradients
     if hp.ahead_steps:  # train/overlap.py: a copy of the policy per step in flight; one samples at a time
         whole = bc if sharded else held  # fsdp2: gathered whole in the compute dtype (train/sharding.py)
-        terms["weights sampled ahead"] = (params * whole + adapter) * hp.ahead_steps
-        terms["rollout KV cache"] *= 2
+        decoder = sampler_copy(contract, shape, whole, bc, cpu)  # the lean decoder's copy of those weights
+        terms["weights sampled ahead"] = (params * whole + adapter + decoder) * hp.ahead_steps
+        terms[AHEAD_CACHE] = terms["rollout KV cache"]  # one step in flight samples at a time
     return terms
 
 

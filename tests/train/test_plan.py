@@ -384,6 +384,10 @@ def test_a_served_engine_samples_on_devices_of_its_own(tmp_path: Path) -> None:
     assert plan.code == 0, plan.stdout + plan.stderr
     assert "rollout KV cache" not in plan.stdout and "rollout weights" not in plan.stdout
     assert "policy parameters" in plan.stdout and "activations" in plan.stdout
+    ahead = tmp_path / "ahead.rlvr.yaml"  # the server samples ahead too: no copy of the weights here
+    ahead.write_text(served.read_text().replace("  max_policy_lag: 0\n", "  max_policy_lag: 1\n  sample_ahead: true\n"))
+    again = rlvr("plan", ahead, "--gpus", "8", "--gpu-memory", "80")
+    assert again.code == 0 and "sampled ahead" not in again.stdout, again.stdout + again.stderr
 
 
 def test_the_sampler_weight_copy_is_counted_only_where_the_lean_sampler_makes_one(single_turn: Path) -> None:
@@ -463,7 +467,9 @@ def test_the_sampler_weight_copy_is_counted_only_where_the_lean_sampler_makes_on
 def test_sampling_ahead_under_fsdp2_is_planned_as_a_whole_copy_in_the_compute_dtype(tmp_path: Path) -> None:
     """`sample_ahead` under fsdp2 samples during the update from a copy of the whole weights in the
     compute dtype (train/sharding.py `Lender.whole_copy`), as large as the weights gathered to
-    sample; under ddp it copies the policy as it is (fp32 master weights: twice that)."""
+    sample; under ddp it copies the policy as it is (fp32 master weights: twice that). The copy
+    is held throughout, its KV cache beside the reference pass and the update (which it runs
+    alongside), and the peak is what is held throughout plus the largest phase."""
     text = SEVEN_B.read_text()
     assert "  max_policy_lag: 0\n" in text and "  aggregation:" in text
     text = text.replace("  max_policy_lag: 0\n", "  max_policy_lag: 1\n  sample_ahead: true\n")
@@ -473,9 +479,13 @@ def test_sampling_ahead_under_fsdp2_is_planned_as_a_whole_copy_in_the_compute_dt
     sharded.write_text(text)
     ddp.write_text(text.replace("  parallel: {strategy: fsdp2, activation_checkpointing: true}\n", ""))
     assert rlvr("validate", sharded).code == 0  # no longer refused (RLV010)
-    rows, _, phase = _table(rlvr("plan", sharded, "--gpus", "8").stdout)
-    assert rows["weights sampled ahead"][0] == rows["rollout weights"][0]  # held throughout, not while sampling only
-    assert phase == "sampling ahead during the update"
+    rows, top, phase = _table(rlvr("plan", sharded, "--gpus", "8").stdout)
+    assert rows["weights sampled ahead"][0] == rows["rollout weights"][0]
+    assert rows["weights sampled ahead"][1] == "throughout" and rows["rollout weights"][1] == "sampling"
+    assert rows["KV cache sampled ahead"] == (rows["rollout KV cache"][0], "reference pass, update")
+    held = sum(v for v, when in rows.values() if when == "throughout")
+    phases = {p: sum(v for v, when in rows.values() if p in when) for p in ("sampling", "reference pass", "update")}
+    assert top == pytest.approx(held + phases[phase], abs=0.02) and phases[phase] == max(phases.values())
     assert rows["weights sampled ahead"][0] == pytest.approx(6.74e9 * 2 / 2**30, rel=0.01)  # bf16
     whole, _, _ = _table(rlvr("plan", ddp, "--gpus", "8").stdout)
     assert whole["weights sampled ahead"][0] == pytest.approx(2 * rows["weights sampled ahead"][0], rel=0.01)
