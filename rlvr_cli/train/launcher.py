@@ -10,6 +10,7 @@ that names it.
 
 from __future__ import annotations
 
+import logging
 import signal
 import sys
 
@@ -22,7 +23,15 @@ def exit_code(code: int) -> int:
     return code if 0 < code < 256 else 1
 
 
+def _said_below(record: logging.LogRecord) -> bool:
+    """torchrun's own line for a failed process (`failed (exitcode: 1) local_rank: 0 (pid: …) of
+    binary: …`) is left out: the line `main` prints says the same, with the code as the shell
+    gets it."""
+    return not str(record.msg).startswith("failed (exitcode")
+
+
 def main(argv: list[str]) -> int:
+    logging.getLogger("torch.distributed.elastic.multiprocessing.api").addFilter(_said_below)
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run
