@@ -182,6 +182,15 @@ def tiny_chatml(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny(tmp_path_factory.mktemp("tiny") / "model", "chatml")
 
 
+def stopped_at_step_2(run: Path, folder: Path) -> Path:
+    """A copy of a finished 3-step run as it stood when its step-2 checkpoint was the newest
+    (checkpoints every 1 or 2 steps): what a run stopped there would resume from."""
+    shutil.copytree(run, folder)
+    shutil.rmtree(folder / "checkpoints" / "step-3")
+    shutil.rmtree(folder / "final")
+    return folder
+
+
 def copy_experiment(source: Path, target: Path, edits: list[tuple[str, str]] = ()) -> Path:  # type: ignore[assignment]
     """A copy of an experiment folder, with text edits to its contract (each must apply)."""
     shutil.copytree(source, target, ignore=shutil.ignore_patterns("runs"))

@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.conftest import copy_experiment, rlvr
+from tests.conftest import copy_experiment, rlvr, stopped_at_step_2
 
 CONTRACT = "experiment.rlvr.yaml"
 
@@ -275,14 +275,6 @@ def test_per_rank_local_token_means_would_differ(tmp_path: Path) -> None:
     single = _gradient(1, True, tmp_path)
     assert torch.allclose(_gradient(2, True, tmp_path), single, atol=1e-7)
     assert not torch.allclose(_gradient(2, False, tmp_path) / 2, single, atol=1e-4)
-
-
-def stopped_at_step_2(run: Path, folder: Path) -> Path:
-    """A copy of a finished 3-step run as it stood when its step-2 checkpoint was the newest."""
-    shutil.copytree(run, folder)
-    shutil.rmtree(folder / "checkpoints" / "step-3")
-    shutil.rmtree(folder / "final")
-    return folder
 
 
 def assert_same_final(run: Path, reference: Path, weights: str = "model.safetensors") -> None:

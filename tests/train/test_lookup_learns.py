@@ -16,7 +16,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.conftest import built_once, rlvr
+from tests.conftest import built_once, rlvr, stopped_at_step_2
 
 
 @pytest.fixture(scope="session")
@@ -141,12 +141,12 @@ def test_dynamic_sampling_of_tool_use_episodes_over_two_processes_keeps_the_step
     text = contract.read_text().replace("every_steps: 20", "every_steps: 2")
     dynamic = "  dynamic_sampling: {drop_uniform_groups: true, max_rounds: 3, log_by: [domain]}\n"
     contract.write_text(text.replace("  on_truncated: keep\n", "  on_truncated: keep\n" + dynamic))
-    straight, split = tmp_path / "run", tmp_path / "split"
+    straight = tmp_path / "run"
     done = rlvr("train", contract, "--nproc", "2", "--run-dir", straight, "--max-steps", "3", timeout=600)
     assert done.code == 0, done.stderr[-3000:]
-    first = rlvr("train", contract, "--nproc", "2", "--run-dir", split, "--max-steps", "2", timeout=600)
+    split = stopped_at_step_2(straight, tmp_path / "split")
     resumed = rlvr("train", contract, "--nproc", "2", "--run-dir", split, "--max-steps", "3", "--resume", timeout=600)
-    assert first.code == 0 and resumed.code == 0, resumed.stderr[-3000:]
+    assert resumed.code == 0, resumed.stderr[-3000:]
     weights = [load_file(d / "final" / "model.safetensors") for d in (straight, split)]
     assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
     metrics = [json.loads(line) for line in (straight / "metrics.jsonl").read_text().splitlines()]
@@ -188,11 +188,10 @@ def test_tool_use_episodes_sampled_ahead_over_two_processes_resume_exactly_and_i
     text = contract.read_text().replace("every_steps: 20", "every_steps: 2")
     text = text.replace("  max_policy_lag: 0\n", "  max_policy_lag: 1\n  sample_ahead: true\n")
     contract.write_text(text.replace("  aggregation:", "  ratio: {level: token, denominator: engine}\n  aggregation:"))
-    straight, split, plain = tmp_path / "run", tmp_path / "split", tmp_path / "plain"
-    for run_dir in (straight, split, plain):
-        steps = "3" if run_dir == straight else "2"
-        done = rlvr("train", contract, "--nproc", "2", "--run-dir", run_dir, "--max-steps", steps, timeout=600)
-        assert done.code == 0, done.stderr[-3000:]
+    straight = tmp_path / "run"
+    done = rlvr("train", contract, "--nproc", "2", "--run-dir", straight, "--max-steps", "3", timeout=600)
+    assert done.code == 0, done.stderr[-3000:]
+    split, plain = (stopped_at_step_2(straight, tmp_path / name) for name in ("split", "plain"))
     resumed = rlvr("train", contract, "--nproc", "2", "--run-dir", split, "--max-steps", "3", "--resume", timeout=600)
     alone = rlvr("train", contract, "--run-dir", plain, "--max-steps", "3", "--resume", timeout=600)
     assert resumed.code == 0 and alone.code == 0, (resumed.stderr + alone.stderr)[-3000:]
