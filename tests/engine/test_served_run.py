@@ -184,3 +184,33 @@ def test_a_served_engine_samples_the_next_step_during_the_update_and_gets_the_we
         assert refused.code == 1 and "RLV010" in refused.stdout + refused.stderr
     finally:
         running.stop()
+
+
+@pytest.mark.slow
+def test_dynamic_sampling_over_two_processes_asks_one_server_for_each_round(single_turn: Path, tmp_path: Path) -> None:
+    """DAPO's dynamic sampling under torchrun with a served engine: each round's groups go to the
+    one server from every process, all from the weights it was handed at the step's start (one
+    load a step), and the step keeps what the records hold."""
+    import pyarrow.parquet as pq
+
+    experiment = copy_experiment(single_turn, tmp_path / "exp", QUICK_STEPS)
+    running = Running(StandIn(experiment / "model", "tiny-policy", "vllm"))
+    try:
+        dynamic = "  dynamic_sampling: {drop_uniform_groups: true, max_rounds: 3, log_by: [difficulty]}\n"
+        edits = [*served_by(running), ("  padding_side: left\n", "  padding_side: left\n" + dynamic)]
+        folder = copy_experiment(experiment, tmp_path / "dynamic", edits)
+        run = folder / "run"
+        done = rlvr("train", folder / CONTRACT, "--nproc", "2", "--run-dir", run, "--max-steps", "3", timeout=300)
+        assert done.code == 0, done.stderr[-2000:]
+        rows = _metrics(run)
+        assert any(r["dynamic_sampling_rounds"] > 1 for r in rows), rows  # a second round asked the server
+        standin = running.standin
+        assert len(standin.loads) == 4 and all(came == answered for came, answered in standin.spans)
+        records = [r for f in sorted((run / "records").glob("*.parquet")) for r in pq.read_table(f).to_pylist()]
+        for r in rows:
+            mine = [x for x in records if x["step"] == r["step"]]
+            assert sorted({x["group"] for x in mine}) == list(range(int(r["groups_generated"])))
+            assert {x["policy_revision"] for x in mine} == {r["step"]}  # every round: the step's weights
+            assert sum(x["kept"] for x in mine) == r["samples_kept"] == 8 * r["groups_accepted"]
+    finally:
+        running.stop()
