@@ -139,6 +139,8 @@ def rlvr(*args: str | Path, cwd: Path | None = None, timeout: float = 120, env: 
     detector, scaled by the machine's load): forked from a warm interpreter (tests/zygote.py)
     where the environment allows, else a fresh `python -m rlvr_cli`."""
     argv = [str(a) for a in args]
+    if "--nproc" in argv:
+        warm_launch(env)
     limit = timeout * load_factor()
     warm = _warm()
     if warm is not None:
@@ -152,6 +154,35 @@ def rlvr(*args: str | Path, cwd: Path | None = None, timeout: float = 120, env: 
 
 
 _ZYGOTE: list = []
+_WORKERS: list = []
+
+
+def _warm_workers():
+    """This test process's warm interpreters for torchrun's processes (tests/zygote_client.py
+    Workers); None when RLVR_TESTS_FRESH=1."""
+    if os.environ.get("RLVR_TESTS_FRESH") == "1":
+        return None
+    if not _WORKERS:
+        from tests.zygote_client import Workers
+
+        _WORKERS.append(Workers())
+    return _WORKERS[0]
+
+
+# torchrun starts each process of a run the tests launch with PYTHON_EXEC (torch/distributed/run.py):
+# set before any command starts, so that every environment a test launches in names it
+if _warm_workers() is not None:
+    os.environ.update(_warm_workers().environment())
+
+
+def warm_launch(env: dict | None = None) -> dict:
+    """The environment for a torchrun launch (`env`, or this process's): its processes are forked
+    from a warm interpreter of that environment, started here if there is none yet."""
+    env = dict(os.environ if env is None else env)
+    workers = _warm_workers()
+    if workers is not None:
+        workers.ensure(env)
+    return env
 
 
 def _warm():

@@ -6,10 +6,12 @@ standard streams, exit code, signals and interpreter shutdown (atexit handlers, 
 started by `fork()` from a parent that has imported what every command imports, instead of by
 a fresh interpreter that spends 3–19 s on imports. The parent never computes (no torch operation,
 no thread), so the fork is as clean as a fresh start. A command whose environment differs from
-the parent's (besides PYTEST_CURRENT_TEST) is never forked from it, since some libraries read
-variables when they are imported: it starts fresh, or from a warm interpreter started in its own
-environment once that environment is asked for again (tests/zygote_client.py Pool); every
-command starts fresh when RLVR_TESTS_FRESH=1.
+the parent's (besides PYTEST_CURRENT_TEST and rlvr's own RLVR_* variables, which rlvr reads
+when it runs) is never forked from it, since some libraries read variables when they are
+imported: it starts fresh, or from a warm interpreter started in its own environment once that
+environment is asked for again (tests/zygote_client.py Pool); every command starts fresh when
+RLVR_TESTS_FRESH=1. The processes of the runs the tests launch under torchrun fork from warm
+interpreters of their own (tests/zygote_workers.py).
 
 Protocol (the parent's stdin/stdout, one JSON object per line): the test process sends
 {"argv", "cwd", "env", "out", "err"}; the parent answers {"pid"} once the child runs, then
@@ -110,13 +112,18 @@ def _every_module_of(package: str) -> None:
             importlib.import_module(found.name)
 
 
-def serve() -> None:
+def preload() -> None:
+    """Import what the commands import, computing nothing."""
     import importlib
 
     for name in PRELOAD:
         with contextlib.suppress(ImportError):  # an extra that is not installed: its commands import it
             importlib.import_module(name)
     _every_module_of("rlvr_cli")
+
+
+def serve() -> None:
+    preload()
     control_in, control_out = sys.stdin.buffer, sys.stdout.buffer
     control_out.write(b'{"ready": true}\n')
     control_out.flush()

@@ -16,13 +16,13 @@ import tempfile
 from collections import OrderedDict
 from pathlib import Path
 
+from tests.worker_python import comparable, socket_path
+
 ROOT = Path(__file__).resolve().parent.parent
-#: variables that change from test to test and that no library reads when it is imported
-VOLATILE = {"PYTEST_CURRENT_TEST"}
 
 
 def _comparable(env: dict) -> dict:
-    return {k: v for k, v in env.items() if k not in VOLATILE}
+    return comparable(env, torchrun=False)
 
 
 class Zygote:
@@ -125,3 +125,67 @@ class Pool:
 def _text(path: Path) -> str:
     """As subprocess.run(text=True) reads a stream: decoded, universal newlines."""
     return path.read_bytes().decode("utf-8", errors="replace").replace("\r\n", "\n").replace("\r", "\n")
+
+
+class Workers:
+    """Warm interpreters that the processes of the runs the tests launch under torchrun are
+    forked from (tests/zygote_workers.py), one per environment a launch runs in, at most SIZE,
+    started when a test is about to launch in that environment (`ensure`). torchrun finds them
+    through `environment()`: its PYTHON_EXEC, a copy of tests/worker_python.py, which asks the
+    warm interpreter of its environment and starts fresh where there is none."""
+
+    SIZE = 2
+
+    def __init__(self) -> None:
+        self.folder = Path(tempfile.mkdtemp(prefix="rlvr-workers-"))
+        self.python = self.folder / "python"
+        self.python.write_text(f"#!{sys.executable} -S\n" + (ROOT / "tests" / "worker_python.py").read_text())
+        self.python.chmod(0o700)
+        self.servers: OrderedDict[str, subprocess.Popen] = OrderedDict()
+        atexit.register(shutil.rmtree, self.folder, True)
+        atexit.register(self.close)
+
+    def environment(self) -> dict:
+        return {"PYTHON_EXEC": str(self.python), "RLVR_TESTS_WORKERS": str(self.folder)}
+
+    def ensure(self, env: dict) -> None:
+        """A warm interpreter for torchrun's processes launched in `env`, started if need be."""
+        path = socket_path(env)
+        if path is None:
+            return
+        running = self.servers.get(path)
+        if running is not None and running.poll() is None:
+            self.servers.move_to_end(path)
+            return
+        server = subprocess.Popen(
+            [sys.executable, str(ROOT / "tests" / "zygote_workers.py"), path],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            cwd=ROOT,
+            env=env,
+        )
+        with selectors.DefaultSelector() as sel:
+            sel.register(server.stdout, selectors.EVENT_READ)  # type: ignore[arg-type]
+            ready = bool(sel.select(300)) and server.stdout.readline() == b'{"ready": true}\n'  # type: ignore[union-attr]
+        if not ready:  # its launches start fresh
+            server.kill()
+            server.wait()
+            return
+        self.servers[path] = server
+        while len(self.servers) > self.SIZE:
+            self._stop(self.servers.popitem(last=False)[1])
+
+    @staticmethod
+    def _stop(server: subprocess.Popen) -> None:
+        with contextlib.suppress(OSError):
+            server.stdin.close()  # type: ignore[union-attr]
+        try:
+            server.wait(10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+    def close(self) -> None:
+        for server in self.servers.values():
+            self._stop(server)
+        self.servers.clear()

@@ -49,7 +49,8 @@ def test_a_warm_command_runs_in_its_working_directory(warm: Zygote, tmp_path: Pa
 
 
 def test_another_environment_starts_fresh_and_a_hang_times_out(warm: Zygote, tmp_path: Path) -> None:
-    assert warm.run(["--version"], None, {**os.environ, "RLVR_SOMETHING": "1"}, 120) is None
+    assert warm.run(["--version"], None, {**os.environ, "ZYGOTE_PROBE": "1"}, 120) is None
+    assert warm.run(["--version"], None, {**os.environ, "RLVR_FAULT": "x"}, 120) is not None  # read when rlvr runs
     with pytest.raises(subprocess.TimeoutExpired):  # a command past its time is killed, as subprocess.run does
         warm.run(["serve", "--help"], None, dict(os.environ), 0.001)
     assert warm.run(["--version"], None, dict(os.environ), 120)[0] == 0  # and the next one runs
@@ -75,14 +76,14 @@ def test_a_test_leaves_the_environment_as_it_found_it(warm: Zygote) -> None:
     commands of the same test process still fork from the warm interpreter."""
     from tests.conftest import environment_kept
 
-    os.environ["RLVR_KEPT_PROBE"] = "before"
+    os.environ["ZYGOTE_KEPT_PROBE"] = "before"
     try:
         with environment_kept():
-            os.environ["RLVR_LEFT_BEHIND"] = "1"
-            os.environ["RLVR_KEPT_PROBE"] = "changed"
-        assert "RLVR_LEFT_BEHIND" not in os.environ and os.environ["RLVR_KEPT_PROBE"] == "before"
+            os.environ["ZYGOTE_LEFT_BEHIND"] = "1"
+            os.environ["ZYGOTE_KEPT_PROBE"] = "changed"
+        assert "ZYGOTE_LEFT_BEHIND" not in os.environ and os.environ["ZYGOTE_KEPT_PROBE"] == "before"
     finally:
-        del os.environ["RLVR_KEPT_PROBE"]
+        del os.environ["ZYGOTE_KEPT_PROBE"]
     assert warm.run(["--version"], None, dict(os.environ), 120) is not None  # still warm
 
 
@@ -95,12 +96,12 @@ def test_an_environment_that_drifts_gets_a_warm_interpreter_of_its_own(warm: Zyg
 
     pool = Pool()
     pool.warm[frozenset(_comparable(warm.env).items())] = warm  # the module's, already warm
-    drifted = {**warm.env, "RLVR_DRIFTED": "1"}
+    drifted = {**warm.env, "ZYGOTE_DRIFTED": "1"}
     try:
         assert pool.run(["--version"], None, drifted, 120) is None  # once: a one-off, fresh
         again = pool.run(["schema", "contract"], None, drifted, 300)
         assert again is not None and again == fresh(["schema", "contract"])
-        assert [z.env.get("RLVR_DRIFTED") for z in pool.warm.values()] == [None, "1"]
+        assert [z.env.get("ZYGOTE_DRIFTED") for z in pool.warm.values()] == [None, "1"]
         assert pool.run(["--version"], None, dict(warm.env), 120) is not None  # the first one still answers
     finally:
         for zygote in pool.warm.values():

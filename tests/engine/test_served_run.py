@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import QUICK_STEPS, copy_experiment, rlvr
+from tests.conftest import QUICK_STEPS, copy_experiment, rlvr, warm_launch
 from tests.engine.standin import Running, StandIn
 
 CONTRACT = "experiment.rlvr.yaml"
@@ -100,7 +100,7 @@ def test_processes_under_torchrun_sample_from_one_server_that_one_process_hands_
         run = folder / "run"
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m"]
         command += ["rlvr_cli", "train", str(folder / CONTRACT), "--run-dir", str(run), "--max-steps", "3"]
-        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        env = warm_launch({**os.environ, "OMP_NUM_THREADS": "1"})
         done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
         assert done.returncode == 0, done.stderr[-3000:]
         rows = _metrics(run)

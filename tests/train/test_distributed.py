@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.conftest import copy_experiment, rlvr, stopped_at_step_2
+from tests.conftest import copy_experiment, rlvr, stopped_at_step_2, warm_launch
 
 CONTRACT = "experiment.rlvr.yaml"
 
@@ -26,8 +26,20 @@ def scaffold(single_turn: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
 
 
 def torchrun(
-    nproc: int, contract: Path, run_dir: Path, *extra: str, fault: str = "", restarts: int = 0, **env: str
+    nproc: int,
+    contract: Path,
+    run_dir: Path,
+    *extra: str,
+    fault: str = "",
+    restarts: int = 0,
+    fresh: bool = False,
+    **env: str,
 ) -> subprocess.CompletedProcess:
+    """`torchrun … -m rlvr_cli train CONTRACT --run-dir RUN_DIR EXTRA…`, its processes forked from
+    a warm interpreter (tests/zygote_workers.py) unless `fresh`."""
+    launch = {**os.environ, "OMP_NUM_THREADS": "1", "RLVR_FAULT": fault, **env}
+    if fresh:
+        launch.pop("PYTHON_EXEC", None)
     command = [
         sys.executable,
         "-m",
@@ -48,7 +60,7 @@ def torchrun(
         capture_output=True,
         text=True,
         timeout=600,
-        env={**os.environ, "OMP_NUM_THREADS": "1", "RLVR_FAULT": fault, **env},
+        env=launch if fresh else warm_launch(launch),
     )
 
 
@@ -215,7 +227,7 @@ def test_a_process_of_a_finished_run_of_several_ends_without_the_interpreters_te
         "RLVR_TEARDOWN_DIR": str(marks),
     }
     contract = experiment(scaffold, tmp_path / "exp", "seq_mean_token_mean", FSDP2 % "false")
-    done = torchrun(2, contract, tmp_path / "run", "--max-steps", "1", **env)
+    done = torchrun(2, contract, tmp_path / "run", "--max-steps", "1", fresh=True, **env)  # interpreters' own ends
     assert done.returncode == 0, done.stderr[-3000:]
     assert "finished: reached step 1" in done.stderr + done.stdout
     assert json.loads((tmp_path / "run" / "status.json").read_text())["state"] == "finished"
@@ -711,7 +723,8 @@ def test_two_nodes_launched_as_docs_scale_says_train_as_one_process_does(
     assert not re.search(r"\$\w+", line), line  # nothing left for a node to fill in
     command = [sys.executable, "-m", "torch.distributed.run", *line.split()[1:], "--max-steps", "3"]
     nodes = [
-        subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for _ in "ab"
+        subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=warm_launch(env))
+        for _ in "ab"
     ]
     outputs = [node.communicate(timeout=600)[1] for node in nodes]
     assert [n.returncode for n in nodes] == [0, 0], [err[-3000:] for err in outputs]
@@ -767,7 +780,7 @@ def test_a_process_that_cannot_see_the_run_folder_or_a_refused_start_stops_every
         port = s.getsockname()[1]
     launch = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1"]
     launch += ["--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=apart"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = warm_launch({**os.environ, "OMP_NUM_THREADS": "1"})
     nodes = [
         subprocess.Popen(
             [
