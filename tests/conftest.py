@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -132,6 +133,27 @@ def load_factor() -> float:
     """How much slower than idle this machine runs now (1 to 4): the run queue over the cores.
     Timeouts that catch hangs scale with it, so a busy machine does not fail a correct test."""
     return min(4.0, max(1.0, os.getloadavg()[0] / len(os.sched_getaffinity(0))))
+
+
+def spawn_rlvr(*args: str | Path, env: dict | None = None, **popen: object) -> subprocess.Popen:
+    """`python -u -m rlvr_cli ARGS` started as a process to signal or wait for (as torchrun starts
+    one: forked from a warm interpreter through tests/worker_python.py, which passes signals on
+    and ends as the command ends). End it with SIGKILL through `kill_rlvr`."""
+    env = warm_launch(env)
+    python = env.get("PYTHON_EXEC", sys.executable)
+    return subprocess.Popen([python, "-u", "-m", "rlvr_cli", *[str(a) for a in args]], env=env, **popen)  # type: ignore[call-overload]
+
+
+def kill_rlvr(proc: subprocess.Popen) -> int:
+    """SIGKILL the command `spawn_rlvr` started — the forked process itself, where one was forked
+    — and wait for it: once this returns, nothing of it runs (as after killing a fresh process)."""
+    workers = _warm_workers()
+    target = proc.pid
+    if workers is not None:
+        target = workers.forked_for(proc.pid) or proc.pid
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(target, signal.SIGKILL)
+    return proc.wait(60)
 
 
 def rlvr(*args: str | Path, cwd: Path | None = None, timeout: float = 120, env: dict | None = None) -> Run:

@@ -112,7 +112,8 @@ def main(args: list[str]) -> None:
     status = json.loads(line)["status"]
     if os.WIFSIGNALED(status):  # end as the process did, so that torchrun reads the same
         number = os.WTERMSIG(status)
-        signal.signal(number, signal.SIG_DFL)
+        if number not in (signal.SIGKILL, signal.SIGSTOP):  # the two that keep their default anyway
+            signal.signal(number, signal.SIG_DFL)
         os.kill(os.getpid(), number)
     os._exit(os.waitstatus_to_exitcode(status))
 

@@ -175,6 +175,17 @@ class Workers:
         while len(self.servers) > self.SIZE:
             self._stop(self.servers.popitem(last=False)[1])
 
+    def forked_for(self, requester: int) -> int | None:
+        """The pid of the running process a warm interpreter forked for this stand-in, or None
+        (the newest such line: a pid is reused in time)."""
+        found = None
+        for log in self.folder.glob("*.sock.log"):
+            for line in log.read_text().splitlines():
+                row = json.loads(line)
+                if row["requester"] == requester and Path(f"/proc/{row['pid']}").exists():
+                    found = row["pid"]
+        return found
+
     @staticmethod
     def _stop(server: subprocess.Popen) -> None:
         with contextlib.suppress(OSError):

@@ -21,6 +21,7 @@ import os
 import select
 import signal
 import socket
+import struct
 import sys
 
 import zygote
@@ -106,8 +107,9 @@ def _watch(link: socket.socket, served: dict, log: str) -> None:
         _command(request, streams)
     for fd in streams:
         os.close(fd)
-    with open(log, "a") as forked:  # what this warm interpreter forked, for the tests of it
-        forked.write(json.dumps({"pid": pid, "argv": request["argv"]}) + "\n")
+    requester = struct.unpack("3i", link.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[0]
+    with open(log, "a") as forked:  # what this warm interpreter forked, for whom (tests/conftest.py kill_rlvr)
+        forked.write(json.dumps({"pid": pid, "requester": requester, "argv": request["argv"]}) + "\n")
     link.sendall(json.dumps({"pid": pid}).encode() + b"\n")
     ended = os.pidfd_open(pid)
     while True:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, warm_launch
+from tests.conftest import ROOT, kill_rlvr, spawn_rlvr, warm_launch
 from tests.worker_python import socket_path
 
 BAD = sorted((ROOT / "tests" / "contracts" / "invalid").glob("*.rlvr.yaml"))[0]
@@ -97,6 +97,12 @@ def test_a_signal_to_the_stand_in_reaches_the_process_and_a_killed_stand_in_take
     assert not Path(f"/proc/{pid}").exists()  # the server it stood for is gone with it
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    port = _free_port()  # a test's SIGKILL (kill_rlvr) goes to the forked process itself, and waits for it
+    proc = spawn_rlvr("serve", tool_use, "--port", str(port), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _serving(port, proc)
+    pid = forked(env)[-1]["pid"]
+    assert forked(env)[-1]["requester"] == proc.pid
+    assert kill_rlvr(proc) == -signal.SIGKILL and not Path(f"/proc/{pid}").exists()
 
 
 def _reads_the_environment(node: ast.AST) -> bool:

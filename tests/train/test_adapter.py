@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,7 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.conftest import QUICK_STEPS, copy_experiment, edit, rlvr
+from tests.conftest import QUICK_STEPS, copy_experiment, edit, kill_rlvr, rlvr, spawn_rlvr
 
 CONTRACT = "experiment.rlvr.yaml"
 LORA = "{kind: lora, rank: 4, alpha: 8, dropout: 0.0, target_modules: all-linear, bias: none, init: default}"
@@ -199,12 +197,12 @@ def test_an_adapter_run_checkpoints_only_the_adapter_and_resumes_exactly_after_s
     assert "lora r=4" in json.dumps(plan) and "switched off" in json.dumps(plan)
     # a run killed after its second checkpoint resumes to the same adapter and records
     run_dir = tmp_path / "killed"
-    command = [sys.executable, "-m", "rlvr_cli", "train", str(lora_experiment / CONTRACT), "--run-dir", str(run_dir)]
-    proc = subprocess.Popen([*command, "--max-steps", "4"], stderr=subprocess.PIPE, text=True)
+    command = ["train", lora_experiment / CONTRACT, "--run-dir", run_dir, "--max-steps", "4"]
+    proc = spawn_rlvr(*command, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 300
     while not (run_dir / "checkpoints" / "step-2").exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
-    os.kill(proc.pid, signal.SIGKILL)
+    kill_rlvr(proc)
     proc.communicate(timeout=60)
     resumed = rlvr("train", lora_experiment / CONTRACT, "--run-dir", run_dir, "--max-steps", "4", "--auto", timeout=400)
     assert resumed.code == 0 and "resuming" in resumed.stderr, resumed.stderr[-2000:]

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from rlvr_cli.env.agent import free_port
-from tests.conftest import copy_experiment, edit, rlvr
+from tests.conftest import copy_experiment, edit, rlvr, spawn_rlvr
 from tests.train.test_episodes import CONTRACT, _setup, play
 
 pytestmark = pytest.mark.slow  # end-to-end runs: `make test` runs them, `make test-fast` does not
@@ -218,11 +218,7 @@ def test_sigterm_while_the_server_hangs_stops_the_run_at_once(faulty: Path, tmp_
     exp = copy_experiment(faulty, tmp_path / "exp")
     (exp / "hangs.py").write_text(HANGS)
     edit(exp, "server: faulty:Faulty", "server: hangs:HangsOnSeed")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "rlvr_cli", "train", str(exp / CONTRACT), "--run-dir", str(exp / "run")],
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = spawn_rlvr("train", exp / CONTRACT, "--run-dir", exp / "run", stderr=subprocess.PIPE, text=True)
     status_file = exp / "run" / "status.json"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not (status_file.is_file() and "running" in status_file.read_text()):

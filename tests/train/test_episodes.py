@@ -7,14 +7,13 @@ on a tool_use contract writing transcripts into the records."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from rlvr_cli.engine.types import Generation
-from tests.conftest import rlvr
+from tests.conftest import kill_rlvr, rlvr, spawn_rlvr
 
 CONTRACT = "experiment.rlvr.yaml"
 READ = '<tool_call>{"name": "read_file", "arguments": {"path": "config/app.toml"}}</tool_call>'
@@ -162,9 +161,7 @@ def test_rlvr_train_gate_and_reward_audit_run_a_tool_use_contract(agent: Path) -
 def test_a_tool_use_run_killed_mid_episode_resumes_to_the_same_policy(agent: Path, tmp_path: Path) -> None:
     """SIGKILL while step 2's episodes are in flight: the resumed run redoes those episodes
     (none is half-counted) and ends with the very weights of an uninterrupted run."""
-    import signal
     import subprocess
-    import sys
     import time
 
     from rlvr_cli.store.run import complete_checkpoints
@@ -179,15 +176,14 @@ def test_a_tool_use_run_killed_mid_episode_resumes_to_the_same_policy(agent: Pat
     straight = rlvr("train", contract, "--max-steps", "3", "--run-dir", tmp_path / "a", timeout=600)
     assert straight.code == 0, straight.stderr[-2000:]
     killed = tmp_path / "b"
-    command = [sys.executable, "-m", "rlvr_cli", "train", str(contract), "--max-steps", "3", "--run-dir", str(killed)]
-    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    command = ["train", contract, "--max-steps", "3", "--run-dir", killed]
+    proc = spawn_rlvr(*command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 300
     while not complete_checkpoints(killed / "checkpoints") and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
     time.sleep(0.2)  # into step 2: its episodes are being played
     assert proc.poll() is None, "the run ended before it could be killed"
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+    kill_rlvr(proc)
     # the resources server ran in a child process: it goes with the trainer, even on SIGKILL
     orphans = lambda: subprocess.run(["pgrep", "-f", f"rlvr_cli.env.child .* {exp}"], capture_output=True).stdout  # noqa: E731
     for _ in range(100):

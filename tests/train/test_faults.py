@@ -19,7 +19,7 @@ import torch
 from safetensors.torch import load_file
 
 from rlvr_cli.files import sha256_file
-from tests.conftest import QUICK_STEPS, ROOT, copy_experiment, edit, rlvr
+from tests.conftest import QUICK_STEPS, ROOT, copy_experiment, edit, rlvr, spawn_rlvr
 
 pytestmark = pytest.mark.slow  # end-to-end runs: `make test` runs them, `make test-fast` does not
 
@@ -151,8 +151,8 @@ def _wait_for(path: Path, proc: subprocess.Popen, seconds: float = 120) -> None:
 
 
 def _train(experiment: Path, run_dir: Path, *extra: str, env: dict | None = None) -> subprocess.Popen:
-    command = [sys.executable, "-m", "rlvr_cli", "train", str(experiment / CONTRACT), "--run-dir", str(run_dir)]
-    return subprocess.Popen([*command, *extra], stderr=subprocess.PIPE, text=True, env=env)
+    command = ["train", experiment / CONTRACT, "--run-dir", run_dir, *extra]
+    return spawn_rlvr(*command, stderr=subprocess.PIPE, text=True, env=env)
 
 
 @pytest.mark.slow

@@ -6,9 +6,7 @@ import json
 import os
 import random
 import shutil
-import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,7 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.conftest import QUICK_STEPS, copy_experiment, edit, rlvr
+from tests.conftest import QUICK_STEPS, copy_experiment, edit, kill_rlvr, rlvr, spawn_rlvr
 
 pytestmark = pytest.mark.slow  # every test here trains: make test runs them, make test-fast does not
 
@@ -156,9 +154,6 @@ def test_sigkill_at_random_moments_never_leaves_a_partial_checkpoint(experiment:
     run_dir = tmp_path / "run"
     rng = random.Random(1234)
     command = [
-        sys.executable,
-        "-m",
-        "rlvr_cli",
         "train",
         str(experiment / CONTRACT),
         "--run-dir",
@@ -172,15 +167,14 @@ def test_sigkill_at_random_moments_never_leaves_a_partial_checkpoint(experiment:
         resume = ["--resume"] if complete_checkpoints(run_dir / "checkpoints") else []
         if not resume and run_dir.exists():
             shutil.rmtree(run_dir)
-        proc = subprocess.Popen(command + resume, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        proc = spawn_rlvr(*command, *resume, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 120
         while not complete_checkpoints(run_dir / "checkpoints") and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         time.sleep(rng.uniform(0.0, 1.5))
         if proc.poll() is not None:
             raise AssertionError(f"attempt {attempt}: trainer exited {proc.returncode}: {proc.stderr.read()[-2000:]}")
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
+        kill_rlvr(proc)
         kills += 1
         found = complete_checkpoints(run_dir / "checkpoints")
         assert found, "no complete checkpoint after a kill"
@@ -198,8 +192,8 @@ def test_sigkill_at_random_moments_never_leaves_a_partial_checkpoint(experiment:
     assert "killed or crashed" in shown.stdout and "--auto" in shown.stdout
     newest = complete_checkpoints(run_dir / "checkpoints")[-1][0]
     command[-1] = str(newest + 2)
-    finish = subprocess.run([*command, "--auto"], capture_output=True, text=True, timeout=300)
-    assert finish.returncode == 0, finish.stderr[-2000:]
+    finish = rlvr(*command, "--auto", timeout=300)
+    assert finish.code == 0, finish.stderr[-2000:]
     assert status(run_dir)["state"] == "finished" and status(run_dir)["step"] == newest + 2
     # the killed-and-resumed run equals one that never stopped: weights, records (each once), metrics
     straight = tmp_path / "straight"

@@ -7,16 +7,13 @@ resumes after SIGKILL to the same weights and records as a straight run, and is 
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import copy_experiment, rlvr
+from tests.conftest import copy_experiment, kill_rlvr, rlvr, spawn_rlvr
 from tests.train.test_lookup_learns import lookup  # noqa: F401  (the shared template fixture)
 
 CONTRACT = "experiment.rlvr.yaml"
@@ -82,14 +79,13 @@ def test_tool_use_samples_ahead_with_hints_resumes_exactly_and_is_gated(experime
     assert metrics[0]["hint_share"] == 0.5 and metrics[-1]["hint_share"] < 0.5
 
     killed = tmp_path / "b"
-    command = [sys.executable, "-m", "rlvr_cli", "train", str(contract), "--max-steps", "4", "--run-dir", str(killed)]
-    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    command = ["train", contract, "--max-steps", "4", "--run-dir", killed]
+    proc = spawn_rlvr(*command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 300
     while len(complete_checkpoints(killed / "checkpoints")) < 2 and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
     assert proc.poll() is None, "the run ended before it could be killed"
-    os.kill(proc.pid, signal.SIGKILL)  # with step 2's episodes in flight or drawn ahead
-    proc.wait()
+    kill_rlvr(proc)  # with step 2's episodes in flight or drawn ahead
     resumed = rlvr("train", contract, "--max-steps", "4", "--run-dir", killed, "--resume", timeout=600)
     assert resumed.code == 0, resumed.stderr[-2000:]
     weights = lambda run: (run / "final" / "model.safetensors").read_bytes()  # noqa: E731

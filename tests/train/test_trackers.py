@@ -8,13 +8,12 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import copy_experiment, edit, load_factor, rlvr
+from tests.conftest import copy_experiment, edit, load_factor, rlvr, spawn_rlvr
 from tests.train import trackers_read as read
 
 pytestmark = pytest.mark.slow  # every test here trains: make test runs them, make test-fast does not
@@ -60,8 +59,8 @@ def lasting(series: read.Series) -> read.Series:
 
 def interrupted_after(experiment: Path, run: Path, rows: int, max_steps: int) -> None:
     """Train until metrics.jsonl has `rows` rows, then SIGTERM: the run pauses at its last checkpoint."""
-    cmd = [sys.executable, "-m", "rlvr_cli", "train", str(experiment / CONTRACT), "--run-dir", str(run)]
-    proc = subprocess.Popen([*cmd, "--max-steps", str(max_steps)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    cmd = ["train", experiment / CONTRACT, "--run-dir", run, "--max-steps", str(max_steps)]
+    proc = spawn_rlvr(*cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 240 * load_factor()
     metrics = run / "metrics.jsonl"
     while time.monotonic() < deadline and proc.poll() is None:
