@@ -103,26 +103,32 @@ def _watch(link: socket.socket, served: dict, log: str) -> None:
         os._exit(0)
     pid = os.fork()
     if pid == 0:
-        link.close()
-        _command(request, streams)
+        try:
+            link.close()
+            _command(request, streams)  # never returns
+        finally:
+            os._exit(1)  # a command that could not even start (its working directory gone, …)
     for fd in streams:
         os.close(fd)
-    requester = struct.unpack("3i", link.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[0]
-    with open(log, "a") as forked:  # what this warm interpreter forked, for whom (tests/conftest.py kill_rlvr)
-        forked.write(json.dumps({"pid": pid, "requester": requester, "argv": request["argv"]}) + "\n")
-    link.sendall(json.dumps({"pid": pid}).encode() + b"\n")
-    ended = os.pidfd_open(pid)
-    while True:
-        ready, _, _ = select.select([link, ended], [], [])
-        if ended in ready:
-            _, status = os.waitpid(pid, 0)
-            with contextlib.suppress(OSError):
-                link.sendall(json.dumps({"status": status}).encode() + b"\n")
-            os._exit(0)
-        if not link.recv(1):  # the requester is gone (killed): so goes its command
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            os._exit(0)
+    try:
+        requester = struct.unpack("3i", link.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+        with open(log, "a") as forked:  # what this warm interpreter forked, for whom (tests/conftest.py kill_rlvr)
+            forked.write(json.dumps({"pid": pid, "requester": requester[0], "argv": request["argv"]}) + "\n")
+        link.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+        ended = os.pidfd_open(pid)
+        while True:
+            ready, _, _ = select.select([link, ended], [], [])
+            if ended in ready:
+                _, status = os.waitpid(pid, 0)
+                with contextlib.suppress(OSError):
+                    link.sendall(json.dumps({"status": status}).encode() + b"\n")
+                os._exit(0)
+            if not link.recv(1):  # the requester is gone (killed): so goes its command
+                break
+    except OSError:  # the requester went away while it was answered
+        pass
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
 
 
 def serve(path: str) -> None:
@@ -142,8 +148,11 @@ def serve(path: str) -> None:
             if listener in ready:
                 link, _ = listener.accept()
                 if os.fork() == 0:
-                    listener.close()
-                    _watch(link, served, path + ".log")
+                    try:
+                        listener.close()
+                        _watch(link, served, path + ".log")
+                    finally:  # a watcher never returns here, whatever happened to it
+                        os._exit(0)
                 link.close()
     finally:
         os.unlink(path)  # its log stays: a later server of this environment goes on with it
