@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -141,18 +142,27 @@ def spawn_rlvr(*args: str | Path, env: dict | None = None, **popen: object) -> s
     and ends as the command ends). End it with SIGKILL through `kill_rlvr`."""
     env = warm_launch(env)
     python = env.get("PYTHON_EXEC", sys.executable)
-    return subprocess.Popen([python, "-u", "-m", "rlvr_cli", *[str(a) for a in args]], env=env, **popen)  # type: ignore[call-overload]
+    proc = subprocess.Popen([python, "-u", "-m", "rlvr_cli", *[str(a) for a in args]], env=env, **popen)  # type: ignore[call-overload]
+    workers = _warm_workers()
+    proc.warm = workers is not None and workers.serves(env)  # type: ignore[attr-defined]
+    return proc
 
 
 def kill_rlvr(proc: subprocess.Popen) -> int:
-    """SIGKILL the command `spawn_rlvr` started — the forked process itself, where one was forked
-    — and wait for it: once this returns, nothing of it runs (as after killing a fresh process)."""
+    """SIGKILL the command `spawn_rlvr` started — the forked process itself, where one is forked
+    — and wait for it: once this returns, nothing of it runs (as after killing a fresh process).
+    A stand-in killed before its command was forked could leave the command to be killed by its
+    watcher a moment later, so a kill right after the start waits for the fork (milliseconds)."""
     workers = _warm_workers()
-    target = proc.pid
-    if workers is not None:
-        target = workers.forked_for(proc.pid) or proc.pid
+    target = None
+    if workers is not None and getattr(proc, "warm", False):
+        deadline = time.monotonic() + 30
+        while target is None and proc.poll() is None and time.monotonic() < deadline:
+            target = workers.forked_for(proc.pid)
+            if target is None:
+                time.sleep(0.01)
     with contextlib.suppress(ProcessLookupError):
-        os.kill(target, signal.SIGKILL)
+        os.kill(target or proc.pid, signal.SIGKILL)
     return proc.wait(60)
 
 

@@ -175,6 +175,12 @@ class Workers:
         while len(self.servers) > self.SIZE:
             self._stop(self.servers.popitem(last=False)[1])
 
+    def serves(self, env: dict) -> bool:
+        """Whether a warm interpreter of this environment runs (its launches fork from it)."""
+        path = socket_path(env)
+        server = self.servers.get(path) if path else None
+        return server is not None and server.poll() is None
+
     def forked_for(self, requester: int) -> int | None:
         """The pid of the running process a warm interpreter forked for this stand-in, or None
         (the newest such line: a pid is reused in time)."""

@@ -103,6 +103,9 @@ def test_a_signal_to_the_stand_in_reaches_the_process_and_a_killed_stand_in_take
     pid = forked(env)[-1]["pid"]
     assert forked(env)[-1]["requester"] == proc.pid
     assert kill_rlvr(proc) == -signal.SIGKILL and not Path(f"/proc/{pid}").exists()
+    proc = spawn_rlvr("serve", tool_use, "--port", str(_free_port()), stderr=subprocess.DEVNULL)
+    assert kill_rlvr(proc) == -signal.SIGKILL  # at once, its command barely forked: gone all the same
+    assert forked(env)[-1]["requester"] == proc.pid and not Path(f"/proc/{forked(env)[-1]['pid']}").exists()
 
 
 def _reads_the_environment(node: ast.AST) -> bool:
