@@ -54,12 +54,18 @@ def _child(request: dict) -> None:
         os.close(fd)
     if request["cwd"]:
         os.chdir(request["cwd"])
+    run_as_main(request["env"], request["argv"])
+
+
+def run_as_main(env: dict, argv: list[str]) -> None:
+    """In a forked child whose streams and working directory are set: become
+    `python -m rlvr_cli ARGV` in `env` and end as that process would (never returns)."""
     os.environ.clear()
-    os.environ.update(request["env"])
+    os.environ.update(env)
     import runpy
 
     sys.path[0] = os.getcwd()  # as `python -m` puts the working directory first
-    sys.argv = ["rlvr", *request["argv"]]
+    sys.argv = ["rlvr", *argv]
     try:
         runpy.run_module("rlvr_cli", run_name="__main__", alter_sys=True)
         code = 0

@@ -42,36 +42,7 @@ def _command(request: dict, streams: list[int]) -> None:
     sys.stdout = sys.__stdout__ = _unbuffered(1, sys.stdout)
     sys.stderr = sys.__stderr__ = _unbuffered(2, sys.stderr)
     os.chdir(request["cwd"])
-    os.environ.clear()
-    os.environ.update(request["env"])
-    import runpy
-
-    sys.path[0] = os.getcwd()
-    sys.argv = ["rlvr", *request["argv"]]
-    try:
-        runpy.run_module("rlvr_cli", run_name="__main__", alter_sys=True)
-        code = 0
-    except SystemExit as stop:
-        code = zygote._exit_code(stop.code)
-    except KeyboardInterrupt:
-        code = 128 + 2
-        import traceback
-
-        traceback.print_exc()
-    except BaseException:
-        import traceback
-
-        traceback.print_exc()
-        code = 1
-    import atexit
-    import threading
-
-    threading._shutdown()  # type: ignore[attr-defined]
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):
-            stream.flush()
-    os._exit(code)
+    zygote.run_as_main(request["env"], request["argv"])
 
 
 def _unbuffered(fd: int, like: io.TextIOWrapper) -> io.TextIOWrapper:
