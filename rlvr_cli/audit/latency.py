@@ -1,7 +1,8 @@
 """Latency as a release gate measures it: a split's prompts in batches of the stated concurrency,
 each batch timed by the contract's own engine (greedy) twice — to the first token (`ttft_s`) and
 to the end (`latency_s`); `tpot_s` is the time per token after the first, over the batch's longest
-answer. Each batch is timed `repeats` times and the fastest run counts (the first warms caches)."""
+answer (zero, not below, where the two timings' noise exceeds it). Each batch is timed `repeats`
+times and the fastest run counts (the first warms caches)."""
 
 from __future__ import annotations
 
@@ -37,7 +38,9 @@ def measure(contract: Contract, folder: Path, policy: Path, split: str) -> dict[
         first = _fastest(engine, ids, replace(params, max_new_tokens=1), spec.repeats)[0]
         whole, generations = _fastest(engine, ids, params, spec.repeats)
         steps = max(len(g.response_ids) for g in generations)
-        per_token = (whole - first) / max(steps - 1, 1)
+        # the two are timed apart: where answers are a token or two, the noise between the runs
+        # can exceed the tokens' time, and a time is never below zero
+        per_token = max(whole - first, 0.0) / max(steps - 1, 1)
         for task in batch:
             out[str(task["id"])] = {"ttft_s": [first], "latency_s": [whole], "tpot_s": [per_token]}
     return out
