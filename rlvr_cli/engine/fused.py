@@ -52,6 +52,8 @@ def packs(device: torch.device, dtype: torch.dtype, elements: int) -> bool:
     against 1.02 plain. The rule is fixed (no timing at start-up), so a resumed run samples
     with the same kernels as the run it continues."""
     name = {torch.bfloat16: "bf16", torch.float32: "fp32"}.get(dtype)
+    if name == "bf16" and not ONEDNN_BF16:  # oneDNN refuses to lay bf16 out without the CPU's bf16 support
+        return False
     return device.type == "cpu" and ONEDNN and name is not None and packed_on_cpu(name, elements)
 
 
@@ -63,7 +65,17 @@ def _onednn() -> bool:
     return torch.backends.mkldnn.is_available()
 
 
+def _onednn_bf16() -> bool:
+    """Whether oneDNN computes bf16 on this CPU (AVX-512 BW/VL/DQ or AVX-NE-CONVERT): without
+    them `_reorder_linear_weight` raises on a bf16 weight (an AVX2-only CPU, e.g. AMD Zen 2/3)."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
 ONEDNN = _onednn()
+ONEDNN_BF16 = ONEDNN and _onednn_bf16()
 
 
 def why_not(model: Any) -> str | None:

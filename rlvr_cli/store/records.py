@@ -34,7 +34,7 @@ def _col(arrow: str) -> Any:
     return field(metadata={"arrow": arrow})
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: a frozen dataclass's __init__ costs 4x (13 µs a row, ~1 ms a toy step)
 class RecordRow:
     """One rollout, as the Parquet shards store it (the schema is derived from these fields)."""
 
@@ -310,7 +310,7 @@ class RecordStore:
         import pyarrow as pa
 
         name = f"shard-{len(self.shards):06d}.parquet"
-        table = pa.Table.from_pylist([{c: getattr(r, c) for c, _ in COLUMNS} for r in rows], schema=arrow_schema())
+        table = pa.Table.from_pydict({c: [getattr(r, c) for r in rows] for c, _ in COLUMNS}, schema=arrow_schema())
         data = _encoded(table)
         atomic_write_bytes(self.folder / name, data)
         entry = {"file": name, "rows": len(rows), "sha256": sha256_bytes(data), "step": step, "last_step": last}

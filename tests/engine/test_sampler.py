@@ -187,14 +187,20 @@ def test_rows_that_share_a_prompt_read_it_once_and_get_what_their_own_copies_giv
 
 @pytest.mark.parametrize("ragged", [False, True], ids=["padded prefill", "prefill of the real tokens"])
 @pytest.mark.parametrize("mode", ["autocast bf16", "pure bf16"])
+@pytest.mark.parametrize("cpu", ["this CPU", "a CPU without oneDNN bf16"])
 def test_the_fused_forward_in_bf16_gives_the_models_own_logits_to_bf16_rounding(
-    monkeypatch, mode: str, ragged: bool
+    monkeypatch, mode: str, ragged: bool, cpu: str
 ) -> None:
     """bf16 compute, over fp32 weights (autocast) or bf16 weights: the decoder keeps its cache
     and attention in fp32 on a CPU (engine/precision.py `attention`), the model its own way;
-    they agree to bf16's rounding through prefill and decode steps."""
+    they agree to bf16's rounding through prefill and decode steps. On a CPU whose oneDNN has no
+    bf16 (AVX2 only: it refuses to lay a bf16 weight out) the decoder multiplies unpacked."""
+    import rlvr_cli.engine.fused as fused
     from rlvr_cli.engine.precision import autocast
 
+    if cpu != "this CPU":
+        monkeypatch.setattr(fused, "ONEDNN_BF16", False)
+    assert fused.packs(torch.device("cpu"), torch.bfloat16, 1 << 20) == (fused.ONEDNN_BF16 and fused.ONEDNN)
     taken = real_tokens_only(monkeypatch, ragged)
 
     model = family("qwen2")
