@@ -106,3 +106,22 @@ def _write(path: Path, key: str, value: float) -> None:
         os.replace(tmp, path)
     except OSError:
         Path(tmp).unlink(missing_ok=True)
+
+
+def compute_note(device: torch.device, compute: torch.dtype, peak: float) -> str | None:
+    """On a CPU, where the contract computes in bf16 or fp16 and this machine multiplies that
+    dtype slower than fp32 (no bf16 or fp16 matrix instructions: an AVX2-only CPU runs a 512²
+    bf16 product at ~1 GFLOP/s against ~130 in fp32), what fp32 would give instead; else None.
+    The run computes what the contract says; the note says what it costs here."""
+    import torch
+
+    if device.type != "cpu" or compute not in (torch.bfloat16, torch.float16):
+        return None
+    fp32, _ = device_peak(device, torch.float32)
+    if peak >= fp32:
+        return None
+    name = "bf16" if compute == torch.bfloat16 else "fp16"
+    return (
+        f"{name} compute: this CPU multiplies {name} at {peak / 1e9:.3g} GFLOP/s against {fp32 / 1e9:.3g} in fp32 "
+        f"(the best it has shown of each), {fp32 / peak:.3g}× slower; `precision: fp32` would train faster here"
+    )

@@ -309,6 +309,9 @@ def train(
         "update_forward": update.forward_description(setup),
         **trainer_words(setup),  # what trains, and how the policy's tool calls are read
     }
+    note = calibration.compute_note(setup.device, setup.compute or setup.dtype, run.peak)
+    if note is not None:  # bf16 or fp16 on a CPU that multiplies them slower than fp32
+        resolved["compute_note"] = note
     plan = build_plan(contract, contract_path, run_dir, steps, str(setup.device), resolved)
     if setup.main:
         _eprint(plan_text(plan) + (f"\nprocesses: {setup.world} (torch.distributed)" if setup.world > 1 else ""))

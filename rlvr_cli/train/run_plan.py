@@ -247,6 +247,8 @@ def plan_text(plan: dict[str, Any]) -> str:
         f"steps: {st['this_run_max_steps']} (contract: {st['contract_max_steps']}), seed {plan['seed']}, "
         f"{plan['precision']} on {plan['device']}; holdout: {plan['holdout']}"
     )
+    if "compute_note" in plan:
+        lines.append(f"note: {plan['compute_note']}")
     if "rollout_engine" in plan:  # what samples and what computes the update's log-probs
         lines.append(f"sampling: {plan['rollout_engine']}; update forward: {plan.get('update_forward')}")
     if "tool_format" in plan:

@@ -115,3 +115,31 @@ def test_a_run_divides_by_the_cached_peak(single_turn: Path, tmp_path: Path) -> 
     row = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
     assert row["mfu"] == pytest.approx(row["step_tflop"] * 1e12 / (row["step_seconds"] * 1e18), rel=0.05)
     assert json.loads((tmp_path / "cache" / "peaks.json").read_text()) == {key: 1e18}  # never lowered
+
+
+@pytest.mark.parametrize("bf16_peak", [None, 1e18], ids=["bf16 slower than fp32", "bf16 faster"])
+def test_bf16_on_a_cpu_that_multiplies_it_slower_than_fp32_is_said(
+    single_turn: Path, tmp_path: Path, bf16_peak: float | None
+) -> None:
+    """`precision: bf16` runs as written; where this CPU's best bf16 product is slower than its
+    best fp32 one (an AVX2-only CPU: ~100×), the plan says so and names `precision: fp32`. The
+    cache sets the fp32 peak far above anything measured; paired: bf16's above it too, no note."""
+    import os
+
+    exp = copy_experiment(single_turn, tmp_path / "exp")
+    contract = exp / CONTRACT
+    contract.write_text(contract.read_text().replace("precision: fp32", "precision: bf16"))
+    peaks = {calibration.machine_key(CPU, torch.float32): 1e18}
+    if bf16_peak is not None:
+        peaks[calibration.machine_key(CPU, torch.bfloat16)] = bf16_peak
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "peaks.json").write_text(json.dumps(peaks))
+    env = {**os.environ, "RLVR_CACHE_DIR": str(tmp_path / "cache")}
+    run = rlvr("train", contract, "--max-steps", "1", "--run-dir", tmp_path / "run", env=env, timeout=300)
+    assert run.code == 0, run.stderr[-2000:]
+    plan = json.loads((tmp_path / "run" / "plan.json").read_text())
+    if bf16_peak is None:
+        assert "bf16 compute: this CPU multiplies bf16 at" in plan["compute_note"]
+        assert "note: bf16 compute" in run.stderr and "`precision: fp32` would train faster here" in run.stderr
+    else:
+        assert "compute_note" not in plan and "note: bf16" not in run.stderr
