@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from rlvr_cli.engine.forward import distinct_prompts, make_batch
+from rlvr_cli.engine.forward import make_batch
 from rlvr_cli.engine.types import NonFiniteLogits, SamplingParams
 
 
@@ -175,29 +175,38 @@ def lean_sample(
     """For each prompt: the sampled ids through the first stop token, their log-probs, and
     the finish reason (`stop` or `length`)."""
     device = next(model.parameters()).device
-    batch = make_batch(prompts, [[] for _ in prompts], [[] for _ in prompts], pad_id, response_width=1)
+    # each distinct prompt is read once, in order of first appearance; its rows (a GRPO group)
+    # share the cache it built
+    index: dict[tuple[int, ...], int] = {}
+    owner = torch.tensor([index.setdefault(tuple(p), len(index)) for p in prompts], dtype=torch.long)
+    distinct = [list(p) for p in index]
+    batch = make_batch(distinct, [[] for _ in distinct], [[] for _ in distinct], pad_id, response_width=1)
     forward = forward_for(model)
     params = SamplingParams(max_new_tokens, temperature, top_p, top_k, tuple(stop_ids), pad_id)
     try:
-        return _decode(forward, batch, device, params, seed)
+        return _decode(forward, batch, owner, device, params, seed)
     finally:
         forward.release()  # casts of the weights made for this call alone are freed
 
 
 def _decode(
-    forward: _LeanForward | _ModelForward, batch: Any, device: torch.device, params: SamplingParams, seed: int
+    forward: _LeanForward | _ModelForward,
+    batch: Any,
+    owner: torch.Tensor,
+    device: torch.device,
+    params: SamplingParams,
+    seed: int,
 ) -> list[tuple[list[int], list[float], str]]:
+    """Sample for every row of `owner`, each row answering the prompt of `batch` it names."""
     P, max_new_tokens, pad_id = batch.prompt_width, params.max_new_tokens, params.pad_id
     temperature, top_p, top_k, stop_ids = params.temperature, params.top_p, params.top_k, params.stop_ids
     generator = torch.Generator(device=device)
     generator.manual_seed(seed)
     stops = torch.tensor(sorted(set(stop_ids)), dtype=torch.long, device=device)
-    # each distinct prompt is read once; its rows (a GRPO group) share the cache it built
-    firsts, owner = distinct_prompts(batch)
-    ids, attention = batch.input_ids[firsts, :P].to(device), batch.attention_mask[firsts, :P].to(device)
+    ids, attention = batch.input_ids[:, :P].contiguous().to(device), batch.attention_mask[:, :P].contiguous().to(device)
     logits, state = forward.prefill(ids, attention, max_new_tokens)
-    n = batch.input_ids.size(0)
-    if len(firsts) < n:
+    n = owner.numel()
+    if ids.size(0) < n:
         owner = owner.to(device)
         logits = logits[owner]
         forward.select(state, owner)
