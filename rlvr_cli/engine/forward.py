@@ -7,7 +7,7 @@ micro-batch shapes, so the importance ratio is exactly 1 at the first update.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -21,6 +21,8 @@ class Batch:
     attention_mask: torch.Tensor  # (B, P + T)
     prompt_width: int  # P
     response_mask: torch.Tensor  # (B, T) loss mask over the response slots
+    # `distinct_prompts`, found once: a forward asks for it several times (a batch is never changed)
+    distinct: tuple[torch.Tensor, torch.Tensor] | None = field(default=None, repr=False, compare=False)
 
     @property
     def response_ids(self) -> torch.Tensor:
@@ -59,6 +61,12 @@ def distinct_prompts(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
     """The distinct prompts of a batch in order of first appearance: each one's first row
     `(G,)`, and which of them each row holds `(B,)` — what a GRPO group's rows share. With no
     prompt repeated, both are `arange(B)`."""
+    if batch.distinct is None:
+        batch.distinct = _distinct_prompts(batch)
+    return batch.distinct
+
+
+def _distinct_prompts(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
     P = batch.prompt_width
     keyed = torch.where(batch.attention_mask[:, :P].bool(), batch.input_ids[:, :P], -1)
     _, key = torch.unique(keyed, dim=0, return_inverse=True)  # ids in sorted order of the prompts
