@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ import pytest
 
 from rlvr_cli.audit.code_arms import Plant, _exploits
 from rlvr_cli.env.builtin.unit_tests import UnitTests
-from rlvr_cli.env.sandbox import problem
+from rlvr_cli.env.sandbox import Limits, problem, run
 from tests.conftest import edit, rlvr
 
 CONTRACT = "experiment.rlvr.yaml"
@@ -120,6 +121,20 @@ def test_runaway_code_fails_its_cases_in_bounded_time_and_leaves_nothing(
     assert verdict.status == "ok" and verdict.reward == 0.0, verdict
     left = harnesses_left_by_this_process()
     assert left == [], f"processes left behind: {left}"
+
+
+def test_a_sandbox_is_waited_for_until_it_ends_and_no_longer_than_its_deadline() -> None:
+    """The verdict comes when the sandbox ends (its exit code kept), or at the deadline: a
+    sandbox that cannot start within 0.01 s is killed then, and its verdict says so."""
+    slow = UnitTests("last_code_block", "fraction", case_timeout_s=1.0, memory_mb=256, processes=8, deadline_s=0.01)
+    started = time.monotonic()
+    verdict = slow(ADD, fenced(REFERENCE))
+    assert verdict.status == "timeout" and "did not start within 0.01 s" in verdict.detail, verdict
+    assert time.monotonic() - started < 5
+    sent = {"mode": "call", "function": "add", "cases": [{"args": [1, 2]}]}
+    ended = run({**sent, "code": REFERENCE}, Limits(case_timeout_s=1.0, memory_mb=256), 12.0)
+    assert ended.ready and not ended.timed_out and ended.returncode == 0 and ended.cases[0]["status"] == "done"
+    assert harnesses_left_by_this_process() == []
 
 
 def _ancestors(pid: int) -> list[int]:

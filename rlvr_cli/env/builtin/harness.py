@@ -184,7 +184,7 @@ def _sweep(contained: bool) -> int:
 
 def _run_case(payload: dict, i: int, case: dict, channel: int, budget_end: float) -> dict:
     limits = payload["limits"]
-    stdin_path = f"/tmp/.case-{i}.in"
+    stdin_path = os.path.join(os.getcwd(), f".case-{i}.in")  # the sandbox's /tmp; a plain run's own scratch folder
     with open(stdin_path, "w", encoding="utf-8") as f:
         f.write(case.get("stdin", ""))
     pipes = [os.pipe() for _ in range(3)]
