@@ -16,7 +16,7 @@ import torch
 
 from rlvr_cli.contract.load import load
 from rlvr_cli.train.objective import group_advantages, policy_loss
-from tests.conftest import copy_experiment, rlvr
+from tests.conftest import built_once, copy_experiment, rlvr
 
 ROOT = Path(__file__).resolve().parents[2]
 VERL = ROOT / ".venv-verl" / "bin" / "python"
@@ -89,33 +89,50 @@ def ours(contract, t: dict[str, torch.Tensor]) -> tuple:
     return adv, float(loss.detach()), logp.grad
 
 
-def verl(folder: Path, cases: list[dict], tmp_path: Path) -> list[dict]:
-    path = tmp_path / "cases.json"
-    path.write_text(json.dumps(cases))
+def _export_and_compute(single_turn: Path, root: Path) -> None:
+    """Every variant exported (its folder: the contract, `rlvr export`'s exit code and stderr,
+    the cases), then verl's code on all of them in one process of verl's environment (its
+    imports take ~10 s): answers.json, one answer list per variant."""
+    args = []
+    for variant in sorted(VARIANTS):
+        folder = root / variant
+        exp = copy_experiment(single_turn, folder / "exp", BASE + VARIANTS[variant])
+        done = rlvr("export", exp, "--to", "verl", "--out", folder / "verl", "--allow-inexact")
+        (folder / "export.json").write_text(json.dumps({"code": done.code, "stderr": done.stderr}))
+        cases = [
+            {**{k: v.tolist() for k, v in tensors(seed).items()}, "rewards": REWARDS, "group_size": K}
+            for seed in range(2)
+        ]
+        # a group of 1.2 as verl keeps it (float32): the stated relation, advantages not exactly 0
+        cases.append({**cases[0], "rewards": [1.2] * K * 3, "group_size": K * 3, "float32": True})
+        (folder / "cases.json").write_text(json.dumps(cases))
+        args += [str(folder / "verl"), str(folder / "cases.json")] if done.code == 0 else []
     script = Path(__file__).with_name("verl_objective.py")
-    done = subprocess.run([str(VERL), str(script), str(folder), str(path)], capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+    done = subprocess.run([str(VERL), str(script), *args], capture_output=True, text=True, timeout=600)
+    (root / "verl.stderr").write_text(done.stderr)
+    if done.returncode == 0:
+        answers = json.loads(done.stdout.strip().splitlines()[-1])
+        exported = [v for v in sorted(VARIANTS) if json.loads((root / v / "export.json").read_text())["code"] == 0]
+        (root / "answers.json").write_text(json.dumps(dict(zip(exported, answers, strict=True))))
+
+
+@pytest.fixture(scope="module")
+def computed(single_turn: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Built by the first test process that asks, shared by the other."""
+    return built_once(tmp_path_factory, "verl-export-numbers", lambda root: _export_and_compute(single_turn, root))
 
 
 @pytest.mark.skipif(not VERL.exists(), reason="verl's environment .venv-verl is built by make install")
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
-def test_verls_code_under_the_export_computes_the_contract(variant: str, single_turn: Path, tmp_path: Path) -> None:
-    exp = copy_experiment(single_turn, tmp_path / "exp", BASE + VARIANTS[variant])
-    out = tmp_path / "verl"
-    done = rlvr("export", exp, "--to", "verl", "--out", out, "--allow-inexact")
-    assert done.code == 0, done.stderr
-    assert "differs: objective.reward.on_invalid" in done.stderr  # the only difference: rewards are 0/1-weighted
-    assert "differs: objective.reward.components" not in done.stderr  # 1 and 0.25 are float32 numbers
-    contract = load(exp / "experiment.rlvr.yaml")
-    cases, mine = [], []
-    for seed in range(2):
-        t = tensors(seed)
-        cases.append({**{k: v.tolist() for k, v in t.items()}, "rewards": REWARDS, "group_size": K})
-        mine.append(ours(contract, t))
-    # a group of 1.2 as verl keeps it (float32): the stated relation, advantages not exactly 0
-    cases.append({**cases[0], "rewards": [1.2] * K * 3, "group_size": K * 3, "float32": True})
-    theirs = verl(out, cases, tmp_path)
+def test_verls_code_under_the_export_computes_the_contract(variant: str, computed: Path) -> None:
+    exported = json.loads((computed / variant / "export.json").read_text())
+    assert exported["code"] == 0, exported["stderr"]
+    assert "differs: objective.reward.on_invalid" in exported["stderr"]  # the only difference: rewards are 0/1-weighted
+    assert "differs: objective.reward.components" not in exported["stderr"]  # 1 and 0.25 are float32 numbers
+    assert (computed / "answers.json").exists(), (computed / "verl.stderr").read_text()[-3000:]
+    theirs = json.loads((computed / "answers.json").read_text())[variant]
+    contract = load(computed / variant / "exp" / "experiment.rlvr.yaml")
+    mine = [ours(contract, tensors(seed)) for seed in range(2)]
     # verl adds 1e-8 to each answer's token count (stated as `exact within`): 1e-8 of each term
     margin = 1e-8 if contract.objective.aggregation == "seq_mean_token_mean" else 1e-12
     for (adv, loss, grad), their in zip(mine, theirs[:-1], strict=True):

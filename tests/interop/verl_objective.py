@@ -3,8 +3,8 @@ Hydra composes the exported config, its actor config is built from it as verl bu
 (`omega_conf_to_dataclass`), and each case of the JSON file is computed with verl 0.9.1's own
 functions under that config — `compute_grpo_outcome_advantage`, the policy loss its
 `policy_loss.loss_mode` names, `compute_rollout_correction_weights`, `kl_penalty`, `agg_loss` —
-added up as verl's v1 `ppo_loss` adds them. Prints JSON: each case's advantages, loss and
-gradient with respect to the log-probs."""
+added up as verl's v1 `ppo_loss` adds them. Prints JSON: for each (folder, cases) pair, each
+case's advantages, loss and gradient with respect to the log-probs."""
 
 from __future__ import annotations
 
@@ -55,14 +55,15 @@ def run(config, actor, case: dict) -> dict:
     return {"advantages": adv[:, 0].tolist(), "loss": float(loss.detach()), "grad": logp.grad.tolist()}
 
 
-def main(folder: str, cases_file: str) -> None:
+def main(folder: str, cases_file: str) -> list[dict]:
     with initialize_config_dir(config_dir=folder, version_base=None):
         config = compose(config_name="rlvr")
     actor = omega_conf_to_dataclass(config.actor_rollout_ref.actor)
     with open(cases_file, encoding="utf-8") as fh:
         cases = json.load(fh)
-    print(json.dumps([run(config, actor, case) for case in cases]))
+    return [run(config, actor, case) for case in cases]
 
 
-if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+if __name__ == "__main__":  # FOLDER CASES [FOLDER CASES ...]: one answer list per pair, in one process
+    pairs = sys.argv[1:]
+    print(json.dumps([main(pairs[i], pairs[i + 1]) for i in range(0, len(pairs), 2)]))
