@@ -185,6 +185,25 @@ def rlvr(*args: str | Path, cwd: Path | None = None, timeout: float = 120, env: 
     return Run(proc.returncode, proc.stdout, proc.stderr)
 
 
+def torchrun_launch(
+    *args: str | Path, env: dict | None = None, cwd: Path | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess:
+    """`torchrun ARGS` (`python -m torch.distributed.run ARGS`) run to its end, as a user's line
+    runs it: the launcher forked from the warm interpreter of its environment (tests/zygote.py;
+    a fresh one spends ~3 s importing torch) and its processes from warm ones
+    (tests/zygote_workers.py), where the environment allows; else fresh."""
+    argv = [str(a) for a in args]
+    env = warm_launch(env)
+    limit = timeout * load_factor()
+    warm = _warm()
+    if warm is not None:
+        done = warm.run(argv, cwd, env, limit, "torch.distributed.run")
+        if done is not None:
+            return subprocess.CompletedProcess(["torchrun", *argv], *done)
+    command = [sys.executable, "-m", "torch.distributed.run", *argv]
+    return subprocess.run(command, capture_output=True, text=True, cwd=cwd, timeout=limit, env=env)
+
+
 _ZYGOTE: list = []
 _WORKERS: list = []
 

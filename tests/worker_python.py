@@ -1,8 +1,8 @@
 """What torchrun starts for each process of a run the tests launch (its PYTHON_EXEC): a
-stand-in for `python -u -m rlvr_cli ARGS` that asks the tests' warm interpreter for that
-environment (tests/zygote_workers.py) to fork the process, and becomes a fresh
-`python -u -m rlvr_cli ARGS` (exec) wherever it cannot: another command, no warm interpreter
-for this environment, an environment that differs from the one it was started in.
+stand-in for `python -u -m rlvr_cli ARGS` (or a test's own `python -u SCRIPT ARGS`) that asks
+the tests' warm interpreter for that environment (tests/zygote_workers.py) to fork the process,
+and becomes a fresh `python -u ARGS` (exec) wherever it cannot: another command, no warm
+interpreter for this environment, an environment that differs from the one it was started in.
 
 The forked process gets this one's standard streams, working directory and environment, and
 this one stands for it towards torchrun: signals torchrun sends (SIGTERM, SIGINT, …) are passed
@@ -80,9 +80,17 @@ def _open_streams() -> list[int]:
     return streams
 
 
+def _script(args: list[str]) -> str | None:
+    """The script of `-u SCRIPT ARGS` (a test's own script that torchrun starts), else None."""
+    if len(args) >= 2 and args[0] == "-u" and args[1].endswith(".py") and os.path.isfile(args[1]):
+        return os.path.abspath(args[1])
+    return None
+
+
 def main(args: list[str]) -> None:
     path = socket_path(dict(os.environ))
-    if path is None or args[:3] != ["-u", "-m", "rlvr_cli"]:
+    script = _script(args)
+    if path is None or (args[:3] != ["-u", "-m", "rlvr_cli"] and script is None):
         _fresh(args)
     link = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -91,7 +99,14 @@ def main(args: list[str]) -> None:
         link.close()
         _fresh(args)
     streams = _open_streams()
-    request = {"argv": args[3:], "cwd": os.getcwd(), "env": dict(os.environ), "streams": streams}
+    request = {
+        "argv": args[2:] if script else args[3:],
+        "cwd": os.getcwd(),
+        "env": dict(os.environ),
+        "streams": streams,
+    }
+    if script:
+        request["script"] = script
     socket.send_fds(link, [json.dumps(request).encode() + b"\n"], streams)
     answers = link.makefile("rb")
     answer = json.loads(answers.readline() or b"{}")

@@ -52,9 +52,12 @@ class Zygote:
         line = self.proc.stdout.readline()
         return json.loads(line) if line else None
 
-    def run(self, argv: list[str], cwd: Path | None, env: dict, timeout: float) -> tuple[int, str, str] | None:
-        """(exit code, stdout, stderr) of `rlvr ARGV`, or None when it must start fresh (an
-        environment the warm interpreter was not started with, or no warm interpreter)."""
+    def run(
+        self, argv: list[str], cwd: Path | None, env: dict, timeout: float, module: str = "rlvr_cli"
+    ) -> tuple[int, str, str] | None:
+        """(exit code, stdout, stderr) of `python -m MODULE ARGV` (`rlvr ARGV`), or None when it
+        must start fresh (an environment the warm interpreter was not started with, or no warm
+        interpreter)."""
         if _comparable(env) != _comparable(self.env):
             return None
 
@@ -64,6 +67,7 @@ class Zygote:
         assert self.proc is not None and self.proc.stdin is not None
         out, err = self.folder / "out", self.folder / "err"
         request = {"argv": argv, "cwd": str(cwd) if cwd else None, "env": env, "out": str(out), "err": str(err)}
+        request["module"] = module
         self.proc.stdin.write(json.dumps(request).encode() + b"\n")
         self.proc.stdin.flush()
         started = self._read(60)
@@ -72,12 +76,12 @@ class Zygote:
             return None
         ended = self._read(timeout)
         if ended is None and self.proc.poll() is not None:
-            raise RuntimeError(f"the tests' warm interpreter died while running rlvr {' '.join(argv)}")
+            raise RuntimeError(f"the tests' warm interpreter died while running {module} {' '.join(argv)}")
         if ended is None:  # as subprocess.run does on a timeout: kill the command, then raise
             with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
                 os.kill(started["pid"], signal.SIGKILL)
             self._read(60)
-            raise subprocess.TimeoutExpired(["rlvr", *argv], timeout)
+            raise subprocess.TimeoutExpired([module, *argv], timeout)
         status = ended["status"]
         code = os.waitstatus_to_exitcode(status)
         return code, _text(out), _text(err)
@@ -102,7 +106,9 @@ class Pool:
         self.warm: OrderedDict[frozenset, Zygote] = OrderedDict()
         self.seen: set[frozenset] = set()
 
-    def run(self, argv: list[str], cwd: Path | None, env: dict, timeout: float) -> tuple[int, str, str] | None:
+    def run(
+        self, argv: list[str], cwd: Path | None, env: dict, timeout: float, module: str = "rlvr_cli"
+    ) -> tuple[int, str, str] | None:
         """As Zygote.run; None when the command must start fresh."""
         key = frozenset(_comparable(env).items())
         zygote = self.warm.get(key)
@@ -114,7 +120,7 @@ class Pool:
             while len(self.warm) > self.SIZE:
                 self.warm.popitem(last=False)[1].close()
         self.warm.move_to_end(key)
-        return zygote.run(argv, cwd, env, timeout)
+        return zygote.run(argv, cwd, env, timeout, module)
 
     def close(self) -> None:
         for zygote in self.warm.values():

@@ -29,7 +29,8 @@ from worker_python import comparable
 
 
 def _command(request: dict, streams: list[int]) -> None:
-    """In the forked command: take the requester's streams, become `python -u -m rlvr_cli ARGV`."""
+    """In the forked command: take the requester's streams, become `python -u -m rlvr_cli ARGV`
+    (or `python -u SCRIPT ARGV`)."""
     os.setsid()
     for number in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCHLD):
         signal.signal(number, signal.SIG_DFL)
@@ -42,7 +43,7 @@ def _command(request: dict, streams: list[int]) -> None:
     sys.stdout = sys.__stdout__ = _unbuffered(1, sys.stdout)
     sys.stderr = sys.__stderr__ = _unbuffered(2, sys.stderr)
     os.chdir(request["cwd"])
-    zygote.run_as_main(request["env"], request["argv"])
+    zygote.run_as_main(request["env"], request["argv"], script=request.get("script"))
 
 
 def _unbuffered(fd: int, like: io.TextIOWrapper) -> io.TextIOWrapper:

@@ -108,12 +108,14 @@ def step_flops(shape: Shape, generated: list[Any], trained: list[Any], passes: i
 
 def measured_peak(device: torch.device, dtype: torch.dtype, enough_s: float = 0.02, top: int | None = None) -> float:
     """FLOP/s of the best of a few n×n matrix products, n doubling from 256 until a product takes
-    `enough_s` or n reaches `top` (1024 on CPU, 8192 on a GPU): bounded whatever the dtype costs
+    `enough_s` or n reaches `top` (512 on CPU, 8192 on a GPU): bounded whatever the dtype costs
     (fp16 products on a CPU run at under 1 GFLOP/s, where four 1024² products took 12 s of every
     run). The best over the sizes tried: a larger product is not always the faster one (AMX bf16
     on a 2-core CPU: ~1,100 GFLOP/s at 1024², ~700 at 2048²). The run's peak is this and the
-    cached best together (train/calibration.py)."""
-    top = top or (8192 if device.type == "cuda" else 1024)
+    cached best together (train/calibration.py), which the first run on a machine measures up to
+    2048² on a CPU: every later run's quick product stops at 512², which on one fp32 thread costs
+    ~40 ms where 1024² added ~0.5 s to the start of every process of every run."""
+    top = top or (8192 if device.type == "cuda" else 512)
     n, rate = 256, 0.0
     while True:
         best = _best_product(device, dtype, n)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, kill_rlvr, spawn_rlvr, warm_launch
+from tests.conftest import ROOT, kill_rlvr, spawn_rlvr, torchrun_launch, warm_launch
 from tests.worker_python import socket_path
 
 BAD = sorted((ROOT / "tests" / "contracts" / "invalid").glob("*.rlvr.yaml"))[0]
@@ -50,6 +50,29 @@ def test_a_process_torchrun_starts_forks_warm_and_answers_as_a_fresh_one() -> No
     assert [f["argv"] for f in forked(env)[before + 1 :]] == [["--version"], ["--version"]]  # both ranks
     other = {**env, "ZYGOTE_PROBE": "1"}  # no warm interpreter of that environment: fresh, the same answer
     assert answer(stand_in, other) == warm and len(forked(env)) == before + 3
+
+
+SCRIPT = """import os, sys
+print(__name__, sys.argv[1:], sys.path[0] == os.path.dirname(os.path.abspath(__file__)), os.environ["RANK"])
+sys.exit(3 if sys.argv[1:] == ["fail"] else 0)
+"""
+
+
+def test_a_tests_script_torchrun_starts_and_torchrun_itself_fork_warm_and_answer_as_fresh_ones(tmp_path: Path) -> None:
+    """A test's own script under torchrun (`python -u SCRIPT ARGS`), and the launcher a test's
+    torchrun line starts (tests/conftest.py `torchrun_launch`): the same exit codes and words."""
+    script = tmp_path / "probe.py"
+    script.write_text(SCRIPT)
+    env = warm_launch()
+    before = len(forked(env))
+    launch = ["--standalone", "--nproc_per_node=2", str(script), "fail"]
+    fresh = answer([sys.executable, "-m", "torch.distributed.run", *launch], {**env, "ZYGOTE_PROBE": "1"})
+    warm = torchrun_launch(*launch, env=env)
+    assert warm.returncode == fresh[0] != 0 and sorted(warm.stdout.splitlines()) == sorted(fresh[1].splitlines())
+    assert sorted(warm.stdout.splitlines()) == ["__main__ ['fail'] True 0", "__main__ ['fail'] True 1"], warm.stdout
+    assert [f["argv"] for f in forked(env)[before:]] == [["fail"], ["fail"]]  # both ranks forked warm
+    done = torchrun_launch("--standalone", "--nproc_per_node=1", script, env=env)
+    assert done.returncode == 0 and done.stdout == "__main__ [] True 0\n", done
 
 
 def _free_port() -> int:

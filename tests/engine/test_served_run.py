@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import QUICK_STEPS, copy_experiment, rlvr, warm_launch
+from tests.conftest import QUICK_STEPS, copy_experiment, rlvr, torchrun_launch
 from tests.engine.standin import Running, StandIn
 
 CONTRACT = "experiment.rlvr.yaml"
@@ -85,8 +85,6 @@ def test_processes_under_torchrun_sample_from_one_server_that_one_process_hands_
     log-probs are the trainer's at every step, it loaded the weights once at the start and once
     a step, and it ends holding the final policy."""
     import os
-    import subprocess
-    import sys
 
     import pyarrow.parquet as pq
     import torch
@@ -98,10 +96,10 @@ def test_processes_under_torchrun_sample_from_one_server_that_one_process_hands_
         edits = [*served_by(running), ("  precision: fp32\n", "  precision: fp32\n  parallel: {strategy: fsdp2}\n")]
         folder = copy_experiment(experiment, tmp_path / "sharded", edits)
         run = folder / "run"
-        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m"]
-        command += ["rlvr_cli", "train", str(folder / CONTRACT), "--run-dir", str(run), "--max-steps", "3"]
-        env = warm_launch({**os.environ, "OMP_NUM_THREADS": "1"})
-        done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+        command = ["--standalone", "--nproc_per_node=2", "-m", "rlvr_cli", "train", str(folder / CONTRACT)]
+        done = torchrun_launch(
+            *command, "--run-dir", run, "--max-steps", "3", env={**os.environ, "OMP_NUM_THREADS": "1"}
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         rows = _metrics(run)
         assert [r["step"] for r in rows] == [0, 1, 2]

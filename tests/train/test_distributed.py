@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.conftest import copy_experiment, rlvr, stopped_at_step_2, warm_launch
+from tests.conftest import copy_experiment, rlvr, stopped_at_step_2, torchrun_launch, warm_launch
 
 CONTRACT = "experiment.rlvr.yaml"
 
@@ -38,30 +38,13 @@ def torchrun(
     """`torchrun … -m rlvr_cli train CONTRACT --run-dir RUN_DIR EXTRA…`, its processes forked from
     a warm interpreter (tests/zygote_workers.py) unless `fresh`."""
     launch = {**os.environ, "OMP_NUM_THREADS": "1", "RLVR_FAULT": fault, **env}
-    if fresh:
-        launch.pop("PYTHON_EXEC", None)
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        f"--nproc_per_node={nproc}",
-        f"--max-restarts={restarts}",
-        "-m",
-        "rlvr_cli",
-        "train",
-        str(contract),
-        "--run-dir",
-        str(run_dir),
-        *extra,
-    ]
-    return subprocess.run(
-        command,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=launch if fresh else warm_launch(launch),
-    )
+    argv = ["--standalone", f"--nproc_per_node={nproc}", f"--max-restarts={restarts}", "-m", "rlvr_cli", "train"]
+    argv += [str(contract), "--run-dir", str(run_dir), *extra]
+    if not fresh:
+        return torchrun_launch(*argv, env=launch)
+    launch.pop("PYTHON_EXEC", None)
+    command = [sys.executable, "-m", "torch.distributed.run", *argv]
+    return subprocess.run(command, capture_output=True, text=True, timeout=600, env=launch)
 
 
 def metrics(run: Path) -> list[dict]:
@@ -564,7 +547,8 @@ if __name__ == "__main__":  # the verifier's worker processes import this file t
         main()
     except SystemExit as stop:
         assert not stop.code, stop.code
-    out = os.path.join(os.environ["COUNT_DIR"], f"{os.path.basename(os.environ['RUN'])}-{os.environ['RANK']}.json")
+    run = os.path.basename(os.environ["RLVR_TEST_RUN"])
+    out = os.path.join(os.environ["RLVR_TEST_COUNTS"], f"{run}-{os.environ['RANK']}.json")
     with open(out, "w") as fh:
         json.dump(counts, fh)
 """
@@ -590,14 +574,11 @@ def test_what_stays_gathered_or_whole_in_a_training_pass_saves_the_collectives_t
         contract = folder / CONTRACT
         parallel = f"  precision: fp32\n  parallel: {{strategy: fsdp2{keys}}}\n"
         contract.write_text(contract.read_text().replace("  precision: fp32\n", parallel))
-        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
         run = tmp_path / f"run-{name}"
-        done = subprocess.run(
-            [*command, str(tmp_path / "count.py"), "train", str(contract), "--run-dir", str(run), "--max-steps", "1"],
-            capture_output=True,
-            text=True,
-            timeout=600,
-            env={**os.environ, "OMP_NUM_THREADS": "1", "COUNT_DIR": str(tmp_path), "RUN": str(run)},
+        done = torchrun_launch(
+            *["--standalone", "--nproc_per_node=2", tmp_path / "count.py", "train", contract, "--run-dir", run],
+            *["--max-steps", "1"],
+            env={**os.environ, "OMP_NUM_THREADS": "1", "RLVR_TEST_COUNTS": str(tmp_path), "RLVR_TEST_RUN": str(run)},
         )
         assert done.returncode == 0, done.stderr[-3000:]
         ranks = [json.loads((tmp_path / f"run-{name}-{rank}.json").read_text()) for rank in (0, 1)]

@@ -80,7 +80,7 @@ def test_the_peak_stops_growing_the_product_once_one_takes_long_enough(monkeypat
     assert sizes == [256]  # 34 ms: enough
     sizes.clear()
     assert flops.measured_peak(torch.device("cpu"), torch.float32) == pytest.approx(1e11)
-    assert sizes == [256, 512, 1024]  # fast products grow to the CPU's size
+    assert sizes == [256, 512]  # fast products grow to the CPU's quick size (the first run's calibration: 2048)
 
 
 def test_a_child_session_is_counted_with_its_own_prompt() -> None:
