@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -39,7 +40,7 @@ def test_the_launch_ends_with_the_first_failed_process_code_and_no_traceback(
         assert f"of the run stopped first: {said}; its own message is above" in done.stderr, done.stderr[-2000:]
 
 
-def test_a_signal_to_the_launch_reaches_every_process_and_ends_it_with_the_signal_code() -> None:
+def test_a_signal_to_the_launch_reaches_every_process_and_ends_it_with_the_signal_code(tmp_path: Path) -> None:
     """SIGTERM sent to the launch alone (a scheduler's `kill PID`): torchrun passes it to every
     process and waits for them (each here exits 143, as a paused run does), then the launch
     exits 143 with one line, without torchrun's traceback."""
@@ -47,9 +48,12 @@ def test_a_signal_to_the_launch_reaches_every_process_and_ends_it_with_the_signa
     import time
 
     argv = [sys.executable, "-m", "rlvr_cli.train.launcher", "--standalone", "--nproc_per_node=2", "--no-python"]
-    waits = ("sh", "-c", "trap 'exit 143' TERM; sleep 60 & wait")
+    waits = ("sh", "-c", f"trap 'exit 143' TERM; touch {tmp_path}/started-$LOCAL_RANK; sleep 60 & wait")
     launch = subprocess.Popen([*argv, *waits], stderr=subprocess.PIPE, text=True)
-    time.sleep(4)  # both processes started
+    deadline = time.monotonic() + 120
+    while len(list(tmp_path.glob("started-*"))) < 2 and time.monotonic() < deadline and launch.poll() is None:
+        time.sleep(0.05)  # both processes started (a fixed wait was short on a busy machine: the launch died unhandled)
+    assert len(list(tmp_path.glob("started-*"))) == 2, launch.poll()
     launch.send_signal(signal.SIGTERM)
     _, stderr = launch.communicate(timeout=60)
     assert launch.returncode == 143, stderr[-2000:]
