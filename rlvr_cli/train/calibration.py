@@ -4,9 +4,10 @@ in a cache so that every run on it divides by the same number.
 One start-up product is a noisy peak: on a 2-core CPU with AMX, four 1024² bf16 products read
 410 GFLOP/s in one run and 1,080 in the next, so each run's `mfu` moved 2.6× with nothing
 changed, and a low reading flattered it. So the first run on a machine calibrates at more sizes
-(three sweeps up to 2048² on a CPU, 8192² on a GPU, products of up to 0.2 s); every run still measures its quick product
-(`flops.measured_peak`: up to 512² on a CPU, 8192² on a GPU), and the cache keeps the best ever seen: a disturbed measurement (two
-runs calibrating at once) can only lower one run's reading, never the cached peak. The key
+(three sweeps up to 2048² on a CPU, 8192² on a GPU, products of up to 0.2 s); every run still
+measures its quick product (`flops.measured_peak`: up to 512² on a CPU, 8192² on a GPU), and the
+cache keeps the best ever seen: a disturbed measurement (two runs calibrating at once) can only
+lower one run's reading, never the cached peak. The key
 names the machine as the product sees it (the CPU model and its matrix extensions, or the GPU's
 name and compute capability), the threads, the PyTorch version and the dtype.
 
