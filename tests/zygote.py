@@ -41,7 +41,7 @@ PRELOAD = (
     "pandas",
     "requests",
     "detect_secrets",
-    "torch.distributed.run",  # the launcher the tests' torchrun lines start (tests/conftest.py `launch`)
+    "torch.distributed.run",  # the launcher the tests' torchrun lines start (tests/conftest.py `torchrun_launch`)
 )
 
 
