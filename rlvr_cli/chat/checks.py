@@ -317,13 +317,28 @@ def _default_system(renderer: ChatRenderer) -> Iterator[Check]:
     bos = renderer.tokenizer.bos_token
     if bos and extra.startswith(bos):
         extra = extra[len(bos) :]
-    if extra.strip():
+    if extra.strip() and not _fixed_preamble(renderer, extra, system_only):
         yield Check(
             "RLT010",
             "warning",
             "without a system message the template still renders text of its own before the first turn: "
             f"{extra.strip()[:80]!r}",
         )
+
+
+def _fixed_preamble(renderer: ChatRenderer, extra: str, system_only: str) -> bool:
+    """Whether `extra` is only special tokens the template also opens a system message with:
+    a fixed preamble in the place of BOS (GLM's `[gMASK]<sop>`), no system prompt of its own."""
+    tokenizer = renderer.tokenizer
+    added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
+    specials = {*tokenizer.all_special_tokens, *(t.content for t in added.values() if getattr(t, "special", False))}
+    rest = extra.strip()
+    while rest:
+        token = next((t for t in sorted(specials, key=len, reverse=True) if t and rest.startswith(t)), None)
+        if token is None:
+            return False
+        rest = rest[len(token) :].lstrip()
+    return system_only.lstrip().startswith(extra.strip())
 
 
 def _ignored_generation_prompt(renderer: ChatRenderer) -> Iterator[Check]:

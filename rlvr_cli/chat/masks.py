@@ -1,6 +1,7 @@
 """Where each turn's tokens are, and which of them the policy loss covers.
 
-Loss mask: 1 on assistant content through its first stop token; 0 on system, user and tool
+Loss mask: 1 on assistant content through its first stop token (where the turn renders none and
+the next turn opens with one, GLM's `<|observation|>`, through that token); 0 on system, user and tool
 tokens, on template glue after the stop token, on padding, and after termination or
 truncation.
 
@@ -173,8 +174,7 @@ class _Locator:
             if first == k:  # nothing between the previous turn and this one: the header takes the gap
                 header = start_char
             self.context(start_char, header, first, k)
-            self.turn_spans(k, header, head, end)
-            start_char, first = end, k + 1
+            start_char, first = self.turn_spans(k, header, head, end), k + 1
         self.context(start_char, len(self.out.text), first, len(self.messages))
         return self.out
 
@@ -209,15 +209,22 @@ class _Locator:
             return None
         return body, head, end
 
-    def turn_spans(self, k: int, header_char: int, head_char: int, end_char: int) -> None:
+    def turn_spans(self, k: int, header_char: int, head_char: int, end_char: int) -> int:
+        """Spans of assistant turn k; returns the character where the next turn's region starts."""
         header = self.token(header_char, k, "the start")
         head = self.token(head_char, k, "the generation prompt's end")
         end = len(self.out.ids) if end_char < 0 else self.token(end_char, k, "the end")
         ids = self.out.ids
         limit = len(ids) if end_char < 0 else end
         stop = _first_of(ids, self.renderer.stop_ids, head, limit)
-        if stop is None:
-            self.out.problems.append(Problem("no_stop", k, limit))
+        if stop is None and limit < len(ids) and ids[limit] in self.renderer.stop_ids:
+            # the turn ends where the next one opens, with a stop token (GLM's <|user|>, <|observation|>):
+            # the policy stopped by writing that token, so it is the turn's last trained token
+            stop = end = limit
+            end_char = self.out.offsets[limit][1]
+        elif stop is None:
+            if limit < len(ids) or not self.next_opens_with_stop():  # (last turn: its stop would open the next)
+                self.out.problems.append(Problem("no_stop", k, limit))
             stop = limit - 1
         if end_char < 0:
             end = stop + 1
@@ -228,6 +235,20 @@ class _Locator:
         spans.append(Span("assistant", k, head, stop + 1, True, "content"))
         if end > stop + 1:
             spans.append(Span("assistant", k, stop + 1, end, False, "glue"))
+        return end_char
+
+    def next_opens_with_stop(self) -> bool:
+        """Whether a user (or tool) turn after this conversation would open with a stop token: a
+        template whose turns end where the next opens (GLM) renders no stop after the last turn."""
+        for probe in ({"role": "user", "content": "rlvr-probe"}, {"role": "tool", "content": "rlvr-probe"}):
+            try:  # (a user turn after a reasoning turn makes GLM drop its reasoning: then a tool turn)
+                text = self.renderer.compiled.text([*self.messages, probe], self.tools, False)
+            except Exception:
+                continue
+            if text.startswith(self.out.text):
+                ids = self.renderer.ids_of([text[len(self.out.text) :]])[0]
+                return bool(ids) and ids[0] in self.renderer.stop_ids
+        return False
 
     def context(self, start_char: int, end_char: int, first: int, stop: int) -> None:
         """Untrained spans for turns first..stop-1 between two located points."""
@@ -278,7 +299,11 @@ def to_rendered(renderer: ChatRenderer, located: Located) -> Rendered:
 
 
 def continuation(
-    renderer: ChatRenderer, messages: list[dict[str, Any]], added: list[dict[str, Any]], tools: list[dict] | None
+    renderer: ChatRenderer,
+    messages: list[dict[str, Any]],
+    added: list[dict[str, Any]],
+    tools: list[dict] | None,
+    sampled_stop: int | None = None,
 ) -> list[int]:
     """Token ids to append after an assistant turn's stop token so that the episode reads
     as the template renders `messages + added` with the generation prompt: the glue after
@@ -286,8 +311,11 @@ def continuation(
 
     Token-in/token-out: the sampled ids stay as sampled; only the text after the last stop
     token is rendered and tokenized (a special token ends a pre-tokenizer run, so tokenizing
-    after it matches tokenizing the whole). Raises ValueError where the template does not
-    keep `messages` as a prefix (history rewriting) or the turn has no stop token."""
+    after it matches tokenizing the whole). A template whose turns end where the next one
+    opens with a stop token (GLM: `<|observation|>`) renders no stop in the turn: the stop
+    the policy sampled (`sampled_stop`, when given) is that opening, which is not appended
+    again. Raises ValueError where the template does not keep `messages` as a prefix
+    (history rewriting) or the turn has no stop token."""
     template = renderer.compiled
     try:
         before = template.text(messages, tools, False)
@@ -300,12 +328,26 @@ def continuation(
             before = before[: -len(closing)]
         else:
             raise ValueError("the template renders the earlier turns differently once the new turns follow")
+    turn = common_prefix(_opened(renderer, messages, tools), before)  # the last turn starts here: its stop after
     ids, offsets = renderer.encode(before)
     stops = set(renderer.stop_ids)
-    last = next((i for i in range(len(ids) - 1, -1, -1) if ids[i] in stops), None)
-    if last is None:
-        raise ValueError("the last assistant turn has no stop token")
-    return renderer.encode(before[offsets[last][1] :] + after[len(before) :])[0]
+    last = next((i for i in range(len(ids) - 1, -1, -1) if ids[i] in stops and offsets[i][0] >= turn), None)
+    if last is not None:
+        return renderer.encode(before[offsets[last][1] :] + after[len(before) :])[0]
+    glue = renderer.encode(after[len(before) :])[0]
+    if glue and glue[0] in stops:  # the next turn opens with a stop token: the policy wrote it to end its turn
+        return glue[1:] if sampled_stop in (None, glue[0]) else glue
+    raise ValueError("the last assistant turn has no stop token")
+
+
+def _opened(renderer: ChatRenderer, messages: list[dict[str, Any]], tools: list[dict] | None) -> str:
+    """The prompt the last assistant turn of `messages` was sampled from; '' when unknown."""
+    if not messages or messages[-1]["role"] != "assistant":
+        return ""
+    try:
+        return renderer.compiled.text(messages[:-1], tools, True)
+    except Exception:  # a prefix the template refuses: the whole rendering is searched
+        return ""
 
 
 def sampled_mask(sampled: Sequence[int], stop_ids: Sequence[int]) -> tuple[list[int], str]:

@@ -197,11 +197,16 @@ class ChatRenderer:
         return rendered
 
     def continuation(
-        self, messages: list[dict[str, Any]], added: list[dict[str, Any]], tools: list[dict] | None = None
+        self,
+        messages: list[dict[str, Any]],
+        added: list[dict[str, Any]],
+        tools: list[dict] | None = None,
+        sampled_stop: int | None = None,
     ) -> list[int]:
         """Ids to append after the stop token of the last assistant turn of `messages` for the
-        `added` tool/user turns and the next generation prompt (token-in/token-out)."""
-        return masks.continuation(self, messages, added, tools)
+        `added` tool/user turns and the next generation prompt (token-in/token-out);
+        `sampled_stop`: the stop token the policy ended that turn with."""
+        return masks.continuation(self, messages, added, tools, sampled_stop)
 
 
 def pad_id(tokenizer: Any) -> int:

@@ -15,6 +15,10 @@ and its calls; a block that is not a well-formed call stays in the message (no c
   call a turn; the message is the `final` channel's text.
 - `deepseek` (DeepSeek-R1 distills, V3): `<｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME`, a
   json code block and `<｜tool▁call▁end｜>` per call, inside `<｜tool▁calls▁begin｜>…`.
+- `glm` (GLM-4.5, 4.6): `<tool_call>NAME` then `<arg_key>K</arg_key><arg_value>V</arg_value>` per
+  argument, `</tool_call>`; any number a turn. A value is written bare (a string as it is, any
+  other value as JSON), so it is read as JSON where it parses, except where the tool's schema
+  types the argument `string` (`typed_arguments`: GLM's own reading).
 """
 
 from __future__ import annotations
@@ -158,6 +162,53 @@ def _deepseek(text: str) -> tuple[str, list[Call]]:
     return message.strip(), [c for c in calls if c is not None]
 
 
+_GLM_CALL = re.compile(
+    r"<tool_call>\s*([^<\n]+?)\s*((?:<arg_key>.*?</arg_key>\s*<arg_value>.*?</arg_value>\s*)*)</tool_call>", re.S
+)
+_GLM_ARG = re.compile(r"<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>", re.S)
+
+
+def _glm(text: str) -> tuple[str, list[Call]]:
+    calls: list[Call] = []
+
+    def take(match: re.Match[str]) -> str:
+        written = {key.strip(): value for key, value in _GLM_ARG.findall(match.group(2))}
+        call = _call(match.group(1), {key: _bare(value) for key, value in written.items()})
+        if call is None:
+            return match.group(0)
+        calls.append({**call, "written": written})
+        return ""
+
+    return _GLM_CALL.sub(take, text).strip(), calls
+
+
+def _bare(value: str) -> Any:
+    """A value as GLM's template writes it: JSON where it parses, else the string itself."""
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
+
+
+def typed_arguments(call: Call, schemas: list[dict[str, Any]] | None) -> str:
+    """A call's arguments (JSON text); a format that writes values without their type (GLM) has
+    each argument the tool's schema types `string` restored to the text as written."""
+    written = call.get("written")
+    if not written or not schemas:
+        return call["arguments"]
+    function = next(
+        (s.get("function") or {} for s in schemas if (s.get("function") or {}).get("name") == call["name"]), {}
+    )
+    properties = (function.get("parameters") or {}).get("properties") or {}
+    arguments = json.loads(call["arguments"])
+    for key, value in written.items():
+        kind = (properties.get(key) or {}).get("type")
+        kinds = kind if isinstance(kind, list) else [kind]
+        if "string" in kinds and not (arguments[key] is None and "null" in kinds):
+            arguments[key] = value
+    return json.dumps(arguments)
+
+
 FORMATS: dict[str, ToolFormat] = {
     f.name: f
     for f in (
@@ -165,6 +216,7 @@ FORMATS: dict[str, ToolFormat] = {
         ToolFormat("deepseek", "DeepSeek-R1 (distills), V3", "tool▁calls▁begin", True, None, "string", _deepseek),
         ToolFormat("mistral", "Mistral 7B v0.3, Nemo, Small", "[TOOL_CALLS]", True, 9, "mapping", _mistral),
         ToolFormat("llama3_json", "Llama 3.1, 3.2, 3.3", '"parameters": ', False, None, "mapping", _llama3),
+        ToolFormat("glm", "GLM-4.5, 4.6", "<arg_key>", True, None, "mapping", _glm),
         ToolFormat("hermes", "Qwen2.5, Qwen3, Hermes, SmolLM3", "<tool_call>", True, None, "mapping", _hermes),
     )
 }

@@ -12,7 +12,7 @@ import itertools
 import json
 from typing import Any
 
-from rlvr_cli.chat.tool_formats import FORMATS, ToolFormat
+from rlvr_cli.chat.tool_formats import FORMATS, ToolFormat, typed_arguments
 
 
 class CallIds:
@@ -84,14 +84,19 @@ def _arguments(raw: Any, form: str = "mapping") -> Any:
 
 
 def parse_completion(
-    text: str, call_id: CallIds | None = None, end: str = "", fmt: ToolFormat | None = None
+    text: str,
+    call_id: CallIds | None = None,
+    end: str = "",
+    fmt: ToolFormat | None = None,
+    schemas: list[dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """Generated text → a message item and function_call items, in the model family's tool-call
     format (`chat/tool_formats.py`; Hermes by default); a malformed call block stays in the
     message text (the environment never sees it, the transcript does). `text` is all that was
     sampled, the stop token included, so a call whose closing tag is the stop token (a turn that
     ends on its call) is a call; `end`, the stop token's text, is not part of the message. A
-    call keeps the id the model wrote (Mistral's), else gets one."""
+    call keeps the id the model wrote (Mistral's), else gets one; `schemas`, the tools offered,
+    type the arguments of a format that writes them untyped (GLM's)."""
     fmt = fmt or FORMATS["hermes"]
     call_id = call_id or CallIds()
     message, found = fmt.split(text)
@@ -104,7 +109,7 @@ def parse_completion(
             "type": "function_call",
             "call_id": c["id"] or fmt.new_id(call_id),
             "name": c["name"],
-            "arguments": c["arguments"],
+            "arguments": typed_arguments(c, schemas),
         }
         for c in found
     ]

@@ -155,7 +155,9 @@ def _turn(
         lead = episode.prefix if first else ""
         text = lead + response_text(renderer.tokenizer, kept, finish)
         whole, end = sampled_text(renderer.tokenizer, kept, finish)
-        output = parse_completion(lead + whole, episode.call_ids, end, renderer.tool_format)  # (a call may end it)
+        output = parse_completion(  # (a call may end it)
+            lead + whole, episode.call_ids, end, renderer.tool_format, rollout.env.schemas
+        )
         episode.items += output
         calls = [i for i in output if i.get("type") == "function_call"]
         episode.turns.append({"sampled": [start, len(episode.ids)], "text": text, "calls": len(calls)})
@@ -194,7 +196,7 @@ def _room_for_results(rollout: ToolUse, episode: Episode, calls: list[dict[str, 
     form = _arguments_form(rollout.renderer)
     before, empty = episode.messages + to_chat(episode.items, form), to_chat([_output(c, "") for c in calls], form)
     try:
-        glue = rollout.renderer.continuation(before, empty, rollout.env.schemas or None)
+        glue = rollout.renderer.continuation(before, empty, rollout.env.schemas or None, episode.ids[-1])
     except ValueError:  # the template cannot continue: _continue says so
         return True
     return len(episode.ids) + len(glue) < budget
@@ -265,7 +267,7 @@ def _continue(
     episode.items += outputs
     added = to_chat(outputs, form)
     try:
-        glue = renderer.continuation(before, added, env.schemas or None)
+        glue = renderer.continuation(before, added, env.schemas or None, episode.ids[-1])
     except ValueError as exc:  # the template rewrites history: this episode cannot go on token-exactly
         episode.ended, turn["error"] = "template", str(exc)
         return

@@ -71,6 +71,25 @@ DEEPSEEK = (
     "<｜tool▁output▁end｜>",
     "<｜tool▁outputs▁end｜>",
 )
+GLM = (
+    "[gMASK]",
+    "<sop>",
+    "<|system|>",
+    "<|user|>",
+    "<|assistant|>",
+    "<|observation|>",
+    "<|endoftext|>",
+    "<think>",
+    "</think>",
+    "<tool_call>",
+    "</tool_call>",
+    "<arg_key>",
+    "</arg_key>",
+    "<arg_value>",
+    "</arg_value>",
+    "<tool_response>",
+    "</tool_response>",
+)
 HARMONY = ("<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|return|>", "<|call|>", "<|endoftext|>")
 
 FAMILIES = {
@@ -104,6 +123,8 @@ FAMILIES = {
         Family("smollm2", "smollm2.jinja", CHATML, ("<|im_end|>",), "<|im_end|>"),
         Family("smollm3", "smollm3.jinja", QWEN, ("<|im_end|>",), "<|im_end|>"),
         Family("gpt-oss", "gpt-oss.jinja", HARMONY, ("<|return|>", "<|call|>"), "<|return|>"),
+        # a turn ends where the next opens: the policy stops by writing <|user|> or <|observation|>
+        Family("glm-4.6", "glm-4.6.jinja", GLM, ("<|user|>", "<|observation|>", "<|endoftext|>"), "<|endoftext|>"),
     ]
 }
 

@@ -1,4 +1,4 @@
-"""Masks token for token on the published chat templates of fourteen model families.
+"""Masks token for token on the published chat templates of fifteen model families.
 
 Every expectation is written from the template's documented format (what the template
 emits for each role, read off the template source), never from rlvr's output: a segment's
@@ -570,6 +570,68 @@ def test_gpt_oss_multi_turn_rewrites_the_return_token(published_tokenizer) -> No
     assert trained == "<|channel|>final<|message|>20<|return|>"
 
 
+# ── GLM-4.6: a turn ends where the next one opens ─────────────────────────────────────
+
+GLM_TOOLS = (
+    "<|system|>\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n"
+    + json.dumps(TOOL)
+    + "\n</tools>\n\nFor each function call, output the function name and arguments within the following "
+    "XML format:\n<tool_call>{function-name}\n<arg_key>{arg-key-1}</arg_key>\n<arg_value>{arg-value-1}</arg_value>"
+    "\n<arg_key>{arg-key-2}</arg_key>\n<arg_value>{arg-value-2}</arg_value>\n...\n</tool_call>"
+)
+GLM_CALL = (
+    "\n<tool_call>add\n<arg_key>a</arg_key>\n<arg_value>2</arg_value>\n<arg_key>b</arg_key>\n<arg_value>3</arg_value>"
+    "\n</tool_call>"
+)
+GLM_TOOL_USE = [SYSTEM, USER, {"role": "assistant", "content": "", "tool_calls": [call()]}, tool(), FIVE]
+
+
+def test_glm_trains_the_opening_of_the_next_turn_that_ends_each_answer(published_tokenizer) -> None:
+    """GLM's assistant turns have no closing token: the policy stops by writing the next turn's
+    opening (<|user|>, <|observation|>), so that token is the turn's last trained one. The last
+    turn renders no stop (nothing follows it) and is no error; `[gMASK]<sop>` stands where BOS
+    would and is no default system prompt."""
+    check(
+        render(published_tokenizer, "glm-4.6", MULTI),
+        "glm-4.6",
+        [
+            ("[gMASK]<sop><|system|>\nYou are terse.<|user|>\nWhat is 2+3?<|assistant|>", 0),
+            ("\n<think></think>\n5<|user|>", 1),
+            ("\nTimes 4?<|assistant|>", 0),
+            ("\n<think></think>\n20", 1),
+        ],
+        [],
+    )
+    check(
+        render(published_tokenizer, "glm-4.6", GLM_TOOL_USE, [TOOL]),
+        "glm-4.6",
+        [
+            ("[gMASK]<sop>" + GLM_TOOLS + "<|system|>\nYou are terse.<|user|>\nWhat is 2+3?<|assistant|>", 0),
+            ("\n<think></think>" + GLM_CALL + "<|observation|>", 1),
+            ("\n<tool_response>\n5\n</tool_response><|assistant|>", 0),
+            ("\n<think></think>\n5", 1),
+        ],
+        [],
+    )
+    check(
+        render(published_tokenizer, "glm-4.6", REASONING),
+        "glm-4.6",
+        [("[gMASK]<sop><|user|>\nWhat is 2+3?<|assistant|>", 0), ("\n<think>add them</think>\n5", 1)],
+        [],
+    )
+
+
+def test_glm_without_the_openings_as_stop_tokens_never_learns_to_stop(published_tokenizer) -> None:
+    """The same template with only <|endoftext|> as a stop token: no turn has one (RLT002)."""
+    family = FAMILIES["glm-4.6"]
+    renderer = ChatRenderer(published_tokenizer("glm-4.6"), family.source, ["<|endoftext|>"])
+    out = renderer.render(Conversation(MULTI, None))
+    assert sorted(c.code for c in out.checks) == ["RLT002", "RLT002"]
+    trained = "".join(t for t, m in zip(out.tokens, out.loss_mask, strict=True) if m)
+    assert "<|user|>" not in trained
+
+
 # ── token-in/token-out: the agentic path uses the same rendering ──────────────────────
 
 
@@ -581,6 +643,8 @@ def test_gpt_oss_multi_turn_rewrites_the_return_token(published_tokenizer) -> No
         ("phi-3.5", MULTI, None),
         ("mistral-nemo", [USER, {"role": "assistant", "content": None, "tool_calls": [call()]}, tool(), FIVE], [TOOL]),
         ("gemma-3", MULTI, None),
+        ("glm-4.6", GLM_TOOL_USE, [TOOL]),
+        ("glm-4.6", MULTI, None),
     ],
 )
 def test_continuation_appends_exactly_what_the_full_rendering_holds(
@@ -601,6 +665,20 @@ def test_continuation_appends_exactly_what_the_full_rendering_holds(
             ids += renderer.continuation(conversation[: k + 1], conversation[k + 1 : turns[i + 1]], tools)
     last = [s for s in full.spans if s.part == "content"][-1]
     assert ids == full.input_ids[: last.end]
+
+
+def test_glm_continuation_keeps_the_opening_the_policy_did_not_write(published_tokenizer) -> None:
+    """The stop the policy sampled stands for the next turn's opening only when it is that
+    opening: a call turn ended with <|user|> still gets <|observation|> before the results."""
+    family = FAMILIES["glm-4.6"]
+    tokenizer = published_tokenizer("glm-4.6")
+    renderer = ChatRenderer(tokenizer, family.source, list(family.stops))
+    observation, user = tokenizer.convert_tokens_to_ids(["<|observation|>", "<|user|>"])
+    turns, added = GLM_TOOL_USE[:3], [tool()]
+    wrote_it = renderer.continuation(turns, added, [TOOL], observation)
+    assert renderer.tokens(wrote_it)[:2] == ["\n", "<tool_response>"]  # straight into the result
+    other = renderer.continuation(turns, added, [TOOL], user)
+    assert other == [observation, *wrote_it]
 
 
 def test_continuation_refuses_a_template_that_rewrites_history(published_tokenizer) -> None:

@@ -25,6 +25,7 @@ FAMILIES = {
     "mistral-nemo.jinja": "mistral",
     "gpt-oss.jinja": "harmony",
     "deepseek-r1-distill.jinja": "deepseek",
+    "glm-4.6.jinja": "glm",
 }
 TOOLS = [
     {
@@ -78,14 +79,16 @@ def test_each_published_template_is_read_in_its_familys_format(tokenizer, name: 
     assert fmt is not None and fmt.name == expected
     call = {"name": "lookup", "args": {"word": "cat"}, "id": "a1b2c3d4e"}  # 9 characters: Mistral's rule
     text = sampled(tokenizer, template, [call], expected)
-    items = parse_completion(text, CallIds(), fmt=fmt)
+    items = parse_completion(text, CallIds(), fmt=fmt, schemas=TOOLS)
     calls = [i for i in items if i["type"] == "function_call"]
     assert [(c["name"], json.loads(c["arguments"])) for c in calls] == [("lookup", {"word": "cat"})], text
     if expected == "mistral":
         assert calls[0]["call_id"] == "a1b2c3d4e"  # the id the model wrote is the one its result answers
 
 
-@pytest.mark.parametrize(("name", "expected"), [("qwen3.jinja", "hermes"), ("mistral-nemo.jinja", "mistral")])
+@pytest.mark.parametrize(
+    ("name", "expected"), [("qwen3.jinja", "hermes"), ("mistral-nemo.jinja", "mistral"), ("glm-4.6.jinja", "glm")]
+)
 def test_formats_with_parallel_calls_read_every_call_of_a_turn(tokenizer, name: str, expected: str) -> None:  # type: ignore[no-untyped-def]
     calls = [{"name": "lookup", "args": {"word": w}, "id": f"{w}abcdef"[:9].ljust(9, "x")} for w in ("cat", "dog")]
     text = sampled(tokenizer, (TEMPLATES / name).read_text(), calls, expected)
@@ -119,6 +122,12 @@ def test_formats_with_parallel_calls_read_every_call_of_a_turn(tokenizer, name: 
             '{"word": "x"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜><｜end▁of▁sentence｜>',
             "Sure.",
         ),
+        (
+            "glm",
+            "<think>look it up</think>\nLet me check.\n<tool_call>lookup\n<arg_key>word</arg_key>\n<arg_value>x"
+            "</arg_value>\n</tool_call>",
+            "<think>look it up</think>\nLet me check.",
+        ),
     ],
 )
 def test_a_call_as_sampled_and_the_message_around_it(fmt: str, text: str, message: str) -> None:
@@ -142,12 +151,43 @@ def test_a_call_as_sampled_and_the_message_around_it(fmt: str, text: str, messag
             "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>lookup\n```json\n{x\n```<｜tool▁call▁end｜>",
         ),
         ("harmony", "<|channel|>final<|message|>A cat is an animal.<|return|>"),
+        ("glm", "<tool_call>lookup\n<arg_key>word</arg_key>\n<arg_value>x</tool_call>"),
+        ("glm", "<tool_call>\n<arg_key>word</arg_key>\n<arg_value>x</arg_value>\n</tool_call>"),
     ],
 )
 def test_text_that_is_not_a_well_formed_call_is_no_call(fmt: str, text: str) -> None:
     items = parse_completion(text, CallIds(), fmt=FORMATS[fmt])
     assert [i for i in items if i["type"] == "function_call"] == []
     assert items[0]["type"] == "message" and items[0]["content"]
+
+
+def test_glm_values_are_read_as_the_tools_schema_types_them() -> None:
+    """GLM writes a value bare (a string as it is, anything else as JSON): `5` is the number 5
+    for an integer argument and the text "5" for a string one, as the tool's schema says."""
+    schema = {
+        "type": "function",
+        "function": {
+            "name": "put",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "key": {"type": "string"},
+                    "count": {"type": "integer"},
+                    "flags": {"type": "array"},
+                    "note": {"type": ["string", "null"]},
+                },
+            },
+        },
+    }
+    text = "".join(
+        f"<arg_key>{k}</arg_key>\n<arg_value>{v}</arg_value>\n"
+        for k, v in [("key", "5"), ("count", "5"), ("flags", '["a", 1]'), ("note", "null"), ("other", "true")]
+    )
+    text = f"<tool_call>put\n{text}</tool_call>"
+    (typed,) = [i for i in parse_completion(text, CallIds(), fmt=FORMATS["glm"], schemas=[schema]) if "name" in i]
+    assert json.loads(typed["arguments"]) == {"key": "5", "count": 5, "flags": ["a", 1], "note": None, "other": True}
+    (bare,) = [i for i in parse_completion(text, CallIds(), fmt=FORMATS["glm"]) if "name" in i]
+    assert json.loads(bare["arguments"])["key"] == 5  # without the schema the text's own reading
 
 
 def test_a_template_that_renders_no_known_format_is_none_and_a_tool_use_run_is_refused(tokenizer) -> None:  # type: ignore[no-untyped-def]

@@ -126,12 +126,23 @@ LLAMA_FIX = (
 )
 
 
+GLM_READ = "\n<think>Read it first.</think>\n<tool_call>read_file\n<arg_key>path</arg_key>\n<arg_value>config/app.toml"
+GLM_READ += "</arg_value>\n</tool_call>"
+GLM_FIX = "\n<think></think>\n<tool_call>replace_in_file\n" + "".join(
+    f"<arg_key>{k}</arg_key>\n<arg_value>{v}</arg_value>\n"
+    for k, v in [("path", "config/app.toml"), ("old", "version = 1"), ("new", "version = 2")]
+)
+GLM_FIX += "</tool_call>"
+GLM_SPECIALS = ["[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>", "<|observation|>", "<|endoftext|>"]
+
+
 @pytest.mark.parametrize(
     ("template", "script", "glue"),
     [
         ("mistral-nemo.jinja", [MISTRAL_READ, MISTRAL_FIX, "Set version to 2."], "[TOOL_RESULTS]"),
         ("llama-3.1.jinja", [LLAMA_READ, LLAMA_FIX, "Set version to 2."], "ipython"),
         ("qwen3.jinja", [QWEN3_READ, QWEN3_FIX, "<think>\nDone.\n</think>\n\nSet version to 2."], "<tool_response>"),
+        ("glm-4.6.jinja", [GLM_READ, GLM_FIX, "\n<think>Done.</think>\nSet version to 2."], "<tool_response>"),
     ],
 )
 def test_an_episode_in_another_familys_published_template_and_format(
@@ -149,6 +160,9 @@ def test_an_episode_in_another_familys_published_template_and_format(
     tokenizer, stops = setup.tokenizer, length.stop_tokens  # Mistral's template ends turns with the eos token
     if template.startswith("llama"):  # Llama's hard-codes its own special tokens: a tokenizer that has them
         tokenizer, stops = build_tokenizer(tmp_path / "llama3", "llama3"), ["<|eot_id|>"]
+    if template.startswith("glm"):  # GLM's turns end on the next one's opening, which the policy writes
+        tokenizer, stops = build_tokenizer(tmp_path / "glm", "chatml"), ["<|observation|>", "<|user|>"]
+        tokenizer.add_special_tokens({"additional_special_tokens": GLM_SPECIALS})
     setup.renderer = ChatRenderer(tokenizer, text, stops, max_prompt_tokens=8192)
     task = next(t for t in setup.train_tasks if t["id"] == "edit-app-config")
     (sample,), _ = play(setup, agent, task, [script])
@@ -157,6 +171,9 @@ def test_an_episode_in_another_familys_published_template_and_format(
     assert sample.text == "Set version to 2."  # what verify read: after Qwen3's reasoning, never the reasoning
     inserted = setup.tokenizer.decode([t for t, m in zip(sample.response_ids, sample.mask, strict=True) if m == 0])
     assert glue in inserted and "version = 1" in inserted  # the template's own glue around the tool's result
+    if template.startswith("glm"):  # each call turn's sampled <|observation|> opened its results: never twice
+        assert sample.transcript["server_calls"][1]["arguments"]["old"] == "version = 1"
+        assert "<|observation|>" not in inserted  # every one in the episode is the policy's own, trained
     if template.startswith("mistral"):  # the ids the model wrote are the ones its results answer
         assert [i["call_id"] for i in sample.transcript["items"] if i["type"] == "function_call"] == [
             "r3adf1le0",
