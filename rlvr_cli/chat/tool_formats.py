@@ -14,7 +14,8 @@ and its calls; a block that is not a well-formed call stays in the message (no c
 - `harmony` (gpt-oss): ` to=functions.NAME<|channel|>commentary json<|message|>{…}<|call|>`; one
   call a turn; the message is the `final` channel's text.
 - `deepseek` (DeepSeek-R1 distills, V3): `<｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME`, a
-  json code block and `<｜tool▁call▁end｜>` per call, inside `<｜tool▁calls▁begin｜>…`.
+  json code block and `<｜tool▁call▁end｜>` per call, inside `<｜tool▁calls▁begin｜>…`; V3.1 and
+  later write `<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{…}<｜tool▁call▁end｜>`, read the same.
 - `glm` (GLM-4.5, 4.6): `<tool_call>NAME` then `<arg_key>K</arg_key><arg_value>V</arg_value>` per
   argument, `</tool_call>`; any number a turn. A value is written bare (a string as it is, any
   other value as JSON), so it is read as JSON where it parses, except where the tool's schema
@@ -144,10 +145,8 @@ def _harmony_message(text: str) -> str:
     ).strip()
 
 
-_DEEPSEEK_CALL = re.compile(
-    r"<｜tool▁call▁begin｜>\s*\w*\s*<｜tool▁sep｜>\s*([^\n<]+?)\s*\n```(?:json)?\s*\n(.*?)\n```\s*<｜tool▁call▁end｜>",
-    re.S,
-)
+_DEEPSEEK_CALL = re.compile(r"<｜tool▁call▁begin｜>(.*?)<｜tool▁call▁end｜>", re.S)
+_DEEPSEEK_FENCED = re.compile(r"\s*([^\n<]+?)\s*\n```(?:json)?\s*\n(.*?)\n```\s*", re.S)
 _DEEPSEEK_BLOCK = re.compile(r"<｜tool▁calls▁begin｜>.*?(?:<｜tool▁calls▁end｜>|$)", re.S)
 
 
@@ -155,11 +154,23 @@ def _deepseek(text: str) -> tuple[str, list[Call]]:
     block = _DEEPSEEK_BLOCK.search(text)
     if block is None:
         return text.strip(), []
-    calls = [_call_text(name, arguments) for name, arguments in _DEEPSEEK_CALL.findall(block.group(0))]
+    calls = [_deepseek_call(body) for body in _DEEPSEEK_CALL.findall(block.group(0))]
     if not calls or any(c is None for c in calls):
         return text.strip(), []
     message = (text[: block.start()] + text[block.end() :]).replace("<｜end▁of▁sentence｜>", "")
     return message.strip(), [c for c in calls if c is not None]
+
+
+def _deepseek_call(body: str) -> Call | None:
+    """R1 and V3: `function<｜tool▁sep｜>NAME` and the arguments in a json code block;
+    V3.1 and later: `NAME<｜tool▁sep｜>` and the arguments as they are."""
+    head, sep, rest = body.partition("<｜tool▁sep｜>")
+    if not sep:
+        return None
+    fenced = _DEEPSEEK_FENCED.fullmatch(rest)
+    if fenced is not None:
+        return _call_text(fenced.group(1), fenced.group(2))
+    return _call_text(head.strip(), rest)
 
 
 _GLM_CALL = re.compile(
@@ -213,7 +224,7 @@ FORMATS: dict[str, ToolFormat] = {
     f.name: f
     for f in (
         ToolFormat("harmony", "gpt-oss", "<|call|>", False, None, "mapping", _harmony),
-        ToolFormat("deepseek", "DeepSeek-R1 (distills), V3", "tool▁calls▁begin", True, None, "string", _deepseek),
+        ToolFormat("deepseek", "DeepSeek-R1 (distills), V3, V3.1", "tool▁calls▁begin", True, None, "string", _deepseek),
         ToolFormat("mistral", "Mistral 7B v0.3, Nemo, Small", "[TOOL_CALLS]", True, 9, "mapping", _mistral),
         ToolFormat("llama3_json", "Llama 3.1, 3.2, 3.3", '"parameters": ', False, None, "mapping", _llama3),
         ToolFormat("glm", "GLM-4.5, 4.6", "<arg_key>", True, None, "mapping", _glm),

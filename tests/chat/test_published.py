@@ -1,4 +1,4 @@
-"""Masks token for token on the published chat templates of fifteen model families.
+"""Masks token for token on the published chat templates of sixteen model families.
 
 Every expectation is written from the template's documented format (what the template
 emits for each role, read off the template source), never from rlvr's output: a segment's
@@ -514,6 +514,32 @@ def test_deepseek_r1_parallel_tool_calls(published_tokenizer) -> None:
     )
 
 
+DS31_TOOL_USE = [
+    SYSTEM,
+    USER,
+    {"role": "assistant", "content": None, "tool_calls": [call(ARGS_JSON)]},
+    tool(),
+    FIVE,
+]
+
+
+def test_deepseek_v31_tool_calls_and_the_answer_after_their_results(published_tokenizer) -> None:
+    """V3.1 opens the non-thinking answer with `</think>` in the generation prompt, writes a call
+    as NAME<｜tool▁sep｜>ARGUMENTS (no code block), and after tool outputs adds no prompt."""
+    ds_call = "<｜tool▁call▁begin｜>add<｜tool▁sep｜>" + ARGS_JSON + "<｜tool▁call▁end｜>"
+    check(
+        render(published_tokenizer, "deepseek-v3.1", DS31_TOOL_USE),
+        "deepseek-v3.1",
+        [
+            (DS_BOS + "You are terse." + DS_U + "What is 2+3?" + DS_A + "</think>", 0),
+            ("<｜tool▁calls▁begin｜>" + ds_call + "<｜tool▁calls▁end｜>" + DS_EOS, 1),
+            ("<｜tool▁output▁begin｜>5<｜tool▁output▁end｜>", 0),
+            ("5" + DS_EOS, 1),
+        ],
+        [],
+    )
+
+
 # ── gpt-oss (harmony) ─────────────────────────────────────────────────────────────────
 
 
@@ -644,6 +670,7 @@ def test_glm_without_the_openings_as_stop_tokens_never_learns_to_stop(published_
         ("mistral-nemo", [USER, {"role": "assistant", "content": None, "tool_calls": [call()]}, tool(), FIVE], [TOOL]),
         ("gemma-3", MULTI, None),
         ("glm-4.6", GLM_TOOL_USE, [TOOL]),
+        ("deepseek-v3.1", DS31_TOOL_USE, [TOOL]),
         ("glm-4.6", MULTI, None),
     ],
 )

@@ -25,6 +25,7 @@ FAMILIES = {
     "mistral-nemo.jinja": "mistral",
     "gpt-oss.jinja": "harmony",
     "deepseek-r1-distill.jinja": "deepseek",
+    "deepseek-v3.1.jinja": "deepseek",
     "glm-4.6.jinja": "glm",
 }
 TOOLS = [
