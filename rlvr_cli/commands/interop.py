@@ -85,7 +85,7 @@ def run_import(
         "and whether the peer's default set it. The other sections are the base contract's.",
         *_difference_lines(mapping.differences),
     ]
-    _write_checked(target, contract_text(text, base, mapping, header))
+    _write_checked(target, contract_text(text, base, mapping, header), into)
     _report(mapping, peer)
     sys.stdout.write(f"wrote {target}\n")
     return 0
@@ -125,8 +125,9 @@ def _difference_lines(differences: list[Difference]) -> list[str]:
     return ["", "Where the numbers are not the peer's:", *(f"  {d.line()}" for d in differences), ""]
 
 
-def _write_checked(target: Path, text: str) -> None:
-    """Written only when it validates: a temporary file beside the target, checked, renamed."""
+def _write_checked(target: Path, text: str, into: Path) -> None:
+    """Written only when it validates: a temporary file beside the target, checked, renamed.
+    Refused, it says where a key the peer's config does not hold is stated: in `into`."""
     from rlvr_cli.contract.load import check_file
 
     fd, name = tempfile.mkstemp(prefix=".import-", suffix=".rlvr.yaml", dir=target.parent)
@@ -137,7 +138,11 @@ def _write_checked(target: Path, text: str) -> None:
         errors = [d for d in result.diagnostics if d.severity == "error"]
         if errors:
             shown = "\n".join(f"  {d.code} {d.message}" for d in errors)
-            raise RlvrError(f"the imported contract does not validate:\n{shown}")
+            raise RlvrError(
+                f"the imported contract does not validate:\n{shown}\n"
+                f"Keys the peer's config does not hold (log_by fields, the environment, the data) are {into.name}'s, "
+                f"kept as written: state them in {into} and import again."
+            )
         os.replace(name, target)
     finally:
         if os.path.exists(name):

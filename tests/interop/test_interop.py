@@ -23,6 +23,7 @@ VERL_SITE = (
     if (ROOT / ".venv-verl").exists()
     else None
 )
+CONTRACT = "experiment.rlvr.yaml"
 EPS6 = ("epsilon: 1.0e-4}", "epsilon: 1.0e-6}")
 WEIGHT = ("{name: format, weight: 0.2}", "{name: format, weight: 0.25}")
 
@@ -160,6 +161,28 @@ def test_verls_default_config_imports_with_grpo_and_refuses_gae(exp: Path) -> No
         "dual: 3.0  # verl actor_rollout_ref.actor.clip_ratio_c: 3.0: always on" in (exp / "verl.rlvr.yaml").read_text()
     )
     assert "not read (1" in done.stderr and "trainer.nonsense" in done.stderr  # a misspelt override is seen
+
+
+def test_a_dapo_run_imports_once_the_experiment_names_what_verls_config_cannot(exp: Path) -> None:
+    """verl's filter_groups is dynamic sampling, which needs the task fields its acceptance is
+    logged by (RLV502): a verl config does not hold them, so the refusal says where they go."""
+    config = write(exp / "dapo.yaml", {})
+    overrides = ["algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=4", "data.train_batch_size=8"]
+    overrides += ["actor_rollout_ref.actor.ppo_mini_batch_size=8", "algorithm.filter_groups.enable=True"]
+    overrides += ["algorithm.filter_groups.max_num_gen_batches=3"]
+    refused = rlvr("import", "verl", config, *overrides, "--into", exp, "--out", exp / "dapo.rlvr.yaml")
+    assert refused.code == 1 and "RLV502" in refused.stderr
+    assert f"state them in {exp / CONTRACT}" in refused.stderr and not (exp / "dapo.rlvr.yaml").exists()
+    text = (
+        (exp / CONTRACT)
+        .read_text()
+        .replace("length:\n", "length:\n  dynamic_sampling: {drop_uniform_groups: false, log_by: [difficulty]}\n", 1)
+    )
+    (exp / CONTRACT).write_text(text)
+    done = rlvr("import", "verl", config, *overrides, "--into", exp, "--out", exp / "dapo.rlvr.yaml")
+    assert done.code == 0, done.stderr
+    sampling = load(exp / "dapo.rlvr.yaml").length.dynamic_sampling
+    assert (sampling.drop_uniform_groups, sampling.max_rounds, sampling.log_by) == (True, 3, ["difficulty"])
 
 
 def test_export_refuses_what_the_peer_cannot_express() -> None:
