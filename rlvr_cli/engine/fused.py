@@ -19,8 +19,9 @@ policy's weights, lent for one sampling phase, are copied layer by layer while e
 is gathered (`Decoder(model, gathered)`, `_lent`), so the copies take the place of the gathered
 weights instead of doubling them.
 
-`why_not(model)` says when a model is outside what it reproduces (another architecture, scaled
-RoPE, a sliding window, a non-SiLU MLP); the sampler then uses the model's own forward. A test
+`why_not(model)` says when a model is outside what it reproduces (another architecture, RoPE
+whose frequencies follow the sequence's length, a sliding window, a non-SiLU MLP); the sampler
+then uses the model's own forward. A test
 checks both give the same logits on every supported family.
 """
 
@@ -36,7 +37,7 @@ import torch.nn.functional as F
 from rlvr_cli.engine import cascade, ragged
 from rlvr_cli.engine.adapted import effective_weight, is_adapted, weight_bytes
 from rlvr_cli.engine.kv_cache import Cache
-from rlvr_cli.engine.limits import COPY_BYTES, FAMILIES, packed_on_cpu
+from rlvr_cli.engine.limits import COPY_BYTES, FAMILIES, STATIC_ROPE, packed_on_cpu
 from rlvr_cli.engine.precision import attention as attend
 
 DECODE_ROWS = 16  # the rows oneDNN lays a packed weight out for (it computes any number of rows)
@@ -86,8 +87,8 @@ def why_not(model: Any) -> str | None:
         return f"model type {kind!r} is not one of {', '.join(FAMILIES)}"
     rope = getattr(config, "rope_scaling", None) or getattr(config, "rope_parameters", None) or {}
     rope_type = rope.get("rope_type", rope.get("type", "default")) if isinstance(rope, dict) else "default"
-    if rope_type not in (None, "default"):
-        return f"RoPE scaling {rope_type!r}"
+    if rope_type not in STATIC_ROPE:
+        return f"RoPE scaling {rope_type!r} (its frequencies change with the sequence's length)"
     if getattr(config, "hidden_act", "silu") != "silu":
         return f"activation {config.hidden_act!r}"
     if getattr(config, "pretraining_tp", 1) != 1:

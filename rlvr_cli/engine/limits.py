@@ -2,6 +2,10 @@
 (`rlvr plan` reads them to count the sampler's copy of the weights)."""
 
 FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
+# RoPE whose inverse frequencies and scale are fixed when the model is built (Llama 3.x's
+# `llama3`, `linear`, `yarn`): the fused decoder reads both off the model's rotary embedding.
+# `dynamic` and `longrope` change them with the sequence's length: only the model's forward follows.
+STATIC_ROPE = (None, "default", "llama3", "linear", "yarn")
 COPY_BYTES = 256 << 20  # the most the decoder's copies of the weights may take
 #: the layers the fused forward computes side by side, their weights stacked in one matrix
 JOINED = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")

@@ -27,6 +27,17 @@ COMMON = dict(
 )
 
 
+LLAMA3_ROPE = {
+    "rope_type": "llama3",
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 16,
+}
+YARN_ROPE = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}
+DYNAMIC_ROPE = {"rope_type": "dynamic", "factor": 2.0}
+
+
 def family(name: str) -> torch.nn.Module:
     import transformers as t
 
@@ -36,6 +47,11 @@ def family(name: str) -> torch.nn.Module:
         "qwen2": lambda: t.Qwen2ForCausalLM(t.Qwen2Config(**COMMON)),
         "qwen3": lambda: t.Qwen3ForCausalLM(t.Qwen3Config(**COMMON, head_dim=16)),
         "mistral": lambda: t.MistralForCausalLM(t.MistralConfig(**COMMON, sliding_window=None)),
+        # Llama 3.x's RoPE: frequencies rescaled when the model is built (the position window is
+        # shortened so that the tests' positions reach the rescaled band)
+        "llama3-rope": lambda: t.LlamaForCausalLM(t.LlamaConfig(**{**COMMON, "rope_scaling": LLAMA3_ROPE})),
+        "yarn-rope": lambda: t.Qwen2ForCausalLM(t.Qwen2Config(**{**COMMON, "rope_scaling": YARN_ROPE})),
+        "dynamic-rope": lambda: t.LlamaForCausalLM(t.LlamaConfig(**{**COMMON, "rope_scaling": DYNAMIC_ROPE})),
         "gpt2": lambda: t.GPT2LMHeadModel(t.GPT2Config(vocab_size=64, n_embd=64, n_layer=2, n_head=4, n_positions=256)),
     }
     return build[name]().eval()
@@ -84,7 +100,7 @@ def real_tokens_only(monkeypatch, on: bool) -> list[int]:
 @pytest.mark.parametrize(
     "copies", ["copied", "packed", "own"], ids=["weights copied", "copies packed (oneDNN)", "the model's own weights"]
 )
-@pytest.mark.parametrize("name", ["llama", "qwen2", "qwen3", "mistral"])
+@pytest.mark.parametrize("name", ["llama", "qwen2", "qwen3", "mistral", "llama3-rope", "yarn-rope"])
 def test_the_fused_forward_gives_the_models_own_logits(monkeypatch, name: str, copies: str, ragged: bool) -> None:
     """The decoder's copies are stacked (`copied`), held in oneDNN's packed layout where it
     speeds the product up (`packed`: on a CPU in fp32 from `PACK_FP32` elements, lowered here to
@@ -221,7 +237,12 @@ def test_the_fused_forward_in_bf16_gives_the_models_own_logits_to_bf16_rounding(
     assert (logits - own[:, -2]).abs().max() < 0.02 and (step - own[:, -1]).abs().max() < 0.02
 
 
-@pytest.mark.parametrize("name", ["llama", "qwen3", "gpt2"])
+def test_rope_whose_frequencies_follow_the_length_samples_through_the_models_own_forward() -> None:
+    assert why_not(family("llama3-rope")) is None and why_not(family("yarn-rope")) is None
+    assert "dynamic" in str(why_not(family("dynamic-rope")))
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen3", "gpt2", "llama3-rope", "dynamic-rope"])
 def test_greedy_lean_decoding_is_generates_and_its_logprobs_are_the_training_forwards(name: str) -> None:
     model = family(name)
     kw = dict(max_new_tokens=12, temperature=0.0, top_p=1.0, top_k=0, stop_ids=STOPS, pad_id=0, seed=0)

@@ -52,7 +52,7 @@ def assert_same_as_own_forward(model: torch.nn.Module, forward, temperature: flo
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
-@pytest.mark.parametrize("name", ["llama", "qwen2", "qwen3", "mistral"])
+@pytest.mark.parametrize("name", ["llama", "qwen2", "qwen3", "mistral", "llama3-rope", "yarn-rope"])
 def test_log_probs_entropies_and_gradients_are_the_models_own(name: str, temperature: float) -> None:
     model = family(name).train()
     assert why_not_shared(model) is None
@@ -143,6 +143,7 @@ def test_on_a_gpu_no_attention_falls_to_the_math_kernel(compute: torch.dtype | N
 
 def test_a_model_outside_the_family_or_with_checkpointing_is_not_taken() -> None:
     assert "gpt2" in why_not_shared(family("gpt2"))
+    assert "dynamic" in why_not_shared(family("dynamic-rope"))  # its frequencies follow the length
     model = family("llama")
     enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
     enable()
