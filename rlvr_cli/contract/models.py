@@ -11,6 +11,7 @@ from typing import Annotated, Literal
 from pydantic import BeforeValidator, ConfigDict, Field, model_validator
 
 from rlvr_cli.contract.adapter import Adapter
+from rlvr_cli.contract.batch_keys import MICRO_BATCH_SEQUENCES, MINI_BATCHES, SAMPLE_AHEAD
 from rlvr_cli.contract.data_section import Data
 from rlvr_cli.contract.off_policy import Correction, Ratio
 from rlvr_cli.contract.operations import (
@@ -278,18 +279,11 @@ class Schedule(Section):
 class Hyperparameters(Section):
     group_size: Int = Field(le=4096, description="Samples per prompt (≥ 2).")
     prompts_per_step: Int = Field(ge=1, le=1_000_000, description="Prompts (groups) per optimizer batch.")
-    micro_batch_sequences: PositiveInt | None = Field(
-        None, description="Sequences per forward/backward; must divide prompts_per_step · group_size."
-    )
+    micro_batch_sequences: PositiveInt | None = MICRO_BATCH_SEQUENCES
     updates_per_batch: Int = Field(ge=1, le=1024, description="Optimizer passes over one rollout batch.")
+    mini_batches: Int = MINI_BATCHES
     max_policy_lag: Int = Field(ge=0, description="How many optimizer steps old a rollout may be.")
-    sample_ahead: bool = Field(
-        False,
-        description="Sample the next steps' first rounds during this step's update, each with a copy of the "
-        "weights, as many steps ahead as the lag budget leaves: max_policy_lag − (updates_per_batch − 1) (needs "
-        "max_policy_lag ≥ updates_per_batch, RLV303; a served engine samples one step ahead, with the weights it "
-        "holds). Pays off where sampling has devices or cores of its own, not on the update's few CPU cores.",
-    )
+    sample_ahead: bool = SAMPLE_AHEAD
     sampling: Sampling = Field(description="How responses are sampled.")
     optimizer: Optimizer = Field(description="The optimizer and its settings.")
     schedule: Schedule | None = Field(None, description="The learning-rate schedule (constant when absent).")
@@ -307,7 +301,12 @@ class Hyperparameters(Section):
     @property
     def ahead_steps(self) -> int:
         """How many steps are sampled ahead (train/overlap.py): the lag the update's passes leave."""
-        return max(self.max_policy_lag - (self.updates_per_batch - 1), 0) if self.sample_ahead else 0
+        return max(self.max_policy_lag - (self.steps_per_batch - 1), 0) if self.sample_ahead else 0
+
+    @property
+    def steps_per_batch(self) -> int:
+        """Optimizer steps one rollout batch takes: passes × mini-batches."""
+        return self.updates_per_batch * self.mini_batches
 
     @property
     def dtypes(self) -> Precision:

@@ -233,13 +233,21 @@ def rlv301_group_size(c: Contract, _: Path) -> Iterator[Finding]:
 @rule
 def rlv302_micro_batches(c: Contract, _: Path) -> Iterator[Finding]:
     hp = c.hyperparameters
-    total = hp.prompts_per_step * hp.group_size
+    if hp.prompts_per_step % hp.mini_batches:
+        yield error(
+            "RLV302",
+            ("hyperparameters", "mini_batches"),
+            f"prompts_per_step = {hp.prompts_per_step} groups do not split into mini_batches = {hp.mini_batches}",
+            suggestion=str(max(d for d in range(1, hp.mini_batches + 1) if hp.prompts_per_step % d == 0)),
+        )
+        return
+    total = hp.prompts_per_step * hp.group_size // hp.mini_batches
     if hp.micro_batch_sequences and total % hp.micro_batch_sequences:
+        of = "prompts_per_step × group_size" + (" / mini_batches" if hp.mini_batches > 1 else "")
         yield error(
             "RLV302",
             ("hyperparameters", "micro_batch_sequences"),
-            f"prompts_per_step × group_size = {total} sequences is not divisible by "
-            f"micro_batch_sequences = {hp.micro_batch_sequences}",
+            f"{of} = {total} sequences is not divisible by micro_batch_sequences = {hp.micro_batch_sequences}",
             suggestion=str(max(d for d in range(1, hp.micro_batch_sequences + 1) if total % d == 0)),
         )
 
@@ -247,20 +255,23 @@ def rlv302_micro_batches(c: Contract, _: Path) -> Iterator[Finding]:
 @rule
 def rlv303_policy_lag(c: Contract, _: Path) -> Iterator[Finding]:
     hp = c.hyperparameters
-    lag = hp.updates_per_batch - 1  # pass k of a batch updates with rollouts k optimizer steps old
+    lag = hp.steps_per_batch - 1  # the k-th optimizer step of a batch updates with rollouts k steps old
+    steps = f"updates_per_batch = {hp.updates_per_batch}" + (
+        f" × mini_batches = {hp.mini_batches}" if hp.mini_batches > 1 else ""
+    )
     if lag > hp.max_policy_lag:
         yield error(
             "RLV303",
-            ("hyperparameters", "updates_per_batch"),
-            f"updates_per_batch = {hp.updates_per_batch} trains on rollouts up to {lag} optimizer steps old, "
-            f"more than max_policy_lag = {hp.max_policy_lag}",
+            ("hyperparameters", "updates_per_batch" if hp.mini_batches == 1 else "mini_batches"),
+            f"{steps} trains on rollouts up to {lag} optimizer steps old, more than max_policy_lag = "
+            f"{hp.max_policy_lag}",
         )
     elif hp.sample_ahead and lag + 1 > hp.max_policy_lag:
         yield error(
             "RLV303",
             ("hyperparameters", "sample_ahead"),
-            f"sample_ahead trains on rollouts up to {lag + 1} optimizer steps old (updates_per_batch = "
-            f"{hp.updates_per_batch}, plus one), more than max_policy_lag = {hp.max_policy_lag}",
+            f"sample_ahead trains on rollouts up to {lag + 1} optimizer steps old ({steps} optimizer steps a "
+            f"batch, plus one), more than max_policy_lag = {hp.max_policy_lag}",
         )
 
 

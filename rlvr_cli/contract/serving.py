@@ -59,6 +59,6 @@ def findings(hyperparameters: Any) -> Iterator[tuple[str, tuple[str, ...], str]]
             "RLV010",
             ("hyperparameters", "max_policy_lag"),
             f"a served engine holds one revision of the weights, so it samples one step ahead at most; "
-            f"max_policy_lag − (updates_per_batch − 1) = {hyperparameters.ahead_steps} steps in flight here: "
-            f"lower max_policy_lag to {hyperparameters.updates_per_batch}",
+            f"max_policy_lag − (optimizer steps a batch − 1) = {hyperparameters.ahead_steps} steps in flight here: "
+            f"lower max_policy_lag to {hyperparameters.steps_per_batch}",
         )

@@ -70,8 +70,9 @@ def gathers(contract: Contract, devices: int) -> dict[str, int]:
         "sampling": 1,
         "reference": int(reference_pass(contract)),
         "old log-probs": int(kl.coef > 0 and kl.placement == "reward"),  # the policy's before the update
-        "training": (2 * micro if hp.strategy.reshard_after_forward else 1) * hp.updates_per_batch,
-        "scatters": (1 if hp.strategy.accumulate_whole_gradients else micro) * hp.updates_per_batch,
+        # a unit kept gathered (or a gradient kept whole) through a pass is so through each mini-batch's
+        "training": (2 * micro if hp.strategy.reshard_after_forward else hp.mini_batches) * hp.updates_per_batch,
+        "scatters": (hp.mini_batches if hp.strategy.accumulate_whole_gradients else micro) * hp.updates_per_batch,
     }
 
 
@@ -86,8 +87,8 @@ def communication_line(contract: Contract, shape: Layout, devices: int) -> str |
     a = hp.adapter
     trained = shape.adapter_parameters(a.rank, a.target_modules) if a is not None else shape.parameters
     if hp.strategy.strategy != "fsdp2":
-        sent = 2 * share * trained * reduce * hp.updates_per_batch
-        times = hp.updates_per_batch
+        sent = 2 * share * trained * reduce * hp.steps_per_batch
+        times = hp.steps_per_batch
         return (
             f"collectives per step and process (ddp): the gradients all-reduced {times} time(s), {fmt_bytes(sent)} sent"
         )

@@ -157,7 +157,15 @@ def _best_product(device: torch.device, dtype: torch.dtype, n: int) -> float:
 
 
 def planned(
-    shape: Shape, prompts: int, group: int, prompt: int, response: int, passes: int, reference: bool, kl_in_reward: bool
+    shape: Shape,
+    prompts: int,
+    group: int,
+    prompt: int,
+    response: int,
+    passes: int,
+    reference: bool,
+    kl_in_reward: bool,
+    mini_batches: int = 1,
 ) -> str:
     """`rlvr plan`'s compute line: a step's model FLOPs at most (every prompt and response at
     its maximum length), split as `step_flops` counts them, and the forwards that pay for them."""
@@ -167,13 +175,18 @@ def planned(
     extra = (
         "; the policy's log-probs once before the update, the KL being in the reward (counted in no term)"
         if kl_in_reward
+        else "; the policy's log-probs once before the update, mini-batch j stepping after j others (counted in no "
+        "term)"
+        if mini_batches > 1
         else ""
     )
+    minis = f" of {mini_batches} mini-batches" if mini_batches > 1 else ""
+    denominator = "computed before the update" if mini_batches > 1 else "the first pass's own"
     return (
         f"compute per step, at most (prompts of {prompt} and responses of {response} tokens): "
         f"{_tera(sampling + update + ref)} TFLOP of model FLOPs: sampling {_tera(sampling)} "
-        f"(each group's prompt once), update {_tera(update)} ({passes} optimizer pass(es), forward and "
-        f"{backward}; the ratio's denominator is the engine's log-probs or the first pass's own), reference "
+        f"(each group's prompt once), update {_tera(update)} ({passes} optimizer pass(es){minis}, forward and "
+        f"{backward}; the ratio's denominator is the engine's log-probs or {denominator}), reference "
         f"{_tera(ref)}" + (" (one forward of the trained groups)" if reference else " (no KL: none runs)") + extra
     )
 

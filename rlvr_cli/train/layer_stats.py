@@ -9,7 +9,9 @@ one per parameter after the backward; on other steps nothing is attached.
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -17,6 +19,18 @@ import torch
 from rlvr_cli.train import distributed as dist
 
 NORMS = ("input_layernorm", "ln_1", "attention_norm")  # a layer's first norm, by family (Llama, GPT-2, …)
+_UNSEEN = [False]  # inside `unseen()`: forwards of no sample (a sharded process's empty rounds)
+
+
+@contextlib.contextmanager
+def unseen() -> Iterator[None]:
+    """Forwards the activation RMS leaves out: a process with fewer micro-batches than the
+    busiest runs empty ones to keep its collectives in step (train/sharding.py `Lockstep`)."""
+    _UNSEEN[0] = True
+    try:
+        yield
+    finally:
+        _UNSEEN[0] = False
 
 
 def decoder_layers(model: Any) -> list[torch.nn.Module]:
@@ -53,7 +67,7 @@ class LayerWatch:
     def _pre_hook(self, i: int) -> Any:
         def hook(_module: Any, inputs: Any) -> None:
             hidden = inputs[0] if isinstance(inputs, tuple) and inputs else None
-            if isinstance(hidden, torch.Tensor):
+            if isinstance(hidden, torch.Tensor) and not _UNSEEN[0]:
                 with torch.no_grad():
                     self.squares[i] += float(hidden.detach().float().pow(2).sum())
                     self.counts[i] += hidden.numel()

@@ -382,6 +382,7 @@ def compute_line(contract: Contract, shape: Layout) -> str:
         hp.updates_per_batch,
         reference_pass(contract),
         kl.coef > 0 and kl.placement == "reward",
+        hp.mini_batches,
     )
 
 

@@ -1,11 +1,11 @@
 """Sampling ahead, within `max_policy_lag`: while step t updates the policy, the first round of
 groups of the steps up to t + depth is sampled by copies of the weights as they are at step t,
-`depth` = max_policy_lag − (updates_per_batch − 1) (1 when the lag budget has room for one step
-more than the update's own passes; 2 with max_policy_lag 2 and one pass: lag 2).
+`depth` = max_policy_lag − (updates_per_batch · mini_batches − 1) (1 when the lag budget has room
+for one step more than the update's own optimizer steps; 2 with max_policy_lag 2 and one: lag 2).
 
 - When: the contract asks (`hyperparameters.sample_ahead: true`), its lag budget has room
-  (`max_policy_lag ≥ updates_per_batch`: the update's own passes use `updates_per_batch − 1`
-  of it, sampling ahead one more; RLV303 otherwise). Otherwise nothing here runs: strictly
+  (`max_policy_lag ≥ updates_per_batch · mini_batches`: the update's own optimizer steps use
+  one less, sampling ahead one more; RLV303 otherwise). Otherwise nothing here runs: strictly
   on-policy. Under torchrun each process samples its share of the next steps' groups ahead,
   as it samples a step's (`sample_share`), with its own copies of the whole weights (fsdp2:
   gathered into a model of the policy's structure, in the dtype sampling computes in, by every

@@ -196,6 +196,7 @@ def build_plan(
             "sequences_per_step": sequences,
             "micro_batch_sequences": hp.micro_batch_sequences or sequences,
             "updates_per_batch": hp.updates_per_batch,
+            "mini_batches": hp.mini_batches,
             "max_prompt_tokens": c.length.max_prompt_tokens,
             "max_response_tokens": c.length.max_response_tokens,
         },
@@ -234,7 +235,7 @@ def plan_text(plan: dict[str, Any]) -> str:
     lines.append(
         f"shapes: {s['prompts_per_step']} prompts × {s['group_size']} samples = {s['sequences_per_step']} "
         f"sequences per step, micro-batches of {s['micro_batch_sequences']}, {s['updates_per_batch']} "
-        f"optimizer pass(es) per batch, prompts ≤ {s['max_prompt_tokens']} tokens, responses ≤ "
+        f"optimizer pass(es) per batch{_minis(s)}, prompts ≤ {s['max_prompt_tokens']} tokens, responses ≤ "
         f"{s['max_response_tokens']} tokens"
     )
     if plan["dynamic_sampling"]:
@@ -308,3 +309,9 @@ def holdout_words(c: Contract) -> str:
     if m.reference_answers:
         words += f", and the reference responses in '{m.reference_answers}' scored (holdout_nll)"
     return words
+
+
+def _minis(shapes: dict[str, Any]) -> str:
+    """A pass's optimizer steps, where it takes several (plans written before the key: one)."""
+    count = shapes.get("mini_batches", 1)
+    return f" of {count} mini-batches (an optimizer step each)" if count > 1 else ""

@@ -356,7 +356,7 @@ def make_optimizer(contract: Contract, policy: Any) -> torch.optim.Optimizer:
 def make_scheduler(contract: Contract, optimizer: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LambdaLR:
     hp = contract.hyperparameters
     s = hp.schedule
-    total = hp.max_steps * hp.updates_per_batch
+    total = hp.max_steps * hp.steps_per_batch
     name, warmup = (s.name, s.warmup_steps) if s else ("constant", 0)
 
     def factor(step: int) -> float:

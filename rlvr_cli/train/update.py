@@ -1,11 +1,12 @@
 """The update, one function per stage of `train_step` (train/loop.py): the reference's
 log-probs, the KL penalty in the reward (when placed there), advantages (train/objective.py),
 the ratio's denominator, then `updates_per_batch` optimizer passes over the micro-batches of
-one step's kept samples with the contract's objective."""
+one step's kept samples (one optimizer step per mini-batch a pass) with the contract's objective."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -23,11 +24,12 @@ from rlvr_cli.rollout import hints
 from rlvr_cli.train import credit, lora
 from rlvr_cli.train import distributed as dist
 from rlvr_cli.train import objective as obj
-from rlvr_cli.train.importance import correction_metrics, engine_logprobs
-from rlvr_cli.train.layer_stats import LayerWatch
+from rlvr_cli.train.importance import engine_logprobs
+from rlvr_cli.train.layer_stats import LayerWatch, unseen
 from rlvr_cli.train.setup import Setup
 from rlvr_cli.train.sharding import Lockstep, before_backward, is_sharded, whole_for_pass
 from rlvr_cli.train.state import TrainState
+from rlvr_cli.train.update_metrics import global_stats, update_metrics
 
 
 @dataclass
@@ -198,13 +200,37 @@ def step_advantages(setup: Setup, flat: list[Sample], rewards: torch.Tensor, own
 
 
 def normalisers(contract: Contract, tokens: float, sequences: float) -> dict[str, float]:
-    """What the aggregation divides by: this optimizer batch's trained tokens and sequences,
-    except that Dr. GRPO's `constant_norm` divides by a constant of the run (prompts_per_step ×
-    group_size sequences), however many samples truncation or invalid verdicts excluded."""
+    """What the aggregation divides by: this optimizer batch's (mini-batch's) trained tokens and
+    sequences, except that Dr. GRPO's `constant_norm` divides by a constant of the run
+    (prompts_per_step × group_size sequences a step, over its mini-batches), however many samples
+    truncation or invalid verdicts excluded."""
     hp = contract.hyperparameters
     if contract.objective.aggregation == "constant_norm":
-        sequences = float(hp.prompts_per_step * hp.group_size)
+        sequences = float(hp.prompts_per_step * hp.group_size / hp.mini_batches)
     return {"total_tokens": tokens, "total_sequences": float(sequences)}
+
+
+def mini_batches(setup: Setup, samples: list[Sample], fwd: Forward) -> list[Forward]:
+    """The step's batch as `mini_batches` Forwards over the same rows: the j-th of the step's
+    trained groups (in group order, over every process) in mini-batch j mod mini_batches — the
+    same split whatever the number of processes, as even as the groups allow when dynamic
+    sampling kept some — each cut into micro-batches; a sharded policy's processes run as many
+    rounds as the busiest."""
+    count = setup.contract.hyperparameters.mini_batches
+    if count == 1:
+        return [fwd]
+    numbers = sorted({s.group for s in samples})
+    if dist.active():
+        numbers = sorted({n for part in dist.gather(numbers) for n in part})
+    place = {group: k % count for k, group in enumerate(numbers)}
+    size = setup.contract.hyperparameters.micro_batch_sequences or len(samples) or 1
+    out = []
+    for j in range(count):
+        rows = torch.tensor([k for k, s in enumerate(samples) if place[s.group] == j], dtype=torch.long)
+        parts = list(rows.split(size)) if len(rows) else []
+        rounds = int(dist.maximum(float(len(parts)))) if fwd.lockstep is not None else 0
+        out.append(dataclasses.replace(fwd, parts=parts, rounds=rounds))
+    return out
 
 
 def optimizer_passes(
@@ -216,50 +242,70 @@ def optimizer_passes(
     old: torch.Tensor | None,
     ref: torch.Tensor | None,
 ) -> dict[str, float]:
-    """`updates_per_batch` optimizer passes over the micro-batches.
+    """`updates_per_batch` optimizer passes over the micro-batches, each pass one optimizer step
+    per mini-batch (`mini_batches`).
 
-    Without precomputed old log-probs, the first pass's own log-probs (detached) are the
-    old ones: they come from the policy that sampled, before any optimizer step, through
-    the same forward — so the first ratio is exactly 1 and no extra forward is paid."""
+    Without precomputed old log-probs and with one mini-batch, the first pass's own log-probs
+    (detached) are the old ones: they come from the policy that sampled, before any optimizer
+    step, through the same forward — so the first ratio is exactly 1 and no extra forward is
+    paid. With several, mini-batch j steps after j others: the old log-probs are computed first."""
     hp = setup.contract.hyperparameters
-    totals = normalisers(setup.contract, dist.total(float(fwd.batch.response_mask.sum())), dist.total(len(samples)))
-    olds: list[torch.Tensor | None] = [None if old is None else old[part] for part in fwd.parts]
+    minis = mini_batches(setup, samples, fwd)
+    if len(minis) > 1 and old is None:
+        old = fwd.logprobs(setup.policy, hp.sampling.temperature)
     engine = engine_logprobs(setup, samples, fwd)
-    engines = [None if engine is None else engine[part] for part in fwd.parts]
-    nonfinite, lag, overflows = 0.0, 0, 0.0
+    nonfinite, lag, overflows, grad_norm = 0.0, 0, 0.0, 0.0
     every = setup.contract.monitoring.layer_stats_every
     watch, layers = LayerWatch(setup.policy) if every and state.step % every == 0 else None, {}
+    olds: list[list[torch.Tensor | None]] = [[None if old is None else old[p] for p in m.parts] for m in minis]
+    engines = [[None if engine is None else engine[p] for p in m.parts] for m in minis]
     for i in range(hp.updates_per_batch):
-        lag = max([lag, *(state.optimizer_steps - s.revision for s in samples)])  # measured, not assumed
-        setup.optimizer.zero_grad(set_to_none=True)
-        with lora.dropout_on(setup.peft_model), watch if watch and i == 0 else contextlib.nullcontext():
-            stats, loss_sum, bad = _backward(setup, state, fwd, (olds, engines), ref, adv, totals)
-        if not is_sharded(setup.policy):  # FSDP2 sums them itself, each process keeping its shard
-            dist.sum_gradients(setup.policy, hp.dtypes.reduce)  # every rank now holds the whole batch's gradient
-        if watch and i == 0:
-            layers = watch.metrics()  # the first pass's gradients, before clipping
-        nonfinite += dist.total(bad)
-        if setup.scaler is not None:
-            setup.scaler.unscale_(setup.optimizer)
-        grad_norm, bad_grads = _clip(setup.policy, hp.optimizer.grad_clip or math.inf)
-        if setup.scaler is not None and bad_grads and nonfinite == 0:
-            overflows += 1  # fp16 gradients overflowed at this scale: the scaler skips the step and halves it
-            bad_grads = 0.0
-        nonfinite += bad_grads
-        if nonfinite == 0:  # never let a NaN into the weights (nor step again after one)
-            _step(setup, state)
-        elif setup.scaler is not None:
-            setup.scaler.update()  # the scaler's bookkeeping of this pass ends (the scale is lowered)
+        stats, loss_sum = obj.LossStats.empty(), 0.0  # the last pass's, over its mini-batches
+        for j, mini in enumerate(minis):
+            lag = max([lag, *(state.optimizer_steps - s.revision for s in samples)])  # measured, not assumed
+            first = watch is not None and i == j == 0
+            rows = torch.cat(mini.parts) if mini.parts else torch.zeros(0, dtype=torch.long)
+            totals = normalisers(
+                setup.contract, dist.total(float(fwd.batch.response_mask[rows].sum())), dist.total(len(rows))
+            )
+            setup.optimizer.zero_grad(set_to_none=True)
+            with lora.dropout_on(setup.peft_model), watch if first else contextlib.nullcontext():
+                st, part_loss, bad = _backward(setup, state, mini, (olds[j], engines[j]), ref, adv, totals)
+            stats, loss_sum = stats.add(st), loss_sum + part_loss / len(minis)
+            if not is_sharded(setup.policy):  # FSDP2 sums them itself, each process keeping its shard
+                dist.sum_gradients(setup.policy, hp.dtypes.reduce)  # every rank now holds the whole batch's gradient
+            if first:
+                layers = watch.metrics()  # type: ignore[union-attr]  # the first step's gradients, before clipping
+            grad_norm, more, skipped = _apply(setup, state, nonfinite + dist.total(bad))
+            nonfinite, overflows = more, overflows + skipped
     setup.optimizer.zero_grad(set_to_none=True)  # read by nothing until the next backward: sampling gets their memory
-    for sample, lp in zip(samples, torch.cat(olds).tolist() if samples else [], strict=True):  # type: ignore[arg-type]
+    kept = old if len(minis) > 1 else (torch.cat(olds[0]) if samples else None)  # type: ignore[arg-type]
+    for sample, lp in zip(samples, kept.tolist() if kept is not None else [], strict=True):
         sample.old_logp = lp[: len(sample.response_ids)]
         sample.lag = lag
-    metrics = _update_metrics(setup, _global(stats), dist.total(loss_sum), grad_norm, nonfinite)
+    metrics = update_metrics(setup, global_stats(stats), dist.total(loss_sum), grad_norm, nonfinite)
     metrics["policy_lag"] = dist.maximum(float(lag))
     metrics.update(layers)
     if setup.scaler is not None:
         metrics.update(overflow_count=overflows, loss_scale=float(setup.scaler.get_scale()))
     return metrics
+
+
+def _apply(setup: Setup, state: TrainState, nonfinite: float) -> tuple[float, float, float]:
+    """Clip and take the optimizer step unless a gradient is not finite (nor ever again after
+    one): (gradient norm, non-finite count so far, 1 when fp16's scaler skipped the step)."""
+    if setup.scaler is not None:
+        setup.scaler.unscale_(setup.optimizer)
+    grad_norm, bad_grads = _clip(setup.policy, setup.contract.hyperparameters.optimizer.grad_clip or math.inf)
+    skipped = 0.0
+    if setup.scaler is not None and bad_grads and nonfinite == 0:
+        skipped, bad_grads = 1.0, 0.0  # fp16 gradients overflowed at this scale: the scaler skips the step, halves it
+    nonfinite += bad_grads
+    if nonfinite == 0:  # never let a NaN into the weights (nor step again after one)
+        _step(setup, state)
+    elif setup.scaler is not None:
+        setup.scaler.update()  # the scaler's bookkeeping of this pass ends (the scale is lowered)
+    return grad_norm, nonfinite, skipped
 
 
 def _step(setup: Setup, state: TrainState) -> None:
@@ -319,7 +365,7 @@ def _backward(
     for i in range(len(fwd.parts), backwards):
         if fwd.parallel is not None:
             before_backward(setup.policy, fwd.parallel, last=i == backwards - 1)
-        with autocast(fwd.compute, setup.device.type):
+        with autocast(fwd.compute, setup.device.type), unseen():
             empty = fwd.lockstep.forward(setup.policy)  # type: ignore[union-attr]
         (empty if setup.scaler is None else setup.scaler.scale(empty)).backward()
     return stats, loss_sum, bad
@@ -340,37 +386,3 @@ def _clip(policy: torch.nn.Module, max_norm: float) -> tuple[float, float]:
     bad = 0.0 if math.isfinite(norm) else float(sum(int((~torch.isfinite(p.grad)).sum()) for p in params))
     torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)
     return norm, bad
-
-
-def _global(stats: obj.LossStats) -> obj.LossStats:
-    """Every rank reports the numbers of the whole batch."""
-    if not dist.active():
-        return stats
-    return obj.LossStats(
-        dist.total(stats.tokens),
-        dist.total(stats.clipped),
-        dist.maximum(stats.ratio_max),
-        dist.total(stats.kl_sum),
-        dist.total(stats.entropy_sum),
-        dist.total(stats.pg_loss),
-        dist.total(stats.weight_sum),
-        dist.total(stats.weight_cut),
-    )
-
-
-def _update_metrics(
-    setup: Setup, stats: obj.LossStats, loss: float, grad_norm: float, nonfinite: float
-) -> dict[str, float]:
-    tokens = max(stats.tokens, 1.0)
-    return {
-        "nonfinite_count": nonfinite,
-        "loss": loss,
-        "pg_loss": stats.pg_loss,
-        "kl": stats.kl_sum / tokens if setup.reference is not None else 0.0,
-        "entropy": stats.entropy_sum / tokens,
-        "clip_fraction": stats.clipped / tokens,
-        "ratio_max": stats.ratio_max,
-        "grad_norm": grad_norm,
-        "lr": setup.scheduler.get_last_lr()[0],
-        **correction_metrics(setup.contract, stats.weight_sum, stats.weight_cut, tokens),
-    }

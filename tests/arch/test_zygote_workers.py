@@ -53,7 +53,8 @@ def test_a_process_torchrun_starts_forks_warm_and_answers_as_a_fresh_one() -> No
 
 
 SCRIPT = """import os, sys
-print(__name__, sys.argv[1:], sys.path[0] == os.path.dirname(os.path.abspath(__file__)), os.environ["RANK"])
+here = sys.path[0] == os.path.dirname(os.path.abspath(__file__))
+os.write(1, f"{__name__} {sys.argv[1:]} {here} {os.environ['RANK']}\\n".encode())  # one write: ranks share the pipe
 sys.exit(3 if sys.argv[1:] == ["fail"] else 0)
 """
 

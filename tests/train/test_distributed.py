@@ -52,6 +52,7 @@ def metrics(run: Path) -> list[dict]:
 
 
 FSDP2 = "  precision: fp32\n  parallel: {strategy: fsdp2, activation_checkpointing: %s}\n"
+MINI = "  precision: fp32\n  mini_batches: 2\n"  # two optimizer steps a batch: groups 0, 2, … then 1, 3, …
 LORA = (
     "  precision: fp32\n  adapter: {kind: lora, rank: 4, alpha: 8, dropout: 0.0, target_modules: all-linear, "
     "bias: none, init: default}\n"
@@ -64,6 +65,8 @@ def experiment(scaffold: Path, folder: Path, aggregation: str, parallel: str | N
     contract = folder / CONTRACT
     text = contract.read_text().replace("aggregation: seq_mean_token_mean", f"aggregation: {aggregation}")
     text = text.replace("  holdout_every: 10\n", "  holdout_every: 10\n  layer_stats_every: 1\n")
+    if parallel and "mini_batches" in parallel:  # its second mini-batch trains on rollouts one step old
+        text = text.replace("max_policy_lag: 0", "max_policy_lag: 1")
     contract.write_text(text.replace("  precision: fp32\n", parallel or "  precision: fp32\n"))
     return contract
 
@@ -91,7 +94,9 @@ def one_process(scaffold: Path, factory: pytest.TempPathFactory, aggregation: st
     the run has one), or activation checkpointing alone where the run recomputes: the model's own
     forward then runs each row's prompt, which the layers' activation RMS counts. A 2-process
     run, ddp or fsdp2, equals it; so does a run resumed with another number of processes."""
-    if parallel and "adapter" in parallel:
+    if parallel and "mini_batches" in parallel:
+        parallel = MINI
+    elif parallel and "adapter" in parallel:
         parallel = LORA
     elif parallel and "activation_checkpointing: true" in parallel:
         parallel = FSDP2 % "true"
@@ -116,6 +121,8 @@ def two_processes(scaffold: Path, factory: pytest.TempPathFactory, aggregation: 
         ("token_mean", FSDP2 % "true, reshard_after_forward: false, accumulate_whole_gradients: true"),
         ("token_mean", LORA),
         ("seq_mean_token_mean", LORA + "  parallel: {strategy: fsdp2}\n"),
+        ("token_mean", MINI),
+        ("seq_mean_token_mean", MINI + "  parallel: {strategy: fsdp2}\n"),
     ],
     ids=[
         "ddp-seq_mean_token_mean",
@@ -126,6 +133,8 @@ def two_processes(scaffold: Path, factory: pytest.TempPathFactory, aggregation: 
         "fsdp2-kept-gathered-whole-gradients-checkpointing-token_mean",
         "ddp-lora-token_mean",
         "fsdp2-lora-seq_mean_token_mean",
+        "ddp-mini-batches-token_mean",
+        "fsdp2-mini-batches-seq_mean_token_mean",
     ],
 )
 def test_two_processes_equal_one(
