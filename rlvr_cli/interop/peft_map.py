@@ -4,6 +4,8 @@
 Every keyword is read: the ones the contract states map to its keys; any other keyword set away
 from peft's own default (rank-stabilised scaling, DoRA, layer patterns, modules saved whole…)
 is refused, naming it, since the contract's adapter is plain LoRA and would train something else.
+TRL's own `use_peft` and `lora_*` options (its ModelConfig) map the same way
+(`model_config_adapter`).
 """
 
 from __future__ import annotations
@@ -117,3 +119,52 @@ def _peft_version() -> str:
     except ImportError:
         return "(not installed: pip install 'rlvr-cli[lora]')"
     return str(peft.__version__)
+
+
+#: TRL ModelConfig options that, set away from their default, the contract's plain LoRA cannot state
+MODEL_CONFIG_NO_EQUIVALENT = {
+    "use_rslora": "rank-stabilised scaling (alpha / √r)",
+    "use_dora": "DoRA (weight-decomposed adapters)",
+    "lora_modules_to_save": "whole modules trained beside the adapter",
+    "lora_target_parameters": "adapters on parameters (MoE experts)",
+}
+
+
+def model_config_adapter(get: Any, out: Mapping, model_type: str | None, defaults: dict[str, Any]) -> None:
+    """TRL's ModelConfig: `use_peft` and its `lora_*` options (`get`, TRL's reader over `defaults`) as
+    TRL's get_peft_config passes them to peft (bias
+    none, peft's default initialisation); without use_peft every weight trains."""
+    if not get("use_peft"):
+        out.set("hyperparameters.adapter", None, get.source("use_peft"))
+        return
+    for key, what in MODEL_CONFIG_NO_EQUIVALENT.items():
+        if get(key) not in (defaults[key], None, []):
+            out.refuse(key, f"{plain(get(key))}: {what}; the contract's adapter is plain LoRA")
+    if get("lora_task_type") != "CAUSAL_LM":
+        out.refuse("lora_task_type", f"{plain(get('lora_task_type'))}: the policy is a causal language model")
+    targets = get("lora_target_modules")
+    if targets is None:
+        targets = peft_default_targets(model_type)
+        if targets is None:
+            out.refuse(
+                "lora_target_modules",
+                f"unset: peft then picks the layers by model type, and has no default for {model_type!r}; "
+                "write them out (all-linear or a list of module names)",
+            )
+            return
+    elif isinstance(targets, str) and targets != "all-linear":  # peft matches a string as a regex on full names
+        out.refuse("lora_target_modules", f"{targets!r}: a regular expression over module paths; list module names")
+        return
+    adapter = {
+        "kind": "lora",
+        "rank": get("lora_r"),
+        "alpha": float(get("lora_alpha")),
+        "dropout": float(get("lora_dropout")),
+        "target_modules": targets if isinstance(targets, str) else list(targets),
+        "bias": "none",
+        "init": "default",
+    }
+    names = ", ".join(
+        get.source(k) for k in ("use_peft", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules")
+    )
+    out.set("hyperparameters.adapter", adapter, names + "; bias none and peft's initialisation, as get_peft_config")

@@ -64,7 +64,7 @@ def _objective(contract: Contract, out: Mapping) -> None:
 
 def _batch(contract: Contract, out: Mapping, processes: int) -> None:
     hp = contract.hyperparameters
-    sequences = hp.prompts_per_step * hp.group_size
+    sequences = hp.prompts_per_step * hp.group_size // hp.mini_batches  # an optimizer step's
     micro = hp.micro_batch_sequences or sequences
     if sequences % (micro * processes):
         out.refuse("hyperparameters.micro_batch_sequences", f"{sequences} sequences over {processes} process(es)")
@@ -72,10 +72,18 @@ def _batch(contract: Contract, out: Mapping, processes: int) -> None:
     accumulate = sequences // (micro * processes)
     out.set("num_generations", hp.group_size, "hyperparameters.group_size")
     out.set("per_device_train_batch_size", micro, "hyperparameters.micro_batch_sequences")
-    out.set("gradient_accumulation_steps", accumulate, f"prompts_per_step × group_size / micro / {processes}")
-    out.set("steps_per_generation", accumulate, "one optimizer step per pass over the batch")
+    out.set(
+        "gradient_accumulation_steps", accumulate, f"prompts_per_step × group_size / mini_batches / micro / {processes}"
+    )
+    out.set("steps_per_generation", accumulate * hp.mini_batches, "gradient_accumulation_steps × mini_batches")
+    if hp.mini_batches > 1:
+        out.differs(
+            "hyperparameters.mini_batches",
+            "trl shuffles a generation's completions before cutting it into steps_per_generation parts; the "
+            "contract's mini-batches hold whole groups",
+        )
     out.set("num_iterations", hp.updates_per_batch, "hyperparameters.updates_per_batch")
-    out.set("max_steps", hp.max_steps * hp.updates_per_batch, "max_steps × updates_per_batch optimizer steps")
+    out.set("max_steps", hp.max_steps * hp.steps_per_batch, "max_steps × optimizer steps a batch")
     out.set("seed", hp.seed, "hyperparameters.seed")
     if hp.sample_ahead:
         out.refuse("hyperparameters.sample_ahead", "trl samples each batch after the previous update")

@@ -80,12 +80,6 @@ PEFT_DEFAULTS: dict[str, Any] = {
     "use_rslora": False,
     "use_dora": False,
 }
-_PEFT_NO_EQUIVALENT = {
-    "use_rslora": "rank-stabilised scaling (alpha / √r)",
-    "use_dora": "DoRA (weight-decomposed adapters)",
-    "lora_modules_to_save": "whole modules trained beside the adapter",
-    "lora_target_parameters": "adapters on parameters (MoE experts)",
-}
 
 #: TRL's loss_type → the contract's aggregation of the same number (tests/train/test_peers.py)
 AGGREGATION = {"grpo": "seq_mean_token_mean", "bnpo": "token_mean", "dapo": "token_mean", "dr_grpo": "constant_norm"}
@@ -142,7 +136,7 @@ def import_config(
     _sampling(get, out, policy)
     _optimizer(get, out)
     if peft is None:
-        _adapter(get, out, model_type)
+        peft_map.model_config_adapter(get, out, model_type, PEFT_DEFAULTS)
     elif get("use_peft"):
         out.refuse("use_peft", f"true, and {peft[1]} too: say which adapter trains (one of them)")
     else:
@@ -151,84 +145,57 @@ def import_config(
     return out
 
 
-def _adapter(get: Reader, out: Mapping, model_type: str | None) -> None:
-    """`use_peft` and its `lora_*` options as TRL's get_peft_config passes them to peft (bias
-    none, peft's default initialisation); without use_peft every weight trains."""
-    if not get("use_peft"):
-        out.set("hyperparameters.adapter", None, get.source("use_peft"))
-        return
-    for key, what in _PEFT_NO_EQUIVALENT.items():
-        if get(key) not in (PEFT_DEFAULTS[key], None, []):
-            out.refuse(key, f"{plain(get(key))}: {what}; the contract's adapter is plain LoRA")
-    if get("lora_task_type") != "CAUSAL_LM":
-        out.refuse("lora_task_type", f"{plain(get('lora_task_type'))}: the policy is a causal language model")
-    targets = get("lora_target_modules")
-    if targets is None:
-        targets = peft_map.peft_default_targets(model_type)
-        if targets is None:
-            out.refuse(
-                "lora_target_modules",
-                f"unset: peft then picks the layers by model type, and has no default for {model_type!r}; "
-                "write them out (all-linear or a list of module names)",
-            )
-            return
-    elif isinstance(targets, str) and targets != "all-linear":  # peft matches a string as a regex on full names
-        out.refuse("lora_target_modules", f"{targets!r}: a regular expression over module paths; list module names")
-        return
-    adapter = {
-        "kind": "lora",
-        "rank": get("lora_r"),
-        "alpha": float(get("lora_alpha")),
-        "dropout": float(get("lora_dropout")),
-        "target_modules": targets if isinstance(targets, str) else list(targets),
-        "bias": "none",
-        "init": "default",
-    }
-    names = ", ".join(
-        get.source(k) for k in ("use_peft", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules")
-    )
-    out.set("hyperparameters.adapter", adapter, names + "; bias none and peft's initialisation, as get_peft_config")
-
-
 def _batch(get: Reader, out: Mapping, train_rows: int, processes: int) -> None:
     k, micro, accumulate = (
         get("num_generations"),
         get("per_device_train_batch_size"),
         get("gradient_accumulation_steps"),
     )
-    sequences = micro * accumulate * processes
+    minis = _mini_batches(get, out, accumulate)
+    sequences = micro * accumulate * processes * minis  # what one generation samples
     out.set("hyperparameters.group_size", k, get.source("num_generations"))
-    if sequences % k:
-        out.refuse("per_device_train_batch_size", f"{sequences} completions a step are not whole groups of {k}")
+    if sequences % (k * minis):
+        out.refuse("per_device_train_batch_size", f"{sequences // minis} completions a step: not whole groups of {k}")
         return
     prompts = sequences // k
     out.set(
         "hyperparameters.prompts_per_step",
         prompts,
-        f"per_device_train_batch_size {micro} × gradient_accumulation_steps {accumulate} × {processes} process(es) "
-        f"/ num_generations {k}",
+        f"per_device_train_batch_size {micro} × gradient_accumulation_steps {accumulate} × {minis} mini-batch(es) "
+        f"× {processes} process(es) / num_generations {k}",
     )
     out.set("hyperparameters.micro_batch_sequences", micro, get.source("per_device_train_batch_size"))
-    per_generation = get("steps_per_generation")
-    if per_generation is not None and per_generation != accumulate:
-        out.refuse(
-            "steps_per_generation",
-            f"{per_generation} ≠ gradient_accumulation_steps {accumulate}: several optimizer steps per sampled batch "
-            "(the contract takes one per pass over the batch: updates_per_batch)",
-        )
     passes = get("num_iterations")
     out.set("hyperparameters.updates_per_batch", passes, get.source("num_iterations"))
-    out.set("hyperparameters.max_policy_lag", passes - 1, "trl reuses a batch num_iterations times: lag ≤ μ − 1")
+    per_batch = passes * minis
+    out.set("hyperparameters.max_policy_lag", per_batch - 1, f"trl takes {per_batch} optimizer step(s) on a batch")
     steps = get("max_steps")
     if steps is not None and steps > 0:
-        if steps % passes:
-            out.refuse("max_steps", f"{steps} optimizer steps are not whole batches of num_iterations {passes}")
-        out.set("hyperparameters.max_steps", max(steps // passes, 1), f"trl max_steps {steps} / num_iterations")
+        if steps % per_batch:
+            out.refuse("max_steps", f"{steps} optimizer steps are not whole batches of {per_batch} optimizer steps")
+        out.set("hyperparameters.max_steps", max(steps // per_batch, 1), f"trl max_steps {steps} / {per_batch}")
     else:
         epochs = get("num_train_epochs")
         batches = math.ceil(epochs * math.ceil(train_rows / prompts))
         out.set("hyperparameters.max_steps", batches, f"trl num_train_epochs {epochs} over {train_rows} prompts")
     out.set("hyperparameters.seed", get("seed"), get.source("seed"))
+
+
+def _mini_batches(get: Reader, out: Mapping, accumulate: int) -> int:
+    """Optimizer steps one generation takes: steps_per_generation / gradient_accumulation_steps."""
+    per_generation = get("steps_per_generation") or accumulate
+    if per_generation % accumulate:
+        out.refuse("steps_per_generation", f"{per_generation}: not a multiple of gradient_accumulation_steps")
+        return 1
+    minis = per_generation // accumulate
+    out.set("hyperparameters.mini_batches", minis, f"steps_per_generation {per_generation} / {accumulate}")
+    if minis > 1:
+        out.differs(
+            "steps_per_generation",
+            "trl shuffles a generation's completions before cutting it into parts, so a group trains over several "
+            "optimizer steps; the contract's mini-batches hold whole groups",
+        )
+    return minis
 
 
 def _objective(get: Reader, out: Mapping, components: int) -> None:
@@ -374,7 +341,11 @@ def _schedule(get: Reader, out: Mapping) -> None:
         name = "constant"
     out.set("hyperparameters.schedule.name", name, get.source("lr_scheduler_type"))
     steps, ratio = get("warmup_steps"), get("warmup_ratio")
-    total = out.values.get("hyperparameters.max_steps", 1) * get("num_iterations")
+    total = (
+        out.values.get("hyperparameters.max_steps", 1)
+        * get("num_iterations")
+        * out.values.get("hyperparameters.mini_batches", 1)
+    )
     warmup = math.ceil(total * steps) if 0 < steps < 1 else int(steps)
     if ratio:
         warmup = math.ceil(total * ratio)

@@ -111,7 +111,13 @@ def _kl(contract: Contract, out: Mapping) -> None:
 def _batch(contract: Contract, out: Mapping) -> None:
     hp = contract.hyperparameters
     out.set("data.train_batch_size", hp.prompts_per_step, "hyperparameters.prompts_per_step")
-    out.set(f"{A}.ppo_mini_batch_size", hp.prompts_per_step, "one optimizer step per pass over the batch")
+    out.set(f"{A}.ppo_mini_batch_size", hp.prompts_per_step // hp.mini_batches, "prompts_per_step / mini_batches")
+    if hp.mini_batches > 1:
+        out.differs(
+            "hyperparameters.mini_batches",
+            "verl's mini-batch holds consecutive sequences of each process's share of the batch; the contract's, "
+            "every mini_batches-th group of the whole batch",
+        )
     out.set(f"{R}.n", hp.group_size, "hyperparameters.group_size")
     out.set(f"{A}.ppo_epochs", hp.updates_per_batch, "hyperparameters.updates_per_batch")
     if hp.micro_batch_sequences:
@@ -156,10 +162,16 @@ def _optimizer(contract: Contract, out: Mapping) -> None:
         out.refuse("hyperparameters.schedule.name", "linear: verl's actor schedules are constant and cosine")
     out.set(f"{A}.optim.lr_scheduler_type", "cosine" if name == "cosine" else "constant", "schedule.name")
     out.set(f"{A}.optim.min_lr_ratio", 0.0, "the contract's cosine decays to 0")
-    warmup = schedule.warmup_steps if schedule else 0
-    out.set(f"{A}.optim.lr_warmup_steps", warmup, "schedule.warmup_steps")
+    warmup, per_batch = (schedule.warmup_steps if schedule else 0), hp.steps_per_batch
+    out.set(f"{A}.optim.lr_warmup_steps", -(-warmup // per_batch), "schedule.warmup_steps / optimizer steps a batch")
     if warmup:
         out.differs("hyperparameters.schedule.warmup_steps", "verl's warm-up is lr·s/w, the contract's lr·(s+1)/w")
+    if per_batch > 1 and (warmup or name != "constant"):
+        out.differs(
+            "hyperparameters.schedule",
+            f"verl moves the learning rate once a batch (after its {per_batch} optimizer steps), the contract at "
+            "every optimizer step",
+        )
     dtypes = hp.dtypes
     if dtypes.params != "fp32":
         out.refuse("hyperparameters.precision", f"{dtypes.params} weights: verl's actor keeps fp32 weights")

@@ -285,18 +285,26 @@ def _batch(get: Reader, out: Mapping, train_rows: int) -> None:
     n = get(f"{R}.n")
     out.set("hyperparameters.group_size", n, get.source(f"{R}.n"))
     out.set("hyperparameters.prompts_per_step", prompts, get.source("data.train_batch_size"))
-    if mini != prompts:
-        out.refuse(
+    minis = prompts // mini if mini and prompts % mini == 0 else 0
+    if not minis:
+        out.refuse(f"{A}.ppo_mini_batch_size", f"{mini} does not divide data.train_batch_size {prompts}")
+    out.set("hyperparameters.mini_batches", max(minis, 1), f"data.train_batch_size {prompts} / {A}.ppo_mini_batch_size")
+    if minis > 1:
+        out.differs(
             f"{A}.ppo_mini_batch_size",
-            f"{mini} ≠ data.train_batch_size {prompts}: several optimizer steps per sampled batch (the contract takes "
-            "one per pass: updates_per_batch)",
+            "verl's mini-batch holds consecutive sequences of each process's share of the batch; the contract's, "
+            "every mini_batches-th group of the whole batch: as many groups, grouped otherwise",
         )
     micro = get(f"{A}.ppo_micro_batch_size_per_gpu")
-    if micro and (prompts * n) % micro == 0:
+    if micro and (prompts * n // max(minis, 1)) % micro == 0:
         out.set("hyperparameters.micro_batch_sequences", micro, get.source(f"{A}.ppo_micro_batch_size_per_gpu"))
     epochs = get(f"{A}.ppo_epochs")
     out.set("hyperparameters.updates_per_batch", epochs, get.source(f"{A}.ppo_epochs"))
-    out.set("hyperparameters.max_policy_lag", epochs - 1, "verl reuses a batch ppo_epochs times: lag ≤ epochs − 1")
+    out.set(
+        "hyperparameters.max_policy_lag",
+        epochs * max(minis, 1) - 1,
+        "verl takes ppo_epochs × mini-batches optimizer steps on a batch: lag ≤ their number − 1",
+    )
     steps = get("trainer.total_training_steps")
     if steps:
         out.set("hyperparameters.max_steps", steps, get.source("trainer.total_training_steps"))
@@ -351,11 +359,22 @@ def _optimizer(get: Reader, out: Mapping) -> None:
         out.refuse(f"{o}.min_lr_ratio", f"{get(f'{o}.min_lr_ratio')}: the contract's cosine decays to 0")
     steps = get(f"{o}.lr_warmup_steps")
     if steps is None or steps < 0:
-        total = out.values.get("hyperparameters.max_steps", 1) * get(f"{A}.ppo_epochs")
-        steps = int(get(f"{o}.lr_warmup_steps_ratio") * total)
-    out.set("hyperparameters.schedule.warmup_steps", steps, get.source(f"{o}.lr_warmup_steps"))
+        steps = int(get(f"{o}.lr_warmup_steps_ratio") * out.values.get("hyperparameters.max_steps", 1))
+    per_batch = get(f"{A}.ppo_epochs") * out.values.get("hyperparameters.mini_batches", 1)
+    out.set(
+        "hyperparameters.schedule.warmup_steps",
+        steps * per_batch,
+        get.source(f"{o}.lr_warmup_steps")
+        + (f": {steps} batches × {per_batch} optimizer steps" if per_batch > 1 else ""),
+    )
     if steps:
         out.differs(f"{o}.lr_warmup_steps", "verl's warm-up is lr·s/w from step 0, the contract's lr·(s+1)/w")
+    if per_batch > 1 and (steps or kind != "constant"):
+        out.differs(
+            f"{o}.lr_scheduler_type",
+            f"verl moves the learning rate once a batch (after its {per_batch} optimizer steps), the contract at "
+            "every optimizer step",
+        )
     params, compute = get(f"{A}.fsdp_config.model_dtype"), get(f"{A}.fsdp_config.dtype")
     precision = {"fp32": {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}}.get(params, {}).get(compute)
     if precision is None:

@@ -113,7 +113,8 @@ def test_a_trl_config_s_choices_land_in_the_contract(exp: Path) -> None:
 
 
 def test_what_the_contract_cannot_state_is_refused_and_nothing_written(exp: Path) -> None:
-    config = {"loss_type": "sapo", "delta": 4.0, "top_entropy_quantile": 0.2, "steps_per_generation": 4}
+    config = {"loss_type": "sapo", "delta": 4.0, "top_entropy_quantile": 0.2, "steps_per_generation": 3}
+    config["gradient_accumulation_steps"] = 2  # 3 parts of a generation: not whole optimizer steps
     done = rlvr("import", "trl", write(exp / "bad.yaml", config), "--into", exp)
     assert done.code == 1
     for key in ("loss_type", "delta", "top_entropy_quantile", "steps_per_generation"):
@@ -183,6 +184,42 @@ def test_a_dapo_run_imports_once_the_experiment_names_what_verls_config_cannot(e
     assert done.code == 0, done.stderr
     sampling = load(exp / "dapo.rlvr.yaml").length.dynamic_sampling
     assert (sampling.drop_uniform_groups, sampling.max_rounds, sampling.log_by) == (True, 3, ["difficulty"])
+
+
+def test_the_peers_mini_batches_import_as_optimizer_steps_a_pass_and_export_back(exp: Path, tmp_path: Path) -> None:
+    """verl's ppo_mini_batch_size and TRL's steps_per_generation: several optimizer steps on one
+    sampled batch, each counted in the lag and the step budget; written back as the peer's."""
+    overrides = ["algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=4", "data.train_batch_size=8"]
+    overrides += ["actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.actor.ppo_epochs=2"]
+    overrides += [
+        "actor_rollout_ref.actor.optim.lr_warmup_steps=3",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+    ]
+    done = rlvr("import", "verl", write(exp / "v.yaml", {}), *overrides, "--into", exp, "--out", exp / "v.rlvr.yaml")
+    assert done.code == 0, done.stderr
+    hp = load(exp / "v.rlvr.yaml").hyperparameters
+    assert (hp.prompts_per_step, hp.mini_batches, hp.updates_per_batch, hp.max_policy_lag) == (8, 4, 2, 7)
+    assert hp.schedule is not None and hp.schedule.warmup_steps == 3 * 8  # verl counts its warm-up in batches
+    assert "moves the learning rate once a batch" in done.stderr and "grouped otherwise" in done.stderr
+    config = {"num_generations": 4, "per_device_train_batch_size": 4, "gradient_accumulation_steps": 2}
+    config |= {"steps_per_generation": 6, "num_iterations": 1, "max_steps": 30}
+    done = rlvr("import", "trl", write(exp / "t.yaml", config), "--into", exp / CONTRACT, "--out", exp / "t.rlvr.yaml")
+    assert done.code == 0, done.stderr
+    hp = load(exp / "t.rlvr.yaml").hyperparameters
+    assert (hp.prompts_per_step, hp.micro_batch_sequences, hp.mini_batches, hp.max_policy_lag, hp.max_steps) == (
+        6,
+        4,
+        3,
+        2,
+        10,
+    )
+    for to, key, expected in (("verl", "ppo_mini_batch_size", 2), ("trl", "steps_per_generation", 6)):
+        out = tmp_path / to
+        source = exp / ("v.rlvr.yaml" if to == "verl" else "t.rlvr.yaml")
+        made = rlvr("export", source, "--to", to, "--out", out, "--allow-inexact")
+        assert made.code == 0, made.stderr
+        written = "\n".join(p.read_text() for p in sorted(out.glob("*.yaml")))
+        assert f"{key}: {expected}" in written, written
 
 
 def test_export_refuses_what_the_peer_cannot_express() -> None:
