@@ -13,6 +13,7 @@ from pydantic import BeforeValidator, ConfigDict, Field, model_validator
 from rlvr_cli.contract.adapter import Adapter
 from rlvr_cli.contract.batch_keys import MICRO_BATCH_SEQUENCES, MINI_BATCHES, SAMPLE_AHEAD
 from rlvr_cli.contract.data_section import Data
+from rlvr_cli.contract.length_keys import OVERLONG_PENALTY, DynamicSampling, OverlongPenalty, Packing
 from rlvr_cli.contract.off_policy import Correction, Ratio
 from rlvr_cli.contract.operations import (
     Acceptance,
@@ -321,21 +322,6 @@ class Hyperparameters(Section):
 # ── length ────────────────────────────────────────────────────────────────────────────
 
 
-class Packing(Section):
-    enabled: bool = Field(description="Whether episodes are packed.")
-    isolate_episodes: bool = Field(
-        True, description="Packed episodes never attend to each other (must be true, RLV503)."
-    )
-
-
-class DynamicSampling(Section):
-    drop_uniform_groups: bool = Field(description="Drop groups whose rewards are all equal and sample again (DAPO).")
-    max_rounds: Int = Field(1, ge=1, description="Sampling rounds per step at most.")
-    log_by: list[str] | None = Field(
-        None, description="Task fields acceptance rates are logged by (e.g. domain, difficulty)."
-    )
-
-
 class Length(Section):
     """What counts as an answer."""
 
@@ -360,6 +346,7 @@ class Length(Section):
     )
     packing: Packing | None = Field(None, description="Pack episodes into one sequence with attention kept apart.")
     dynamic_sampling: DynamicSampling | None = Field(None, description="Drop uniform groups and sample again.")
+    overlong_penalty: OverlongPenalty | None = OVERLONG_PENALTY
 
 
 class Contract(Section):

@@ -129,6 +129,19 @@ def rlv502_dynamic_sampling_logs(c: Contract, _: Path) -> Iterator[Finding]:
 
 
 @rule
+def rlv504_overlong_buffer(c: Contract, _: Path) -> Iterator[Finding]:
+    overlong = c.length.overlong_penalty
+    if overlong is not None and overlong.buffer_tokens > c.length.max_response_tokens:
+        yield error(
+            "RLV504",
+            ("length", "overlong_penalty", "buffer_tokens"),
+            f"buffer_tokens = {overlong.buffer_tokens} is more than max_response_tokens = "
+            f"{c.length.max_response_tokens}: the penalty would start before the first token",
+            suggestion=str(c.length.max_response_tokens),
+        )
+
+
+@rule
 def rlv503_packing_isolation(c: Contract, _: Path) -> Iterator[Finding]:
     packing = c.length.packing
     if packing is not None and packing.enabled and not packing.isolate_episodes:

@@ -15,6 +15,16 @@ class InvalidVerdictStop(RlvrError):
     """`on_invalid: fail` met an invalid verdict: the run stops (aborted, with the verdict)."""
 
 
+def overlong_penalty(contract: Contract, sample: Sample) -> float:
+    """DAPO's soft overlong punishment (`length.overlong_penalty`), ≤ 0: nothing up to
+    max_response_tokens − buffer_tokens tokens, then linearly to −factor at the budget."""
+    overlong, budget = contract.length.overlong_penalty, contract.length.max_response_tokens
+    if overlong is None:
+        return 0.0
+    beyond = len(sample.response_ids) - (budget - overlong.buffer_tokens)
+    return min(-beyond / overlong.buffer_tokens * overlong.factor, 0.0)
+
+
 def weighted_reward(contract: Contract, verdict: Verdict) -> float:
     """The contract's reward: Σ weight · component; a missing component is the verifier's bug."""
     total = 0.0
@@ -42,7 +52,7 @@ def apply_verdict(contract: Contract, sample: Sample, verdict: Verdict, seconds:
     sample.verify_seconds = seconds
     if verdict.valid:
         try:
-            sample.reward = weighted_reward(contract, verdict)
+            sample.reward = weighted_reward(contract, verdict) + overlong_penalty(contract, sample)
         except KeyError as missing:
             verdict = Verdict("verifier_error", detail=f"verdict lacks component {missing}")
     sample.verdict = verdict
@@ -88,4 +98,12 @@ def score_sets(contract: Contract, samples: list[Sample], pool: Any) -> None:
             apply_verdict(contract, member, verdict, seconds)
 
 
-__all__ = ["InvalidVerdictStop", "Sample", "apply_verdict", "needs_verdict", "score_all", "weighted_reward"]
+__all__ = [
+    "InvalidVerdictStop",
+    "Sample",
+    "apply_verdict",
+    "needs_verdict",
+    "overlong_penalty",
+    "score_all",
+    "weighted_reward",
+]

@@ -87,6 +87,8 @@ def _batch(contract: Contract, out: Mapping, processes: int) -> None:
     out.set("seed", hp.seed, "hyperparameters.seed")
     if hp.sample_ahead:
         out.refuse("hyperparameters.sample_ahead", "trl samples each batch after the previous update")
+    if contract.length.overlong_penalty is not None:
+        out.refuse("length.overlong_penalty", "trl has no soft overlong punishment")
     if contract.length.dynamic_sampling and contract.length.dynamic_sampling.drop_uniform_groups:
         out.refuse("length.dynamic_sampling", "trl keeps groups whose rewards are all equal")
 

@@ -126,6 +126,12 @@ def _batch(contract: Contract, out: Mapping) -> None:
     out.set("data.seed", hp.seed, "hyperparameters.seed")
     if hp.sample_ahead:
         out.differs("hyperparameters.sample_ahead", "verl's trainer samples each batch after the previous update")
+    if contract.length.overlong_penalty is not None:
+        out.refuse(
+            "length.overlong_penalty",
+            "verl's ppo_trainer config holds no overlong buffer (the DAPO recipe's dapo reward manager reads it from "
+            "reward kwargs of its own)",
+        )
     ds = contract.length.dynamic_sampling
     if ds is not None and ds.drop_uniform_groups:
         out.set("algorithm.filter_groups.enable", True, "length.dynamic_sampling.drop_uniform_groups")

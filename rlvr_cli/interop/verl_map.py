@@ -300,11 +300,8 @@ def _batch(get: Reader, out: Mapping, train_rows: int) -> None:
         out.set("hyperparameters.micro_batch_sequences", micro, get.source(f"{A}.ppo_micro_batch_size_per_gpu"))
     epochs = get(f"{A}.ppo_epochs")
     out.set("hyperparameters.updates_per_batch", epochs, get.source(f"{A}.ppo_epochs"))
-    out.set(
-        "hyperparameters.max_policy_lag",
-        epochs * max(minis, 1) - 1,
-        "verl takes ppo_epochs × mini-batches optimizer steps on a batch: lag ≤ their number − 1",
-    )
+    lag = epochs * max(minis, 1) - 1
+    out.set("hyperparameters.max_policy_lag", lag, f"verl takes {lag + 1} optimizer step(s) on a batch: lag ≤ {lag}")
     steps = get("trainer.total_training_steps")
     if steps:
         out.set("hyperparameters.max_steps", steps, get.source("trainer.total_training_steps"))
@@ -316,12 +313,32 @@ def _batch(get: Reader, out: Mapping, train_rows: int) -> None:
         )
     seed = get("data.seed")
     out.set("hyperparameters.seed", 42 if seed is None else seed, get.source("data.seed") + " (null: 42)")
+    _overlong(get, out)
     if get("algorithm.filter_groups.enable"):
         rounds = get("algorithm.filter_groups.max_num_gen_batches")
         out.set("length.dynamic_sampling.drop_uniform_groups", True, get.source("algorithm.filter_groups.enable"))
         out.set("length.dynamic_sampling.max_rounds", rounds if rounds > 0 else 10, "filter_groups.max_num_gen_batches")
         if rounds <= 0:
             out.differs("algorithm.filter_groups.max_num_gen_batches", "0 (unbounded in verl): max_rounds 10 here")
+
+
+#: the dapo reward manager's soft overlong punishment: verl 0.9.1's reward kwargs, the DAPO recipe scripts' keys
+OVERLONG = (
+    ("reward.reward_manager.name", "reward.reward_kwargs.overlong_buffer_cfg"),
+    ("reward_model.reward_manager", "custom_reward_function.overlong_buffer"),
+)
+
+
+def _overlong(get: Reader, out: Mapping) -> None:
+    for manager, prefix in OVERLONG:
+        if not get(f"{prefix}.enable"):
+            continue
+        if get(manager) != "dapo":
+            out.differs(f"{prefix}.enable", f"true, but only the dapo reward manager applies it ({manager}: not dapo)")
+            continue
+        penalty = {"buffer_tokens": int(get(f"{prefix}.len")), "factor": float(get(f"{prefix}.penalty_factor"))}
+        out.set("length.overlong_penalty", penalty, f"verl {prefix}.len, .penalty_factor ({manager}: dapo)")
+        return
 
 
 def _sampling(get: Reader, out: Mapping) -> None:

@@ -65,6 +65,13 @@ def objective_words(c: Contract) -> list[str]:
         "keep": "verified and trained like any answer",
         "penalize": f"given reward {length.truncation_penalty}",
     }[length.on_truncated]
+    overlong = length.overlong_penalty
+    if overlong is not None:
+        start = length.max_response_tokens - overlong.buffer_tokens
+        weights += (
+            f" − {overlong.factor}·(tokens − {start})/{overlong.buffer_tokens} beyond {start} tokens (DAPO's overlong "
+            "punishment)"
+        )
     return [
         f"reward per {o.reward.unit} = {weights}{_unit_words(c)}",
         f"invalid verdicts (verifier_error, timeout, sandbox_error): {'excluded and recorded' if o.reward.on_invalid == 'exclude' else 'stop the run'}",
