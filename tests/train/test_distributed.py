@@ -122,7 +122,10 @@ def two_processes(scaffold: Path, factory: pytest.TempPathFactory, aggregation: 
         ("token_mean", LORA),
         ("seq_mean_token_mean", LORA + "  parallel: {strategy: fsdp2}\n"),
         ("token_mean", MINI),
-        ("seq_mean_token_mean", MINI + "  parallel: {strategy: fsdp2}\n"),
+        (
+            "seq_mean_token_mean",
+            MINI + "  parallel: {strategy: fsdp2, reshard_after_forward: false, accumulate_whole_gradients: true}\n",
+        ),
     ],
     ids=[
         "ddp-seq_mean_token_mean",
@@ -134,7 +137,7 @@ def two_processes(scaffold: Path, factory: pytest.TempPathFactory, aggregation: 
         "ddp-lora-token_mean",
         "fsdp2-lora-seq_mean_token_mean",
         "ddp-mini-batches-token_mean",
-        "fsdp2-mini-batches-seq_mean_token_mean",
+        "fsdp2-kept-gathered-whole-gradients-mini-batches-seq_mean_token_mean",
     ],
 )
 def test_two_processes_equal_one(
