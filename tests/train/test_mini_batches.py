@@ -108,6 +108,7 @@ def test_each_mini_batch_is_an_optimizer_step_on_its_own_tokens(single_turn: Pat
         ("  mini_batches: 3\n", "RLV302"),  # 8 groups do not split in 3
         ("  mini_batches: 8\n", "RLV302"),  # one group (8 sequences) a mini-batch, micro-batches of 16
         ("  mini_batches: 2\n", "RLV303"),  # the odd groups train one step late: max_policy_lag 0
+        ("  mini_batches: 2\n  sample_ahead: true\n", "RLV303"),  # and sampling ahead adds one step more
     ],
 )
 def test_mini_batches_that_do_not_divide_the_batch_or_outrun_the_lag_are_refused(
@@ -122,5 +123,6 @@ def test_mini_batches_that_do_not_divide_the_batch_or_outrun_the_lag_are_refused
         text.replace("max_policy_lag: 0", "max_policy_lag: 7")
         .replace("  mini_batches: 3\n", "  mini_batches: 4\n")
         .replace("micro_batch_sequences: 16", "micro_batch_sequences: 8")
+        .replace("  sample_ahead: true\n", "")  # (sampling ahead also needs objective.ratio stated)
     )
     assert rlvr("validate", folder / CONTRACT).code == 0  # divisible, within the lag: valid
