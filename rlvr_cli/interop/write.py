@@ -21,6 +21,7 @@ ORDER = {
         "prompts_per_step",
         "micro_batch_sequences",
         "updates_per_batch",
+        "mini_batches",
         "max_policy_lag",
         "sampling",
         "optimizer",
@@ -63,9 +64,10 @@ def merged(base: dict[str, Any], mapping: Mapping) -> dict[str, Any]:
             node = node.setdefault(part, {})
         node[last] = value
     hp = out["hyperparameters"]
-    micro, total = hp.get("micro_batch_sequences"), hp.get("prompts_per_step", 1) * hp.get("group_size", 1)
+    total = hp.get("prompts_per_step", 1) * hp.get("group_size", 1) // max(hp.get("mini_batches", 1), 1)
+    micro = hp.get("micro_batch_sequences")
     if micro and total % micro:
-        hp.pop("micro_batch_sequences")  # the base's micro-batch does not divide the peer's batch: one pass
+        hp.pop("micro_batch_sequences")  # the base's micro-batch does not divide the peer's mini-batch: one pass
     if weights is not None:
         for part, weight in zip(out["objective"]["reward"]["components"], weights, strict=True):
             part["weight"] = weight

@@ -191,14 +191,14 @@ def test_the_peers_mini_batches_import_as_optimizer_steps_a_pass_and_export_back
     sampled batch, each counted in the lag and the step budget; written back as the peer's."""
     overrides = ["algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=4", "data.train_batch_size=8"]
     overrides += ["actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.actor.ppo_epochs=2"]
-    overrides += [
-        "actor_rollout_ref.actor.optim.lr_warmup_steps=3",
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
-    ]
+    overrides += ["actor_rollout_ref.actor.optim.lr_warmup_steps=3"]  # no micro-batch: the base's 16 is dropped
     done = rlvr("import", "verl", write(exp / "v.yaml", {}), *overrides, "--into", exp, "--out", exp / "v.rlvr.yaml")
     assert done.code == 0, done.stderr
     hp = load(exp / "v.rlvr.yaml").hyperparameters
     assert (hp.prompts_per_step, hp.mini_batches, hp.updates_per_batch, hp.max_policy_lag) == (8, 4, 2, 7)
+    assert hp.micro_batch_sequences is None  # the base's 16 does not divide a mini-batch of 8 sequences
+    text = (exp / "v.rlvr.yaml").read_text()
+    assert text.index("  updates_per_batch:") < text.index("  mini_batches:") < text.index("  max_policy_lag:")
     assert hp.schedule is not None and hp.schedule.warmup_steps == 3 * 8  # verl counts its warm-up in batches
     assert "moves the learning rate once a batch" in done.stderr and "grouped otherwise" in done.stderr
     config = {"num_generations": 4, "per_device_train_batch_size": 4, "gradient_accumulation_steps": 2}
