@@ -20,10 +20,14 @@ and its calls; a block that is not a well-formed call stays in the message (no c
   argument, `</tool_call>`; any number a turn. A value is written bare (a string as it is, any
   other value as JSON), so it is read as JSON where it parses, except where the tool's schema
   types the argument `string` (`typed_arguments`: GLM's own reading).
+- `qwen_xml` (Qwen3-Coder, Qwen3.5): `<tool_call>\n<function=NAME>\n<parameter=K>\nV\n</parameter>…
+  </function>\n</tool_call>`; any number a turn; values bare as GLM's (Qwen3-Coder's template
+  writes a non-string as Python's `str`: read as a Python literal where JSON fails).
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import secrets
@@ -52,6 +56,23 @@ class ToolFormat:
         return "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(self.id_length))
 
 
+def _json(text: str) -> Any:
+    """`json.loads` of model output: a nesting deeper than the parser's recursion (a policy that
+    writes `[[[[…` for thousands of tokens) is not JSON, a ValueError like any other."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("nested too deeply to read") from None
+
+
+def _json_prefix(text: str) -> tuple[Any, int]:
+    """`raw_decode` of model output, with the same guard as `_json`."""
+    try:
+        return json.JSONDecoder().raw_decode(text)
+    except RecursionError:
+        raise ValueError("nested too deeply to read") from None
+
+
 def _call(name: Any, arguments: Any, call_id: Any = None) -> Call | None:
     """A call of `name` with `arguments` as the model wrote them (any JSON value: one that is
     not an object reaches the model as a tool error, never the server)."""
@@ -63,7 +84,7 @@ def _call(name: Any, arguments: Any, call_id: Any = None) -> Call | None:
 def _call_text(name: str, arguments: str) -> Call | None:
     """A call whose arguments are JSON text (harmony, deepseek); not JSON: no call."""
     try:
-        return _call(name, json.loads(arguments) if arguments.strip() else {})
+        return _call(name, _json(arguments) if arguments.strip() else {})
     except ValueError:
         return None
 
@@ -76,7 +97,7 @@ def _hermes(text: str) -> tuple[str, list[Call]]:
 
     def take(match: re.Match[str]) -> str:
         try:
-            data = json.loads(match.group(1))
+            data = _json(match.group(1))
             call = _call(data.get("name"), data.get("arguments", {}), data.get("id"))
         except (ValueError, AttributeError):
             call = None
@@ -94,7 +115,7 @@ def _llama3(text: str) -> tuple[str, list[Call]]:
         body = body.removesuffix(end).strip()
     if body.startswith("{"):
         try:
-            data = json.loads(body)
+            data = _json(body)
             call = _call(data.get("name"), data.get("parameters", data.get("arguments", {})))
         except (ValueError, AttributeError):
             call = None
@@ -109,7 +130,7 @@ def _mistral(text: str) -> tuple[str, list[Call]]:
         return text.strip(), []
     rest = rest.strip().removesuffix("</s>").strip()
     try:
-        data, _ = json.JSONDecoder().raw_decode(rest)
+        data, _ = _json_prefix(rest)
     except ValueError:
         return text.strip(), []
     items = data if isinstance(data, list) else [data]
@@ -194,11 +215,36 @@ def _glm(text: str) -> tuple[str, list[Call]]:
 
 
 def _bare(value: str) -> Any:
-    """A value as GLM's template writes it: JSON where it parses, else the string itself."""
+    """A value as GLM's or Qwen's XML template writes it: JSON where it parses, else a Python
+    literal (`True`, `{'a': 1}`: Qwen3-Coder's `| string`), else the string itself."""
     try:
-        return json.loads(value)
+        return _json(value)
     except ValueError:
-        return value
+        pass
+    if len(value) <= 10_000:  # model output: only literals are read, and only short ones
+        try:
+            return ast.literal_eval(value.strip())
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            pass
+    return value
+
+
+_QWEN_CALL = re.compile(r"<tool_call>\s*<function=([^>\n]+)>(.*?)</function>\s*</tool_call>", re.S)
+_QWEN_ARG = re.compile(r"<parameter=([^>\n]+)>\n?(.*?)\n?</parameter>", re.S)
+
+
+def _qwen_xml(text: str) -> tuple[str, list[Call]]:
+    calls: list[Call] = []
+
+    def take(match: re.Match[str]) -> str:
+        written = {key.strip(): value for key, value in _QWEN_ARG.findall(match.group(2))}
+        call = _call(match.group(1).strip(), {key: _bare(value) for key, value in written.items()})
+        if call is None or _QWEN_ARG.sub("", match.group(2)).strip():  # text outside a parameter: not a call
+            return match.group(0)
+        calls.append({**call, "written": written})
+        return ""
+
+    return _QWEN_CALL.sub(take, text).strip(), calls
 
 
 def typed_arguments(call: Call, schemas: list[dict[str, Any]] | None) -> str:
@@ -228,6 +274,7 @@ FORMATS: dict[str, ToolFormat] = {
         ToolFormat("mistral", "Mistral 7B v0.3, Nemo, Small", "[TOOL_CALLS]", True, 9, "mapping", _mistral),
         ToolFormat("llama3_json", "Llama 3.1, 3.2, 3.3", '"parameters": ', False, None, "mapping", _llama3),
         ToolFormat("glm", "GLM-4.5, 4.6", "<arg_key>", True, None, "mapping", _glm),
+        ToolFormat("qwen_xml", "Qwen3-Coder, Qwen3.5", "<function=", True, None, "mapping", _qwen_xml),
         ToolFormat("hermes", "Qwen2.5, Qwen3, Hermes, SmolLM3", "<tool_call>", True, None, "mapping", _hermes),
     )
 }

@@ -5,7 +5,7 @@ from typing import Literal
 
 from pydantic import Field
 
-ToolFormatName = Literal["hermes", "llama3_json", "mistral", "harmony", "deepseek", "glm"]
+ToolFormatName = Literal["hermes", "llama3_json", "mistral", "harmony", "deepseek", "glm", "qwen_xml"]
 TOOL_KEYS = ("max_tool_output_bytes", "calls_without_room", "tool_format", "max_sessions")
 
 MAX_TOOL_OUTPUT_BYTES = Field(
@@ -22,7 +22,8 @@ TOOL_FORMAT = Field(
     None,
     description="tool_use: how the policy writes tool calls — hermes (Qwen, Hermes: <tool_call>), llama3_json "
     "(Llama 3.x), mistral ([TOOL_CALLS]), harmony (gpt-oss), deepseek (DeepSeek-R1/V3), glm (GLM-4.5/4.6: "
-    "<arg_key>). None: the one the chat template renders (rlvr render and plan.json say which).",
+    "<arg_key>), qwen_xml (Qwen3-Coder, Qwen3.5: <function=…>). None: the one the chat template renders "
+    "(rlvr render and plan.json say which).",
 )
 MAX_SESSIONS = Field(
     None,

@@ -27,6 +27,7 @@ FAMILIES = {
     "deepseek-r1-distill.jinja": "deepseek",
     "deepseek-v3.1.jinja": "deepseek",
     "glm-4.6.jinja": "glm",
+    "qwen3-coder.jinja": "qwen_xml",
 }
 TOOLS = [
     {
@@ -88,7 +89,13 @@ def test_each_published_template_is_read_in_its_familys_format(tokenizer, name: 
 
 
 @pytest.mark.parametrize(
-    ("name", "expected"), [("qwen3.jinja", "hermes"), ("mistral-nemo.jinja", "mistral"), ("glm-4.6.jinja", "glm")]
+    ("name", "expected"),
+    [
+        ("qwen3.jinja", "hermes"),
+        ("mistral-nemo.jinja", "mistral"),
+        ("glm-4.6.jinja", "glm"),
+        ("qwen3-coder.jinja", "qwen_xml"),
+    ],
 )
 def test_formats_with_parallel_calls_read_every_call_of_a_turn(tokenizer, name: str, expected: str) -> None:  # type: ignore[no-untyped-def]
     calls = [{"name": "lookup", "args": {"word": w}, "id": f"{w}abcdef"[:9].ljust(9, "x")} for w in ("cat", "dog")]
@@ -129,6 +136,12 @@ def test_formats_with_parallel_calls_read_every_call_of_a_turn(tokenizer, name: 
             "</arg_value>\n</tool_call>",
             "<think>look it up</think>\nLet me check.",
         ),
+        (
+            "qwen_xml",
+            "Let me check.\n<tool_call>\n<function=lookup>\n<parameter=word>\nx\n</parameter>\n</function>"
+            "\n</tool_call>",
+            "Let me check.",
+        ),
     ],
 )
 def test_a_call_as_sampled_and_the_message_around_it(fmt: str, text: str, message: str) -> None:
@@ -154,6 +167,8 @@ def test_a_call_as_sampled_and_the_message_around_it(fmt: str, text: str, messag
         ("harmony", "<|channel|>final<|message|>A cat is an animal.<|return|>"),
         ("glm", "<tool_call>lookup\n<arg_key>word</arg_key>\n<arg_value>x</tool_call>"),
         ("glm", "<tool_call>\n<arg_key>word</arg_key>\n<arg_value>x</arg_value>\n</tool_call>"),
+        ("qwen_xml", "<tool_call>\n<function=lookup>\n<parameter=word>\nx\n</function>\n</tool_call>"),
+        ("qwen_xml", "<tool_call>\n<function=lookup>\nword: x\n</function>\n</tool_call>"),
     ],
 )
 def test_text_that_is_not_a_well_formed_call_is_no_call(fmt: str, text: str) -> None:
@@ -189,6 +204,45 @@ def test_glm_values_are_read_as_the_tools_schema_types_them() -> None:
     assert json.loads(typed["arguments"]) == {"key": "5", "count": 5, "flags": ["a", 1], "note": None, "other": True}
     (bare,) = [i for i in parse_completion(text, CallIds(), fmt=FORMATS["glm"]) if "name" in i]
     assert json.loads(bare["arguments"])["key"] == 5  # without the schema the text's own reading
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_a_call_nested_deeper_than_the_json_parser_goes_is_no_call_and_no_crash(fmt: str) -> None:
+    """Model output is untrusted: a policy that writes `[` for thousands of tokens inside a call
+    made json's parser raise RecursionError, which stopped the run."""
+    deep = "[" * 20_000
+    text = {
+        "hermes": f"<tool_call>{deep}</tool_call>",
+        "llama3_json": '{"name": "lookup", "parameters": ' + deep,
+        "mistral": f"[TOOL_CALLS]{deep}",
+        "harmony": f" to=functions.lookup<|channel|>commentary json<|message|>{deep}<|call|>",
+        "deepseek": f"<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>lookup<｜tool▁sep｜>{deep}<｜tool▁call▁end｜>",
+        "glm": f"<tool_call>lookup\n<arg_key>word</arg_key>\n<arg_value>{deep}</arg_value>\n</tool_call>",
+        "qwen_xml": f"<tool_call>\n<function=lookup>\n<parameter=word>\n{deep}\n</parameter>\n</function>\n"
+        "</tool_call>",
+    }[fmt]
+    items = parse_completion(text, CallIds(), fmt=FORMATS[fmt], schemas=TOOLS)
+    for call in (i for i in items if i["type"] == "function_call"):  # the formats that write values bare
+        assert json.loads(call["arguments"]) == {"word": deep}  # the text as written
+
+
+def test_qwen_xml_values_are_read_as_the_tools_schema_types_them() -> None:
+    """Qwen3-Coder's template writes a value with Python's `str` (`True`, `{'a': 1}`): read as a
+    literal where JSON fails, and as the text written where the schema says string."""
+    schema = {
+        "type": "function",
+        "function": {
+            "name": "put",
+            "parameters": {"type": "object", "properties": {"key": {"type": "string"}, "flag": {"type": "boolean"}}},
+        },
+    }
+    values = [("key", "007"), ("flag", "True"), ("spec", "{'a': 1, 'b': [2, None]}"), ("huge", "[" * 20_000)]
+    text = "".join(f"<parameter={k}>\n{v}\n</parameter>\n" for k, v in values)
+    text = f"<tool_call>\n<function=put>\n{text}</function>\n</tool_call>"
+    (call,) = [i for i in parse_completion(text, CallIds(), fmt=FORMATS["qwen_xml"], schemas=[schema]) if "name" in i]
+    args = json.loads(call["arguments"])
+    assert (args["key"], args["flag"], args["spec"]) == ("007", True, {"a": 1, "b": [2, None]})
+    assert args["huge"] == "[" * 20_000  # too long to read as a literal: the text as written
 
 
 def test_a_template_that_renders_no_known_format_is_none_and_a_tool_use_run_is_refused(tokenizer) -> None:  # type: ignore[no-untyped-def]

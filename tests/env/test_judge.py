@@ -59,6 +59,7 @@ def test_only_the_strict_reply_format_parses() -> None:
     for bad in ("PASS", '{"verdict": "PASS"}', '{"verdict": "pass", "score": 1}', '{"score": 11}', '{"score": true}'):
         assert parse(bad, "score_0_10" if "score" in bad else "pass_fail") is None, bad
     assert parse('Sure! {"verdict": "pass"}', "pass_fail") is None
+    assert parse("[" * 5000, "pass_fail") is None  # deeper than json's recursion: no format, no crash
 
 
 def test_judge_failures_are_verifier_errors_and_transient_ones_are_retried() -> None:

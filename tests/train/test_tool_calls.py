@@ -133,6 +133,14 @@ GLM_FIX = "\n<think></think>\n<tool_call>replace_in_file\n" + "".join(
     for k, v in [("path", "config/app.toml"), ("old", "version = 1"), ("new", "version = 2")]
 )
 GLM_FIX += "</tool_call>"
+QWEN_XML_READ = (
+    "<tool_call>\n<function=read_file>\n<parameter=path>\nconfig/app.toml\n</parameter>\n</function>\n</tool_call>"
+)
+QWEN_XML_FIX = "I will fix it.\n<tool_call>\n<function=replace_in_file>\n" + "".join(
+    f"<parameter={k}>\n{v}\n</parameter>\n"
+    for k, v in [("path", "config/app.toml"), ("old", "version = 1"), ("new", "version = 2")]
+)
+QWEN_XML_FIX += "</function>\n</tool_call>"
 GLM_SPECIALS = ["[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>", "<|observation|>", "<|endoftext|>"]
 
 
@@ -143,6 +151,7 @@ GLM_SPECIALS = ["[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>", "
         ("llama-3.1.jinja", [LLAMA_READ, LLAMA_FIX, "Set version to 2."], "ipython"),
         ("qwen3.jinja", [QWEN3_READ, QWEN3_FIX, "<think>\nDone.\n</think>\n\nSet version to 2."], "<tool_response>"),
         ("glm-4.6.jinja", [GLM_READ, GLM_FIX, "\n<think>Done.</think>\nSet version to 2."], "<tool_response>"),
+        ("qwen3-coder.jinja", [QWEN_XML_READ, QWEN_XML_FIX, "Set version to 2."], "<tool_response>"),
     ],
 )
 def test_an_episode_in_another_familys_published_template_and_format(

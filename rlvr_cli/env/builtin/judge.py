@@ -113,7 +113,7 @@ def parse(reply: str, scoring: str) -> tuple[float, str] | None:
         text = fenced.group(1).strip()
     try:
         data = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # (a reply nested deeper than the parser goes: not the format either)
         return None
     key = "verdict" if scoring == "pass_fail" else "score"
     if not isinstance(data, dict) or set(data) - {key, "reason"} or key not in data:
