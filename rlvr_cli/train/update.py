@@ -262,12 +262,13 @@ def optimizer_passes(
     for i in range(hp.updates_per_batch):
         stats, loss_sum = obj.LossStats.empty(), 0.0  # the last pass's, over its mini-batches
         for j, mini in enumerate(minis):
+            rows = torch.cat(mini.parts) if mini.parts else torch.zeros(0, dtype=torch.long)
+            sequences = dist.total(len(rows))
+            if not sequences:  # fewer trained groups than mini-batches (dynamic sampling kept few): no step
+                continue
             lag = max([lag, *(state.optimizer_steps - s.revision for s in samples)])  # measured, not assumed
             first = watch is not None and i == j == 0
-            rows = torch.cat(mini.parts) if mini.parts else torch.zeros(0, dtype=torch.long)
-            totals = normalisers(
-                setup.contract, dist.total(float(fwd.batch.response_mask[rows].sum())), dist.total(len(rows))
-            )
+            totals = normalisers(setup.contract, dist.total(float(fwd.batch.response_mask[rows].sum())), sequences)
             setup.optimizer.zero_grad(set_to_none=True)
             with lora.dropout_on(setup.peft_model), watch if first else contextlib.nullcontext():
                 st, part_loss, bad = _backward(setup, state, mini, (olds[j], engines[j]), ref, adv, totals)

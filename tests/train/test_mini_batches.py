@@ -102,6 +102,17 @@ def test_each_mini_batch_is_an_optimizer_step_on_its_own_tokens(single_turn: Pat
     assert max(moved) > 1e-4
 
 
+def test_a_mini_batch_no_group_falls_in_takes_no_step(single_turn: Path, tmp_path: Path) -> None:
+    """Dynamic sampling may keep fewer groups than there are mini-batches: an empty mini-batch
+    is no optimizer step (AdamW's moments would move the weights on a zero gradient)."""
+    setup = _setup(copy_experiment(single_turn, tmp_path / "exp"), 2)
+    samples = [s for s in _samples(len(setup.renderer.tokenizer)) if s.group == 5]  # one group kept
+    before = [p.detach().clone() for p in setup.policy.parameters()]
+    metrics = _trained(setup, samples, torch.linspace(-1.0, 1.0, len(samples)))
+    assert metrics["optimizer_steps"] == 1 and metrics["policy_lag"] == 0.0
+    assert any(not torch.equal(a, b) for a, b in zip(before, setup.policy.parameters(), strict=True))
+
+
 @pytest.mark.parametrize(
     ("lines", "code"),
     [
