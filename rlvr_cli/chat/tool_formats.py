@@ -201,17 +201,25 @@ _GLM_ARG = re.compile(r"<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>"
 
 
 def _glm(text: str) -> tuple[str, list[Call]]:
+    return _bare_calls(text, _GLM_CALL, _GLM_ARG)
+
+
+def _bare_calls(text: str, call: re.Pattern[str], argument: re.Pattern[str]) -> tuple[str, list[Call]]:
+    """Calls whose values are written bare, one tag pair per argument (GLM's, Qwen's XML): `call`
+    finds each call (its name, then its arguments' text), `argument` each (key, value) in it;
+    anything else between the arguments makes the block no call. Each call keeps the values as
+    written, for `typed_arguments`."""
     calls: list[Call] = []
 
     def take(match: re.Match[str]) -> str:
-        written = {key.strip(): value for key, value in _GLM_ARG.findall(match.group(2))}
-        call = _call(match.group(1), {key: _bare(value) for key, value in written.items()})
-        if call is None:
+        written = {key.strip(): value for key, value in argument.findall(match.group(2))}
+        found = _call(match.group(1).strip(), {key: _bare(value) for key, value in written.items()})
+        if found is None or argument.sub("", match.group(2)).strip():
             return match.group(0)
-        calls.append({**call, "written": written})
+        calls.append({**found, "written": written})
         return ""
 
-    return _GLM_CALL.sub(take, text).strip(), calls
+    return call.sub(take, text).strip(), calls
 
 
 def _bare(value: str) -> Any:
@@ -234,22 +242,12 @@ _QWEN_ARG = re.compile(r"<parameter=([^>\n]+)>\n?(.*?)\n?</parameter>", re.S)
 
 
 def _qwen_xml(text: str) -> tuple[str, list[Call]]:
-    calls: list[Call] = []
-
-    def take(match: re.Match[str]) -> str:
-        written = {key.strip(): value for key, value in _QWEN_ARG.findall(match.group(2))}
-        call = _call(match.group(1).strip(), {key: _bare(value) for key, value in written.items()})
-        if call is None or _QWEN_ARG.sub("", match.group(2)).strip():  # text outside a parameter: not a call
-            return match.group(0)
-        calls.append({**call, "written": written})
-        return ""
-
-    return _QWEN_CALL.sub(take, text).strip(), calls
+    return _bare_calls(text, _QWEN_CALL, _QWEN_ARG)
 
 
 def typed_arguments(call: Call, schemas: list[dict[str, Any]] | None) -> str:
-    """A call's arguments (JSON text); a format that writes values without their type (GLM) has
-    each argument the tool's schema types `string` restored to the text as written."""
+    """A call's arguments (JSON text); a format that writes values without their type (GLM, Qwen's
+    XML) has each argument the tool's schema types `string` restored to the text as written."""
     written = call.get("written")
     if not written or not schemas:
         return call["arguments"]

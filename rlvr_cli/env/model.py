@@ -96,7 +96,7 @@ def parse_completion(
     sampled, the stop token included, so a call whose closing tag is the stop token (a turn that
     ends on its call) is a call; `end`, the stop token's text, is not part of the message. A
     call keeps the id the model wrote (Mistral's), else gets one; `schemas`, the tools offered,
-    type the arguments of a format that writes them untyped (GLM's)."""
+    type the arguments of a format that writes them untyped (GLM's, Qwen's XML)."""
     fmt = fmt or FORMATS["hermes"]
     call_id = call_id or CallIds()
     message, found = fmt.split(text)

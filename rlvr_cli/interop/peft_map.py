@@ -131,9 +131,9 @@ MODEL_CONFIG_NO_EQUIVALENT = {
 
 
 def model_config_adapter(get: Any, out: Mapping, model_type: str | None, defaults: dict[str, Any]) -> None:
-    """TRL's ModelConfig: `use_peft` and its `lora_*` options (`get`, TRL's reader over `defaults`) as
-    TRL's get_peft_config passes them to peft (bias
-    none, peft's default initialisation); without use_peft every weight trains."""
+    """TRL's ModelConfig: `use_peft` and its `lora_*` options (`get`, TRL's reader over `defaults`)
+    as TRL's get_peft_config passes them to peft (bias none, peft's default initialisation);
+    without use_peft every weight trains."""
     if not get("use_peft"):
         out.set("hyperparameters.adapter", None, get.source("use_peft"))
         return

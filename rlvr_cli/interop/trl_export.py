@@ -7,7 +7,7 @@ import math
 
 from rlvr_cli.contract.models import Contract
 from rlvr_cli.interop.common import Mapping, check_std
-from rlvr_cli.interop.trl_map import AGGREGATION
+from rlvr_cli.interop.trl_map import AGGREGATION, MINI_BATCHES_DIFFER
 
 LOSS_TYPE = {"token_mean": "dapo", "seq_mean_token_mean": "grpo", "constant_norm": "dr_grpo"}
 assert all(AGGREGATION[v] == k for k, v in LOSS_TYPE.items())
@@ -77,11 +77,7 @@ def _batch(contract: Contract, out: Mapping, processes: int) -> None:
     )
     out.set("steps_per_generation", accumulate * hp.mini_batches, "gradient_accumulation_steps × mini_batches")
     if hp.mini_batches > 1:
-        out.differs(
-            "hyperparameters.mini_batches",
-            "trl shuffles a generation's completions before cutting it into steps_per_generation parts; the "
-            "contract's mini-batches hold whole groups",
-        )
+        out.differs("hyperparameters.mini_batches", MINI_BATCHES_DIFFER)
     out.set("num_iterations", hp.updates_per_batch, "hyperparameters.updates_per_batch")
     out.set("max_steps", hp.max_steps * hp.steps_per_batch, "max_steps × optimizer steps a batch")
     out.set("seed", hp.seed, "hyperparameters.seed")

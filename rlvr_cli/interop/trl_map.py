@@ -83,6 +83,11 @@ PEFT_DEFAULTS: dict[str, Any] = {
 
 #: TRL's loss_type → the contract's aggregation of the same number (tests/train/test_peers.py)
 AGGREGATION = {"grpo": "seq_mean_token_mean", "bnpo": "token_mean", "dapo": "token_mean", "dr_grpo": "constant_norm"}
+#: what trl computes otherwise, said on import and on export
+MINI_BATCHES_DIFFER = (
+    "trl shuffles a generation's completions before cutting it into steps_per_generation parts, so a group "
+    "trains over several optimizer steps; the contract's mini-batches hold whole groups"
+)
 SCALE = {"group": "group_std", "batch": "batch_std", "none": "none", True: "group_std", False: "none"}
 #: options that, set away from their default, have no equivalent in the contract
 NO_EQUIVALENT = {
@@ -190,11 +195,7 @@ def _mini_batches(get: Reader, out: Mapping, accumulate: int) -> int:
     minis = per_generation // accumulate
     out.set("hyperparameters.mini_batches", minis, f"steps_per_generation {per_generation} / {accumulate}")
     if minis > 1:
-        out.differs(
-            "steps_per_generation",
-            "trl shuffles a generation's completions before cutting it into parts, so a group trains over several "
-            "optimizer steps; the contract's mini-batches hold whole groups",
-        )
+        out.differs("steps_per_generation", MINI_BATCHES_DIFFER)
     return minis
 
 

@@ -5,7 +5,16 @@ from __future__ import annotations
 
 from rlvr_cli.contract.models import Contract
 from rlvr_cli.interop.common import Mapping, check_std, float32_exact
-from rlvr_cli.interop.verl_map import AGGREGATION, A, C, M, R, aggregation_bounds
+from rlvr_cli.interop.verl_map import (
+    AGGREGATION,
+    MINI_BATCHES_DIFFER,
+    SCHEDULE_DIFFERS,
+    A,
+    C,
+    M,
+    R,
+    aggregation_bounds,
+)
 
 LOSS_AGG = {v: k for k, v in AGGREGATION.items() if v != "constant_norm"}
 KL = {"k1": "kl", "k2": "mse", "k3": "low_var_kl"}
@@ -113,11 +122,7 @@ def _batch(contract: Contract, out: Mapping) -> None:
     out.set("data.train_batch_size", hp.prompts_per_step, "hyperparameters.prompts_per_step")
     out.set(f"{A}.ppo_mini_batch_size", hp.prompts_per_step // hp.mini_batches, "prompts_per_step / mini_batches")
     if hp.mini_batches > 1:
-        out.differs(
-            "hyperparameters.mini_batches",
-            "verl's mini-batch holds consecutive sequences of each process's share of the batch; the contract's, "
-            "every mini_batches-th group of the whole batch",
-        )
+        out.differs("hyperparameters.mini_batches", MINI_BATCHES_DIFFER)
     out.set(f"{R}.n", hp.group_size, "hyperparameters.group_size")
     out.set(f"{A}.ppo_epochs", hp.updates_per_batch, "hyperparameters.updates_per_batch")
     if hp.micro_batch_sequences:
@@ -173,11 +178,7 @@ def _optimizer(contract: Contract, out: Mapping) -> None:
     if warmup:
         out.differs("hyperparameters.schedule.warmup_steps", "verl's warm-up is lr·s/w, the contract's lr·(s+1)/w")
     if per_batch > 1 and (warmup or name != "constant"):
-        out.differs(
-            "hyperparameters.schedule",
-            f"verl moves the learning rate once a batch (after its {per_batch} optimizer steps), the contract at "
-            "every optimizer step",
-        )
+        out.differs("hyperparameters.schedule", SCHEDULE_DIFFERS.format(per_batch))
     dtypes = hp.dtypes
     if dtypes.params != "fp32":
         out.refuse("hyperparameters.precision", f"{dtypes.params} weights: verl's actor keeps fp32 weights")

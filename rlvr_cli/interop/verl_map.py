@@ -94,6 +94,12 @@ def aggregation_bounds(aggregation: str) -> list[tuple[str, str]]:
     return found
 
 
+#: what verl computes otherwise, said on import and on export
+MINI_BATCHES_DIFFER = (
+    "verl's mini-batch holds consecutive sequences of each process's share of the batch; the contract's, every "
+    "mini_batches-th group of the whole batch: as many groups, grouped otherwise"
+)
+SCHEDULE_DIFFERS = "verl moves the learning rate once a batch (after its {} optimizer steps), the contract at every one"
 KL = {"kl": "k1", "k1": "k1", "mse": "k2", "k2": "k2", "low_var_kl": "k3", "k3": "k3"}
 
 
@@ -290,11 +296,7 @@ def _batch(get: Reader, out: Mapping, train_rows: int) -> None:
         out.refuse(f"{A}.ppo_mini_batch_size", f"{mini} does not divide data.train_batch_size {prompts}")
     out.set("hyperparameters.mini_batches", max(minis, 1), f"data.train_batch_size {prompts} / {A}.ppo_mini_batch_size")
     if minis > 1:
-        out.differs(
-            f"{A}.ppo_mini_batch_size",
-            "verl's mini-batch holds consecutive sequences of each process's share of the batch; the contract's, "
-            "every mini_batches-th group of the whole batch: as many groups, grouped otherwise",
-        )
+        out.differs(f"{A}.ppo_mini_batch_size", MINI_BATCHES_DIFFER)
     micro = get(f"{A}.ppo_micro_batch_size_per_gpu")
     if micro and (prompts * n // max(minis, 1)) % micro == 0:
         out.set("hyperparameters.micro_batch_sequences", micro, get.source(f"{A}.ppo_micro_batch_size_per_gpu"))
@@ -387,11 +389,7 @@ def _optimizer(get: Reader, out: Mapping) -> None:
     if steps:
         out.differs(f"{o}.lr_warmup_steps", "verl's warm-up is lr·s/w from step 0, the contract's lr·(s+1)/w")
     if per_batch > 1 and (steps or kind != "constant"):
-        out.differs(
-            f"{o}.lr_scheduler_type",
-            f"verl moves the learning rate once a batch (after its {per_batch} optimizer steps), the contract at "
-            "every optimizer step",
-        )
+        out.differs(f"{o}.lr_scheduler_type", SCHEDULE_DIFFERS.format(per_batch))
     params, compute = get(f"{A}.fsdp_config.model_dtype"), get(f"{A}.fsdp_config.dtype")
     precision = {"fp32": {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}}.get(params, {}).get(compute)
     if precision is None:
