@@ -3,7 +3,7 @@
 Every command exits with one of `ExitCode`: 0 success, 1 invalid input or a failed check,
 2 usage (bad arguments, a missing path or extra), 3 internal error (a bug in rlvr; for an audit:
 it could not run), 4 a run
-paused by a monitoring rule (resumable), 5 a run aborted. Domain code raises an `RlvrError`
+paused by a monitoring rule (resumable), 5 a run aborted, 141 the reader of stdout went away. Domain code raises an `RlvrError`
 subclass; the CLI prints its message (never a traceback) and exits with its code.
 """
 
@@ -29,6 +29,7 @@ class ExitCode(IntEnum):
     ABORTED = 5
     INTERRUPTED = 130  # SIGINT (Ctrl-C)
     TERMINATED = 143  # SIGTERM (what schedulers send)
+    PIPE_CLOSED = 141  # SIGPIPE: the reader of stdout went away (`rlvr schema contract | head`)
 
 
 class RlvrError(Exception):
@@ -106,5 +107,8 @@ def guard(fn: Callable[[], int]) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return ExitCode.INTERRUPTED
+    except BrokenPipeError:  # not a bug: stop writing, quietly, as a shell tool does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (the exit's flush writes nowhere)
+        return ExitCode.PIPE_CLOSED
     except Exception as exc:
         return internal_error(exc)

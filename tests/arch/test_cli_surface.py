@@ -82,3 +82,16 @@ def test_an_unknown_rule_names_both_families_and_the_near_codes() -> None:
     assert "did you mean RLV30" in near and "RLV304" in near
     example = rlvr("rule", "RLV304").stdout
     assert "example that fires RLV304:" in example  # a contract that fails, said as such
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly_not_as_a_bug() -> None:
+    """`rlvr schema contract | head -1`: once the reader has closed the pipe, writing raises
+    BrokenPipeError, which was reported as an internal error (exit 3, "a bug in rlvr")."""
+    import subprocess
+
+    command = [sys.executable, "-m", "rlvr_cli", "schema", "contract"]
+    done = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert done.stdout is not None and done.stderr is not None
+    done.stdout.close()  # before the command writes a byte (its start takes a few tenths of a second)
+    err = done.stderr.read().decode()
+    assert done.wait(timeout=60) == 141 and err == "", err
