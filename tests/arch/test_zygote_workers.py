@@ -52,9 +52,16 @@ def test_a_process_torchrun_starts_forks_warm_and_answers_as_a_fresh_one() -> No
     assert answer(stand_in, other) == warm and len(forked(env)) == before + 3
 
 
-SCRIPT = """import os, sys
+SCRIPT = """import os, sys, time
 here = sys.path[0] == os.path.dirname(os.path.abspath(__file__))
 os.write(1, f"{__name__} {sys.argv[1:]} {here} {os.environ['RANK']}\\n".encode())  # one write: ranks share the pipe
+# every rank has written before any fails: torchrun stops the others when one exits non-zero
+marks = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.environ["TORCHELASTIC_RUN_ID"])
+os.makedirs(marks, exist_ok=True)
+open(os.path.join(marks, os.environ["RANK"]), "w").close()
+deadline = time.monotonic() + 60
+while len(os.listdir(marks)) < int(os.environ["WORLD_SIZE"]) and time.monotonic() < deadline:
+    time.sleep(0.01)
 sys.exit(3 if sys.argv[1:] == ["fail"] else 0)
 """
 
