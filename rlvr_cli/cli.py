@@ -3,8 +3,8 @@
 Commands are listed in the order of an experiment. Exit codes (rlvr_cli.errors.ExitCode):
 0 success, 1 the input is invalid or a check failed, 2 usage error, unreadable path or
 missing extra, 3 internal error (a bug: please report it), 4 a run paused by a rule,
-5 a run aborted, 141 the reader of stdout went away. Heavy libraries (torch, transformers, fastapi) are imported inside the
-commands that use them.
+5 a run aborted, 141 the reader of stdout went away. Heavy libraries (torch, transformers,
+fastapi) are imported inside the commands that use them.
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 Every command exits with one of `ExitCode`: 0 success, 1 invalid input or a failed check,
 2 usage (bad arguments, a missing path or extra), 3 internal error (a bug in rlvr; for an audit:
-it could not run), 4 a run
-paused by a monitoring rule (resumable), 5 a run aborted, 141 the reader of stdout went away. Domain code raises an `RlvrError`
-subclass; the CLI prints its message (never a traceback) and exits with its code.
+it could not run), 4 a run paused by a monitoring rule (resumable), 5 a run aborted, 141 the
+reader of stdout went away. Domain code raises an `RlvrError` subclass; the CLI prints its
+message (never a traceback) and exits with its code.
 """
 
 from __future__ import annotations

@@ -193,11 +193,14 @@ class Environment(Section):
 
 
 class Advantage(Section):
-    baseline: Literal["group_mean"] = Field(
-        description="What is subtracted from each reward: the mean reward of its group."
+    baseline: Literal["group_mean", "leave_one_out"] = Field(
+        description="What is subtracted from each reward: the mean reward of its group (group_mean), or the mean "
+        "of the group's other rewards (leave_one_out: RLOO)."
     )
-    scale: Literal["group_std", "batch_std", "none"] = Field(
-        description="What the centred reward is divided by: the group's std, the batch's std, or nothing (Dr. GRPO)."
+    scale: Literal["group_std", "batch_std", "leave_one_out_std", "none"] = Field(
+        description="What the centred reward is divided by: the group's std, the batch's std, the std of the "
+        "group's other rewards (leave_one_out_std, with baseline leave_one_out: NeMo RL's; where it is 0 the "
+        "centred reward is not divided), or nothing (Dr. GRPO)."
     )
     std: Literal["population", "sample"] | None = Field(None, description="Required unless scale is none.")
     epsilon: float | None = Field(None, gt=0, description="Added to the std; > 0.")

@@ -148,6 +148,18 @@ def rlv201_scale_needs_std(c: Contract, _: Path) -> Iterator[Finding]:
 
 
 @rule
+def rlv207_leave_one_out_std_needs_its_baseline(c: Contract, _: Path) -> Iterator[Finding]:
+    adv = c.objective.advantage
+    if adv.scale == "leave_one_out_std" and adv.baseline != "leave_one_out":
+        yield error(
+            "RLV207",
+            ("objective", "advantage", "scale"),
+            f"leave_one_out_std is the std of the rewards the leave_one_out baseline averages, but baseline is "
+            f"{adv.baseline}; use baseline: leave_one_out, or scale: group_std",
+        )
+
+
+@rule
 def rlv202_clip_range(c: Contract, _: Path) -> Iterator[Finding]:
     clip = c.objective.clip
     for key in ("low", "high"):

@@ -34,7 +34,7 @@ CONDITIONS: dict[str, list[dict[str, Any]]] = {
         },
         _when("kind", {"const": "tool_use"}, "server", "max_steps"),
     ],
-    "Advantage": [_when("scale", {"enum": ["group_std", "batch_std"]}, "std", "epsilon")],
+    "Advantage": [_when("scale", {"enum": ["group_std", "batch_std", "leave_one_out_std"]}, "std", "epsilon")],
     "Correction": [
         _when("kind", {"const": "tis"}, "level", "cap"),
         _when("kind", {"const": "mis"}, "level", "low", "high"),

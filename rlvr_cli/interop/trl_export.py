@@ -30,8 +30,13 @@ def _objective(contract: Contract, out: Mapping) -> None:
     else:
         out.set("loss_type", LOSS_TYPE[o.aggregation], f"objective.aggregation: {o.aggregation}")
     a = o.advantage
-    out.set("scale_rewards", {"group_std": "group", "batch_std": "batch", "none": "none"}[a.scale], "advantage.scale")
-    check_std(out, a, "trl", 1e-4)
+    if a.baseline != "group_mean":
+        out.refuse("objective.advantage.baseline", f"{a.baseline}: trl's GRPOTrainer subtracts the group's mean")
+    else:
+        out.set(
+            "scale_rewards", {"group_std": "group", "batch_std": "batch", "none": "none"}[a.scale], "advantage.scale"
+        )
+        check_std(out, a, "trl", 1e-4)
     out.set("epsilon", o.clip.low, "objective.clip.low")
     out.set("epsilon_high", o.clip.high, "objective.clip.high")
     if o.clip.dual is not None:

@@ -55,11 +55,16 @@ def _adapter(contract: Contract, out: Mapping) -> None:
 def _objective(contract: Contract, out: Mapping) -> None:
     o = contract.objective
     a = o.advantage
-    out.set("algorithm.adv_estimator", "grpo", "objective.advantage.baseline: group_mean")
-    if a.scale == "batch_std":
-        out.refuse("objective.advantage.scale", "batch_std: verl's GRPO divides by the group's std or by nothing")
-    out.set("algorithm.norm_adv_by_std_in_grpo", a.scale != "none", "objective.advantage.scale")
-    check_std(out, a, "verl", 1e-6)
+    if a.baseline == "leave_one_out":
+        out.set("algorithm.adv_estimator", "rloo_vectorized", "objective.advantage.baseline: leave_one_out")
+        if a.scale != "none":
+            out.refuse("objective.advantage.scale", f"{a.scale}: verl's rloo divides by no std")
+    else:
+        out.set("algorithm.adv_estimator", "grpo", "objective.advantage.baseline: group_mean")
+        if a.scale == "batch_std":
+            out.refuse("objective.advantage.scale", "batch_std: verl's GRPO divides by the group's std or by nothing")
+        out.set("algorithm.norm_adv_by_std_in_grpo", a.scale != "none", "objective.advantage.scale")
+        check_std(out, a, "verl", 1e-6)
     weights = [c.weight for c in o.reward.components]
     if not all(float32_exact(w) for w in weights):
         out.differs("objective.reward.components", f"weights {weights}: verl's float32 rewards round them")

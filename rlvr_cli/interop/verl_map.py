@@ -100,6 +100,7 @@ MINI_BATCHES_DIFFER = (
     "mini_batches-th group of the whole batch: as many groups, grouped otherwise"
 )
 SCHEDULE_DIFFERS = "verl moves the learning rate once a batch (after its {} optimizer steps), the contract at every one"
+RLOO = ("rloo", "rloo_vectorized")  # r − the mean of the group's other rewards
 KL = {"kl": "k1", "k1": "k1", "mse": "k2", "k2": "k2", "low_var_kl": "k3", "k3": "k3"}
 
 
@@ -191,13 +192,14 @@ def _adapter(get: Reader, out: Mapping) -> None:
 
 def _advantage(get: Reader, out: Mapping, weights: list[float]) -> None:
     estimator = get("algorithm.adv_estimator")
-    if estimator != "grpo":
-        out.refuse("algorithm.adv_estimator", f"{estimator}: the contract's advantage is GRPO's group baseline")
-    scaled = get("algorithm.norm_adv_by_std_in_grpo")
-    out.set("objective.advantage.baseline", "group_mean", get.source("algorithm.adv_estimator"))
-    out.set(
-        "objective.advantage.scale", "group_std" if scaled else "none", get.source("algorithm.norm_adv_by_std_in_grpo")
-    )
+    if estimator not in ("grpo", *RLOO):
+        out.refuse("algorithm.adv_estimator", f"{estimator}: not a group baseline (grpo, rloo)")
+    loo = estimator in RLOO
+    scaled = not loo and get("algorithm.norm_adv_by_std_in_grpo")
+    source = get.source("algorithm.adv_estimator")
+    out.set("objective.advantage.baseline", "leave_one_out" if loo else "group_mean", source)
+    why = f"verl's {estimator} divides by no std" if loo else get.source("algorithm.norm_adv_by_std_in_grpo")
+    out.set("objective.advantage.scale", "group_std" if scaled else "none", why)
     if scaled:
         out.set("objective.advantage.std", "sample", "verl: torch.std, n − 1 (not an option)")
         out.set("objective.advantage.epsilon", 1e-6, "verl adds 1e-6 to the std (not an option)")

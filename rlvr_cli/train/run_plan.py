@@ -10,9 +10,11 @@ from rlvr_cli.contract import hub
 from rlvr_cli.contract.models import Contract
 from rlvr_cli.files import sha256_file
 
+_BASELINE = {"group_mean": "group mean", "leave_one_out": "mean of the group's other rewards (leave-one-out)"}
 _SCALE = {
     "group_std": "divided by the std of its group's rewards",
     "batch_std": "divided by the std of every reward in the optimizer batch",
+    "leave_one_out_std": "divided by the std of the other rewards of its group (not where that std is 0)",
     "none": "not divided by any std",
 }
 _AGGREGATION = {
@@ -75,7 +77,7 @@ def objective_words(c: Contract) -> list[str]:
     return [
         f"reward per {o.reward.unit} = {weights}{_unit_words(c)}",
         f"invalid verdicts (verifier_error, timeout, sandbox_error): {'excluded and recorded' if o.reward.on_invalid == 'exclude' else 'stop the run'}",
-        f"advantage = reward - group mean, {_SCALE[adv.scale]}{std}; all-equal groups get 0",
+        f"advantage = reward - {_BASELINE[adv.baseline]}, {_SCALE[adv.scale]}{std}; all-equal groups get 0",
         clip,
         *off_policy_words(o),
         kl,

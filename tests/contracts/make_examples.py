@@ -173,6 +173,10 @@ EXAMPLES: dict[str, tuple[list[tuple[str, str]], list[tuple[str, str, str]]]] = 
         [("unit: response", "unit: set")],
         [("RLV206", "error", "  reward:")],
     ),
+    "RLV207-leave-one-out-std-over-the-group-mean": (
+        [("scale: group_std", "scale: leave_one_out_std")],
+        [("RLV207", "error", "advantage:")],
+    ),
     "RLV601-rule-without-owner": (
         [('when: "< 0.1", window: 3, action: pause, owner: oncall}', 'when: "< 0.1", window: 3, action: pause}')],
         [("RLV601", "error", "{name: entropy")],

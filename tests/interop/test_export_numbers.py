@@ -42,6 +42,11 @@ VARIANTS = {
         (KL, "kl: {coef: 0.05, estimator: k1, placement: loss}"),
     ],
     "dr-grpo": [(AGG, "aggregation: constant_norm"), (SCALE, "scale: none}"), (KL, "kl: {coef: 0.0}")],
+    "rloo": [
+        ("baseline: group_mean", "baseline: leave_one_out"),
+        (SCALE, "scale: none}"),
+        (AGG, "aggregation: token_mean"),
+    ],
     "gspo-tis": [
         (
             KL,

@@ -222,6 +222,34 @@ def test_the_peers_mini_batches_import_as_optimizer_steps_a_pass_and_export_back
         assert f"{key}: {expected}" in written, written
 
 
+def test_verls_rloo_imports_as_the_leave_one_out_baseline_and_exports_back(exp: Path, tmp_path: Path) -> None:
+    generated = VERL_SITE / "trainer" / "config" / "_generated_ppo_trainer.yaml"
+    base = ["actor_rollout_ref.rollout.n=4", "data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=8"]
+    base += ["actor_rollout_ref.rollout.name=vllm"]
+    for estimator in ("rloo", "rloo_vectorized", "grpo"):
+        out = exp / f"{estimator}.rlvr.yaml"
+        done = rlvr(
+            "import",
+            "verl",
+            generated,
+            f"algorithm.adv_estimator={estimator}",
+            *base,
+            "--into",
+            exp / "experiment.rlvr.yaml",
+            "--out",
+            out,
+        )
+        assert done.code == 0, done.stderr
+        advantage = load(out).objective.advantage
+        expected = ("group_mean", "group_std") if estimator == "grpo" else ("leave_one_out", "none")
+        assert (advantage.baseline, advantage.scale) == expected, estimator
+    done = rlvr("export", exp / "rloo.rlvr.yaml", "--to", "verl", "--out", tmp_path / "verl", "--allow-inexact")
+    assert done.code == 0, done.stderr
+    assert "adv_estimator: rloo_vectorized" in (tmp_path / "verl" / "rlvr.yaml").read_text()
+    refused = rlvr("export", exp / "rloo.rlvr.yaml", "--to", "trl", "--out", tmp_path / "trl")
+    assert refused.code == 1 and "no equivalent: objective.advantage.baseline: leave_one_out" in refused.stderr
+
+
 def test_export_refuses_what_the_peer_cannot_express() -> None:
     dapo = ROOT / "contracts" / "dapo-cpu.rlvr.yaml"
     for to in ("trl", "verl"):

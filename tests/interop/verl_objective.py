@@ -1,7 +1,7 @@
 """Run by verl's own environment (`.venv-verl`) on a folder `rlvr export --to verl` wrote: verl's
 Hydra composes the exported config, its actor config is built from it as verl builds it
 (`omega_conf_to_dataclass`), and each case of the JSON file is computed with verl 0.9.1's own
-functions under that config — `compute_grpo_outcome_advantage`, the policy loss its
+functions under that config — the advantage estimator `algorithm.adv_estimator` names, the policy loss its
 `policy_loss.loss_mode` names, `compute_rollout_correction_weights`, `kl_penalty`, `agg_loss` —
 added up as verl's v1 `ppo_loss` adds them. Prints JSON: for each (folder, cases) pair, each
 case's advantages, loss and gradient with respect to the log-probs."""
@@ -29,8 +29,13 @@ def run(config, actor, case: dict) -> dict:
     rewards = torch.zeros_like(mask, dtype=torch.float32 if case.get("float32") else torch.float64)
     rewards[:, 0] = tensor(case["rewards"])  # float32 where verl's trainer keeps them so
     index = np.repeat(np.arange(len(case["rewards"]) // case["group_size"]), case["group_size"])
-    adv, _ = core_algos.compute_grpo_outcome_advantage(
-        rewards, mask, index, epsilon=1e-6, norm_adv_by_std_in_grpo=config.algorithm.norm_adv_by_std_in_grpo
+    estimator = core_algos.get_adv_estimator_fn(config.algorithm.adv_estimator)  # as verl's compute_advantage
+    adv, _ = estimator(
+        token_level_rewards=rewards,
+        response_mask=mask,
+        index=index,
+        epsilon=1e-6,
+        norm_adv_by_std_in_grpo=config.algorithm.norm_adv_by_std_in_grpo,
     )
     weights = None
     correction = config.algorithm.rollout_correction

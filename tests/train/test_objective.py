@@ -21,6 +21,7 @@ from rlvr_cli.train.objective import (
 
 def objective(
     scale: str = "group_std",
+    baseline: str = "group_mean",
     std: str | None = "population",
     epsilon: float | None = 1e-12,
     aggregation: str = "token_mean",
@@ -31,7 +32,7 @@ def objective(
     return Objective.model_validate(
         {
             "reward": {"unit": "response", "components": [{"name": "c", "weight": 1.0}], "on_invalid": "exclude"},
-            "advantage": {"baseline": "group_mean", "scale": scale, "std": std, "epsilon": epsilon},
+            "advantage": {"baseline": baseline, "scale": scale, "std": std, "epsilon": epsilon},
             "clip": clip or {"low": 0.2, "high": 0.28},
             "kl": kl or {"coef": 0.0},
             "entropy_coef": entropy_coef,
@@ -72,6 +73,33 @@ def test_all_equal_group_is_exactly_zero_and_counted() -> None:
 def test_excluded_samples_leave_the_group_statistics() -> None:
     rewards = torch.tensor([1.0, float("nan"), 0.0, 0.0])  # valid [1, 0, 0]: mean 1/3
     close(group_advantages(rewards, 4, objective(scale="none", std=None, epsilon=None)), [2 / 3, 0, -1 / 3, -1 / 3])
+
+
+def test_the_leave_one_out_baseline_is_the_mean_of_the_other_rewards() -> None:
+    """RLOO (verl's `rloo`, TRL's RLOOTrainer): r − (S − r)/(n − 1); an excluded sample is
+    neither counted nor averaged; a group of one valid reward gets 0."""
+    loo = objective(baseline="leave_one_out", scale="none", std=None, epsilon=None)
+    rewards = torch.tensor(
+        [1.0, 0.0, 0.0, 0.0, 1.0, float("nan"), 0.0, 0.0, 1.0, float("nan"), float("nan"), float("nan")]
+    )
+    close(group_advantages(rewards, 4, loo), [1, -1 / 3, -1 / 3, -1 / 3, 1, 0, -1 / 2, -1 / 2, 0, 0, 0, 0])
+    with_mean = group_advantages(rewards, 4, objective(scale="none", std=None, epsilon=None))
+    assert not torch.allclose(with_mean, group_advantages(rewards, 4, loo))  # the two baselines differ
+
+
+def test_the_leave_one_out_std_is_the_std_of_the_other_rewards() -> None:
+    """NeMo RL's `use_leave_one_out_baseline` with `normalize_rewards`: its own unit test's
+    baselines [2.5, 2, 1.5] and stds [.707107, 1.414214, .707107] for rewards [1, 2, 3]
+    (tests/unit/algorithms/test_utils.py), divided as its estimator does, + 1e-6; where the
+    other rewards are all equal their std is 0 and the centred reward is not divided."""
+    nemo = objective(baseline="leave_one_out", scale="leave_one_out_std", std="sample", epsilon=1e-6)
+    baseline, std = torch.tensor([2.5, 2.0, 1.5]), torch.tensor([0.707107, 1.414214, 0.707107])
+    expected = ((torch.tensor([1.0, 2.0, 3.0]) - baseline) / (std + 1e-6)).tolist()
+    close(group_advantages(torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0, 6.0]), 3, nemo), expected * 2)
+    close(group_advantages(torch.tensor([1.0, 0.0, 0.0, 0.0]), 4, nemo), [1.0, *[-1 / 3 / math.sqrt(1 / 3)] * 3], 1e-5)
+    close(group_advantages(torch.tensor([1.0, 0.0]), 2, nemo), [1.0, -1.0])  # one other reward: no sample std
+    population = objective(baseline="leave_one_out", scale="leave_one_out_std", std="population", epsilon=1e-6)
+    close(group_advantages(torch.tensor([1.0, 2.0, 3.0]), 3, population), [-3.0, 0.0, 3.0])  # others' std .5
 
 
 def test_clipped_surrogate_positive_and_negative_advantage() -> None:
@@ -229,6 +257,7 @@ def test_every_value_the_contract_accepts_for_the_objective_has_its_math() -> No
     advantage, kl = section("advantage"), section("kl")
     assert values(models.Objective, "aggregation") == set(obj.AGGREGATIONS)
     assert values(advantage, "scale") == set(obj.ADVANTAGE_SCALES)
+    assert values(advantage, "baseline") == set(obj.ADVANTAGE_BASELINES)
     assert values(advantage, "std") == set(obj.STD_KINDS)
     assert values(kl, "estimator") == set(obj.KL_ESTIMATORS)
     assert values(kl, "placement") == set(obj.KL_PLACEMENTS)
