@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from rlvr_cli.errors import RlvrError, UsageProblem
-from rlvr_cli.interop import trl_map, verl_map
+from rlvr_cli.interop import nemo_rl_map, trl_map, verl_map
 from rlvr_cli.interop.common import CannotMap, Difference, Mapping
 from rlvr_cli.interop.write import contract_text
 
-PEERS = {"trl": f"TRL {trl_map.VERSION}", "verl": f"verl {verl_map.VERSION}"}
+PEERS = {"trl": f"TRL {trl_map.VERSION}", "verl": f"verl {verl_map.VERSION}", "nemo-rl": nemo_rl_map.NAME}
 
 
 def read_config(path: Path) -> dict[str, Any]:
@@ -68,9 +68,18 @@ def run_import(
             given = verl_map.overrides(extra)
         except ValueError as error:
             raise UsageProblem(str(error)) from None
-        values = verl_map.settings(data, given)
-        mapping = verl_map.import_config(values, train_rows=rows, components=weights, given=frozenset(given))
+        if peer == "nemo-rl":
+            from rlvr_cli.interop import nemo_rl_config
+
+            values, unresolved = nemo_rl_config.load(config, read_config, given)
+            mapping = nemo_rl_map.import_config(
+                values, unresolved, train_rows=rows, weights=weights, given=frozenset(given)
+            )
+        else:
+            values = verl_map.settings(data, given)
+            mapping = verl_map.import_config(values, train_rows=rows, components=weights, given=frozenset(given))
     if mapping.refused:
+        _report_unread(mapping, peer)  # a misspelt override is seen in a refusal too
         raise CannotMap(
             f"{config} cannot be imported: {len(mapping.refused)} choice(s) the contract cannot state", mapping.refused
         )
@@ -152,6 +161,10 @@ def _write_checked(target: Path, text: str, into: Path) -> None:
 def _report(mapping: Mapping, peer: str) -> None:
     for d in mapping.differences:
         sys.stderr.write(f"{d.line()}\n")
+    _report_unread(mapping, peer)
+
+
+def _report_unread(mapping: Mapping, peer: str) -> None:
     if mapping.unread:
         sys.stderr.write(
             f"not read ({len(mapping.unread)}: not part of the objective, or not a {PEERS[peer]} option): "

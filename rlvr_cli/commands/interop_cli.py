@@ -10,7 +10,7 @@ import typer
 from rlvr_cli.commands.groups import command, contract_arg, contract_file
 
 import_app = typer.Typer(
-    help="Import a TRL or verl config, or a verifiers taskset.",
+    help="Import a TRL, verl or NeMo RL config, or a verifiers taskset.",
     no_args_is_help=True,
 )
 INTO = typer.Option(
@@ -66,6 +66,29 @@ def import_verl(
     if into is None:
         raise UsageProblem("--into CONTRACT is required: the experiment the imported objective runs on")
     return run_import("verl", config, overrides or [], into, out, 1)
+
+
+@import_app.command("nemo-rl")
+@command
+def import_nemo_rl(
+    config: Annotated[
+        Path, typer.Argument(help="A NeMo RL GRPO config (its defaults: files beside it, as NeMo RL reads).")
+    ],
+    overrides: Annotated[
+        list[str] | None, typer.Argument(help="Overrides key=value, as on NeMo RL's command line.")
+    ] = None,
+    into: Annotated[Path | None, INTO] = None,
+    out: Annotated[Path | None, OUT] = None,
+) -> int:
+    """Import a NeMo RL GRPO config (grpo, loss_fn, policy) with its overrides.
+
+    Exit 1 listing every choice the contract cannot state."""
+    from rlvr_cli.commands.interop import run_import
+    from rlvr_cli.errors import UsageProblem
+
+    if into is None:
+        raise UsageProblem("--into CONTRACT is required: the experiment the imported objective runs on")
+    return run_import("nemo-rl", config, overrides or [], into, out, 1)
 
 
 @import_app.command("verifiers")

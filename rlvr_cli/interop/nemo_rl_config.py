@@ -1,0 +1,155 @@
+"""A NeMo RL config as NeMo RL reads it: the files its `defaults:` names (one path or a list,
+relative to the file that names them) merged under it, the command line's `key=value`
+overrides on top, then OmegaConf's interpolations — `${policy.max_total_sequence_length}`
+and the `${mul:a, b}` (`div`, `add`, `max`, `min`) resolvers its configs use. Values are
+returned as dotted keys; an interpolation that cannot be resolved is kept as its text and
+named, so the mapping refuses only what it reads."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rlvr_cli.errors import RlvrError
+from rlvr_cli.interop.common import flat
+
+#: the resolvers NeMo RL registers with OmegaConf that its configs use
+RESOLVERS: dict[str, Callable[[list[float]], float]] = {
+    "mul": lambda a: _product(a),
+    "div": lambda a: a[0] / a[1],
+    "add": lambda a: sum(a),
+    "max": lambda a: max(a),
+    "min": lambda a: min(a),
+}
+MAX_DEPTH = 32
+
+
+class Unresolved(Exception):
+    """An interpolation names a key that is not there, a resolver NeMo RL's configs do not
+    use, or itself."""
+
+
+def load(path: Path, read: Callable[[Path], dict[str, Any]], overrides: dict[str, Any]) -> tuple[dict, dict]:
+    """(values by dotted key, {key: text} of the interpolations left unresolved)."""
+    merged = _chain(path, read, ())
+    values = flat(merged)
+    values.update(overrides)
+    resolved, unresolved = {}, {}
+    for key, value in values.items():
+        try:
+            resolved[key] = _value(value, values, 0)
+        except Unresolved as why:
+            unresolved[key] = f"{value} ({why})"
+    return resolved, unresolved
+
+
+def _chain(path: Path, read: Callable[[Path], dict[str, Any]], seen: tuple[Path, ...]) -> dict[str, Any]:
+    where = path.resolve()
+    if where in seen:
+        raise RlvrError(f"{path}: its defaults come back to it ({' → '.join(p.name for p in (*seen, where))})")
+    if not path.is_file():
+        named_by = f" (the defaults of {seen[-1]})" if seen else ""
+        raise RlvrError(f"{path}{named_by}: no such file; NeMo RL resolves defaults beside the file that names them")
+    data = dict(read(path))
+    parents = data.pop("defaults", None)
+    if parents is None:
+        parents = []
+    elif isinstance(parents, str):
+        parents = [parents]
+    elif not isinstance(parents, list) or not all(isinstance(p, str) for p in parents):
+        raise RlvrError(f"{path}: defaults must be a path or a list of paths, not {parents!r}")
+    merged: dict[str, Any] = {}
+    for parent in parents:
+        merged = _merge(merged, _chain(path.parent / parent, read, (*seen, where)))
+    return _merge(merged, data)
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """OmegaConf.merge for plain data: mappings merge key by key, anything else replaces."""
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _value(value: Any, values: dict[str, Any], depth: int) -> Any:
+    if not isinstance(value, str) or "${" not in value:
+        return value
+    if depth > MAX_DEPTH:
+        raise Unresolved("interpolations nested too deep, or a cycle")
+    whole, end = _interpolation(value, 0, values, depth) if value.startswith("${") else (None, -1)
+    if end == len(value):
+        return whole  # the whole string is one interpolation: its value keeps its type
+    out, i = [], 0
+    while i < len(value):
+        if value.startswith("${", i):
+            part, i = _interpolation(value, i, values, depth)
+            out.append(str(part))
+        else:
+            out.append(value[i])
+            i += 1
+    return "".join(out)
+
+
+def _interpolation(text: str, start: int, values: dict[str, Any], depth: int) -> tuple[Any, int]:
+    """The value of the `${...}` opening at `start`, and the index after its closing brace."""
+    level, i = 0, start
+    while i < len(text):
+        if text.startswith("${", i):
+            level, i = level + 1, i + 2
+            continue
+        if text[i] == "}":
+            level -= 1
+            if level == 0:
+                return _evaluate(text[start + 2 : i].strip(), values, depth), i + 1
+        i += 1
+    raise Unresolved("no closing brace")
+
+
+def _evaluate(inner: str, values: dict[str, Any], depth: int) -> Any:
+    name, sep, args = inner.partition(":")
+    if sep and "${" not in name and "." not in name:
+        if name not in RESOLVERS:
+            raise Unresolved(f"the resolver {name!r}")
+        numbers = [_number(_value(arg.strip(), values, depth + 1)) for arg in _split(args)]
+        result = RESOLVERS[name](numbers)
+        return int(result) if float(result).is_integer() and name != "div" else result
+    if inner not in values:
+        raise Unresolved(f"no key {inner}")
+    return _value(values[inner], values, depth + 1)
+
+
+def _split(args: str) -> list[str]:
+    """The resolver's arguments: split at the commas outside nested interpolations."""
+    parts, level, current = [], 0, ""
+    for i, char in enumerate(args):
+        if args.startswith("${", i):
+            level += 1
+        elif char == "}":
+            level -= 1
+        if char == "," and level == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += char
+    return [*parts, current]
+
+
+def _number(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise Unresolved(f"{value!r} is not a number")
+    try:
+        return float(value)
+    except ValueError:
+        raise Unresolved(f"{value!r} is not a number") from None
+
+
+def _product(numbers: list[float]) -> float:
+    out = 1.0
+    for n in numbers:
+        out *= n
+    return out

@@ -1,0 +1,377 @@
+"""NeMo RL's GRPO config → the contract: the `grpo`, `loss_fn` and `policy` sections of
+examples/configs/grpo_math_1B.yaml and the recipes built on it (read by
+interop/nemo_rl_config.py: defaults, overrides, interpolations). Both the `grpo.adv_estimator`
+section and the older `grpo.normalize_rewards` / `grpo.use_leave_one_out_baseline` are read, as
+NeMo RL reads them. A key a config leaves out falls back to NeMo RL's own default where NeMo RL
+has one (`DEFAULTS`: ClippedPGLossConfig's fields, grpo_math_1B.yaml's optional keys); a
+required key left out is refused."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlvr_cli.interop.common import Mapping, plain
+
+NAME = "NeMo RL"
+G, L, P = "grpo", "loss_fn", "policy"
+#: NeMo RL's defaults for the optional keys the mapping reads
+DEFAULTS: dict[str, Any] = {
+    f"{G}.max_num_epochs": 1,
+    f"{G}.seed": 42,
+    f"{G}.normalize_rewards": True,
+    f"{G}.use_leave_one_out_baseline": False,
+    f"{G}.overlong_filtering": False,
+    f"{G}.use_dynamic_sampling": False,
+    f"{G}.dynamic_sampling_max_gen_batches": 10,
+    f"{G}.batch_multiplier": 1,
+    f"{G}.reward_shaping.enabled": False,
+    f"{G}.reward_shaping.stop_properly_penalty_coef": None,
+    f"{G}.reward_scaling.enabled": False,
+    f"{L}.reference_policy_kl_penalty": 0.01,
+    f"{L}.reference_policy_kl_type": "k3",
+    f"{L}.kl_input_clamp_value": 20.0,
+    f"{L}.kl_output_clamp_value": 10.0,
+    f"{L}.use_kl_in_reward": False,
+    f"{L}.ratio_clip_c": None,
+    f"{L}.disable_ppo_ratio": False,
+    f"{L}.token_level_loss": True,
+    f"{L}.sequence_level_importance_ratios": False,
+    f"{L}.use_importance_sampling_correction": False,
+    f"{L}.use_on_policy_kl_approximation": False,
+    f"{L}.force_on_policy_ratio": False,
+    f"{L}.use_cispo": False,
+    f"{L}.positive_example_nll_weight": 0.0,
+    f"{P}.megatron_cfg.enabled": False,
+    f"{P}.dtensor_cfg.lora_cfg.enabled": False,
+    f"{P}.max_grad_norm": None,
+    f"{P}.scheduler": None,
+    f"{P}.generation.backend": "vllm",
+    f"{P}.generation.colocated.enabled": True,
+    f"{P}.generation.temperature": 1.0,
+    f"{P}.generation.top_p": 1.0,
+    f"{P}.generation.top_k": None,
+    f"{P}.generation.stop_token_ids": None,
+    f"{P}.generation.stop_strings": None,
+    f"{P}.optimizer.kwargs.betas": [0.9, 0.999],
+    f"{P}.optimizer.kwargs.eps": 1e-8,
+    f"{P}.optimizer.kwargs.weight_decay": 0.0,
+}
+KL = {"k1": "k1", "k2": "k2", "k3": "k3"}
+OPTIMIZERS = {"torch.optim.AdamW": "adamw", "torch.optim.Adam": "adam"}
+PRECISION = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+#: what NeMo RL computes otherwise, said on import
+MINI_BATCHES_DIFFER = (
+    "NeMo RL's optimizer batch is train_global_batch_size consecutive sequences of the step's batch; the "
+    "contract's mini-batch, every mini_batches-th group: as many groups, grouped otherwise"
+)
+
+
+class Reader:
+    def __init__(self, values: dict[str, Any], unresolved: dict[str, str]) -> None:
+        self.values, self.unresolved, self.read = values, unresolved, set()
+
+    def __call__(self, key: str) -> Any:
+        self.read.add(key)
+        return self.values[key] if key in self.values else DEFAULTS.get(key)
+
+    def given(self, key: str) -> bool:
+        return key in self.values
+
+    def source(self, key: str) -> str:
+        return f"nemo-rl {key}: {plain(self(key))}" + ("" if self.given(key) else " (NeMo RL's default)")
+
+
+def import_config(
+    values: dict[str, Any],
+    unresolved: dict[str, str],
+    *,
+    train_rows: int,
+    weights: list[float],
+    given: frozenset[str] = frozenset(),
+) -> Mapping:
+    get, out = Reader(values, unresolved), Mapping()
+    for key in REQUIRED:
+        if get(key) is None and key not in unresolved:
+            out.refuse(key, "absent: NeMo RL requires it (give the whole config, or its defaults beside it)")
+    _advantage(get, out, weights)
+    _loss(get, out)
+    _batch(get, out, train_rows)
+    _sampling(get, out)
+    _reward_shaping(get, out)
+    _optimizer(get, out)
+    for key in sorted(get.read & set(unresolved)):
+        out.refuse(key, f"{unresolved[key]}: an interpolation that does not resolve")
+    out.unread = sorted(k for k in given if k not in get.read)
+    return out
+
+
+REQUIRED = (
+    f"{G}.num_prompts_per_step",
+    f"{G}.num_generations_per_prompt",
+    f"{G}.max_num_steps",
+    f"{P}.train_global_batch_size",
+    f"{P}.max_total_sequence_length",
+    f"{P}.precision",
+    f"{P}.optimizer.name",
+    f"{P}.optimizer.kwargs.lr",
+)
+
+
+def _advantage(get: Reader, out: Mapping, weights: list[float]) -> None:
+    section = f"{G}.adv_estimator" if get.given(f"{G}.adv_estimator.name") else G
+    name = get(f"{G}.adv_estimator.name") if section != G else "grpo"
+    if name != "grpo":
+        out.refuse(f"{G}.adv_estimator.name", f"{name}: the contract's advantages are GRPO's group baselines")
+    loo, normalize = get(f"{section}.use_leave_one_out_baseline"), get(f"{section}.normalize_rewards")
+    source = get.source(f"{section}.use_leave_one_out_baseline")
+    out.set("objective.advantage.baseline", "leave_one_out" if loo else "group_mean", source)
+    scale = ("leave_one_out_std" if loo else "group_std") if normalize else "none"
+    out.set("objective.advantage.scale", scale, get.source(f"{section}.normalize_rewards"))
+    if normalize:
+        std_of = "the other rewards of the group" if loo else "the group"
+        out.set("objective.advantage.std", "sample", f"NeMo RL: the sample std (n − 1) of {std_of}, not an option")
+        out.set("objective.advantage.epsilon", 1e-6, "NeMo RL adds 1e-6 where the std is not 0, not an option")
+        out.bound(
+            "objective.advantage.epsilon", "NeMo RL releases before the 1e-6 divide by the std alone (1e-6 of it)"
+        )
+    if get(f"{G}.reward_scaling.enabled"):
+        _reward_scaling(get, out, weights)
+
+
+def _reward_scaling(get: Reader, out: Mapping, weights: list[float]) -> None:
+    """target_min + (r − source_min)·a, a = (target_max − target_min)/(source_max − source_min): the
+    shift changes no advantage (the baseline takes it away, the std does not see it), the slope is
+    the components' weights × a."""
+    s = f"{G}.reward_scaling"
+    lows, highs = (get(f"{s}.source_min"), get(f"{s}.target_min")), (get(f"{s}.source_max"), get(f"{s}.target_max"))
+    if None in (*lows, *highs) or highs[0] == lows[0]:
+        out.refuse(s, f"source [{lows[0]}, {highs[0]}] → target [{lows[1]}, {highs[1]}]: not an affine map")
+        return
+    slope = (highs[1] - lows[1]) / (highs[0] - lows[0])
+    if slope <= 0:
+        out.refuse(s, f"slope {slope:g}: a reward scaled so that worse is better")
+        return
+    shift = lows[1] - lows[0] * slope
+    out.set("objective.reward.weights", [w * slope for w in weights], f"the base's weights × {slope:g} ({s})")
+    if shift:
+        out.differs(s, f"NeMo RL adds {shift:g} to every reward: no advantage changes, the recorded rewards do")
+
+
+def _loss(get: Reader, out: Mapping) -> None:
+    for key, text in (
+        (f"{L}.disable_ppo_ratio", "REINFORCE without the ratio"),
+        (f"{L}.use_cispo", "CISPO's clipped importance weight"),
+        (f"{L}.force_on_policy_ratio", "a ratio forced to 1"),
+        (f"{L}.use_on_policy_kl_approximation", "a KL weighted by the ratio"),
+        (f"{L}.use_kl_in_reward", "the KL in the reward (Reinforce++)"),
+        (f"{L}.use_importance_sampling_correction", "its engine/trainer importance weights (not checked to agree)"),
+    ):
+        if get(key):
+            out.refuse(key, f"true: {text}")
+    if get(f"{L}.positive_example_nll_weight"):
+        out.refuse(f"{L}.positive_example_nll_weight", f"{get(f'{L}.positive_example_nll_weight')}: VAPO's NLL term")
+    low = f"{L}.ratio_clip_min" if get.given(f"{L}.ratio_clip_min") or not get.given(f"{L}.ratio_eps_min") else None
+    high = f"{L}.ratio_clip_max" if get.given(f"{L}.ratio_clip_max") or not get.given(f"{L}.ratio_eps_max") else None
+    low, high = low or f"{L}.ratio_eps_min", high or f"{L}.ratio_eps_max"  # the older names
+    out.set("objective.clip.low", get(low) if get(low) is not None else 0.2, get.source(low))
+    out.set("objective.clip.high", get(high) if get(high) is not None else 0.2, get.source(high))
+    if get(f"{L}.ratio_clip_c") is not None:
+        out.set("objective.clip.dual", float(get(f"{L}.ratio_clip_c")), get.source(f"{L}.ratio_clip_c"))
+    sequence = get(f"{L}.sequence_level_importance_ratios")
+    out.set(
+        "objective.ratio.level",
+        "sequence" if sequence else "token",
+        get.source(f"{L}.sequence_level_importance_ratios"),
+    )
+    out.set("objective.ratio.denominator", "trainer_recomputed", "NeMo RL recomputes prev_logprobs with the trainer")
+    out.set("objective.correction.kind", "none", get.source(f"{L}.use_importance_sampling_correction"))
+    token = get(f"{L}.token_level_loss")
+    out.set(
+        "objective.aggregation", "token_mean" if token else "seq_mean_token_mean", get.source(f"{L}.token_level_loss")
+    )
+    out.set("objective.entropy_coef", 0.0, "NeMo RL's GRPO loss has no entropy bonus")
+    _kl(get, out)
+
+
+def _kl(get: Reader, out: Mapping) -> None:
+    coef, kind = get(f"{L}.reference_policy_kl_penalty"), get(f"{L}.reference_policy_kl_type")
+    out.set("objective.kl.coef", float(coef or 0.0), get.source(f"{L}.reference_policy_kl_penalty"))
+    if not coef:
+        return
+    if kind not in KL:
+        out.refuse(f"{L}.reference_policy_kl_type", f"{kind}: the contract's estimators are k1, k2, k3")
+        return
+    out.set("objective.kl.estimator", KL[kind], get.source(f"{L}.reference_policy_kl_type"))
+    out.set("objective.kl.placement", "loss", "NeMo RL adds β·KL to the loss, aggregated as the loss is")
+    for key, what in ((f"{L}.kl_input_clamp_value", "log-ratio"), (f"{L}.kl_output_clamp_value", "per-token KL")):
+        if get(key) is not None:
+            out.bound(key, f"NeMo RL clamps the {what} to ±{get(key)} (exact while it stays inside)")
+
+
+def _batch(get: Reader, out: Mapping, train_rows: int) -> None:
+    prompts, n = get(f"{G}.num_prompts_per_step"), get(f"{G}.num_generations_per_prompt")
+    gbs = get(f"{P}.train_global_batch_size")
+    if not all(isinstance(x, int) and x > 0 for x in (prompts, n, gbs)):
+        return
+    out.set("hyperparameters.group_size", n, get.source(f"{G}.num_generations_per_prompt"))
+    out.set("hyperparameters.prompts_per_step", prompts, get.source(f"{G}.num_prompts_per_step"))
+    minis = prompts * n // gbs if (prompts * n) % gbs == 0 else 0
+    if not minis:
+        out.refuse(f"{P}.train_global_batch_size", f"{gbs} does not divide the step's {prompts * n} sequences")
+    out.set("hyperparameters.mini_batches", max(minis, 1), f"{prompts} × {n} sequences / train_global_batch_size {gbs}")
+    if minis > 1:
+        out.differs(f"{P}.train_global_batch_size", MINI_BATCHES_DIFFER)
+    micro = get(f"{P}.train_micro_batch_size")
+    if isinstance(micro, int) and micro > 0 and (prompts * n // max(minis, 1)) % micro == 0:
+        out.set("hyperparameters.micro_batch_sequences", micro, get.source(f"{P}.train_micro_batch_size"))
+    out.set("hyperparameters.updates_per_batch", 1, "NeMo RL's GRPO takes one pass over a batch")
+    out.set("hyperparameters.max_policy_lag", max(minis, 1) - 1, f"{max(minis, 1)} optimizer step(s) on a batch")
+    steps, epochs = get(f"{G}.max_num_steps"), get(f"{G}.max_num_epochs")
+    by_epochs = epochs * max(train_rows // prompts, 1) if isinstance(epochs, int) else None
+    total = min((x for x in (steps, by_epochs) if isinstance(x, int)), default=1)
+    out.set(
+        "hyperparameters.max_steps",
+        total,
+        f"nemo-rl {G}.max_num_steps {steps}, max_num_epochs {epochs} over {train_rows}",
+    )
+    out.set("hyperparameters.seed", get(f"{G}.seed"), get.source(f"{G}.seed"))
+    if get(f"{G}.use_dynamic_sampling"):
+        rounds = get(f"{G}.dynamic_sampling_max_gen_batches")
+        out.set("length.dynamic_sampling.drop_uniform_groups", True, get.source(f"{G}.use_dynamic_sampling"))
+        out.set("length.dynamic_sampling.max_rounds", rounds, get.source(f"{G}.dynamic_sampling_max_gen_batches"))
+        if get(f"{G}.batch_multiplier") != 1:
+            out.differs(
+                f"{G}.batch_multiplier",
+                f"{get(f'{G}.batch_multiplier')}: NeMo RL samples that many times num_prompts_per_step prompts a "
+                "round, the contract prompts_per_step: the same kept groups, more rounds",
+            )
+    truncated = "exclude" if get(f"{G}.overlong_filtering") else "keep"
+    out.set("length.on_truncated", truncated, get.source(f"{G}.overlong_filtering"))
+    if truncated == "exclude":
+        out.differs(
+            f"{G}.overlong_filtering",
+            "true: NeMo RL releases whose advantage estimator takes no sample mask keep a filtered response in its "
+            "group's baseline and std (only its loss is masked); on_truncated: exclude leaves it out of both",
+        )
+
+
+def _reward_shaping(get: Reader, out: Mapping) -> None:
+    s = f"{G}.reward_shaping"
+    if not get(f"{s}.enabled"):
+        return
+    if get(f"{s}.stop_properly_penalty_coef") is not None:
+        out.refuse(f"{s}.stop_properly_penalty_coef", f"{get(f'{s}.stop_properly_penalty_coef')}: a truncated "
+                   "response's reward scaled by it")  # fmt: skip
+        return
+    buffer, factor, limit = (
+        get(f"{s}.overlong_buffer_length"),
+        get(f"{s}.overlong_buffer_penalty"),
+        get(f"{s}.max_response_length"),
+    )
+    if None in (buffer, factor, limit):
+        out.refuse(s, "enabled without overlong_buffer_length, overlong_buffer_penalty and max_response_length")
+        return
+    out.set("length.overlong_penalty", {"buffer_tokens": int(buffer), "factor": float(factor)}, f"nemo-rl {s}")
+    budget = out.values.get("length.max_response_tokens")
+    if budget is not None and budget != limit:
+        out.differs(
+            f"{s}.max_response_length",
+            f"{limit}: NeMo RL's penalty starts at {limit} − {buffer} tokens, the contract's at max_response_tokens "
+            f"{budget} − {buffer}",
+        )
+
+
+def _sampling(get: Reader, out: Mapping) -> None:
+    g = f"{P}.generation"
+    out.set("hyperparameters.sampling.temperature", get(f"{g}.temperature"), get.source(f"{g}.temperature"))
+    out.set("hyperparameters.sampling.top_p", float(get(f"{g}.top_p")), get.source(f"{g}.top_p"))
+    top_k = get(f"{g}.top_k")
+    out.set("hyperparameters.sampling.top_k", 0 if top_k in (-1, None) else top_k, get.source(f"{g}.top_k"))
+    backend = get(f"{g}.backend")
+    if backend == "vllm" and get(f"{g}.colocated.enabled"):
+        out.set("hyperparameters.sampling.engine", "vllm", get.source(f"{g}.backend") + ": colocated")
+    elif backend == "vllm":
+        out.refuse(
+            f"{g}.colocated.enabled", "false: serve vLLM yourself and name it in hyperparameters.sampling.server"
+        )
+    elif backend == "hf":
+        out.set("hyperparameters.sampling.engine", "transformers", get.source(f"{g}.backend"))
+    else:
+        out.refuse(f"{g}.backend", f"{backend}: rlvr samples with vllm, sglang, transformers or its own engine")
+    for key in (f"{g}.stop_token_ids", f"{g}.stop_strings"):
+        if get(key):
+            out.refuse(key, f"{plain(get(key))}: state them as length.stop_tokens")
+    total, new = get(f"{P}.max_total_sequence_length"), get(f"{g}.max_new_tokens")
+    prompt = get("data.max_input_seq_length") if get.given("data.max_input_seq_length") else total
+    if isinstance(total, int):
+        new = new if isinstance(new, int) else total
+        out.set("length.max_response_tokens", new, get.source(f"{g}.max_new_tokens"))
+        out.set("length.max_prompt_tokens", prompt, get.source("data.max_input_seq_length"))
+        if prompt + new > total:
+            out.differs(
+                f"{P}.max_total_sequence_length",
+                f"{total}: NeMo RL's engine holds prompt and response within it, so a response stops at {total} − "
+                f"its prompt's tokens; the contract's at max_response_tokens {new}",
+            )
+
+
+def _optimizer(get: Reader, out: Mapping) -> None:
+    if get(f"{P}.megatron_cfg.enabled"):
+        out.refuse(f"{P}.megatron_cfg.enabled", "true: the Megatron backend's optimizer and schedule are not mapped")
+    if get(f"{P}.dtensor_cfg.lora_cfg.enabled"):
+        out.refuse(
+            f"{P}.dtensor_cfg.lora_cfg.enabled", "true: NeMo RL's LoRA is not mapped; state hyperparameters.adapter"
+        )
+    o = f"{P}.optimizer"
+    name = OPTIMIZERS.get(get(f"{o}.name"))
+    if name is None:
+        out.refuse(f"{o}.name", f"{get(f'{o}.name')}: the contract's optimizers are AdamW and Adam")
+    out.set("hyperparameters.optimizer.name", name or "adamw", get.source(f"{o}.name"))
+    out.set("hyperparameters.optimizer.lr", get(f"{o}.kwargs.lr"), get.source(f"{o}.kwargs.lr"))
+    out.set("hyperparameters.optimizer.betas", list(get(f"{o}.kwargs.betas")), get.source(f"{o}.kwargs.betas"))
+    decay = get(f"{o}.kwargs.weight_decay")
+    out.set("hyperparameters.optimizer.weight_decay", decay, get.source(f"{o}.kwargs.weight_decay"))
+    if get(f"{o}.kwargs.eps") != 1e-8:
+        out.refuse(f"{o}.kwargs.eps", f"{get(f'{o}.kwargs.eps')}: the contract's Adam uses torch's 1e-8")
+    clip = get(f"{P}.max_grad_norm")
+    out.set(
+        "hyperparameters.optimizer.grad_clip", float(clip or 0.0), get.source(f"{P}.max_grad_norm") + " (null: no clip)"
+    )
+    _schedule(get, out)
+    precision = PRECISION.get(get(f"{P}.precision"))
+    if precision is None:
+        out.refuse(f"{P}.precision", f"{get(f'{P}.precision')}: not bfloat16, float16 or float32")
+    else:
+        out.set(
+            "hyperparameters.precision", precision, get.source(f"{P}.precision") + ": fp32 weights, autocast compute"
+        )
+
+
+def _schedule(get: Reader, out: Mapping) -> None:
+    """NeMo RL's scheduler list: none (constant), or a LinearLR warm-up to the full rate then
+    ConstantLR at milestone W. NeMo RL steps it once a batch."""
+    key = f"{P}.scheduler"
+    items = get(key) or []
+    named = [i for i in items if isinstance(i, dict) and "name" in i]
+    kinds = [str(i["name"]).rsplit(".", 1)[-1] for i in named]
+    per_batch = out.values.get("hyperparameters.mini_batches", 1)
+    if not named or kinds == ["ConstantLR"]:
+        out.set("hyperparameters.schedule.name", "constant", get.source(key))
+        out.set("hyperparameters.schedule.warmup_steps", 0, get.source(key))
+        return
+    warm = named[0].get("kwargs") or {}
+    if kinds != ["LinearLR", "ConstantLR"] or warm.get("end_factor", 1.0) != 1.0:
+        out.refuse(key, f"{' then '.join(kinds)}: the contract's schedules are a linear warm-up, then constant")
+        return
+    steps, start = int(warm.get("total_iters", 5)), float(warm.get("start_factor", 1 / 3))
+    out.set("hyperparameters.schedule.name", "constant", f"nemo-rl {key}: LinearLR then ConstantLR")
+    out.set(
+        "hyperparameters.schedule.warmup_steps",
+        steps * per_batch,
+        f"LinearLR total_iters {steps}" + (f": {steps} batches × {per_batch} optimizer steps" if per_batch > 1 else ""),
+    )
+    out.differs(
+        key,
+        f"NeMo RL's warm-up is lr·({start:g} + {1 - start:g}·s/{steps}) from step 0, once a batch; the contract's "
+        f"lr·(s+1)/{steps * per_batch} at every optimizer step",
+    )

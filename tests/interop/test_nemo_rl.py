@@ -1,0 +1,122 @@
+"""`rlvr import nemo-rl` on NeMo RL's own published configs (tests/interop/nemo_rl, with their
+source): grpo_math_1B.yaml and the DAPO recipe that names it as its `defaults:`, read as NeMo RL
+reads them (defaults merged, overrides, `${...}` interpolations). The imported advantage is
+checked against NeMo RL's own unit-test numbers for its GRPO estimator."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from rlvr_cli.contract.load import load
+from rlvr_cli.train.objective import group_advantages
+from tests.conftest import copy_experiment, rlvr
+
+CONFIGS = Path(__file__).with_name("nemo_rl") / "examples" / "configs"
+GRPO = CONFIGS / "grpo_math_1B.yaml"
+DAPO = CONFIGS / "recipes" / "llm" / "dapo-qwen2.5-7b.yaml"
+CONTRACT = "experiment.rlvr.yaml"
+LOG_BY = "length:\n  dynamic_sampling: {drop_uniform_groups: false, log_by: [difficulty]}\n"
+
+
+@pytest.fixture
+def exp(single_turn: Path, tmp_path: Path) -> Path:
+    return copy_experiment(single_turn, tmp_path / "exp")
+
+
+def imported(exp: Path, config: Path, *overrides: str, name: str = "nemo.rlvr.yaml"):
+    done = rlvr("import", "nemo-rl", config, *overrides, "--into", exp / CONTRACT, "--out", exp / name)
+    assert done.code == 0, done.stderr
+    return load(exp / name), done.stderr
+
+
+def test_nemo_rls_grpo_config_imports_with_its_leave_one_out_advantage(exp: Path) -> None:
+    contract, stderr = imported(exp, GRPO)
+    o, h, length = contract.objective, contract.hyperparameters, contract.length
+    a = o.advantage
+    assert (a.baseline, a.scale, a.std, a.epsilon) == ("leave_one_out", "leave_one_out_std", "sample", 1e-6)
+    assert (o.clip.low, o.clip.high, o.clip.dual, o.aggregation) == (0.2, 0.2, None, "token_mean")
+    assert (o.kl.coef, o.kl.estimator, o.kl.placement) == (0.01, "k3", "loss")
+    assert (h.group_size, h.prompts_per_step, h.mini_batches, h.micro_batch_sequences) == (16, 32, 1, 4)
+    assert (h.optimizer.lr, h.optimizer.weight_decay, h.schedule.name, h.schedule.warmup_steps) == (
+        5e-6,
+        0.01,
+        "constant",
+        50,
+    )
+    assert (h.sampling.engine, length.max_response_tokens, length.on_truncated) == ("vllm", 512, "keep")
+    assert "differs: policy.scheduler: NeMo RL's warm-up is lr·(0.1 + 0.9·s/50)" in stderr
+    assert "a response stops at 512 − its prompt's tokens" in stderr  # ${policy.max_total_sequence_length} resolved
+    text = (exp / "nemo.rlvr.yaml").read_text()
+    assert "baseline: leave_one_out  # nemo-rl grpo.adv_estimator.use_leave_one_out_baseline: true" in text
+
+
+@pytest.mark.parametrize(
+    ("loo", "normalize", "expected"),
+    [  # NeMo RL's tests/unit/algorithms/test_grpo_advantage_estimator.py, the masked sample left out
+        ("false", "false", [0.6666667, -0.3333333, -0.3333333]),
+        ("false", "true", [1.1546985, -0.5773493, -0.5773493]),
+        ("true", "false", [1.0, -0.5, -0.5]),
+        ("true", "true", [1.0, -0.7071058, -0.7071058]),
+    ],
+)
+def test_the_imported_advantage_gives_nemo_rls_own_numbers(exp: Path, loo: str, normalize: str, expected: list) -> None:
+    """Rewards [1, 1, 0, 0] with the second masked; the overrides set the top-level keys, which
+    reach grpo.adv_estimator through its interpolations."""
+    overrides = (f"grpo.use_leave_one_out_baseline={loo}", f"grpo.normalize_rewards={normalize}")
+    contract, _ = imported(exp, GRPO, *overrides)
+    rewards = torch.tensor([1.0, float("nan"), 0.0, 0.0], dtype=torch.float64)
+    advantages = group_advantages(rewards, 4, contract.objective)
+    assert torch.allclose(advantages[[0, 2, 3]], torch.tensor(expected, dtype=torch.float64), atol=1e-6, rtol=0)
+
+
+def test_nemo_rls_dapo_recipe_imports_through_its_defaults_once_the_experiment_names_log_by(exp: Path) -> None:
+    refused = rlvr("import", "nemo-rl", DAPO, "--into", exp / CONTRACT, "--out", exp / "dapo.rlvr.yaml")
+    assert refused.code == 1 and "RLV502" in refused.stderr and not (exp / "dapo.rlvr.yaml").exists()
+    (exp / CONTRACT).write_text((exp / CONTRACT).read_text().replace("length:\n", LOG_BY, 1))
+    contract, stderr = imported(exp, DAPO, name="dapo.rlvr.yaml")
+    o, h, length = contract.objective, contract.hyperparameters, contract.length
+    assert (o.advantage.baseline, o.advantage.scale) == ("group_mean", "group_std")  # the recipe turns LOO off
+    assert (o.clip.low, o.clip.high, o.clip.dual, o.kl.coef) == (0.2, 0.28, 10.0, 0.0)
+    assert [c.weight for c in o.reward.components] == [2.0, 0.4]  # reward_scaling [0, 1] → [-1, 1]: × 2
+    assert (h.prompts_per_step, h.mini_batches, h.max_policy_lag, h.schedule.warmup_steps) == (512, 16, 15, 160)
+    assert (length.dynamic_sampling.drop_uniform_groups, length.dynamic_sampling.max_rounds) == (True, 10)
+    assert length.overlong_penalty.model_dump() == {"buffer_tokens": 2048, "factor": 1.0}  # penalty from the base
+    assert (length.max_prompt_tokens, length.max_response_tokens, h.optimizer.lr) == (2048, 16384, 1e-6)
+    assert "differs: grpo.reward_shaping.max_response_length: 14336" in stderr
+    assert "differs: grpo.reward_scaling: NeMo RL adds -1 to every reward" in stderr
+
+
+def test_what_the_contract_cannot_state_is_refused_each_named(exp: Path) -> None:
+    overrides = ["grpo.adv_estimator.name=reinforce_plus_plus", "policy.megatron_cfg.enabled=true"]
+    overrides += ["loss_fn.use_importance_sampling_correction=true", "policy.train_global_batch_size=500"]
+    overrides += ["policy.optimizer.kwargs.lr=${nonsense:1}", "grpo.not_an_option=1"]
+    done = rlvr("import", "nemo-rl", GRPO, *overrides, "--into", exp / CONTRACT, "--out", exp / "x.rlvr.yaml")
+    assert done.code == 1 and not (exp / "x.rlvr.yaml").exists()
+    for needle in (
+        "no equivalent: grpo.adv_estimator.name: reinforce_plus_plus",
+        "no equivalent: policy.megatron_cfg.enabled: true",
+        "no equivalent: loss_fn.use_importance_sampling_correction: true",
+        "no equivalent: policy.train_global_batch_size: 500 does not divide the step's 512 sequences",
+        "no equivalent: policy.optimizer.kwargs.lr: ${nonsense:1} (the resolver 'nonsense')",
+    ):
+        assert needle in done.stderr, done.stderr
+    assert "not read (1" in done.stderr and "grpo.not_an_option" in done.stderr  # a misspelt override is seen
+
+
+def test_a_config_whose_defaults_are_missing_or_circular_is_a_clear_error(exp: Path, tmp_path: Path) -> None:
+    lone = tmp_path / "recipe.yaml"
+    lone.write_text("defaults: ../../grpo_math_1B.yaml\ngrpo: {num_prompts_per_step: 8}\n")
+    done = rlvr("import", "nemo-rl", lone, "--into", exp / CONTRACT)
+    assert done.code == 1 and "grpo_math_1B.yaml (the defaults of" in done.stderr and "no such file" in done.stderr
+    loop = tmp_path / "loop.yaml"
+    loop.write_text("defaults: loop.yaml\n")
+    done = rlvr("import", "nemo-rl", loop, "--into", exp / CONTRACT)
+    assert done.code == 1 and "its defaults come back to it" in done.stderr
+    assert "Traceback" not in done.stderr
+    partial = tmp_path / "partial.yaml"
+    partial.write_text("grpo: {num_prompts_per_step: 8}\n")  # a recipe without its base
+    done = rlvr("import", "nemo-rl", partial, "--into", exp / CONTRACT)
+    assert done.code == 1 and "no equivalent: grpo.num_generations_per_prompt: absent" in done.stderr
