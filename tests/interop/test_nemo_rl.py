@@ -120,3 +120,36 @@ def test_a_config_whose_defaults_are_missing_or_circular_is_a_clear_error(exp: P
     partial.write_text("grpo: {num_prompts_per_step: 8}\n")  # a recipe without its base
     done = rlvr("import", "nemo-rl", partial, "--into", exp / CONTRACT)
     assert done.code == 1 and "no equivalent: grpo.num_generations_per_prompt: absent" in done.stderr
+
+
+def test_an_imported_nemo_rl_run_trains_with_its_leave_one_out_advantages(exp: Path) -> None:
+    """The imported contract run by `rlvr train`: every recorded advantage is the leave-one-out
+    one of its group's recorded rewards (the other rewards' mean and std), not GRPO's."""
+    import pyarrow.parquet as pq
+
+    small = ["grpo.num_prompts_per_step=2", "grpo.num_generations_per_prompt=4", "policy.train_global_batch_size=8"]
+    small += ["policy.train_micro_batch_size=8", "grpo.max_num_steps=2", "policy.generation.backend=hf"]
+    small += ["policy.precision=float32", "policy.max_total_sequence_length=2", "data.max_input_seq_length=64"]
+    contract, _ = imported(exp, GRPO, *small)
+    assert (contract.objective.advantage.baseline, contract.hyperparameters.sampling.engine) == (
+        "leave_one_out",
+        "transformers",
+    )
+    done = rlvr("train", exp / "nemo.rlvr.yaml", "--run-dir", exp / "run", timeout=600)
+    assert done.code == 0, done.stderr[-2000:]
+    rows = [
+        r for shard in sorted((exp / "run" / "records").glob("*.parquet")) for r in pq.read_table(shard).to_pylist()
+    ]
+    groups: dict[tuple[int, int], list[dict]] = {}
+    for row in rows:
+        groups.setdefault((row["step"], row["group"]), []).append(row)
+    plain = contract.objective.advantage.model_copy(update={"baseline": "group_mean", "scale": "group_std"})
+    grpo = contract.objective.model_copy(update={"advantage": plain})
+    differs = 0
+    for members in groups.values():
+        rewards = torch.tensor([r["reward"] for r in members], dtype=torch.float64)
+        recorded = torch.tensor([r["advantage"] for r in members], dtype=torch.float64)
+        assert torch.allclose(recorded, group_advantages(rewards, len(members), contract.objective), atol=1e-5)
+        other = group_advantages(rewards, len(members), grpo)
+        differs += not torch.allclose(recorded, other, atol=1e-5)
+    assert len(groups) == 4 and differs, "no group told the two baselines apart"

@@ -74,7 +74,7 @@ def test_the_budget_stops_the_run_at_its_first_spent_limit() -> None:
 def test_subgroup_advantages_compare_hinted_samples_only_with_hinted_ones() -> None:
     from rlvr_cli.train.objective import group_advantages, hinted_advantages
 
-    objective = SimpleNamespace(advantage=SimpleNamespace(scale="none", std=None, epsilon=None))
+    objective = SimpleNamespace(advantage=SimpleNamespace(baseline="group_mean", scale="none", std=None, epsilon=None))
     rewards = torch.tensor([1.0, 1.0, 0.0, 1.0], dtype=torch.float64)  # one group: two hinted, two not
     hinted = torch.tensor([True, True, False, False])
     whole = group_advantages(rewards, 4, objective)  # type: ignore[arg-type]
