@@ -101,6 +101,14 @@ FAMILIES = {
         Family("llama-3.2", "llama-3.2.jinja", LLAMA, ("<|eot_id|>", "<|eom_id|>"), "<|eot_id|>", "<|begin_of_text|>"),
         Family("mistral-7b-v0.3", "mistral-7b-v0.3.jinja", MISTRAL, ("</s>",), "</s>", "<s>"),
         Family("mistral-nemo", "mistral-nemo.jinja", MISTRAL, ("</s>",), "</s>", "<s>"),
+        Family(
+            "mistral-small-3.1",
+            "mistral-small-3.1.jinja",
+            (*MISTRAL, "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]", "[IMG]"),
+            ("</s>",),
+            "</s>",
+            "<s>",
+        ),
         Family("gemma-2", "gemma-2.jinja", GEMMA, ("<end_of_turn>",), "<eos>", "<bos>"),
         Family("gemma-3", "gemma-3.jinja", GEMMA, ("<end_of_turn>",), "<eos>", "<bos>"),
         Family(

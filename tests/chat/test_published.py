@@ -1,4 +1,4 @@
-"""Masks token for token on the published chat templates of sixteen model families.
+"""Masks token for token on the published chat templates of seventeen model families.
 
 Every expectation is written from the template's documented format (what the template
 emits for each role, read off the template source), never from rlvr's output: a segment's
@@ -356,7 +356,9 @@ def test_llama_refuses_parallel_calls_with_the_family_and_the_template_s_reason(
     assert "single tool-calls" in message  # the template's own reason
 
 
-@pytest.mark.parametrize(("name", "refused"), [("gpt-oss", True), ("qwen3", False), ("mistral-nemo", False)])
+@pytest.mark.parametrize(
+    ("name", "refused"), [("gpt-oss", True), ("qwen3", False), ("mistral-nemo", False), ("mistral-small-3.1", False)]
+)
 def test_several_calls_in_one_turn_only_where_the_format_has_them(
     published_tokenizer, name: str, refused: bool
 ) -> None:
@@ -411,6 +413,16 @@ def test_mistral_system_message_is_a_real_trap(published_tokenizer, name: str) -
     out = render(published_tokenizer, name, SINGLE)
     assert {"RLT007", "RLT011"} <= {c.code for c in out.checks}
     assert sum(out.loss_mask) == 0  # nothing trained on a prompt it was not sampled from
+
+
+def test_mistral_small_renders_the_system_message_first_and_trains_the_answer(published_tokenizer) -> None:
+    """Mistral Small 3.1 moved the system message to a [SYSTEM_PROMPT] block at the start: no
+    trap there (unlike 7B v0.3 and Nemo), and the answer is trained through its </s>."""
+    out = render(published_tokenizer, "mistral-small-3.1", SINGLE)
+    assert not {"RLT007", "RLT011"} & {c.code for c in out.checks}, [(c.code, c.message) for c in out.checks]
+    trained = "".join(t for t, m in zip(out.tokens, out.loss_mask, strict=True) if m)
+    assert trained == SINGLE[-1]["content"] + "</s>"
+    assert "".join(out.tokens).startswith("<s>[SYSTEM_PROMPT]" + SINGLE[0]["content"] + "[/SYSTEM_PROMPT][INST]")
 
 
 # ── Gemma 2 / 3 ───────────────────────────────────────────────────────────────────────
@@ -668,6 +680,11 @@ def test_glm_without_the_openings_as_stop_tokens_never_learns_to_stop(published_
         ("llama-3.1", TOOL_USE, [TOOL]),
         ("phi-3.5", MULTI, None),
         ("mistral-nemo", [USER, {"role": "assistant", "content": None, "tool_calls": [call()]}, tool(), FIVE], [TOOL]),
+        (
+            "mistral-small-3.1",
+            [USER, {"role": "assistant", "content": None, "tool_calls": [call()]}, tool(), FIVE],
+            [TOOL],
+        ),
         ("gemma-3", MULTI, None),
         ("glm-4.6", GLM_TOOL_USE, [TOOL]),
         ("deepseek-v3.1", DS31_TOOL_USE, [TOOL]),

@@ -23,6 +23,7 @@ FAMILIES = {
     "llama-3.2.jinja": "llama3_json",
     "mistral-7b-v0.3.jinja": "mistral",
     "mistral-nemo.jinja": "mistral",
+    "mistral-small-3.1.jinja": "mistral",
     "gpt-oss.jinja": "harmony",
     "deepseek-r1-distill.jinja": "deepseek",
     "deepseek-v3.1.jinja": "deepseek",

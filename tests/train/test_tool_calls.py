@@ -148,6 +148,7 @@ GLM_SPECIALS = ["[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>", "
     ("template", "script", "glue"),
     [
         ("mistral-nemo.jinja", [MISTRAL_READ, MISTRAL_FIX, "Set version to 2."], "[TOOL_RESULTS]"),
+        ("mistral-small-3.1.jinja", [MISTRAL_READ, MISTRAL_FIX, "Set version to 2."], "[TOOL_RESULTS]"),
         ("llama-3.1.jinja", [LLAMA_READ, LLAMA_FIX, "Set version to 2."], "ipython"),
         ("qwen3.jinja", [QWEN3_READ, QWEN3_FIX, "<think>\nDone.\n</think>\n\nSet version to 2."], "<tool_response>"),
         ("glm-4.6.jinja", [GLM_READ, GLM_FIX, "\n<think>Done.</think>\nSet version to 2."], "<tool_response>"),
