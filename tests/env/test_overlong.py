@@ -93,3 +93,25 @@ def test_verls_overlong_buffer_imports_where_its_dapo_reward_manager_applies_it(
     assert done.code == 0, done.stderr
     penalty = load(exp / "dapo.rlvr.yaml").length.overlong_penalty
     assert penalty is not None and (penalty.buffer_tokens, penalty.factor) == (16, 1.0)
+
+
+def test_a_run_adds_the_penalty_to_every_verified_response_it_records(single_turn: Path, tmp_path: Path) -> None:
+    """Through `rlvr train`: each recorded reward is the weighted components plus the penalty of
+    its own length, and some response did run into the buffer (the check can fail)."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    path = contract_with(single_turn, tmp_path / "exp", PENALTY)
+    path.write_text(path.read_text().replace('when: "> 2"', 'when: "> 8"'))  # the length guard, at the new budget
+    done = rlvr("train", path, "--run-dir", tmp_path / "run", "--max-steps", "1", timeout=600)
+    assert done.code == 0, done.stderr[-2000:]
+    rows = [r for f in sorted((tmp_path / "run" / "records").glob("*.parquet")) for r in pq.read_table(f).to_pylist()]
+    scored = [r for r in rows if r["reward"] is not None]
+    assert scored
+    weights = {"correct": 1.0, "format": 0.2}
+    for r in scored:
+        earned = sum(weights[k] * v for k, v in json.loads(r["components"]).items())
+        penalty = min(0.0, -0.5 * (len(r["response_ids"]) - 4) / 4)
+        assert r["reward"] == pytest.approx(earned + penalty), r
+    assert any(len(r["response_ids"]) > 4 for r in scored)
