@@ -24,6 +24,54 @@ RESOLVERS: dict[str, Callable[[list[float]], float]] = {
 }
 MAX_DEPTH = 32
 
+G, L, P = "grpo", "loss_fn", "policy"
+#: NeMo RL's defaults for the optional keys interop/nemo_rl_map.py reads (ClippedPGLossConfig's
+#: fields, grpo_math_1B.yaml's optional keys)
+DEFAULTS: dict[str, Any] = {
+    f"{G}.max_num_epochs": 1,
+    f"{G}.seed": 42,
+    f"{G}.normalize_rewards": True,
+    f"{G}.use_leave_one_out_baseline": False,
+    f"{G}.overlong_filtering": False,
+    f"{G}.use_dynamic_sampling": False,
+    f"{G}.dynamic_sampling_max_gen_batches": 10,
+    f"{G}.batch_multiplier": 1,
+    f"{G}.reward_shaping.enabled": False,
+    f"{G}.reward_shaping.stop_properly_penalty_coef": None,
+    f"{G}.reward_scaling.enabled": False,
+    f"{L}.reference_policy_kl_penalty": 0.01,
+    f"{L}.reference_policy_kl_type": "k3",
+    f"{L}.kl_input_clamp_value": 20.0,
+    f"{L}.kl_output_clamp_value": 10.0,
+    f"{L}.use_kl_in_reward": False,
+    f"{L}.ratio_clip_c": None,
+    f"{L}.disable_ppo_ratio": False,
+    f"{L}.token_level_loss": True,
+    f"{L}.sequence_level_importance_ratios": False,
+    f"{L}.use_importance_sampling_correction": False,
+    f"{L}.truncated_importance_sampling_type": None,
+    f"{L}.truncated_importance_sampling_ratio": None,
+    f"{L}.truncated_importance_sampling_ratio_min": None,
+    f"{L}.use_on_policy_kl_approximation": False,
+    f"{L}.force_on_policy_ratio": False,
+    f"{L}.use_cispo": False,
+    f"{L}.positive_example_nll_weight": 0.0,
+    f"{P}.megatron_cfg.enabled": False,
+    f"{P}.dtensor_cfg.lora_cfg.enabled": False,
+    f"{P}.max_grad_norm": None,
+    f"{P}.scheduler": None,
+    f"{P}.generation.backend": "vllm",
+    f"{P}.generation.colocated.enabled": True,
+    f"{P}.generation.temperature": 1.0,
+    f"{P}.generation.top_p": 1.0,
+    f"{P}.generation.top_k": None,
+    f"{P}.generation.stop_token_ids": None,
+    f"{P}.generation.stop_strings": None,
+    f"{P}.optimizer.kwargs.betas": [0.9, 0.999],
+    f"{P}.optimizer.kwargs.eps": 1e-8,
+    f"{P}.optimizer.kwargs.weight_decay": 0.0,
+}
+
 
 class Unresolved(Exception):
     """An interpolation names a key that is not there, a resolver NeMo RL's configs do not

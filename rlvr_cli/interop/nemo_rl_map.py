@@ -3,59 +3,19 @@ examples/configs/grpo_math_1B.yaml and the recipes built on it (read by
 interop/nemo_rl_config.py: defaults, overrides, interpolations). Both the `grpo.adv_estimator`
 section and the older `grpo.normalize_rewards` / `grpo.use_leave_one_out_baseline` are read, as
 NeMo RL reads them. A key a config leaves out falls back to NeMo RL's own default where NeMo RL
-has one (`DEFAULTS`: ClippedPGLossConfig's fields, grpo_math_1B.yaml's optional keys); a
+has one (nemo_rl_config.DEFAULTS: ClippedPGLossConfig's fields, grpo_math_1B.yaml's optional keys); a
 required key left out is refused."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from rlvr_cli.interop import nemo_rl_config
 from rlvr_cli.interop.common import Mapping, plain
 
 NAME = "NeMo RL"
-G, L, P = "grpo", "loss_fn", "policy"
-#: NeMo RL's defaults for the optional keys the mapping reads
-DEFAULTS: dict[str, Any] = {
-    f"{G}.max_num_epochs": 1,
-    f"{G}.seed": 42,
-    f"{G}.normalize_rewards": True,
-    f"{G}.use_leave_one_out_baseline": False,
-    f"{G}.overlong_filtering": False,
-    f"{G}.use_dynamic_sampling": False,
-    f"{G}.dynamic_sampling_max_gen_batches": 10,
-    f"{G}.batch_multiplier": 1,
-    f"{G}.reward_shaping.enabled": False,
-    f"{G}.reward_shaping.stop_properly_penalty_coef": None,
-    f"{G}.reward_scaling.enabled": False,
-    f"{L}.reference_policy_kl_penalty": 0.01,
-    f"{L}.reference_policy_kl_type": "k3",
-    f"{L}.kl_input_clamp_value": 20.0,
-    f"{L}.kl_output_clamp_value": 10.0,
-    f"{L}.use_kl_in_reward": False,
-    f"{L}.ratio_clip_c": None,
-    f"{L}.disable_ppo_ratio": False,
-    f"{L}.token_level_loss": True,
-    f"{L}.sequence_level_importance_ratios": False,
-    f"{L}.use_importance_sampling_correction": False,
-    f"{L}.use_on_policy_kl_approximation": False,
-    f"{L}.force_on_policy_ratio": False,
-    f"{L}.use_cispo": False,
-    f"{L}.positive_example_nll_weight": 0.0,
-    f"{P}.megatron_cfg.enabled": False,
-    f"{P}.dtensor_cfg.lora_cfg.enabled": False,
-    f"{P}.max_grad_norm": None,
-    f"{P}.scheduler": None,
-    f"{P}.generation.backend": "vllm",
-    f"{P}.generation.colocated.enabled": True,
-    f"{P}.generation.temperature": 1.0,
-    f"{P}.generation.top_p": 1.0,
-    f"{P}.generation.top_k": None,
-    f"{P}.generation.stop_token_ids": None,
-    f"{P}.generation.stop_strings": None,
-    f"{P}.optimizer.kwargs.betas": [0.9, 0.999],
-    f"{P}.optimizer.kwargs.eps": 1e-8,
-    f"{P}.optimizer.kwargs.weight_decay": 0.0,
-}
+G, L, P = nemo_rl_config.G, nemo_rl_config.L, nemo_rl_config.P
+DEFAULTS = nemo_rl_config.DEFAULTS
 KL = {"k1": "k1", "k2": "k2", "k3": "k3"}
 OPTIMIZERS = {"torch.optim.AdamW": "adamw", "torch.optim.Adam": "adam"}
 PRECISION = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
@@ -164,7 +124,6 @@ def _loss(get: Reader, out: Mapping) -> None:
         (f"{L}.force_on_policy_ratio", "a ratio forced to 1"),
         (f"{L}.use_on_policy_kl_approximation", "a KL weighted by the ratio"),
         (f"{L}.use_kl_in_reward", "the KL in the reward (Reinforce++)"),
-        (f"{L}.use_importance_sampling_correction", "its engine/trainer importance weights (not checked to agree)"),
     ):
         if get(key):
             out.refuse(key, f"true: {text}")
@@ -184,13 +143,39 @@ def _loss(get: Reader, out: Mapping) -> None:
         get.source(f"{L}.sequence_level_importance_ratios"),
     )
     out.set("objective.ratio.denominator", "trainer_recomputed", "NeMo RL recomputes prev_logprobs with the trainer")
-    out.set("objective.correction.kind", "none", get.source(f"{L}.use_importance_sampling_correction"))
+    _correction(get, out, "sequence" if sequence else "token")
     token = get(f"{L}.token_level_loss")
     out.set(
         "objective.aggregation", "token_mean" if token else "seq_mean_token_mean", get.source(f"{L}.token_level_loss")
     )
     out.set("objective.entropy_coef", 0.0, "NeMo RL's GRPO loss has no entropy bonus")
     _kl(get, out)
+
+
+def _correction(get: Reader, out: Mapping, level: str) -> None:
+    """NeMo RL multiplies each token's clipped loss by w = π_prev/π_generation (per answer, the
+    product over its tokens, with sequence-level ratios): `tis` clamps w to [min or 0, max],
+    `icepop` zeroes it outside [min, max]."""
+    on, kind = get(f"{L}.use_importance_sampling_correction"), get(f"{L}.truncated_importance_sampling_type")
+    source = get.source(f"{L}.use_importance_sampling_correction")
+    if not on:
+        out.set("objective.correction.kind", "none", source)
+        return
+    top, low = get(f"{L}.truncated_importance_sampling_ratio"), get(f"{L}.truncated_importance_sampling_ratio_min")
+    if kind == "tis" and top is not None and not low:
+        out.set("objective.correction.kind", "tis", get.source(f"{L}.truncated_importance_sampling_type"))
+        out.set("objective.correction.cap", float(top), get.source(f"{L}.truncated_importance_sampling_ratio"))
+    elif kind == "icepop" and top is not None and low is not None:
+        out.set("objective.correction.kind", "mis", get.source(f"{L}.truncated_importance_sampling_type"))
+        out.set("objective.correction.low", float(low), get.source(f"{L}.truncated_importance_sampling_ratio_min"))
+        out.set("objective.correction.high", float(top), get.source(f"{L}.truncated_importance_sampling_ratio"))
+    else:
+        what = {None: "untruncated weights", "tis": f"weights clamped from below to {low}"}.get(kind, f"{kind}")
+        out.refuse(
+            f"{L}.truncated_importance_sampling_type", f"{plain(kind)}: {what}; the contract caps (tis) or masks (mis)"
+        )
+        return
+    out.set("objective.correction.level", level, f"{source}, at the ratio's level")
 
 
 def _kl(get: Reader, out: Mapping) -> None:

@@ -98,7 +98,7 @@ def test_what_the_contract_cannot_state_is_refused_each_named(exp: Path) -> None
     for needle in (
         "no equivalent: grpo.adv_estimator.name: reinforce_plus_plus",
         "no equivalent: policy.megatron_cfg.enabled: true",
-        "no equivalent: loss_fn.use_importance_sampling_correction: true",
+        "no equivalent: loss_fn.truncated_importance_sampling_type: null: untruncated weights",
         "no equivalent: policy.train_global_batch_size: 500 does not divide the step's 512 sequences",
         "no equivalent: policy.optimizer.kwargs.lr: ${nonsense:1} (the resolver 'nonsense')",
     ):
@@ -153,3 +153,64 @@ def test_an_imported_nemo_rl_run_trains_with_its_leave_one_out_advantages(exp: P
         other = group_advantages(rewards, len(members), grpo)
         differs += not torch.allclose(recorded, other, atol=1e-5)
     assert len(groups) == 4 and differs, "no group told the two baselines apart"
+
+
+@pytest.mark.parametrize(
+    ("kind", "overrides"),
+    [
+        ("tis", ["loss_fn.truncated_importance_sampling_type=tis", "loss_fn.truncated_importance_sampling_ratio=2.0"]),
+        (
+            "mis",
+            [
+                "loss_fn.truncated_importance_sampling_type=icepop",
+                "loss_fn.truncated_importance_sampling_ratio=1.5",
+                "loss_fn.truncated_importance_sampling_ratio_min=0.8",
+            ],
+        ),
+    ],
+)
+def test_nemo_rls_importance_correction_imports_as_the_contracts(exp: Path, kind: str, overrides: list[str]) -> None:
+    """The imported correction's loss is NeMo RL's, as ClippedPGLossFn writes it for a token-level
+    loss: Σ w·max(−A·r, −A·clip(r)) over the global tokens, w = exp(prev − generation) clamped to
+    [0, max] (tis) or zeroed outside [min, max] (icepop)."""
+    from rlvr_cli.train.objective import policy_loss
+
+    on = ["loss_fn.use_importance_sampling_correction=true", "loss_fn.reference_policy_kl_penalty=0", *overrides]
+    contract, _ = imported(exp, GRPO, *on)
+    c = contract.objective.correction
+    assert (c.kind, c.level) == (kind, "token")
+    g = torch.Generator().manual_seed(0)
+    logp = -torch.rand(6, 5, generator=g, dtype=torch.float64) * 2
+    prev = logp + (torch.rand(6, 5, generator=g, dtype=torch.float64) - 0.5) * 0.6
+    gen = prev + (torch.rand(6, 5, generator=g, dtype=torch.float64) - 0.5) * 1.6
+    mask = (torch.arange(5)[None, :] < torch.tensor([5, 3, 4, 1, 5, 2])[:, None]).double()
+    adv = torch.tensor([1.0, -0.5, 0.25, -1.0, 0.75, -0.25], dtype=torch.float64)
+
+    def nemo(low: float, high: float) -> float:
+        ratio = torch.exp(logp - prev)
+        clip_loss = torch.max(-adv[:, None] * ratio, -adv[:, None] * ratio.clamp(0.8, 1.2))
+        w = torch.exp(prev - gen)
+        w = w.clamp(0.0, high) if kind == "tis" else torch.where((w >= low) & (w <= high), w, torch.zeros_like(w))
+        return float((w * clip_loss * mask).sum() / mask.sum())
+
+    loss, _ = policy_loss(
+        logp, prev, logp, adv, mask, contract.objective,
+        max_response_tokens=contract.length.max_response_tokens, engine_logp=gen,
+    )  # fmt: skip
+    bounds = (0.0, 2.0) if kind == "tis" else (0.8, 1.5)
+    assert float(loss) == pytest.approx(nemo(*bounds), rel=1e-12)
+    assert float(loss) != pytest.approx(nemo(bounds[0], bounds[1] * 1.5), rel=1e-6)  # the bound matters here
+
+
+def test_a_correction_the_contract_cannot_state_is_refused(exp: Path) -> None:
+    base = ["loss_fn.use_importance_sampling_correction=true"]
+    for extra, needle in (
+        ([], "truncated_importance_sampling_type: null: untruncated weights"),
+        (
+            ["loss_fn.truncated_importance_sampling_type=tis", "loss_fn.truncated_importance_sampling_ratio=2",
+             "loss_fn.truncated_importance_sampling_ratio_min=0.5"],
+            "weights clamped from below to 0.5",
+        ),
+    ):  # fmt: skip
+        done = rlvr("import", "nemo-rl", GRPO, *base, *extra, "--into", exp / CONTRACT, "--out", exp / "x.rlvr.yaml")
+        assert done.code == 1 and needle in done.stderr, done.stderr
