@@ -1,4 +1,4 @@
-"""`rlvr import trl|verl CONFIG --into CONTRACT` and `rlvr export CONTRACT --to trl|verl`."""
+"""`rlvr import trl|verl|nemo-rl CONFIG --into CONTRACT` and `rlvr export CONTRACT --to trl|verl|nemo-rl`."""
 
 from __future__ import annotations
 

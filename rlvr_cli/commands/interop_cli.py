@@ -109,19 +109,19 @@ def import_verifiers(
 @command
 def export(
     contract: Annotated[Path, contract_arg("The contract to export")],
-    to: Annotated[str, typer.Option("--to", help="trl or verl.")],
+    to: Annotated[str, typer.Option("--to", help="trl, verl or nemo-rl.")],
     out: Annotated[Path, typer.Option("--out", help="A new folder for the peer's files.")],
     processes: Annotated[int, typer.Option("--processes", min=1, help="trl: processes the run will use.")] = 1,
     allow_inexact: Annotated[
         bool, typer.Option("--allow-inexact", help="Write even where the peer computes another number (each stated).")
     ] = False,
 ) -> int:
-    """Write the TRL or verl config of the contract.
+    """Write the TRL, verl or NeMo RL config of the contract.
 
     For verl also its reward function and data; exit 1 listing every choice the peer cannot express."""
     from rlvr_cli.commands.interop import run_export
     from rlvr_cli.errors import UsageProblem
 
-    if to not in ("trl", "verl"):
-        raise UsageProblem(f"--to {to!r}: choose trl or verl")
+    if to not in ("trl", "verl", "nemo-rl"):
+        raise UsageProblem(f"--to {to!r}: choose trl, verl or nemo-rl")
     return run_export(contract, to, out, processes, allow_inexact)

@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from rlvr_cli.contract.models import Contract
-from rlvr_cli.interop import trl_export, verl_export
+from rlvr_cli.interop import nemo_rl_export, trl_export, verl_export
 from rlvr_cli.interop.common import Mapping
 from rlvr_cli.interop.trl_map import VERSION as TRL_VERSION
 from rlvr_cli.interop.verl_map import VERSION as VERL_VERSION
@@ -44,6 +44,8 @@ REWARD_FUNCS = Components({contract!r}).functions()
 def mapping(contract: Contract, to: str, processes: int) -> Mapping:
     if to == "trl":
         return trl_export.export_config(contract, processes)
+    if to == "nemo-rl":
+        return nemo_rl_export.export_config(contract)
     out = verl_export.export_config(contract)
     if contract.environment.kind != "single_turn":
         out.refuse("environment.kind", "tool_use: the exported reward function judges single-turn answers only")
@@ -54,12 +56,21 @@ def mapping(contract: Contract, to: str, processes: int) -> Mapping:
 
 def write(contract: Contract, contract_path: Path, to: str, found: Mapping, out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
-    peer = f"TRL {TRL_VERSION}" if to == "trl" else f"verl {VERL_VERSION}"
+    peer = {"trl": f"TRL {TRL_VERSION}", "verl": f"verl {VERL_VERSION}", "nemo-rl": "NeMo RL"}[to]
     header = [f"rlvr export of {contract_path.name} ({contract.name}) for {peer}."]
     header += [f"  {d.line()}" for d in found.differences]
     folder = contract_path.resolve().parent
     if to == "trl":
         return _trl(contract, contract_path, found, header, folder, out)
+    if to == "nemo-rl":
+        found.set("policy.model_name", _model(contract, folder), "artifacts.policy")
+        recipe = out / "grpo_rlvr.yaml"
+        header += [
+            "A recipe over NeMo RL's examples/configs/grpo_math_1B.yaml: put it in examples/configs/recipes/llm/."
+        ]
+        text = peer_yaml(Mapping(), header, nest=False) + f"defaults: {nemo_rl_export.RECIPE_DEFAULTS}\n"
+        recipe.write_text(text + peer_yaml(found, [], nest=True), "utf-8")
+        return [recipe]
     train, val = out / "train.parquet", out / "val.parquet"
     _parquet(contract, folder, "train", train)
     _parquet(contract, folder, "holdout", val)
@@ -138,6 +149,12 @@ def _parquet(contract: Contract, folder: Path, split: str, path: Path) -> None:
 
 
 def how_to_run(to: str, out: Path) -> str:
+    if to == "nemo-rl":
+        return (
+            f"run: copy {out / 'grpo_rlvr.yaml'} into NeMo RL's examples/configs/recipes/llm/, then "
+            "uv run examples/run_grpo_math.py --config examples/configs/recipes/llm/grpo_rlvr.yaml "
+            "(with an environment that returns the contract's reward)\n"
+        )
     if to == "trl":
         adapter = " and peft_config.yaml" if (out / "peft_config.yaml").exists() else ""
         return f"run: see {out / 'reward.py'} (GRPOTrainer with REWARD_FUNCS, grpo_config.yaml{adapter}, train.jsonl)\n"

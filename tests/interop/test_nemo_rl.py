@@ -214,3 +214,32 @@ def test_a_correction_the_contract_cannot_state_is_refused(exp: Path) -> None:
     ):  # fmt: skip
         done = rlvr("import", "nemo-rl", GRPO, *base, *extra, "--into", exp / CONTRACT, "--out", exp / "x.rlvr.yaml")
         assert done.code == 1 and needle in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("config", [GRPO, DAPO], ids=["grpo_math_1B", "dapo-qwen2.5-7b"])
+def test_a_contract_exported_to_nemo_rl_imports_back_to_the_same_run(exp: Path, tmp_path: Path, config: Path) -> None:
+    """Import NeMo RL's config, export the contract as a recipe over grpo_math_1B.yaml, put the
+    recipe where NeMo RL's recipes live, import it again: the same objective, batches and lengths."""
+    import shutil
+
+    (exp / CONTRACT).write_text((exp / CONTRACT).read_text().replace("length:\n", LOG_BY, 1))
+    first, _ = imported(exp, config)
+    refused = rlvr("export", exp / "nemo.rlvr.yaml", "--to", "nemo-rl", "--out", tmp_path / "out")
+    assert (
+        refused.code == 1 and "differs: objective.reward: NeMo RL's environment computes the reward" in refused.stderr
+    )
+    done = rlvr("export", exp / "nemo.rlvr.yaml", "--to", "nemo-rl", "--out", tmp_path / "out", "--allow-inexact")
+    assert done.code == 0, done.stderr
+    tree = shutil.copytree(CONFIGS.parents[1], tmp_path / "nemo_rl")
+    recipe = tree / "examples" / "configs" / "recipes" / "llm" / "grpo_rlvr.yaml"
+    shutil.copy(tmp_path / "out" / "grpo_rlvr.yaml", recipe)
+    back = rlvr("import", "nemo-rl", recipe, "--into", exp / "nemo.rlvr.yaml", "--out", exp / "back.rlvr.yaml")
+    assert back.code == 0, back.stderr
+    second = load(exp / "back.rlvr.yaml")
+    assert second.objective.model_dump() == first.objective.model_dump()
+    for key in ("group_size", "prompts_per_step", "mini_batches", "updates_per_batch", "max_policy_lag", "max_steps"):
+        assert getattr(second.hyperparameters, key) == getattr(first.hyperparameters, key), key
+    for key in ("seed", "optimizer", "sampling", "precision"):
+        assert getattr(second.hyperparameters, key) == getattr(first.hyperparameters, key), key
+    assert second.hyperparameters.schedule.warmup_steps == first.hyperparameters.schedule.warmup_steps
+    assert second.length.model_dump() == first.length.model_dump()

@@ -1,0 +1,192 @@
+"""The contract → a NeMo RL GRPO recipe (the keys over NeMo RL's examples/configs/grpo_math_1B.yaml
+that compute the same objective), with every choice NeMo RL cannot express listed
+(nemo_rl_map.py is the other direction; an exported recipe imports back to the same objective)."""
+
+from __future__ import annotations
+
+from rlvr_cli.contract.models import Contract
+from rlvr_cli.interop.common import Mapping
+from rlvr_cli.interop.nemo_rl_map import MINI_BATCHES_DIFFER, G, L, P
+
+#: where the recipe sits in a NeMo RL checkout, and the config it is written over
+RECIPE_DEFAULTS = "../../grpo_math_1B.yaml"
+PRECISION = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+OPTIMIZER = {"adamw": "torch.optim.AdamW", "adam": "torch.optim.Adam"}
+
+
+def export_config(contract: Contract) -> Mapping:
+    out = Mapping()
+    _advantage(contract, out)
+    _loss(contract, out)
+    _batch(contract, out)
+    _length(contract, out)
+    _sampling(contract, out)
+    _optimizer(contract, out)
+    out.differs(
+        "objective.reward",
+        "NeMo RL's environment computes the reward (env.math by default): the contract's verifier and its "
+        "weights are not exported; give NeMo RL an environment that returns the contract's reward",
+    )
+    return out
+
+
+def _advantage(contract: Contract, out: Mapping) -> None:
+    a = contract.objective.advantage
+    loo = a.baseline == "leave_one_out"
+    fixed = {"group_std": not loo, "leave_one_out_std": loo, "none": True}
+    if not fixed.get(a.scale, False):
+        out.refuse("objective.advantage.scale", f"{a.scale}: NeMo RL divides by the std of the rewards its baseline "
+                   "averages, or by nothing")  # fmt: skip
+    normalize = a.scale != "none"
+    for section in (f"{G}.adv_estimator", G):  # the estimator's section, and the keys older releases read
+        out.set(f"{section}.use_leave_one_out_baseline", loo, f"objective.advantage.baseline: {a.baseline}")
+        out.set(f"{section}.normalize_rewards", normalize, f"objective.advantage.scale: {a.scale}")
+    out.set(f"{G}.adv_estimator.name", "grpo", "the group baseline")
+    out.set(f"{G}.adv_estimator.minus_baseline", True, "NeMo RL's default")
+    if normalize and a.std != "sample":
+        out.refuse("objective.advantage.std", f"{a.std}: NeMo RL divides by the sample std (n − 1)")
+    if normalize and a.epsilon != 1e-6:
+        out.refuse("objective.advantage.epsilon", f"{a.epsilon}: NeMo RL adds 1e-6 to the std, not an option")
+
+
+def _loss(contract: Contract, out: Mapping) -> None:
+    o = contract.objective
+    out.set(f"{L}.ratio_clip_min", o.clip.low, "objective.clip.low")
+    out.set(f"{L}.ratio_clip_max", o.clip.high, "objective.clip.high")
+    out.set(f"{L}.ratio_clip_c", o.clip.dual, "objective.clip.dual")
+    if o.aggregation not in ("token_mean", "seq_mean_token_mean"):
+        out.refuse("objective.aggregation", f"{o.aggregation}: NeMo RL's losses are token_mean and seq_mean_token_mean")
+    token = o.aggregation == "token_mean"
+    out.set(f"{L}.token_level_loss", token, f"objective.aggregation: {o.aggregation}")
+    sequence = o.ratio is not None and o.ratio.level == "sequence"
+    out.set(f"{L}.sequence_level_importance_ratios", sequence, "objective.ratio.level")
+    if sequence and token:
+        out.refuse("objective.ratio.level", "sequence with token_mean: NeMo RL takes GSPO's ratio with a sequence mean")
+    if o.ratio is not None and o.ratio.denominator == "engine":
+        out.refuse("objective.ratio.denominator", "engine: NeMo RL's ratio is over the trainer's recomputed log-probs")
+    if o.entropy_coef:
+        out.refuse("objective.entropy_coef", f"{o.entropy_coef}: NeMo RL's GRPO loss has no entropy bonus")
+    out.set(f"{L}.reference_policy_kl_penalty", o.kl.coef, "objective.kl.coef")
+    if o.kl.coef:
+        out.set(f"{L}.reference_policy_kl_type", o.kl.estimator, "objective.kl.estimator")
+        if o.kl.placement != "loss":
+            out.refuse("objective.kl.placement", f"{o.kl.placement}: NeMo RL's GRPO adds the KL to the loss")
+        out.bound("loss_fn.kl_input_clamp_value", "NeMo RL clamps the log-ratio to ±20 and the KL to ±10 (defaults)")
+    for key in ("use_on_policy_kl_approximation", "use_kl_in_reward", "force_on_policy_ratio", "use_cispo"):
+        out.set(f"{L}.{key}", False, "the contract's loss")
+    _correction(contract, out)
+
+
+def _correction(contract: Contract, out: Mapping) -> None:
+    c = contract.objective.correction
+    on = c is not None and c.kind != "none"
+    out.set(f"{L}.use_importance_sampling_correction", on, f"objective.correction.kind: {c.kind if c else 'none'}")
+    if not on:
+        return
+    level = contract.objective.ratio.level if contract.objective.ratio else "token"
+    if c.level != level:
+        out.refuse("objective.correction.level", f"{c.level}: NeMo RL weighs at the ratio's level ({level})")
+    if c.kind == "tis":
+        out.set(f"{L}.truncated_importance_sampling_type", "tis", "objective.correction.kind: tis")
+        out.set(f"{L}.truncated_importance_sampling_ratio", c.cap, "objective.correction.cap")
+    else:
+        out.set(f"{L}.truncated_importance_sampling_type", "icepop", "objective.correction.kind: mis")
+        out.set(f"{L}.truncated_importance_sampling_ratio", c.high, "objective.correction.high")
+        out.set(f"{L}.truncated_importance_sampling_ratio_min", c.low, "objective.correction.low")
+
+
+def _batch(contract: Contract, out: Mapping) -> None:
+    h = contract.hyperparameters
+    out.set(f"{G}.num_prompts_per_step", h.prompts_per_step, "hyperparameters.prompts_per_step")
+    out.set(f"{G}.num_generations_per_prompt", h.group_size, "hyperparameters.group_size")
+    out.set(f"{G}.max_num_steps", h.max_steps, "hyperparameters.max_steps")
+    out.set(f"{G}.max_num_epochs", h.max_steps, "as many epochs as steps: max_num_steps decides")
+    out.set(f"{G}.seed", h.seed, "hyperparameters.seed")
+    sequences = h.prompts_per_step * h.group_size
+    out.set(f"{P}.train_global_batch_size", sequences // h.mini_batches, f"{sequences} sequences / mini_batches")
+    out.set(f"{P}.train_micro_batch_size", h.micro_batch_sequences or sequences // h.mini_batches, "micro-batches")
+    if h.mini_batches > 1:
+        out.differs("hyperparameters.mini_batches", MINI_BATCHES_DIFFER)
+    if h.updates_per_batch > 1:
+        out.refuse("hyperparameters.updates_per_batch", f"{h.updates_per_batch}: NeMo RL's GRPO takes one pass a batch")
+    if h.adapter is not None:
+        out.refuse("hyperparameters.adapter", "NeMo RL's LoRA keys are not mapped")
+    if h.sample_ahead:
+        out.refuse("hyperparameters.sample_ahead", "true: NeMo RL's asynchronous GRPO is not mapped")
+
+
+def _length(contract: Contract, out: Mapping) -> None:
+    length = contract.length
+    out.set(
+        f"{P}.max_total_sequence_length", length.max_prompt_tokens + length.max_response_tokens, "prompt + response"
+    )
+    out.set(f"{P}.generation.max_new_tokens", length.max_response_tokens, "length.max_response_tokens")
+    out.set("data.max_input_seq_length", length.max_prompt_tokens, "length.max_prompt_tokens")
+    if length.on_truncated == "penalize":
+        out.refuse(
+            "length.on_truncated", "penalize: NeMo RL scales a truncated reward (stop_properly), not replaces it"
+        )
+    out.set(f"{G}.overlong_filtering", length.on_truncated == "exclude", f"length.on_truncated: {length.on_truncated}")
+    penalty = length.overlong_penalty
+    out.set(f"{G}.reward_shaping.enabled", penalty is not None, "length.overlong_penalty")
+    if penalty is not None:
+        out.set(f"{G}.reward_shaping.overlong_buffer_length", penalty.buffer_tokens, "overlong_penalty.buffer_tokens")
+        out.set(f"{G}.reward_shaping.overlong_buffer_penalty", penalty.factor, "overlong_penalty.factor")
+        out.set(f"{G}.reward_shaping.max_response_length", length.max_response_tokens, "length.max_response_tokens")
+        out.set(f"{G}.reward_shaping.stop_properly_penalty_coef", None, "the DAPO penalty, not stop-properly")
+    sampling = length.dynamic_sampling
+    on = sampling is not None and sampling.drop_uniform_groups
+    out.set(f"{G}.use_dynamic_sampling", on, "length.dynamic_sampling.drop_uniform_groups")
+    if on:
+        out.set(f"{G}.dynamic_sampling_max_gen_batches", sampling.max_rounds, "dynamic_sampling.max_rounds")
+        out.set(f"{G}.batch_multiplier", 1, "one batch of prompts a round, as the contract")
+
+
+def _sampling(contract: Contract, out: Mapping) -> None:
+    s = contract.hyperparameters.sampling
+    out.set(f"{P}.generation.temperature", s.temperature, "sampling.temperature")
+    out.set(f"{P}.generation.top_p", s.top_p, "sampling.top_p")
+    out.set(f"{P}.generation.top_k", s.top_k or None, "sampling.top_k (0: null)")
+    out.set(f"{P}.generation.backend", "vllm", "NeMo RL samples with vLLM, colocated")
+    out.set(f"{P}.generation.colocated.enabled", True, "colocated")
+    if contract.environment.kind != "single_turn":
+        out.refuse("environment.kind", "tool_use: NeMo RL's multi-turn environments are not mapped")
+
+
+def _optimizer(contract: Contract, out: Mapping) -> None:
+    h = contract.hyperparameters
+    o = h.optimizer
+    if o.name not in OPTIMIZER:
+        out.refuse("hyperparameters.optimizer.name", f"{o.name}: exported as AdamW or Adam only")
+    out.set(f"{P}.optimizer.name", OPTIMIZER.get(o.name, "torch.optim.AdamW"), "optimizer.name")
+    out.set(f"{P}.optimizer.kwargs.lr", o.lr, "optimizer.lr")
+    out.set(f"{P}.optimizer.kwargs.betas", list(o.betas), "optimizer.betas")
+    out.set(f"{P}.optimizer.kwargs.weight_decay", o.weight_decay, "optimizer.weight_decay")
+    out.set(f"{P}.optimizer.kwargs.eps", 1e-8, "torch's Adam epsilon, as the contract's")
+    out.set(f"{P}.max_grad_norm", o.grad_clip or None, "optimizer.grad_clip (0: null)")
+    out.set(f"{P}.precision", PRECISION[h.dtypes.compute], f"precision: {h.dtypes.compute} compute over fp32 weights")
+    if h.dtypes.params != "fp32":
+        out.refuse("hyperparameters.precision", f"{h.dtypes.params} weights: NeMo RL keeps fp32 weights")
+    schedule = h.schedule
+    if schedule.name != "constant":
+        out.refuse("hyperparameters.schedule.name", f"{schedule.name}: exported as a constant rate with warm-up only")
+    warm = schedule.warmup_steps // h.mini_batches
+    if not warm:
+        out.set(f"{P}.scheduler", [{"name": "torch.optim.lr_scheduler.ConstantLR", "kwargs": {"factor": 1.0,
+                "total_iters": 1}}], "a constant rate, no warm-up")  # fmt: skip
+        return
+    linear = {"start_factor": 1 / warm, "end_factor": 1.0, "total_iters": warm}
+    constant = {"factor": 1.0, "total_iters": 10_000_000_000}
+    scheduler = [
+        {"name": "torch.optim.lr_scheduler.LinearLR", "kwargs": linear},
+        {"name": "torch.optim.lr_scheduler.ConstantLR", "kwargs": constant},
+        {"milestones": [warm]},
+    ]
+    out.set(f"{P}.scheduler", scheduler, f"schedule.warmup_steps {schedule.warmup_steps}: {warm} batches")
+    out.differs(
+        "hyperparameters.schedule.warmup_steps",
+        f"NeMo RL's warm-up is lr·(1/{warm} + {1 - 1 / warm:g}·s/{warm}) a batch from step 0, the contract's "
+        f"lr·(s+1)/{schedule.warmup_steps} at every optimizer step",
+    )
+    if schedule.warmup_steps % h.mini_batches:
+        out.differs("hyperparameters.schedule.warmup_steps", f"not a whole number of batches of {h.mini_batches} steps")
