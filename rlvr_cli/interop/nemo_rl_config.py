@@ -23,6 +23,9 @@ RESOLVERS: dict[str, Callable[[list[float]], float]] = {
     "min": lambda a: min(a),
 }
 MAX_DEPTH = 32
+#: the longest string an interpolation may build: a config that doubles a value at each level would
+#: otherwise take the machine's memory (values are untrusted input)
+MAX_CHARS = 100_000
 
 G, L, P = "grpo", "loss_fn", "policy"
 #: NeMo RL's defaults for the optional keys interop/nemo_rl_map.py reads (ClippedPGLossConfig's
@@ -83,13 +86,29 @@ def load(path: Path, read: Callable[[Path], dict[str, Any]], overrides: dict[str
     merged = _chain(path, read, ())
     values = flat(merged)
     values.update(overrides)
-    resolved, unresolved = {}, {}
+    resolved, unresolved, memo = {}, {}, {}
     for key, value in values.items():
         try:
-            resolved[key] = _value(value, values, 0)
+            resolved[key] = _value(value, _Values(values, memo), 0)
         except Unresolved as why:
-            unresolved[key] = f"{value} ({why})"
+            unresolved[key] = f"{str(value)[:200]} ({why})"
     return resolved, unresolved
+
+
+class _Values:
+    """The config's values with each interpolated key resolved once (a key named a thousand
+    times is resolved once, not a thousand times)."""
+
+    def __init__(self, values: dict[str, Any], memo: dict[str, Any]) -> None:
+        self.values, self.memo = values, memo
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.values
+
+    def resolved(self, key: str, depth: int) -> Any:
+        if key not in self.memo:
+            self.memo[key] = _value(self.values[key], self, depth)
+        return self.memo[key]
 
 
 def _chain(path: Path, read: Callable[[Path], dict[str, Any]], seen: tuple[Path, ...]) -> dict[str, Any]:
@@ -124,7 +143,7 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _value(value: Any, values: dict[str, Any], depth: int) -> Any:
+def _value(value: Any, values: _Values, depth: int) -> Any:
     if not isinstance(value, str) or "${" not in value:
         return value
     if depth > MAX_DEPTH:
@@ -132,7 +151,7 @@ def _value(value: Any, values: dict[str, Any], depth: int) -> Any:
     whole, end = _interpolation(value, 0, values, depth) if value.startswith("${") else (None, -1)
     if end == len(value):
         return whole  # the whole string is one interpolation: its value keeps its type
-    out, i = [], 0
+    out, i, size = [], 0, 0
     while i < len(value):
         if value.startswith("${", i):
             part, i = _interpolation(value, i, values, depth)
@@ -140,10 +159,13 @@ def _value(value: Any, values: dict[str, Any], depth: int) -> Any:
         else:
             out.append(value[i])
             i += 1
+        size += len(out[-1])
+        if size > MAX_CHARS:
+            raise Unresolved(f"builds a string longer than {MAX_CHARS:,} characters")
     return "".join(out)
 
 
-def _interpolation(text: str, start: int, values: dict[str, Any], depth: int) -> tuple[Any, int]:
+def _interpolation(text: str, start: int, values: _Values, depth: int) -> tuple[Any, int]:
     """The value of the `${...}` opening at `start`, and the index after its closing brace."""
     level, i = 0, start
     while i < len(text):
@@ -158,7 +180,7 @@ def _interpolation(text: str, start: int, values: dict[str, Any], depth: int) ->
     raise Unresolved("no closing brace")
 
 
-def _evaluate(inner: str, values: dict[str, Any], depth: int) -> Any:
+def _evaluate(inner: str, values: _Values, depth: int) -> Any:
     name, sep, args = inner.partition(":")
     if sep and "${" not in name and "." not in name:
         if name not in RESOLVERS:
@@ -168,7 +190,7 @@ def _evaluate(inner: str, values: dict[str, Any], depth: int) -> Any:
         return int(result) if float(result).is_integer() and name != "div" else result
     if inner not in values:
         raise Unresolved(f"no key {inner}")
-    return _value(values[inner], values, depth + 1)
+    return values.resolved(inner, depth + 1)
 
 
 def _split(args: str) -> list[str]:

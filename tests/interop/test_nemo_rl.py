@@ -243,3 +243,20 @@ def test_a_contract_exported_to_nemo_rl_imports_back_to_the_same_run(exp: Path, 
         assert getattr(second.hyperparameters, key) == getattr(first.hyperparameters, key), key
     assert second.hyperparameters.schedule.warmup_steps == first.hyperparameters.schedule.warmup_steps
     assert second.length.model_dump() == first.length.model_dump()
+
+
+def test_hostile_interpolations_end_quickly_with_their_reason(exp: Path, tmp_path: Path) -> None:
+    """A config is untrusted input: interpolations that double a string at each level (2^40
+    characters), or name each other in a cycle, are refused with the reason, in seconds."""
+    import yaml
+
+    bomb = {"k0": "x", **{f"k{i}": f"${{bomb.k{i - 1}}}${{bomb.k{i - 1}}}" for i in range(1, 31)}}
+    config = tmp_path / "hostile.yaml"
+    config.write_text(yaml.safe_dump({"defaults": str(GRPO), "bomb": bomb}))
+    overrides = ["policy.optimizer.kwargs.lr=${bomb.k30}", "policy.max_grad_norm=${a.b}", "a.b=${policy.max_grad_norm}"]
+    done = rlvr(
+        "import", "nemo-rl", config, *overrides, "--into", exp / CONTRACT, "--out", exp / "x.rlvr.yaml", timeout=60
+    )
+    assert done.code == 1 and not (exp / "x.rlvr.yaml").exists()
+    assert "policy.optimizer.kwargs.lr: ${bomb.k30} (builds a string longer than 100,000 characters)" in done.stderr
+    assert "policy.max_grad_norm: ${a.b} (interpolations nested too deep, or a cycle)" in done.stderr
