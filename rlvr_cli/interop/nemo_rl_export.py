@@ -109,10 +109,30 @@ def _batch(contract: Contract, out: Mapping) -> None:
         out.differs("hyperparameters.mini_batches", MINI_BATCHES_DIFFER)
     if h.updates_per_batch > 1:
         out.refuse("hyperparameters.updates_per_batch", f"{h.updates_per_batch}: NeMo RL's GRPO takes one pass a batch")
-    if h.adapter is not None:
-        out.refuse("hyperparameters.adapter", "NeMo RL's LoRA keys are not mapped")
+    _adapter(contract, out)
     if h.sample_ahead:
         out.refuse("hyperparameters.sample_ahead", "true: NeMo RL's asynchronous GRPO is not mapped")
+
+
+def _adapter(contract: Contract, out: Mapping) -> None:
+    """The adapter as NeMo RL's DTensor LoRA (`policy.dtensor_cfg.lora_cfg`)."""
+    a, c = contract.hyperparameters.adapter, f"{P}.dtensor_cfg.lora_cfg"
+    out.set(f"{c}.enabled", a is not None, "hyperparameters.adapter" if a else "no adapter: every weight trains")
+    if a is None:
+        return
+    out.set(f"{c}.dim", a.rank, "adapter.rank")
+    out.set(f"{c}.alpha", a.alpha, "adapter.alpha")
+    out.set(f"{c}.dropout", a.dropout, "adapter.dropout")
+    out.set(f"{c}.dropout_position", "pre", "peft drops out the adapter's input")
+    every = a.target_modules == "all-linear"
+    out.set(f"{c}.match_all_linear", every, f"adapter.target_modules: {a.target_modules if every else 'listed'}")
+    out.set(f"{c}.target_modules", [] if every else list(a.target_modules), "adapter.target_modules")
+    out.set(f"{c}.exclude_modules", [], "adapter.target_modules")
+    if a.bias != "none":
+        out.refuse("hyperparameters.adapter.bias", f"{a.bias}: NeMo RL's LoRA trains no bias")
+    if a.init != "default" or a.path is not None:
+        out.refuse("hyperparameters.adapter", "a gaussian initialisation or a starting adapter: not mapped")
+    out.differs("hyperparameters.adapter.init", "NeMo RL draws A by xavier, peft otherwise (B starts at 0 in both)")
 
 
 def _length(contract: Contract, out: Mapping) -> None:

@@ -303,10 +303,7 @@ def _sampling(get: Reader, out: Mapping) -> None:
 def _optimizer(get: Reader, out: Mapping) -> None:
     if get(f"{P}.megatron_cfg.enabled"):
         out.refuse(f"{P}.megatron_cfg.enabled", "true: the Megatron backend's optimizer and schedule are not mapped")
-    if get(f"{P}.dtensor_cfg.lora_cfg.enabled"):
-        out.refuse(
-            f"{P}.dtensor_cfg.lora_cfg.enabled", "true: NeMo RL's LoRA is not mapped; state hyperparameters.adapter"
-        )
+    _adapter(get, out)
     o = f"{P}.optimizer"
     name = OPTIMIZERS.get(get(f"{o}.name"))
     if name is None:
@@ -330,6 +327,33 @@ def _optimizer(get: Reader, out: Mapping) -> None:
         out.set(
             "hyperparameters.precision", precision, get.source(f"{P}.precision") + ": fp32 weights, autocast compute"
         )
+
+
+def _adapter(get: Reader, out: Mapping) -> None:
+    """`policy.dtensor_cfg.lora_cfg` (NeMo RL's DTensor LoRA) as the contract's adapter: dim,
+    alpha, dropout, the target modules (`match_all_linear`: every linear layer); B starts at 0 in
+    both, so the first policy is the base's whatever initialises A."""
+    c = f"{P}.dtensor_cfg.lora_cfg"
+    if not get(f"{c}.enabled"):
+        out.set("hyperparameters.adapter", None, get.source(f"{c}.enabled") + ": every weight trains")
+        return
+    if get(f"{c}.exclude_modules"):
+        out.refuse(f"{c}.exclude_modules", f"{plain(get(f'{c}.exclude_modules'))}: list the modules to adapt instead")
+    targets = "all-linear" if get(f"{c}.match_all_linear") else list(get(f"{c}.target_modules") or [])
+    if not targets:
+        out.refuse(f"{c}.target_modules", "empty with match_all_linear false: no module to adapt")
+    dropout = float(get(f"{c}.dropout") or 0.0)
+    if dropout and get(f"{c}.dropout_position") != "pre":
+        out.differs(f"{c}.dropout_position", f"{get(f'{c}.dropout_position')}: NeMo RL drops out after the "
+                    "adapter's product, peft (the contract) before it")  # fmt: skip
+    adapter = {
+        "kind": "lora", "rank": int(get(f"{c}.dim")), "alpha": float(get(f"{c}.alpha")), "dropout": dropout,
+        "target_modules": targets, "bias": "none", "init": "default",
+    }  # fmt: skip
+    out.set("hyperparameters.adapter", adapter, f"nemo-rl {c}: dim, alpha, dropout, target modules; bias none")
+    if get(f"{c}.lora_A_init") != "kaiming":
+        out.differs(f"{c}.lora_A_init", f"{get(f'{c}.lora_A_init')}: A starts from another draw than peft's "
+                    "(B starts at 0 in both: the same first policy)")  # fmt: skip
 
 
 def _schedule(get: Reader, out: Mapping) -> None:

@@ -260,3 +260,34 @@ def test_hostile_interpolations_end_quickly_with_their_reason(exp: Path, tmp_pat
     assert done.code == 1 and not (exp / "x.rlvr.yaml").exists()
     assert "policy.optimizer.kwargs.lr: ${bomb.k30} (builds a string longer than 100,000 characters)" in done.stderr
     assert "policy.max_grad_norm: ${a.b} (interpolations nested too deep, or a cycle)" in done.stderr
+
+
+def test_nemo_rls_lora_imports_as_the_adapter_and_exports_back(exp: Path, tmp_path: Path) -> None:
+    import shutil
+
+    lora = ["policy.dtensor_cfg.lora_cfg.enabled=true", "policy.dtensor_cfg.lora_cfg.dim=16"]
+    lora += [
+        "policy.dtensor_cfg.lora_cfg.match_all_linear=false",
+        "policy.dtensor_cfg.lora_cfg.target_modules=[q_proj,v_proj]",
+    ]
+    first, stderr = imported(exp, GRPO, *lora)
+    adapter = first.hyperparameters.adapter
+    assert (adapter.rank, adapter.alpha, adapter.target_modules, adapter.dropout) == (
+        16,
+        32.0,
+        ["q_proj", "v_proj"],
+        0.0,
+    )
+    assert "differs: policy.dtensor_cfg.lora_cfg.lora_A_init: xavier" in stderr
+    excluded = rlvr("import", "nemo-rl", GRPO, *lora, "policy.dtensor_cfg.lora_cfg.exclude_modules=[o_proj]",
+                    "--into", exp / CONTRACT, "--out", exp / "x.rlvr.yaml")  # fmt: skip
+    assert excluded.code == 1 and "no equivalent: policy.dtensor_cfg.lora_cfg.exclude_modules" in excluded.stderr
+    done = rlvr("export", exp / "nemo.rlvr.yaml", "--to", "nemo-rl", "--out", tmp_path / "out", "--allow-inexact")
+    assert done.code == 0, done.stderr
+    tree = shutil.copytree(CONFIGS.parents[1], tmp_path / "nemo_rl")
+    recipe = tree / "examples" / "configs" / "recipes" / "llm" / "grpo_rlvr.yaml"
+    shutil.copy(tmp_path / "out" / "grpo_rlvr.yaml", recipe)
+    back, _ = imported(exp, recipe, name="back.rlvr.yaml")
+    assert back.hyperparameters.adapter == adapter
+    plain, _ = imported(exp, GRPO, name="plain.rlvr.yaml")
+    assert plain.hyperparameters.adapter is None  # NeMo RL's default trains every weight
