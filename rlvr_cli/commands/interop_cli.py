@@ -60,12 +60,7 @@ def import_verl(
     """Import a verl 0.9.1 config with its overrides.
 
     Exit 1 listing every choice the contract cannot state."""
-    from rlvr_cli.commands.interop import run_import
-    from rlvr_cli.errors import UsageProblem
-
-    if into is None:
-        raise UsageProblem("--into CONTRACT is required: the experiment the imported objective runs on")
-    return run_import("verl", config, overrides or [], into, out, 1)
+    return _with_overrides("verl", config, overrides, into, out)
 
 
 @import_app.command("nemo-rl")
@@ -83,12 +78,17 @@ def import_nemo_rl(
     """Import a NeMo RL GRPO config (grpo, loss_fn, policy) with its overrides.
 
     Exit 1 listing every choice the contract cannot state."""
+    return _with_overrides("nemo-rl", config, overrides, into, out)
+
+
+def _with_overrides(peer: str, config: Path, overrides: list[str] | None, into: Path | None, out: Path | None) -> int:
+    """A peer whose runs are a config file and command-line overrides (verl, NeMo RL)."""
     from rlvr_cli.commands.interop import run_import
     from rlvr_cli.errors import UsageProblem
 
     if into is None:
         raise UsageProblem("--into CONTRACT is required: the experiment the imported objective runs on")
-    return run_import("nemo-rl", config, overrides or [], into, out, 1)
+    return run_import(peer, config, overrides or [], into, out, 1)
 
 
 @import_app.command("verifiers")
