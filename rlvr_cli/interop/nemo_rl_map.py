@@ -284,8 +284,9 @@ def _sampling(get: Reader, out: Mapping) -> None:
     else:
         out.refuse(f"{g}.backend", f"{backend}: rlvr samples with vllm, sglang, transformers or its own engine")
     for key in (f"{g}.stop_token_ids", f"{g}.stop_strings"):
-        if get(key):
-            out.refuse(key, f"{plain(get(key))}: state them as length.stop_tokens")
+        if get(key):  # mostly the model's own end-of-turn token, which the contract's stop tokens name
+            out.differs(key, f"{plain(get(key))}: NeMo RL also ends a response there; the contract ends it at "
+                        "length.stop_tokens (the experiment's): list the same tokens there")  # fmt: skip
     total, new = get(f"{P}.max_total_sequence_length"), get(f"{g}.max_new_tokens")
     prompt = get("data.max_input_seq_length") if get.given("data.max_input_seq_length") else total
     if isinstance(total, int):

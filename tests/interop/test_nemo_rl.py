@@ -17,6 +17,7 @@ from tests.conftest import copy_experiment, rlvr
 CONFIGS = Path(__file__).with_name("nemo_rl") / "examples" / "configs"
 GRPO = CONFIGS / "grpo_math_1B.yaml"
 DAPO = CONFIGS / "recipes" / "llm" / "dapo-qwen2.5-7b.yaml"
+QWEN_MATH = CONFIGS / "recipes" / "llm" / "grpo-qwen2.5-math-1.5b-instruct-1n8g-fsdp2tp1.v3.yaml"
 CONTRACT = "experiment.rlvr.yaml"
 LOG_BY = "length:\n  dynamic_sampling: {drop_uniform_groups: false, log_by: [difficulty]}\n"
 
@@ -291,3 +292,13 @@ def test_nemo_rls_lora_imports_as_the_adapter_and_exports_back(exp: Path, tmp_pa
     assert back.hyperparameters.adapter == adapter
     plain, _ = imported(exp, GRPO, name="plain.rlvr.yaml")
     assert plain.hyperparameters.adapter is None  # NeMo RL's default trains every weight
+
+
+def test_a_self_contained_recipe_with_stop_token_ids_imports_and_says_where_it_stops(exp: Path) -> None:
+    """NeMo RL's Qwen2.5-Math recipe (no defaults:) ends responses at token id 151645 (<|im_end|>):
+    not a refusal, a stated difference that names where the contract's stop tokens are."""
+    contract, stderr = imported(exp, QWEN_MATH)
+    h = contract.hyperparameters
+    assert (h.group_size, h.prompts_per_step, h.max_steps, h.seed, h.schedule.warmup_steps) == (16, 32, 1, 42, 50)
+    assert contract.objective.advantage.baseline == "leave_one_out"
+    assert "differs: policy.generation.stop_token_ids: [151645]: NeMo RL also ends a response there" in stderr
