@@ -26,6 +26,21 @@ MINI_BATCHES_DIFFER = (
 )
 
 
+#: NeMo RL options with no equivalent, refused when set (their defaults are off)
+UNMAPPED = (
+    (f"{L}.disable_ppo_ratio", "REINFORCE without the ratio"),
+    (f"{L}.use_cispo", "CISPO's clipped importance weight"),
+    (f"{L}.force_on_policy_ratio", "a ratio forced to 1"),
+    (f"{L}.use_on_policy_kl_approximation", "a KL weighted by the ratio"),
+    (f"{L}.use_kl_in_reward", "the KL in the reward (Reinforce++)"),
+    (f"{L}.positive_example_nll_weight", "VAPO's NLL term on correct answers"),
+    (f"{G}.async_grpo.enabled", "asynchronous GRPO, trajectories up to max_trajectory_age_steps old"),
+    (f"{G}.seq_logprob_error_threshold", "sequences masked by their engine/trainer log-prob error"),
+    (f"{G}.reward_shaping.ngram_penalty_coef", "an n-gram repetition penalty"),
+    (f"{G}.invalid_action_penalty.enabled", "a penalty per invalid action or malformed thinking"),
+)
+
+
 class Reader:
     def __init__(self, values: dict[str, Any], unresolved: dict[str, str]) -> None:
         self.values, self.unresolved, self.read = values, unresolved, set()
@@ -118,17 +133,12 @@ def _reward_scaling(get: Reader, out: Mapping, weights: list[float]) -> None:
 
 
 def _loss(get: Reader, out: Mapping) -> None:
-    for key, text in (
-        (f"{L}.disable_ppo_ratio", "REINFORCE without the ratio"),
-        (f"{L}.use_cispo", "CISPO's clipped importance weight"),
-        (f"{L}.force_on_policy_ratio", "a ratio forced to 1"),
-        (f"{L}.use_on_policy_kl_approximation", "a KL weighted by the ratio"),
-        (f"{L}.use_kl_in_reward", "the KL in the reward (Reinforce++)"),
-    ):
+    for key, text in UNMAPPED:  # each changes the gradient: read, so that it is never silently dropped
         if get(key):
-            out.refuse(key, f"true: {text}")
-    if get(f"{L}.positive_example_nll_weight"):
-        out.refuse(f"{L}.positive_example_nll_weight", f"{get(f'{L}.positive_example_nll_weight')}: VAPO's NLL term")
+            out.refuse(key, f"{plain(get(key))}: {text}")
+    mode = get(f"{G}.reward_shaping.mode")
+    if get(f"{G}.reward_shaping.enabled") and mode not in (None, "response_length"):
+        out.refuse(f"{G}.reward_shaping.mode", f"{mode}: a reward shaped by the reasoning's length")
     low = f"{L}.ratio_clip_min" if get.given(f"{L}.ratio_clip_min") or not get.given(f"{L}.ratio_eps_min") else None
     high = f"{L}.ratio_clip_max" if get.given(f"{L}.ratio_clip_max") or not get.given(f"{L}.ratio_eps_max") else None
     low, high = low or f"{L}.ratio_eps_min", high or f"{L}.ratio_eps_max"  # the older names

@@ -93,7 +93,7 @@ def test_nemo_rls_dapo_recipe_imports_through_its_defaults_once_the_experiment_n
 def test_what_the_contract_cannot_state_is_refused_each_named(exp: Path) -> None:
     overrides = ["grpo.adv_estimator.name=reinforce_plus_plus", "policy.megatron_cfg.enabled=true"]
     overrides += ["loss_fn.use_importance_sampling_correction=true", "policy.train_global_batch_size=500"]
-    overrides += ["policy.optimizer.kwargs.lr=${nonsense:1}", "grpo.not_an_option=1"]
+    overrides += ["policy.optimizer.kwargs.lr=${nonsense:1}", "grpo.not_an_option=1", "grpo.async_grpo.enabled=true"]
     done = rlvr("import", "nemo-rl", GRPO, *overrides, "--into", exp / CONTRACT, "--out", exp / "x.rlvr.yaml")
     assert done.code == 1 and not (exp / "x.rlvr.yaml").exists()
     for needle in (
@@ -102,6 +102,7 @@ def test_what_the_contract_cannot_state_is_refused_each_named(exp: Path) -> None
         "no equivalent: loss_fn.truncated_importance_sampling_type: null: untruncated weights",
         "no equivalent: policy.train_global_batch_size: 500 does not divide the step's 512 sequences",
         "no equivalent: policy.optimizer.kwargs.lr: ${nonsense:1} (the resolver 'nonsense')",
+        "no equivalent: grpo.async_grpo.enabled: true: asynchronous GRPO",  # read, never silently dropped
     ):
         assert needle in done.stderr, done.stderr
     assert "not read (1" in done.stderr and "grpo.not_an_option" in done.stderr  # a misspelt override is seen
