@@ -10,7 +10,7 @@ from typing import Any
 
 from rlvr_cli.errors import RlvrError, UsageProblem
 from rlvr_cli.interop import nemo_rl_map, trl_map, verl_map
-from rlvr_cli.interop.common import CannotMap, Difference, Mapping
+from rlvr_cli.interop.common import CannotMap, Difference, Mapping, overrides
 from rlvr_cli.interop.write import contract_text
 
 PEERS = {"trl": f"TRL {trl_map.VERSION}", "verl": f"verl {verl_map.VERSION}", "nemo-rl": nemo_rl_map.NAME}
@@ -65,7 +65,7 @@ def run_import(
         )
     else:
         try:
-            given = verl_map.overrides(extra)
+            given = overrides(extra)
         except ValueError as error:
             raise UsageProblem(str(error)) from None
         if peer == "nemo-rl":

@@ -8,6 +8,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlvr_cli.contract import yaml12
 from rlvr_cli.errors import RlvrError
 
 LABEL = {"refused": "no equivalent", "differs": "differs", "bound": "exact within"}
@@ -123,3 +124,18 @@ def plain(value: Any) -> str:
     if isinstance(value, bool):
         return str(value).lower()
     return str(value)
+
+
+def overrides(lines: list[str]) -> dict[str, Any]:
+    """Hydra's `key=value` command-line overrides (`+key=` and `++key=` alike), values as YAML."""
+    out: dict[str, Any] = {}
+    for line in lines:
+        key, sep, value = line.partition("=")
+        if not sep or not key.strip("+~"):
+            raise ValueError(f"override {line!r} is not key=value")
+        try:
+            yaml12.parse(value)
+        except yaml12.YamlError as error:
+            raise ValueError(f"override {line!r}: {error.message}") from None
+        out[key.lstrip("+")] = yaml12.parse(value).data if value else None  # 1e-6 a number, as Hydra reads it
+    return out

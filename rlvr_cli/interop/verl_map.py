@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlvr_cli.contract import yaml12
 from rlvr_cli.interop.common import Mapping, flat, float32_exact, plain
 
 VERSION = "0.9.1"
@@ -100,23 +99,8 @@ MINI_BATCHES_DIFFER = (
     "mini_batches-th group of the whole batch: as many groups, grouped otherwise"
 )
 SCHEDULE_DIFFERS = "verl moves the learning rate once a batch (after its {} optimizer steps), the contract at every one"
-RLOO = ("rloo", "rloo_vectorized")  # r − the mean of the group's other rewards
+GRPO, RLOO = ("grpo", "grpo_vectorized"), ("rloo", "rloo_vectorized")  # RLOO: r − the others' mean
 KL = {"kl": "k1", "k1": "k1", "mse": "k2", "k2": "k2", "low_var_kl": "k3", "k3": "k3"}
-
-
-def overrides(lines: list[str]) -> dict[str, Any]:
-    """Hydra's `key=value` command-line overrides (`+key=` and `++key=` alike), values as YAML."""
-    out: dict[str, Any] = {}
-    for line in lines:
-        key, sep, value = line.partition("=")
-        if not sep or not key.strip("+~"):
-            raise ValueError(f"override {line!r} is not key=value")
-        try:
-            yaml12.parse(value)
-        except yaml12.YamlError as error:
-            raise ValueError(f"override {line!r}: {error.message}") from None
-        out[key.lstrip("+")] = yaml12.parse(value).data if value else None  # 1e-6 a number, as Hydra reads it
-    return out
 
 
 def settings(config: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
@@ -192,7 +176,7 @@ def _adapter(get: Reader, out: Mapping) -> None:
 
 def _advantage(get: Reader, out: Mapping, weights: list[float]) -> None:
     estimator = get("algorithm.adv_estimator")
-    if estimator not in ("grpo", *RLOO):
+    if estimator not in (*GRPO, *RLOO):
         out.refuse("algorithm.adv_estimator", f"{estimator}: not a group baseline (grpo, rloo)")
     loo = estimator in RLOO
     scaled = not loo and get("algorithm.norm_adv_by_std_in_grpo")
@@ -203,6 +187,8 @@ def _advantage(get: Reader, out: Mapping, weights: list[float]) -> None:
     if scaled:
         out.set("objective.advantage.std", "sample", "verl: torch.std, n − 1 (not an option)")
         out.set("objective.advantage.epsilon", 1e-6, "verl adds 1e-6 to the std (not an option)")
+    if estimator.endswith("_vectorized"):
+        out.bound("algorithm.adv_estimator", f"{estimator}: verl sums in float32, Σr² − (Σr)²/n for the variance")
     if not all(float32_exact(w) for w in weights):
         out.differs(
             "rewards",

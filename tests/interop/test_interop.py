@@ -226,7 +226,7 @@ def test_verls_rloo_imports_as_the_leave_one_out_baseline_and_exports_back(exp: 
     generated = VERL_SITE / "trainer" / "config" / "_generated_ppo_trainer.yaml"
     base = ["actor_rollout_ref.rollout.n=4", "data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=8"]
     base += ["actor_rollout_ref.rollout.name=vllm"]
-    for estimator in ("rloo", "rloo_vectorized", "grpo"):
+    for estimator in ("rloo", "rloo_vectorized", "grpo", "grpo_vectorized"):
         out = exp / f"{estimator}.rlvr.yaml"
         done = rlvr(
             "import",
@@ -241,8 +241,9 @@ def test_verls_rloo_imports_as_the_leave_one_out_baseline_and_exports_back(exp: 
         )
         assert done.code == 0, done.stderr
         advantage = load(out).objective.advantage
-        expected = ("group_mean", "group_std") if estimator == "grpo" else ("leave_one_out", "none")
+        expected = ("group_mean", "group_std") if estimator.startswith("grpo") else ("leave_one_out", "none")
         assert (advantage.baseline, advantage.scale) == expected, estimator
+        assert ("exact within: algorithm.adv_estimator" in done.stderr) == estimator.endswith("_vectorized")
     done = rlvr("export", exp / "rloo.rlvr.yaml", "--to", "verl", "--out", tmp_path / "verl", "--allow-inexact")
     assert done.code == 0, done.stderr
     assert "adv_estimator: rloo_vectorized" in (tmp_path / "verl" / "rlvr.yaml").read_text()
