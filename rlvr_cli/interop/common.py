@@ -139,3 +139,31 @@ def overrides(lines: list[str]) -> dict[str, Any]:
             raise ValueError(f"override {line!r}: {error.message}") from None
         out[key.lstrip("+")] = yaml12.parse(value).data if value else None  # 1e-6 a number, as Hydra reads it
     return out
+
+
+def typed(value: Any, kind: str) -> Any:
+    """`value` as `kind` (an integer written 32.0 is 32), or None where it is not one."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind == "an integer":
+        return int(value) if number and float(value).is_integer() else None
+    if kind == "a number":
+        return value if number else None
+    if kind == "true or false":
+        return value if isinstance(value, bool) else None
+    if kind == "two numbers":
+        ok = isinstance(value, list) and len(value) == 2 and all(typed(v, "a number") is not None for v in value)
+        return value if ok else None
+    if kind == "a string":
+        return value if isinstance(value, str) else None
+    if kind == "a list of names":
+        return value if isinstance(value, list) and all(isinstance(v, str) for v in value) else None
+    return value if isinstance(value, list) and all(isinstance(v, dict) for v in value) else None
+
+
+def kind_of(default: Any) -> str | None:
+    """The kind a key holds, read off its default (None: any)."""
+    if isinstance(default, bool):
+        return "true or false"
+    if isinstance(default, (int, float)):
+        return "a number"
+    return "a string" if isinstance(default, str) else None

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rlvr_cli.errors import RlvrError
-from rlvr_cli.interop.common import flat
+from rlvr_cli.interop.common import flat, plain, typed
 
 #: the resolvers NeMo RL registers with OmegaConf that its configs use
 RESOLVERS: dict[str, Callable[[list[float]], float]] = {
@@ -229,3 +229,87 @@ def _product(numbers: list[float]) -> float:
     for n in numbers:
         out *= n
     return out
+
+
+#: the kind of value each key the mapping computes with must hold
+KINDS: dict[str, str] = {
+    **dict.fromkeys(
+        (
+            *(f"{G}.{k}" for k in ("num_prompts_per_step", "num_generations_per_prompt", "max_num_steps")),
+            *(f"{G}.{k}" for k in ("max_num_epochs", "seed", "dynamic_sampling_max_gen_batches", "batch_multiplier")),
+            f"{G}.reward_shaping.overlong_buffer_length",
+            f"{G}.reward_shaping.max_response_length",
+            *(f"{P}.{k}" for k in ("train_global_batch_size", "train_micro_batch_size", "max_total_sequence_length")),
+            f"{P}.generation.max_new_tokens",
+            f"{P}.generation.top_k",
+            f"{P}.dtensor_cfg.lora_cfg.dim",
+            "data.max_input_seq_length",
+        ),
+        "an integer",
+    ),
+    **dict.fromkeys(
+        (
+            *(f"{G}.reward_scaling.{k}" for k in ("source_min", "source_max", "target_min", "target_max")),
+            f"{G}.reward_shaping.overlong_buffer_penalty",
+            *(
+                f"{L}.{k}"
+                for k in ("ratio_clip_min", "ratio_clip_max", "ratio_eps_min", "ratio_eps_max", "ratio_clip_c")
+            ),
+            *(f"{L}.{k}" for k in ("reference_policy_kl_penalty", "kl_input_clamp_value", "kl_output_clamp_value")),
+            *(f"{L}.truncated_importance_sampling_{k}" for k in ("ratio", "ratio_min")),
+            *(f"{P}.generation.{k}" for k in ("temperature", "top_p")),
+            *(f"{P}.optimizer.kwargs.{k}" for k in ("lr", "weight_decay", "eps")),
+            f"{P}.max_grad_norm",
+            *(f"{P}.dtensor_cfg.lora_cfg.{k}" for k in ("alpha", "dropout")),
+        ),
+        "a number",
+    ),
+    **dict.fromkeys(
+        (
+            *(
+                f"{s}.{k}"
+                for s in (G, f"{G}.adv_estimator")
+                for k in ("normalize_rewards", "use_leave_one_out_baseline")
+            ),
+            *(f"{G}.{k}" for k in ("overlong_filtering", "use_dynamic_sampling")),
+            *(f"{G}.{k}.enabled" for k in ("reward_shaping", "reward_scaling")),
+            *(f"{L}.{k}" for k in ("token_level_loss", "sequence_level_importance_ratios")),
+            f"{L}.use_importance_sampling_correction",
+            *(f"{P}.{k}.enabled" for k in ("megatron_cfg", "dtensor_cfg.lora_cfg", "generation.colocated")),
+            f"{P}.dtensor_cfg.lora_cfg.match_all_linear",
+        ),
+        "true or false",
+    ),
+    f"{P}.optimizer.kwargs.betas": "two numbers",
+    f"{P}.dtensor_cfg.lora_cfg.target_modules": "a list of names",
+    f"{P}.dtensor_cfg.lora_cfg.exclude_modules": "a list of names",
+    f"{P}.scheduler": "a list of schedulers",
+}
+
+
+class Reader:
+    """The config's values as the mapping reads them: NeMo RL's default where a key is left out,
+    and a value of the wrong type (a foreign config is untrusted input) recorded as a problem,
+    the default read in its place."""
+
+    def __init__(self, values: dict[str, Any], unresolved: dict[str, str]) -> None:
+        self.values, self.unresolved, self.read = values, unresolved, set()
+        self.problems: dict[str, str] = {}
+
+    def __call__(self, key: str) -> Any:
+        self.read.add(key)
+        value = self.values[key] if key in self.values else DEFAULTS.get(key)
+        kind = KINDS.get(key)
+        if value is None or kind is None:
+            return value
+        checked = typed(value, kind)
+        if checked is None:
+            self.problems[key] = f"{plain(value)}: not {kind}"
+            return DEFAULTS.get(key)
+        return checked
+
+    def given(self, key: str) -> bool:
+        return key in self.values
+
+    def source(self, key: str) -> str:
+        return f"nemo-rl {key}: {plain(self(key))}" + ("" if self.given(key) else " (NeMo RL's default)")

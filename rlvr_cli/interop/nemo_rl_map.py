@@ -12,6 +12,7 @@ from typing import Any
 
 from rlvr_cli.interop import nemo_rl_config
 from rlvr_cli.interop.common import Mapping, plain
+from rlvr_cli.interop.nemo_rl_config import Reader
 
 NAME = "NeMo RL"
 G, L, P = nemo_rl_config.G, nemo_rl_config.L, nemo_rl_config.P
@@ -41,21 +42,6 @@ UNMAPPED = (
 )
 
 
-class Reader:
-    def __init__(self, values: dict[str, Any], unresolved: dict[str, str]) -> None:
-        self.values, self.unresolved, self.read = values, unresolved, set()
-
-    def __call__(self, key: str) -> Any:
-        self.read.add(key)
-        return self.values[key] if key in self.values else DEFAULTS.get(key)
-
-    def given(self, key: str) -> bool:
-        return key in self.values
-
-    def source(self, key: str) -> str:
-        return f"nemo-rl {key}: {plain(self(key))}" + ("" if self.given(key) else " (NeMo RL's default)")
-
-
 def import_config(
     values: dict[str, Any],
     unresolved: dict[str, str],
@@ -66,7 +52,7 @@ def import_config(
 ) -> Mapping:
     get, out = Reader(values, unresolved), Mapping()
     for key in REQUIRED:
-        if get(key) is None and key not in unresolved:
+        if get(key) is None and key not in unresolved and key not in get.problems:
             out.refuse(key, "absent: NeMo RL requires it (give the whole config, or its defaults beside it)")
     _advantage(get, out, weights)
     _loss(get, out)
@@ -74,6 +60,8 @@ def import_config(
     _sampling(get, out)
     _reward_shaping(get, out)
     _optimizer(get, out)
+    for key, text in sorted(get.problems.items()):
+        out.refuse(key, text)
     for key in sorted(get.read & set(unresolved)):
         out.refuse(key, f"{unresolved[key]}: an interpolation that does not resolve")
     out.unread = sorted(k for k in given if k not in get.read)
@@ -181,6 +169,7 @@ def _correction(get: Reader, out: Mapping, level: str) -> None:
         out.set("objective.correction.high", float(top), get.source(f"{L}.truncated_importance_sampling_ratio"))
     else:
         what = {None: "untruncated weights", "tis": f"weights clamped from below to {low}"}.get(kind, f"{kind}")
+        what = "without truncated_importance_sampling_ratio" if kind in ("tis", "icepop") and top is None else what
         out.refuse(
             f"{L}.truncated_importance_sampling_type", f"{plain(kind)}: {what}; the contract caps (tis) or masks (mis)"
         )
@@ -299,6 +288,7 @@ def _sampling(get: Reader, out: Mapping) -> None:
                         "length.stop_tokens (the experiment's): list the same tokens there")  # fmt: skip
     total, new = get(f"{P}.max_total_sequence_length"), get(f"{g}.max_new_tokens")
     prompt = get("data.max_input_seq_length") if get.given("data.max_input_seq_length") else total
+    prompt = prompt if isinstance(prompt, int) else total
     if isinstance(total, int):
         new = new if isinstance(new, int) else total
         out.set("length.max_response_tokens", new, get.source(f"{g}.max_new_tokens"))

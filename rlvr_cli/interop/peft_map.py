@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlvr_cli.interop.common import Mapping, plain
+from rlvr_cli.interop.common import Mapping, plain, typed
 
 #: LoraConfig keywords the contract states, and their peft defaults
 STATED = {
@@ -61,7 +61,14 @@ def adapter(peft: dict[str, Any], out: Mapping, source: str, model_type: str | N
     bias = peft.get("bias", STATED["bias"])
     if bias not in ("none", "all", "lora_only"):
         out.refuse("peft bias", f"{plain(bias)}: none, all or lora_only")
+    for key, kind in (("r", "an integer"), ("lora_alpha", "a number"), ("lora_dropout", "a number")):
+        if key in peft and typed(peft[key], kind) is None:  # a foreign file is untrusted input
+            out.refuse(f"peft {key}", f"{plain(peft[key])}: not {kind}")
     targets = peft.get("target_modules")
+    if targets is not None and not (isinstance(targets, str) or (isinstance(targets, list) and all(
+            isinstance(t, str) for t in targets))):  # fmt: skip
+        out.refuse("peft target_modules", f"{plain(targets)}: not a module name or a list of them")
+        return
     if targets is None:
         targets = peft_default_targets(model_type)
         if targets is None:

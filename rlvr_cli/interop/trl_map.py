@@ -9,7 +9,7 @@ import math
 from typing import Any
 
 from rlvr_cli.interop import peft_map
-from rlvr_cli.interop.common import Mapping, plain
+from rlvr_cli.interop.common import Mapping, kind_of, plain, typed
 
 VERSION = "1.16"
 #: GRPOConfig 1.16's defaults for every option the mapping reads
@@ -101,15 +101,32 @@ NO_EQUIVALENT = {
 }
 
 
+#: options whose kind their default does not say (an integer, or either of two kinds)
+KINDS: dict[str, str | None] = {
+    **dict.fromkeys(("num_generations", "per_device_train_batch_size", "gradient_accumulation_steps"), "an integer"),
+    **dict.fromkeys(("steps_per_generation", "num_iterations", "max_steps", "seed", "top_k"), "an integer"),
+    **dict.fromkeys(("max_completion_length", "vllm_server_port", "lora_r"), "an integer"),
+    **dict.fromkeys(("scale_rewards", "bf16"), None),  # a name or true/false; true, false or null
+}
+
+
 class Reader:
-    """The config's values over 1.16's defaults, each read once: what is left unread is listed."""
+    """The config's values over 1.16's defaults, each read once: what is left unread is listed;
+    a value of the wrong kind (a foreign config is untrusted input) is a problem the import
+    refuses, the default read in its place."""
 
     def __init__(self, config: dict[str, Any]) -> None:
-        self.config, self.read = config, set()
+        self.config, self.read, self.problems = config, set(), {}
 
     def __call__(self, key: str) -> Any:
         self.read.add(key)
-        return self.config.get(key, DEFAULTS.get(key, PEFT_DEFAULTS.get(key)))
+        default = DEFAULTS.get(key, PEFT_DEFAULTS.get(key))
+        value = self.config.get(key, default)
+        kind = KINDS[key] if key in KINDS else kind_of(default)
+        if value is None or kind is None or typed(value, kind) is not None:
+            return value if value is None or kind is None else typed(value, kind)
+        self.problems[key] = f"{plain(value)}: not {kind}"
+        return default
 
     def source(self, key: str) -> str:
         given = key in self.config
@@ -146,6 +163,8 @@ def import_config(
         out.refuse("use_peft", f"true, and {peft[1]} too: say which adapter trains (one of them)")
     else:
         peft_map.adapter(peft[0], out, peft[1], model_type)
+    for key, text in sorted(get.problems.items()):
+        out.refuse(key, text)
     out.unread = get.unread()
     return out
 

@@ -7,71 +7,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlvr_cli.interop.common import Mapping, flat, float32_exact, plain
+from rlvr_cli.interop.common import Mapping, float32_exact, plain
+from rlvr_cli.interop.verl_config import (  # noqa: F401  (DEFAULTS, settings, VERSION: read here by commands and tests)
+    DEFAULTS,
+    VERSION,
+    A,
+    C,
+    M,
+    R,
+    Reader,
+    settings,
+)
 
-VERSION = "0.9.1"
-A = "actor_rollout_ref.actor"
-R = "actor_rollout_ref.rollout"
-C = "algorithm.rollout_correction"
-M = "actor_rollout_ref.model"
-#: verl 0.9.1's defaults for every key the mapping reads (dotted paths of ppo_trainer)
-DEFAULTS: dict[str, Any] = {
-    "algorithm.adv_estimator": "gae",
-    "algorithm.norm_adv_by_std_in_grpo": True,
-    "algorithm.use_kl_in_reward": False,
-    "algorithm.kl_penalty": "kl",
-    "algorithm.kl_ctrl.type": "fixed",
-    "algorithm.kl_ctrl.kl_coef": 0.001,
-    "algorithm.filter_groups.enable": False,
-    "algorithm.filter_groups.max_num_gen_batches": 0,
-    f"{C}.rollout_is": None,
-    f"{C}.rollout_is_threshold": 2.0,
-    f"{C}.rollout_rs": None,
-    f"{C}.bypass_mode": False,
-    f"{A}.use_kl_loss": False,
-    f"{A}.kl_loss_coef": 0.001,
-    f"{A}.kl_loss_type": "low_var_kl",
-    f"{A}.clip_ratio": 0.2,
-    f"{A}.clip_ratio_low": 0.2,
-    f"{A}.clip_ratio_high": 0.2,
-    f"{A}.clip_ratio_c": 3.0,
-    f"{A}.policy_loss.loss_mode": "vanilla",
-    f"{A}.loss_agg_mode": "token-mean",
-    f"{A}.loss_scale_factor": None,
-    f"{A}.entropy_coeff": 0,
-    f"{A}.ppo_epochs": 1,
-    f"{A}.ppo_mini_batch_size": 256,
-    f"{A}.ppo_micro_batch_size_per_gpu": None,
-    f"{A}.use_dynamic_bsz": False,
-    f"{A}.optim.lr": 1e-6,
-    f"{A}.optim.betas": [0.9, 0.999],
-    f"{A}.optim.weight_decay": 0.01,
-    f"{A}.optim.clip_grad": 1.0,
-    f"{A}.optim.lr_warmup_steps": -1,
-    f"{A}.optim.lr_warmup_steps_ratio": 0.0,
-    f"{A}.optim.lr_scheduler_type": "constant",
-    f"{A}.optim.min_lr_ratio": 0.0,
-    f"{A}.fsdp_config.model_dtype": "fp32",
-    f"{A}.fsdp_config.dtype": "bfloat16",
-    f"{M}.lora_rank": 0,
-    f"{M}.lora_alpha": 16,
-    f"{M}.target_modules": "all-linear",
-    f"{M}.exclude_modules": None,
-    f"{M}.lora_adapter_path": None,
-    f"{R}.n": 1,
-    f"{R}.name": "???",
-    f"{R}.temperature": 1.0,
-    f"{R}.top_p": 1,
-    f"{R}.top_k": -1,
-    "data.train_batch_size": 1024,
-    "data.max_prompt_length": 512,
-    "data.max_response_length": 512,
-    "data.truncation": "error",
-    "data.seed": None,
-    "trainer.total_training_steps": None,
-    "trainer.total_epochs": 30,
-    "trainer.use_v1": True,
-}
 #: verl's loss_agg_mode → the contract's aggregation of the same number (tests/train/test_peers.py)
 AGGREGATION = {
     "token-mean": "token_mean",
@@ -103,28 +50,6 @@ GRPO, RLOO = ("grpo", "grpo_vectorized"), ("rloo", "rloo_vectorized")  # RLOO: r
 KL = {"kl": "k1", "k1": "k1", "mse": "k2", "k2": "k2", "low_var_kl": "k3", "k3": "k3"}
 
 
-def settings(config: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    """The config's dotted keys with the overrides on top; interpolations (`${...}`) and
-    Hydra's `???` count as unset."""
-    values = {k: v for k, v in flat(config).items() if not (isinstance(v, str) and v.startswith("${"))}
-    values.update(extra)
-    return values
-
-
-class Reader:
-    def __init__(self, values: dict[str, Any]) -> None:
-        self.values, self.read = values, set()
-
-    def __call__(self, key: str) -> Any:
-        self.read.add(key)
-        value = self.values.get(key, DEFAULTS.get(key))
-        return None if value == "???" else value
-
-    def source(self, key: str) -> str:
-        given = key in self.values
-        return f"verl {key}: {plain(self(key))}" + ("" if given else f" ({VERSION} default)")
-
-
 def import_config(
     values: dict[str, Any], *, train_rows: int, components: list[float], given: frozenset[str] = frozenset()
 ) -> Mapping:
@@ -138,6 +63,8 @@ def import_config(
     _sampling(get, out)
     _optimizer(get, out)
     _adapter(get, out)
+    for key, text in sorted(get.problems.items()):
+        out.refuse(key, text)
     out.unread = sorted(k for k in given if k not in get.read)
     return out
 
@@ -160,6 +87,9 @@ def _adapter(get: Reader, out: Mapping) -> None:
     targets = get(f"{M}.target_modules")
     if isinstance(targets, str) and targets != "all-linear":
         out.refuse(f"{M}.target_modules", f"{targets!r}: a regular expression over module paths; list module names")
+        return
+    if not isinstance(targets, str) and not (isinstance(targets, list) and all(isinstance(t, str) for t in targets)):
+        out.refuse(f"{M}.target_modules", f"{plain(targets)}: not all-linear or a list of module names")
         return
     adapter = {
         "kind": "lora",

@@ -568,3 +568,41 @@ def test_an_adapter_exports_to_trl_as_the_loraconfig_grpotrainer_takes(single_tu
         "export", single_turn / "experiment.rlvr.yaml", "--to", "trl", "--out", tmp_path / "full", "--allow-inexact"
     )
     assert full.code == 0 and not (tmp_path / "full" / "peft_config.yaml").exists()  # every weight trains: no adapter
+
+
+@pytest.mark.parametrize(
+    ("peer", "setting", "needle"),
+    [
+        ("trl", "beta: abc", "no equivalent: beta: abc: not a number"),
+        ("trl", "num_iterations: two", "no equivalent: num_iterations: two: not an integer"),
+        ("trl-peft", "lora_alpha: abc", "no equivalent: peft lora_alpha: abc: not a number"),
+        ("verl", "actor_rollout_ref.rollout.n=abc", "no equivalent: actor_rollout_ref.rollout.n: abc: not an integer"),
+        ("verl", "actor_rollout_ref.actor.use_kl_loss=yes", "use_kl_loss: yes: not true or false"),
+        ("verl", "actor_rollout_ref.model.lora_rank=8", ""),  # well typed: imports
+        ("nemo-rl", "policy.max_grad_norm=abc", "no equivalent: policy.max_grad_norm: abc: not a number"),
+        ("nemo-rl", "grpo.overlong_filtering=maybe", "grpo.overlong_filtering: maybe: not true or false"),
+    ],
+)
+def test_a_value_of_the_wrong_kind_is_refused_by_name_never_a_crash(
+    exp: Path, peer: str, setting: str, needle: str
+) -> None:
+    """A peer's config is untrusted input: a string where the mapping computes with a number was
+    an internal error ('a bug in rlvr'); now it is refused, named, and nothing is written."""
+    nemo = ROOT / "tests" / "interop" / "nemo_rl" / "examples" / "configs" / "grpo_math_1B.yaml"
+    verl = ["algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=4", "data.train_batch_size=8"]
+    verl += ["actor_rollout_ref.actor.ppo_mini_batch_size=8", "actor_rollout_ref.rollout.name=vllm"]
+    out = ["--into", exp / CONTRACT, "--out", exp / "x.rlvr.yaml"]
+    if peer == "trl":
+        done = rlvr("import", "trl", write(exp / "t.yaml", {"num_generations": 4, **yaml.safe_load(setting)}), *out)
+    elif peer == "trl-peft":
+        peft = write(exp / "peft.yaml", yaml.safe_load(setting))
+        done = rlvr("import", "trl", write(exp / "t.yaml", {"num_generations": 4}), "--peft-config", peft, *out)
+    elif peer == "verl":
+        done = rlvr("import", "verl", write(exp / "v.yaml", {}), *verl, setting, *out)
+    else:
+        done = rlvr("import", "nemo-rl", nemo, setting, *out)
+    if not needle:
+        assert done.code == 0, done.stderr
+        return
+    assert done.code == 1 and needle in done.stderr, done.stderr
+    assert "internal error" not in done.stderr and not (exp / "x.rlvr.yaml").exists()
