@@ -15,7 +15,9 @@ the plan can say so too (and that its experts, if it has some, are left out).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from functools import cache
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -48,11 +50,26 @@ EXPERT_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts")
 # transformers 5 holds a mixture's experts as 3-D parameters and its router as a module of its own;
 # peft (utils/transformers_weight_conversion.py) still takes the linear layers' older names as
 # targets, all-linear included, and maps them onto those: (router, the fused gate and up, down).
-# It does so for the families transformers converts, not for qwen2_moe itself.
+# peft 0.17-0.21 does so for the families transformers converts, not for qwen2_moe itself, and moves
+# those names off the linear layers that bear them too (a dense layer's MLP, a shared expert). peft
+# 0.22 converts qwen2_moe as well and keeps every linear layer a name matches as a target besides.
 _OLD_NAMES = {"mixtral": ("gate", ("w1", "w3"), "w2"), "qwen2": ("gate", ("gate_proj", "up_proj"), "down_proj")}
 _CONVERTED = {"mixtral": "mixtral", "qwen3_moe": "qwen2", "olmoe": "qwen2"}
+_CONVERTED_SINCE_0_22 = {**_CONVERTED, "qwen2_moe": "qwen2"}
+NEWEST_PEFT = (0, 22)  # the behaviour assumed where peft is not installed
 KNOWN = (*LLAMA_STYLE, *MIXTURES, "phi3", "gpt2", "gpt_neox")
 _TIED_BY_DEFAULT = ("gpt2", "gemma", "gemma2", "gemma3_text")  # their config classes' default
+
+
+@cache
+def peft_version() -> tuple[int, int]:
+    """(major, minor) of the installed peft, whose version decides what an adapter on a mixture of
+    experts holds (`_OLD_NAMES`); NEWEST_PEFT where it is not installed or its version is unreadable."""
+    try:
+        major, minor = metadata.version("peft").split(".")[:2]
+        return int(major), int(minor)
+    except (metadata.PackageNotFoundError, ValueError):
+        return NEWEST_PEFT
 
 
 def _field(config: dict[str, Any], quantity: str, default: int | None = None) -> int:
@@ -86,6 +103,7 @@ class Layout:
     expert_intermediate: int = 0  # each expert's MLP width,
     shared_intermediate: int = 0  # a shared expert's (Qwen2-MoE), 0 without one,
     sparse_layers: int = 0  # and how many layers hold experts (the others have a dense MLP)
+    peft: tuple[int, int] = field(default_factory=peft_version)  # whose mapping onto experts applies
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> Layout:
@@ -167,7 +185,13 @@ class Layout:
     @property
     def _old_names(self) -> tuple[str, tuple[str, str], str] | None:
         """The names peft maps onto this mixture's router and experts, when it does (`_OLD_NAMES`)."""
-        return _OLD_NAMES[_CONVERTED[self.model_type]] if self.sparse_layers and self.model_type in _CONVERTED else None
+        converted = _CONVERTED_SINCE_0_22 if self.peft >= (0, 22) else _CONVERTED
+        return _OLD_NAMES[converted[self.model_type]] if self.sparse_layers and self.model_type in converted else None
+
+    @property
+    def adapts_experts(self) -> bool:
+        """Whether an adapter's older names reach this mixture's experts (which peft version decides)."""
+        return self._old_names is not None
 
     @property
     def fused_expert_names(self) -> tuple[str, ...]:
@@ -262,11 +286,11 @@ class Layout:
     def adapter_parameters(self, rank: int, targets: list[str] | str) -> int:
         """LoRA parameters, rank × (in + out) over each targeted linear layer of every decoder
         layer (all-linear: each of them). Where peft maps older names onto a mixture's router and
-        experts (`_OLD_NAMES`), those names leave the linear layers (a dense layer's MLP of the
-        same names is not adapted) and adapt the router and every expert: rank × experts on each
-        3-D weight, twice the rank on the fused gate and up."""
+        experts (`_OLD_NAMES`), those names adapt the router and every expert: rank × experts on
+        each 3-D weight, twice the rank on the fused gate and up; before peft 0.22 they also left the
+        linear layers of the same names (a dense layer's MLP, a shared expert) unadapted."""
         old, every = self._old_names, targets == "all-linear"
-        moved = {old[0], *old[1], old[2]} if old else set()
+        moved = {old[0], *old[1], old[2]} if old and self.peft < (0, 22) else set()
         total = 0
         for n, sparse in self._kinds():
             chosen = [

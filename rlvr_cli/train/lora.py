@@ -76,8 +76,20 @@ def attach(policy: Any, contract: Contract, folder: Path, load: bool = True) -> 
 
 
 def state(model: Any) -> dict[str, torch.Tensor]:
-    """The adapter's weights (and trained biases) as peft saves them."""
+    """The adapter's weights (and trained biases) as peft saves them. Of a sharded policy, their
+    names and whole shapes only (tensors on the meta device): peft ≥ 0.22 would otherwise gather
+    each shard, a collective, where rlvr asks on one process (a checkpoint read by the main one)."""
+    own = model.state_dict()
+    if any(_sharded(tensor) for tensor in own.values()):
+        own = {k: torch.empty(v.shape, dtype=v.dtype, device="meta") if _sharded(v) else v for k, v in own.items()}
+        return _peft().get_peft_model_state_dict(model, state_dict=own)
     return _peft().get_peft_model_state_dict(model)
+
+
+def _sharded(tensor: Any) -> bool:
+    from torch.distributed.tensor import DTensor
+
+    return isinstance(tensor, DTensor)
 
 
 def saved_names(model: Any) -> list[str]:

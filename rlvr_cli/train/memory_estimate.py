@@ -332,7 +332,7 @@ def plan_table(contract: Contract, shape: Layout, devices: int, memory_gib: floa
         ref = "the base with the adapter switched off (no copy)" if reference_is_base(contract) else "a copy of its own"
         lines.append(
             f"adapter: {hp.adapter.describe()}: {trained / 1e6:,.2f} M trained parameters "
-            f"({trained / shape.parameters:.2%} of the model); reference: {ref}"
+            f"({trained / shape.parameters:.2%} of the model{_experts_adapted(shape)}); reference: {ref}"
         )
         if budget is not None:
             full = contract.model_copy(update={"hyperparameters": hp.model_copy(update={"adapter": None})})
@@ -341,6 +341,11 @@ def plan_table(contract: Contract, shape: Layout, devices: int, memory_gib: floa
                 lines.append(f"largest {words} that fits: {lora} with the adapter, {weights} training every weight")
     lines.append(compute_line(contract, shape))
     return "\n".join(lines), fits
+
+
+def _experts_adapted(shape: Layout) -> str:
+    """Which peft's mapping onto the experts the count follows (it changed in peft 0.22)."""
+    return f", its experts adapted as peft {shape.peft[0]}.{shape.peft[1]} adapts them" if shape.adapts_experts else ""
 
 
 def _experts(shape: Layout) -> str:

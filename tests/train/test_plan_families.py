@@ -330,6 +330,52 @@ def test_peft_refuses_half_of_a_fused_expert_pair_as_validate_says(tmp_path: Pat
         get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj", "w1"]))
 
 
+SMALL_QWEN2_MOE = {
+    **SHAPES["Qwen1.5-MoE-A2.7B"],
+    "hidden_size": 64,
+    "intermediate_size": 96,
+    "moe_intermediate_size": 32,
+    "shared_expert_intermediate_size": 96,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "num_experts": 4,
+    "num_experts_per_tok": 2,
+    "vocab_size": 100,
+}
+
+
+@pytest.mark.parametrize(
+    ("config", "half"),
+    [(SMALL_QWEN2_MOE, "gate_proj"), (SHAPES["qwen3_moe, dense layers mixed in"], "up_proj"), (SMALL_MIXTRAL, "w3")],
+    ids=["qwen2_moe, a shared expert", "qwen3_moe, dense layers", "mixtral"],
+)
+def test_validate_refuses_half_of_a_fused_pair_exactly_where_the_installed_peft_does(
+    config: dict, half: str, tmp_path: Path
+) -> None:
+    """Which mixtures' older names reach the experts changed with peft 0.22 (Qwen2-MoE's, whose
+    shared expert bears the same names, joined): naming one of the pair is refused by validate
+    where, and only where, the installed peft refuses to build the adapter."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**config))
+    try:
+        get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj", half]))
+        refused = False
+    except ValueError as exc:
+        assert "because they are fused" in str(exc)
+        refused = True
+    shutil.copytree(SEVEN_B.parent / "arith", tmp_path / "arith")
+    contract = _contract(tmp_path, config, adapter=True)
+    contract.write_text(contract.read_text().replace("all-linear", f"[q_proj, {half}]").replace("rank: 16", "rank: 4"))
+    out = rlvr("validate", contract).stdout
+    assert ("are one weight in this mixture's experts" in out) == refused, out
+    assert refused or "RLV305" not in out, out
+
+
 def test_a_mixture_rlvr_does_not_lay_out_is_said_to_be_counted_without_its_experts(tmp_path: Path) -> None:
     config = {**SHAPES["Qwen3-0.6B"], "model_type": "deepseek_v3", "n_routed_experts": 256}
     plan = rlvr("plan", _contract(tmp_path, config))
