@@ -9,11 +9,16 @@ from pathlib import Path
 from typing import Any
 
 from rlvr_cli.errors import RlvrError, UsageProblem
-from rlvr_cli.interop import nemo_rl_map, trl_map, verl_map
+from rlvr_cli.interop import nemo_rl_map, trl_map, trl_rloo_map, verl_map
 from rlvr_cli.interop.common import CannotMap, Difference, Mapping, overrides
 from rlvr_cli.interop.write import contract_text
 
-PEERS = {"trl": f"TRL {trl_map.VERSION}", "verl": f"verl {verl_map.VERSION}", "nemo-rl": nemo_rl_map.NAME}
+PEERS = {
+    "trl": f"TRL {trl_map.VERSION}",
+    "trl-rloo": f"TRL {trl_map.VERSION} RLOOConfig",
+    "verl": f"verl {verl_map.VERSION}",
+    "nemo-rl": nemo_rl_map.NAME,
+}
 
 
 def read_config(path: Path) -> dict[str, Any]:
@@ -51,10 +56,10 @@ def run_import(
     data = read_config(config)
     contract, text, base, rows = _base(into)
     weights = [c.weight for c in contract.objective.reward.components]
-    if peer == "trl":
+    if peer in ("trl", "trl-rloo"):
         if extra:
             raise UsageProblem("overrides (key=value) are verl's; give trl's options in the config file")
-        mapping = trl_map.import_config(
+        mapping = (trl_rloo_map if peer == "trl-rloo" else trl_map).import_config(
             data,
             train_rows=rows,
             processes=processes,
@@ -88,8 +93,9 @@ def run_import(
         raise UsageProblem(f"--out must be beside {into} (the contract's paths are relative to its folder)")
     if target.exists():
         raise UsageProblem(f"{target} exists: choose another --out (an import never overwrites a file)")
+    command = "trl --trainer rloo" if peer == "trl-rloo" else peer
     header = [
-        f"Imported by `rlvr import {peer}` from {config.name} ({PEERS[peer]}) into {into.name}'s experiment:",
+        f"Imported by `rlvr import {command}` from {config.name} ({PEERS[peer]}) into {into.name}'s experiment:",
         "every choice of the objective is written out; the comment on each key names the option it came from",
         "and whether the peer's default set it. The other sections are the base contract's.",
         *_difference_lines(mapping.differences),

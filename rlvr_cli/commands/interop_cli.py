@@ -24,7 +24,9 @@ OUT = typer.Option("--out", help="The contract file to write (beside --into; def
 @import_app.command("trl")
 @command
 def import_trl(
-    config: Annotated[Path, typer.Argument(help="GRPOConfig options as YAML or JSON (a TrainingArguments dump too).")],
+    config: Annotated[
+        Path, typer.Argument(help="GRPOConfig (or RLOOConfig) options as YAML or JSON (a TrainingArguments dump too).")
+    ],
     into: Annotated[Path, INTO],
     out: Annotated[Path | None, OUT] = None,
     processes: Annotated[
@@ -38,13 +40,19 @@ def import_trl(
             "default: peft_config.yaml beside CONFIG when there is one.",
         ),
     ] = None,
+    trainer: Annotated[
+        str, typer.Option("--trainer", help="grpo (GRPOTrainer, `trl grpo`) or rloo (RLOOTrainer, `trl rloo`).")
+    ] = "grpo",
 ) -> int:
-    """Import a TRL 1.16 GRPOConfig.
+    """Import a TRL 1.16 GRPOConfig (or, with --trainer rloo, an RLOOConfig).
 
     Exit 1 listing every option the contract cannot state."""
     from rlvr_cli.commands.interop import run_import
+    from rlvr_cli.errors import UsageProblem
 
-    return run_import("trl", config, [], into, out, processes, peft_config)
+    if trainer not in ("grpo", "rloo"):
+        raise UsageProblem(f"--trainer {trainer!r}: choose grpo or rloo")
+    return run_import("trl-rloo" if trainer == "rloo" else "trl", config, [], into, out, processes, peft_config)
 
 
 @import_app.command("verl")

@@ -13,10 +13,11 @@ from rlvr_cli.contract.sections import Section
 class Ratio(Section):
     """π_θ / π_old: of which log-probs, per token or per answer."""
 
-    level: Literal["token", "sequence"] = Field(
+    level: Literal["token", "sequence", "sequence_sum"] = Field(
         description="token: one ratio per token (PPO, GRPO); sequence: one per answer, exp of the mean over its "
         "tokens of log π_θ − log π_old (GSPO, Zheng et al. 2025; TRL importance_sampling_level: sequence, "
-        "verl policy_loss.loss_mode: gspo)."
+        "verl policy_loss.loss_mode: gspo); sequence_sum: one per answer, exp of the sum over its tokens, the "
+        "whole answer's likelihood ratio π_θ(y)/π_old(y) (TRL's RLOOTrainer)."
     )
     denominator: Literal["trainer_recomputed", "engine"] = Field(
         description="π_old: trainer_recomputed, the trainer's own log-probs under the weights at the start of the "

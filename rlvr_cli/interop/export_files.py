@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from rlvr_cli.contract.models import Contract
-from rlvr_cli.interop import nemo_rl_export, trl_export, verl_export
+from rlvr_cli.interop import nemo_rl_export, trl_export, trl_rloo_export, verl_export
 from rlvr_cli.interop.common import Mapping
 from rlvr_cli.interop.trl_map import VERSION as TRL_VERSION
 from rlvr_cli.interop.verl_map import VERSION as VERL_VERSION
@@ -27,11 +27,11 @@ compute_score = ContractReward({contract!r})
 '''
 
 TRL_MODULE = '''"""TRL reward functions for {name}: one per reward component of the contract, each its value
-from the contract's own verifier (rlvr export); GRPOConfig's reward_weights are the components'
+from the contract's own verifier (rlvr export); {kind}Config's reward_weights are the components'
 weights. rlvr must be installed where TRL runs, and the script that trains needs an
 `if __name__ == "__main__":` guard (the verifier runs in a spawned worker process).
 
-    GRPOTrainer(model=..., reward_funcs=REWARD_FUNCS, args=GRPOConfig(output_dir=..., **config),
+    {kind}Trainer(model=..., reward_funcs=REWARD_FUNCS, args={kind}Config(output_dir=..., **config),
                 train_dataset=load_dataset("json", data_files="train.jsonl")["train"])
 """
 
@@ -42,8 +42,9 @@ REWARD_FUNCS = Components({contract!r}).functions()
 
 
 def mapping(contract: Contract, to: str, processes: int) -> Mapping:
-    if to == "trl":
-        return trl_export.export_config(contract, processes)
+    if to == "trl":  # RLOOTrainer takes the answer's likelihood ratio, GRPOTrainer the others
+        rloo = trl_export.trainer(contract) == "rloo"
+        return (trl_rloo_export if rloo else trl_export).export_config(contract, processes)
     if to == "nemo-rl":
         return nemo_rl_export.export_config(contract)
     out = verl_export.export_config(contract)
@@ -93,11 +94,14 @@ def _trl(
     from rlvr_cli.contract.tasks import read_split
     from rlvr_cli.interop.trl_reward import rows
 
-    config, reward, data = out / "grpo_config.yaml", out / "reward.py", out / "train.jsonl"
+    trainer = trl_export.trainer(contract)
+    kind = "RLOO" if trainer == "rloo" else "GRPO"
+    config, reward, data = out / f"{trainer}_config.yaml", out / "reward.py", out / "train.jsonl"
     config.write_text(
-        peer_yaml(found, [*header, "GRPOConfig(output_dir=..., **yaml.safe_load(open(this)))"], nest=False)
+        peer_yaml(found, [*header, f"{kind}Config(output_dir=..., **yaml.safe_load(open(this)))"], nest=False)
     )
-    reward.write_text(TRL_MODULE.format(name=contract.name, contract=str(contract_path.resolve())), "utf-8")
+    module = TRL_MODULE.format(name=contract.name, contract=str(contract_path.resolve()), kind=kind)
+    reward.write_text(module, "utf-8")
     tasks = read_split(folder / contract.data.splits.train.path, "train")
     data.write_text("".join(json.dumps(row) + "\n" for row in rows(tasks)), "utf-8")
     written = [config, reward, data]
@@ -113,7 +117,7 @@ def _trl(
             "init_lora_weights": True if adapter.init == "default" else "gaussian",
         }
         peft = out / "peft_config.yaml"
-        use = "GRPOTrainer(..., peft_config=LoraConfig(**yaml.safe_load(open(this))))"
+        use = f"{kind}Trainer(..., peft_config=LoraConfig(**yaml.safe_load(open(this))))"
         peft.write_text(
             f"# rlvr export of {contract_path.name}: {use}\n" + yaml.safe_dump(lora, sort_keys=False), "utf-8"
         )
@@ -157,7 +161,10 @@ def how_to_run(to: str, out: Path) -> str:
         )
     if to == "trl":
         adapter = " and peft_config.yaml" if (out / "peft_config.yaml").exists() else ""
-        return f"run: see {out / 'reward.py'} (GRPOTrainer with REWARD_FUNCS, grpo_config.yaml{adapter}, train.jsonl)\n"
+        config, kind = (
+            ("rloo_config.yaml", "RLOO") if (out / "rloo_config.yaml").exists() else ("grpo_config.yaml", "GRPO")
+        )
+        return f"run: see {out / 'reward.py'} ({kind}Trainer with REWARD_FUNCS, {config}{adapter}, train.jsonl)\n"
     return (
         f"run: python -m verl.trainer.main_ppo --config-path={out.resolve()} --config-name=rlvr "
         "trainer.n_gpus_per_node=8 trainer.nnodes=1\n"

@@ -60,6 +60,8 @@ def _loss(contract: Contract, out: Mapping) -> None:
     out.set(f"{L}.token_level_loss", token, f"objective.aggregation: {o.aggregation}")
     sequence = o.ratio is not None and o.ratio.level == "sequence"
     out.set(f"{L}.sequence_level_importance_ratios", sequence, "objective.ratio.level")
+    if o.ratio is not None and o.ratio.level == "sequence_sum":
+        out.refuse("objective.ratio.level", "sequence_sum: NeMo RL's sequence ratio is GSPO's mean")
     if sequence and token:
         out.refuse("objective.ratio.level", "sequence with token_mean: NeMo RL takes GSPO's ratio with a sequence mean")
     if o.ratio is not None and o.ratio.denominator == "engine":

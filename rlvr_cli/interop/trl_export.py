@@ -1,5 +1,6 @@
-"""The contract → TRL 1.16's GRPOConfig keyword arguments that compute the same objective, with
-every choice TRL cannot express listed (trl_map.py is the other direction)."""
+"""The contract → TRL 1.16's GRPOConfig keyword arguments that compute the same objective
+(RLOOConfig's, trl_rloo_export.py, for the answer's likelihood ratio), with every choice TRL
+cannot express listed (trl_map.py is the other direction)."""
 
 from __future__ import annotations
 
@@ -17,10 +18,18 @@ def export_config(contract: Contract, processes: int = 1) -> Mapping:
     """GRPOConfig keywords (dotted paths are plain keys here) and the differences."""
     out = Mapping()
     _objective(contract, out)
-    _batch(contract, out, processes)
-    _sampling(contract, out)
-    _optimizer(contract, out)
+    batch(contract, out, processes)
+    sampling(contract, out)
+    _correction(contract, out)
+    optimizer(contract, out)
     return out
+
+
+def trainer(contract: Contract) -> str:
+    """Which TRL trainer computes the contract's ratio: RLOOTrainer takes the answer's likelihood
+    ratio (`sequence_sum`), GRPOTrainer the others."""
+    ratio = contract.objective.ratio
+    return "rloo" if ratio is not None and ratio.level == "sequence_sum" else "grpo"
 
 
 def _objective(contract: Contract, out: Mapping) -> None:
@@ -67,7 +76,7 @@ def _objective(contract: Contract, out: Mapping) -> None:
         )
 
 
-def _batch(contract: Contract, out: Mapping, processes: int) -> None:
+def batch(contract: Contract, out: Mapping, processes: int) -> None:
     hp = contract.hyperparameters
     sequences = hp.prompts_per_step * hp.group_size // hp.mini_batches  # an optimizer step's
     micro = hp.micro_batch_sequences or sequences
@@ -94,7 +103,7 @@ def _batch(contract: Contract, out: Mapping, processes: int) -> None:
         out.refuse("length.dynamic_sampling", "trl keeps groups whose rewards are all equal")
 
 
-def _sampling(contract: Contract, out: Mapping) -> None:
+def sampling(contract: Contract, out: Mapping) -> None:
     s, length = contract.hyperparameters.sampling, contract.length
     out.set("temperature", s.temperature, "sampling.temperature")
     out.set("top_p", s.top_p, "sampling.top_p")
@@ -115,7 +124,6 @@ def _sampling(contract: Contract, out: Mapping) -> None:
         out.set("vllm_mode", "server" if s.server else "colocate", "sampling.server")
         if s.server:
             out.set("vllm_server_base_url", s.server.url, "sampling.server.url")
-    _correction(contract, out)
 
 
 def _correction(contract: Contract, out: Mapping) -> None:
@@ -136,7 +144,7 @@ def _correction(contract: Contract, out: Mapping) -> None:
         out.set("vllm_importance_sampling_clip_max", None if math.isinf(c.high or 0) else c.high, "correction.high")
 
 
-def _optimizer(contract: Contract, out: Mapping) -> None:
+def optimizer(contract: Contract, out: Mapping) -> None:
     hp = contract.hyperparameters
     o = hp.optimizer
     if o.name == "adam" and o.weight_decay > 0:

@@ -115,12 +115,13 @@ class Reader:
     a value of the wrong kind (a foreign config is untrusted input) is a problem the import
     refuses, the default read in its place."""
 
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: dict[str, Any], defaults: dict[str, Any] | None = None) -> None:
         self.config, self.read, self.problems = config, set(), {}
+        self.defaults = DEFAULTS if defaults is None else defaults  # another trainer's config (RLOOConfig)
 
     def __call__(self, key: str) -> Any:
         self.read.add(key)
-        default = DEFAULTS.get(key, PEFT_DEFAULTS.get(key))
+        default = self.defaults.get(key, PEFT_DEFAULTS.get(key))
         value = self.config.get(key, default)
         kind = KINDS[key] if key in KINDS else kind_of(default)
         if value is None or kind is None or typed(value, kind) is not None:
@@ -153,8 +154,16 @@ def import_config(
     for key, what in NO_EQUIVALENT.items():
         if get(key) != DEFAULTS[key] and not (key == "generation_kwargs" and not get(key)):
             out.refuse(key, f"{plain(get(key))}: {what}")
-    _batch(get, out, train_rows, processes)
+    batch(get, out, train_rows, processes)
     _objective(get, out, components)
+    return finish(get, out, policy, model_type, peft)
+
+
+def finish(
+    get: Reader, out: Mapping, policy: str, model_type: str | None, peft: tuple[dict[str, Any], str] | None
+) -> Mapping:
+    """What GRPOConfig and RLOOConfig share past the objective: sampling, the optimizer, the
+    adapter; then each value of the wrong kind refused, and what was never read listed."""
     _sampling(get, out, policy)
     _optimizer(get, out)
     if peft is None:
@@ -169,7 +178,7 @@ def import_config(
     return out
 
 
-def _batch(get: Reader, out: Mapping, train_rows: int, processes: int) -> None:
+def batch(get: Reader, out: Mapping, train_rows: int, processes: int) -> None:
     k, micro, accumulate = (
         get("num_generations"),
         get("per_device_train_batch_size"),

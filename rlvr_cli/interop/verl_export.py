@@ -76,6 +76,8 @@ def _objective(contract: Contract, out: Mapping) -> None:
             "exclude: verl trains every response; the exported reward function scores an invalid verdict 0",
         )
     level = o.ratio.level if o.ratio else "token"
+    if level == "sequence_sum":
+        out.refuse("objective.ratio.level", "sequence_sum: verl's sequence ratio (gspo) is the tokens' mean")
     out.set(f"{A}.policy_loss.loss_mode", "gspo" if level == "sequence" else "vanilla", "objective.ratio.level")
     out.set(f"{A}.clip_ratio_low", o.clip.low, "objective.clip.low")
     out.set(f"{A}.clip_ratio_high", o.clip.high, "objective.clip.high")

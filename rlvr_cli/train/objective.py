@@ -42,12 +42,17 @@ def importance_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Ten
     its trained tokens of log π_θ − log π_old), in GSPO's token form exp(log π_θ − sg[log π_θ] +
     sg[log s]): every token carries the value s, the gradient s·∇log π_θ(token) — summed over
     the answer's tokens, s's own gradient times its length, as every aggregation weighs an
-    answer's tokens alike (TRL's broadcast form and verl's `gspo` give the same loss and gradient)."""
+    answer's tokens alike (TRL's broadcast form and verl's `gspo` give the same loss and gradient).
+    `sequence_sum` (TRL's RLOOTrainer): s = exp(sum over its trained tokens of log π_θ − log
+    π_old), the answer's likelihood ratio, on every token with the gradient ∇s itself (TRL's
+    per-answer loss, which an aggregation that averages each answer's tokens reproduces)."""
     if level == "token":
         return ratio(logp, old_logp)
+    m = mask.to(logp.dtype)
+    if level == "sequence_sum":
+        return torch.exp(((logp - old_logp) * m).sum(dim=1))[:, None].expand_as(logp)  # (B, T)
     if level != "sequence":
         raise ValueError(f"unknown ratio level {level!r}")
-    m = mask.to(logp.dtype)
     log_s = ((logp - old_logp) * m).sum(dim=1) / m.sum(dim=1).clamp(min=1.0)  # (B,)
     return torch.exp(logp - logp.detach() + log_s.detach()[:, None])  # (B, T)
 

@@ -93,7 +93,11 @@ def off_policy_words(o: Any) -> list[str]:
     if ratio is None:
         words = "ratio per token over the trainer's own log-probs (samples drawn ahead: the engine's)"
     else:
-        level = "per token" if ratio.level == "token" else "per answer, exp(mean over its tokens of log π/π_old) (GSPO)"
+        level = {
+            "token": "per token",
+            "sequence": "per answer, exp(mean over its tokens of log π/π_old) (GSPO)",
+            "sequence_sum": "per answer, exp(sum over its tokens of log π/π_old): the answer's likelihood ratio",
+        }[ratio.level]
         over = {
             "trainer_recomputed": "the trainer's log-probs under the weights the update starts from",
             "engine": "the log-probs the sampling engine reported",

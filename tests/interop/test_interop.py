@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from rlvr_cli.contract.load import load
-from rlvr_cli.interop import trl_map, verl_map
+from rlvr_cli.interop import export_files, trl_map, trl_rloo_map, verl_map
 from rlvr_cli.interop.common import flat
 from tests.conftest import copy_experiment, rlvr
 
@@ -46,6 +46,42 @@ def test_trls_defaults_table_is_the_installed_trls() -> None:
         field = fields[key]
         theirs = field.default if field.default is not dataclasses.MISSING else field.default_factory()  # type: ignore[misc]
         assert theirs == default, (key, theirs, default)
+
+
+def test_trls_rloo_defaults_table_is_the_installed_rlooconfigs() -> None:
+    """Every option the RLOO mapping reads is an RLOOConfig field with that default, and none of
+    the GRPO-only options it leaves out is one."""
+    trl = pytest.importorskip("trl", reason="TRL is the peers extra (make install installs it)")
+    fields = {f.name: f for f in dataclasses.fields(trl.RLOOConfig)}
+    for key, default in trl_rloo_map.DEFAULTS.items():
+        field = fields[key]
+        theirs = field.default if field.default is not dataclasses.MISSING else field.default_factory()  # type: ignore[misc]
+        assert theirs == default, (key, theirs, default)
+    assert not set(trl_rloo_map.GRPO_ONLY) & set(fields)
+
+
+def test_an_rloo_config_imports_as_rloo_and_what_rloo_cannot_state_is_refused(exp: Path, tmp_path: Path) -> None:
+    """`rlvr import trl --trainer rloo`: RLOOTrainer's fixed objective written out with where each
+    key came from; the imported contract validates; normalize_advantages (no equivalent) is
+    refused; a GRPOConfig-only option is listed as not read; a misspelt --trainer is a usage error."""
+    config = write(tmp_path / "rloo.yaml", {"num_generations": 4, "per_device_train_batch_size": 8, "max_steps": 5})
+    done = rlvr("import", "trl", config, "--trainer", "rloo", "--into", exp / CONTRACT)
+    assert done.code == 0, done.stderr
+    contract = load(exp / "rloo.rlvr.yaml")
+    o = contract.objective
+    assert (o.advantage.baseline, o.advantage.scale, o.aggregation) == ("leave_one_out", "none", "seq_mean_token_mean")
+    assert o.ratio is not None and o.ratio.level == "sequence_sum"
+    assert (o.kl.coef, o.kl.estimator, o.kl.placement) == (0.05, "k1", "reward")
+    assert (contract.hyperparameters.group_size, contract.hyperparameters.prompts_per_step) == (4, 2)
+    assert "trl --trainer rloo" in (exp / "rloo.rlvr.yaml").read_text()
+    assert rlvr("validate", exp / "rloo.rlvr.yaml").code == 0
+    bad = write(tmp_path / "bad.yaml", {"normalize_advantages": True, "loss_type": "dapo"})
+    refused = rlvr("import", "trl", bad, "--trainer", "rloo", "--into", exp / CONTRACT)
+    assert refused.code == 1 and "normalize_advantages" in refused.stdout + refused.stderr
+    assert "loss_type" in refused.stderr, refused.stderr
+    assert not (exp / "bad.rlvr.yaml").exists()
+    wrong = rlvr("import", "trl", config, "--trainer", "ppo", "--into", exp / CONTRACT)
+    assert wrong.code == 2 and "choose grpo or rloo" in wrong.stderr
 
 
 @pytest.mark.skipif(VERL_SITE is None, reason="verl's environment .venv-verl is built by make install")
@@ -259,6 +295,39 @@ def test_export_refuses_what_the_peer_cannot_express() -> None:
         assert "no equivalent: objective.advantage.std: population" in done.stderr
         assert "√((K−1)/K)" in done.stderr
     assert not Path("/nonexistent/never-written").exists()
+
+
+def test_a_contract_with_the_answers_likelihood_ratio_goes_to_trls_rloo_and_back(exp: Path, tmp_path: Path) -> None:
+    """The shipped rloo-cpu (`ratio.level: sequence_sum`): `--to trl` writes an RLOOConfig (which
+    TRL builds) that imports back to the same objective; verl and NeMo RL take a sequence ratio
+    only as GSPO's mean, so they refuse it by name and write nothing (never the token ratio or
+    GSPO's in its place); RLOOTrainer's fixed parts the contract states otherwise are refused."""
+    trl = pytest.importorskip("trl", reason="TRL is the peers extra (make install installs it)")
+    rloo = ROOT / "contracts" / "rloo-cpu.rlvr.yaml"
+    for to in ("verl", "nemo-rl"):
+        done = rlvr("export", rloo, "--to", to, "--out", tmp_path / to, "--allow-inexact")
+        assert done.code == 1, (to, done.stderr)
+        assert "no equivalent: objective.ratio.level: sequence_sum" in done.stderr, (to, done.stderr)
+        assert not (tmp_path / to).exists()
+    done = rlvr("export", rloo, "--to", "trl", "--out", tmp_path / "trl", "--allow-inexact")
+    assert done.code == 0, done.stderr
+    assert "RLOOTrainer" in done.stdout and not (tmp_path / "trl" / "grpo_config.yaml").exists()
+    options = yaml.safe_load((tmp_path / "trl" / "rloo_config.yaml").read_text())
+    trl.RLOOConfig(output_dir=str(tmp_path / "unused"), use_cpu=True, **options)  # TRL takes every key
+    back = rlvr("import", "trl", tmp_path / "trl" / "rloo_config.yaml", "--trainer", "rloo", "--into", exp / CONTRACT)
+    assert back.code == 0, back.stderr
+    imported, shipped = load(exp / "rloo_config.rlvr.yaml").objective, load(rloo).objective
+    assert imported.model_dump(exclude={"correction"}) == shipped.model_dump(exclude={"correction"})
+    assert not imported.corrects and not shipped.corrects
+    contract = load(rloo)
+    for part, update in (
+        ("kl", {"coef": 0.01, "estimator": "k3", "placement": "loss"}),
+        ("advantage", {"scale": "group_std", "std": "sample"}),
+    ):
+        changed = getattr(contract.objective, part).model_copy(update=update)
+        objective = contract.objective.model_copy(update={part: changed})
+        refused = export_files.mapping(contract.model_copy(update={"objective": objective}), "trl", 1).refused
+        assert [d.key for d in refused] == [f"objective.{part}"], refused
 
 
 def round_trip(exp: Path, to: str, tmp_path: Path) -> tuple:

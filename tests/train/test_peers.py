@@ -305,3 +305,75 @@ def test_trls_bnpo_over_micro_batches_differs_as_stated() -> None:
     theirs = sum(trl_loss(h, "bnpo", "token", None, accumulate=2)[0] for h in halves)
     assert theirs == pytest.approx((ours(halves[0]) + ours(halves[1])) / 2, rel=1e-12)  # the stated relation
     assert theirs != pytest.approx(ours(t), rel=1e-6)  # and not the batch's token_mean (the halves' counts differ)
+
+
+def trl_rloo_loss(t: dict[str, torch.Tensor], args: Any = None) -> tuple:
+    """TRL's `RLOOTrainer._compute_loss` on the shared tensors (its old log-probs are each
+    answer's sum, as its generation step stores them): its loss and d loss / d logp; `args` (an
+    RLOOConfig) gives the clip range, else 0.2 / 0.28."""
+    pytest.importorskip("trl", reason="TRL is the peers extra (make install installs it)")
+    from accelerate import Accelerator
+    from trl.trainer.rloo_trainer import RLOOTrainer
+
+    logp = t["logp"].clone().requires_grad_(True)
+    trainer: Any = SimpleNamespace(
+        _get_per_token_logps_and_entropies=lambda *a, **k: (logp, torch.zeros_like(logp), None),
+        epsilon_low=args.epsilon if args else 0.2,
+        epsilon_high=(args.epsilon_high or args.epsilon) if args else 0.28,
+        model=SimpleNamespace(training=True),
+        accelerator=Accelerator(cpu=True),
+        _metrics={"train": defaultdict(list), "eval": defaultdict(list)},
+        aux_loss_enabled=False,
+    )
+    rows = t["logp"].shape[0]
+    inputs = {
+        "prompt_ids": torch.ones(rows, P, dtype=torch.long),
+        "prompt_mask": torch.ones(rows, P, dtype=torch.long),
+        "completion_ids": torch.ones(rows, T, dtype=torch.long),
+        "completion_mask": t["mask"],
+        "advantages": t["adv"],
+        "old_logps": (t["old"] * t["mask"]).sum(1),
+    }
+    loss = RLOOTrainer._compute_loss(trainer, None, inputs)
+    loss.backward()
+    return float(loss.detach()), logp.grad
+
+
+def test_the_answers_likelihood_ratio_equals_trls_rloo_loss_and_gradient() -> None:
+    """`ratio.level: sequence_sum` with seq_mean_token_mean is RLOOTrainer's loss: one clipped
+    ratio per answer, exp of the summed log-ratio, averaged over answers — and not GSPO's mean."""
+    clipped = 0
+    for seed in range(3):
+        t = shared(seed)
+        t = {**t, "old": t["logp"] + (t["old"] - t["logp"]) * 0.6}  # answers' ratios inside and past the clip
+        s = ((t["logp"] - t["old"]) * t["mask"]).sum(1).exp()
+        clipped += int((((s > 1.28) & (t["adv"] > 0)) | ((s < 0.8) & (t["adv"] < 0))).sum())
+        theirs = trl_rloo_loss(t)
+        same(rlvr_loss(t, "seq_mean_token_mean", "sequence_sum", None), theirs)
+        assert rlvr_loss(t, "seq_mean_token_mean", "sequence", None)[0] != pytest.approx(theirs[0], abs=1e-9)
+    assert clipped >= 2  # the clip acted on some answers
+
+
+@pytest.mark.parametrize("config", [{}, {"epsilon": 0.1, "epsilon_high": 0.3, "beta": 0.0}], ids=["defaults", "wider"])
+def test_an_imported_rloo_config_computes_rloo_trainers_loss(config: dict) -> None:
+    """`rlvr import trl --trainer rloo`'s objective, under RLOOConfig's own reading of the same
+    options: RLOOTrainer's loss and gradient."""
+    trl = pytest.importorskip("trl", reason="TRL is the peers extra (make install installs it)")
+    from rlvr_cli.interop.common import nested
+    from rlvr_cli.interop.trl_rloo_map import import_config
+
+    args = trl.RLOOConfig(output_dir="/tmp/unused", use_cpu=True, bf16=False, **config)
+    mapping = import_config(config, train_rows=16, processes=1, components=1, policy="p")
+    assert not mapping.refused
+    imported = nested(mapping.values)["objective"]
+    objective = Objective.model_validate(
+        {**imported, "reward": {"unit": "response", "components": [{"name": "c", "weight": 1.0}], "on_invalid": "fail"}}
+    )
+    assert (objective.kl.coef, objective.kl.placement) == (args.beta, "reward" if args.beta else None)
+    for seed in range(2):
+        t = shared(seed)
+        t = {**t, "old": t["logp"] + (t["old"] - t["logp"]) * 0.6}
+        logp = t["logp"].clone().requires_grad_(True)
+        loss, _ = policy_loss(logp, t["old"], None, t["adv"], t["mask"], objective, max_response_tokens=T)
+        loss.backward()
+        same((float(loss.detach()), logp.grad), trl_rloo_loss(t, args))

@@ -1,0 +1,54 @@
+"""The contract → TRL 1.16's RLOOConfig keyword arguments, for a contract that takes the answer's
+likelihood ratio (`ratio.level: sequence_sum`): RLOOTrainer's objective is fixed in its code, so
+each of its parts the contract states otherwise is refused (trl_rloo_map.py is the other
+direction); the batch, sampling and optimizer are written as for GRPOConfig."""
+
+from __future__ import annotations
+
+from rlvr_cli.contract.models import Contract
+from rlvr_cli.interop import trl_export
+from rlvr_cli.interop.common import Mapping
+
+
+def export_config(contract: Contract, processes: int = 1) -> Mapping:
+    """RLOOConfig keywords and the differences."""
+    out = Mapping()
+    _objective(contract, out)
+    trl_export.batch(contract, out, processes)
+    trl_export.sampling(contract, out)
+    trl_export.optimizer(contract, out)
+    return out
+
+
+def _objective(contract: Contract, out: Mapping) -> None:
+    o, fixed = contract.objective, "RLOOTrainer"
+    if (o.advantage.baseline, o.advantage.scale) != ("leave_one_out", "none"):
+        out.refuse(
+            "objective.advantage",
+            f"{o.advantage.baseline}/{o.advantage.scale}: {fixed} subtracts the others' mean and divides by no std",
+        )
+    out.set("normalize_advantages", False, "objective.advantage.scale: none")
+    if o.aggregation != "seq_mean_token_mean":
+        out.refuse("objective.aggregation", f"{o.aggregation}: {fixed} averages each answer's loss over answers")
+    if o.ratio is not None and o.ratio.denominator == "engine":
+        out.refuse("objective.ratio.denominator", f"engine: {fixed} divides by its own recomputed log-probs")
+    out.set("epsilon", o.clip.low, "objective.clip.low")
+    out.set("epsilon_high", o.clip.high, "objective.clip.high")
+    if o.clip.dual is not None:
+        out.refuse("objective.clip.dual", f"{o.clip.dual}: {fixed} has no dual clip")
+    out.set("beta", o.kl.coef, "objective.kl.coef")
+    if o.kl.coef > 0 and (o.kl.estimator, o.kl.placement) != ("k1", "reward"):
+        out.refuse("objective.kl", f"{o.kl.estimator} in the {o.kl.placement}: {fixed}'s KL is k1 in the reward")
+    if o.entropy_coef > 0:
+        out.refuse("objective.entropy_coef", f"{o.entropy_coef}: {fixed} has no entropy bonus")
+    if o.corrects:
+        out.refuse("objective.correction", f"{fixed} corrects no engine mismatch")
+    out.set("reward_weights", [c.weight for c in o.reward.components], "objective.reward.components (in order)")
+    if o.reward.unit != "response":
+        out.refuse("objective.reward.unit", f"{o.reward.unit}: trl rewards each completion")
+    if o.reward.on_invalid == "exclude":
+        out.differs(
+            "objective.reward.on_invalid",
+            "exclude: the exported reward functions return None for an invalid verdict; trl leaves it out of the "
+            "others' mean and gives it advantage 0, but it still counts among the answers the loss averages",
+        )
