@@ -65,6 +65,13 @@ def _objective(contract: Contract, out: Mapping) -> None:
     out.set("importance_sampling_level", o.ratio.level if o.ratio else "token", "objective.ratio.level")
     if o.ratio is not None and o.ratio.denominator == "engine":
         out.refuse("objective.ratio.denominator", "engine: trl divides by its own recomputed log-probs")
+    reward(contract, out, "its tokens still count in the loss's denominator")
+
+
+def reward(contract: Contract, out: Mapping, counted: str) -> None:
+    """The reward's weights; a unit trl cannot reward refused; an excluded verdict's difference
+    (`counted`: how the trainer's loss still counts it)."""
+    o = contract.objective
     out.set("reward_weights", [c.weight for c in o.reward.components], "objective.reward.components (in order)")
     if o.reward.unit != "response":
         out.refuse("objective.reward.unit", f"{o.reward.unit}: trl rewards each completion")
@@ -72,7 +79,7 @@ def _objective(contract: Contract, out: Mapping) -> None:
         out.differs(
             "objective.reward.on_invalid",
             "exclude: the exported reward functions return None for an invalid verdict; trl leaves it out of the "
-            "group's mean and std and gives it advantage 0, but its tokens still count in the loss's denominator",
+            f"group's statistics and gives it advantage 0, but {counted}",
         )
 
 

@@ -43,12 +43,4 @@ def _objective(contract: Contract, out: Mapping) -> None:
         out.refuse("objective.entropy_coef", f"{o.entropy_coef}: {fixed} has no entropy bonus")
     if o.corrects:
         out.refuse("objective.correction", f"{fixed} corrects no engine mismatch")
-    out.set("reward_weights", [c.weight for c in o.reward.components], "objective.reward.components (in order)")
-    if o.reward.unit != "response":
-        out.refuse("objective.reward.unit", f"{o.reward.unit}: trl rewards each completion")
-    if o.reward.on_invalid == "exclude":
-        out.differs(
-            "objective.reward.on_invalid",
-            "exclude: the exported reward functions return None for an invalid verdict; trl leaves it out of the "
-            "others' mean and gives it advantage 0, but it still counts among the answers the loss averages",
-        )
+    trl_export.reward(contract, out, "it still counts among the answers the loss averages")

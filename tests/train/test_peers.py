@@ -228,26 +228,34 @@ IMPORTED = [
 ]
 
 
+def imported_objective(mapping: Any) -> Objective:
+    """An import's objective (nothing refused), with a reward section of one component."""
+    from rlvr_cli.interop.common import nested
+
+    assert not mapping.refused
+    reward = {"unit": "response", "components": [{"name": "c", "weight": 1.0}], "on_invalid": "fail"}
+    return Objective.model_validate({**nested(mapping.values)["objective"], "reward": reward})
+
+
+def ours_on(t: dict[str, torch.Tensor], objective: Objective) -> tuple:
+    """rlvr's loss and d loss / d logp under `objective` on the shared tensors."""
+    logp = t["logp"].clone().requires_grad_(True)
+    loss, _ = policy_loss(logp, t["old"], None, t["adv"], t["mask"], objective, max_response_tokens=T)
+    loss.backward()
+    return float(loss.detach()), logp.grad
+
+
 @pytest.mark.parametrize("config", IMPORTED, ids=lambda c: c.get("loss_type", "defaults"))
 def test_an_imported_trl_config_computes_trls_loss(config: dict) -> None:
     trl = pytest.importorskip("trl", reason="TRL is the peers extra (make install installs it)")
-    from rlvr_cli.interop.common import nested
     from rlvr_cli.interop.trl_map import import_config
 
     args = trl.GRPOConfig(output_dir="/tmp/unused", use_cpu=True, bf16=False, **config)
-    mapping = import_config(config, train_rows=16, processes=1, components=1, policy="p")
-    assert not mapping.refused
-    imported = nested(mapping.values)["objective"]
-    objective = Objective.model_validate(
-        {**imported, "reward": {"unit": "response", "components": [{"name": "c", "weight": 1.0}], "on_invalid": "fail"}}
-    )
+    objective = imported_objective(import_config(config, train_rows=16, processes=1, components=1, policy="p"))
     for seed in range(2):
         t = shared(seed)
-        logp = t["logp"].clone().requires_grad_(True)
-        loss, _ = policy_loss(logp, t["old"], None, t["adv"], t["mask"], objective, max_response_tokens=T)
-        loss.backward()
         theirs = trl_loss(t, args.loss_type, args.importance_sampling_level, None, args)
-        same((float(loss.detach()), logp.grad), theirs)
+        same(ours_on(t, objective), theirs)
 
 
 #: objectives TRL can express, as edits of the shipped grpo-cpu contract's objective
@@ -359,21 +367,12 @@ def test_an_imported_rloo_config_computes_rloo_trainers_loss(config: dict) -> No
     """`rlvr import trl --trainer rloo`'s objective, under RLOOConfig's own reading of the same
     options: RLOOTrainer's loss and gradient."""
     trl = pytest.importorskip("trl", reason="TRL is the peers extra (make install installs it)")
-    from rlvr_cli.interop.common import nested
     from rlvr_cli.interop.trl_rloo_map import import_config
 
     args = trl.RLOOConfig(output_dir="/tmp/unused", use_cpu=True, bf16=False, **config)
-    mapping = import_config(config, train_rows=16, processes=1, components=1, policy="p")
-    assert not mapping.refused
-    imported = nested(mapping.values)["objective"]
-    objective = Objective.model_validate(
-        {**imported, "reward": {"unit": "response", "components": [{"name": "c", "weight": 1.0}], "on_invalid": "fail"}}
-    )
+    objective = imported_objective(import_config(config, train_rows=16, processes=1, components=1, policy="p"))
     assert (objective.kl.coef, objective.kl.placement) == (args.beta, "reward" if args.beta else None)
     for seed in range(2):
         t = shared(seed)
         t = {**t, "old": t["logp"] + (t["old"] - t["logp"]) * 0.6}
-        logp = t["logp"].clone().requires_grad_(True)
-        loss, _ = policy_loss(logp, t["old"], None, t["adv"], t["mask"], objective, max_response_tokens=T)
-        loss.backward()
-        same((float(loss.detach()), logp.grad), trl_rloo_loss(t, args))
+        same(ours_on(t, objective), trl_rloo_loss(t, args))
