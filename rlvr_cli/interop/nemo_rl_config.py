@@ -7,6 +7,7 @@ named, so the mapping refuses only what it reads."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from rlvr_cli.interop.common import flat, plain, typed
 
 #: the resolvers NeMo RL registers with OmegaConf that its configs use
 RESOLVERS: dict[str, Callable[[list[float]], float]] = {
-    "mul": lambda a: _product(a),
+    "mul": lambda a: math.prod(a),
     "div": lambda a: a[0] / a[1],
     "add": lambda a: sum(a),
     "max": lambda a: max(a),
@@ -222,13 +223,6 @@ def _number(value: Any) -> float:
         return float(value)
     except ValueError:
         raise Unresolved(f"{value!r} is not a number") from None
-
-
-def _product(numbers: list[float]) -> float:
-    out = 1.0
-    for n in numbers:
-        out *= n
-    return out
 
 
 #: the kind of value each key the mapping computes with must hold
