@@ -192,6 +192,12 @@ class Environment(Section):
 # ── objective ─────────────────────────────────────────────────────────────────────────
 
 
+class Whiten(Section):
+    over: Literal["batch"] = Field(description="batch: every sample of the step's batch but excluded ones.")
+    std: Literal["population", "sample"] = Field(description="The advantages' std: ÷n or ÷(n−1).")
+    epsilon: float = Field(gt=0, description="Added to the std; > 0.")
+
+
 class Advantage(Section):
     baseline: Literal["group_mean", "leave_one_out"] = Field(
         description="What is subtracted from each reward: the mean reward of its group (group_mean), or the mean "
@@ -204,6 +210,11 @@ class Advantage(Section):
     )
     std: Literal["population", "sample"] | None = Field(None, description="Required unless scale is none.")
     epsilon: float | None = Field(None, gt=0, description="Added to the std; > 0.")
+    whiten: Whiten | None = Field(
+        None,
+        description="After the baseline and scale, over the whole batch: subtract the mean advantage, divide by "
+        "the advantages' std plus epsilon (TRL RLOOTrainer's normalize_advantages). Absent: not whitened.",
+    )
 
 
 class Clip(Section):

@@ -32,6 +32,8 @@ def export_config(contract: Contract) -> Mapping:
 
 def _advantage(contract: Contract, out: Mapping) -> None:
     a = contract.objective.advantage
+    if a.whiten is not None:
+        out.refuse("objective.advantage.whiten", "NeMo RL's GRPO advantage is never whitened over the batch")
     loo = a.baseline == "leave_one_out"
     fixed = {"group_std": not loo, "leave_one_out_std": loo, "none": True}
     if not fixed.get(a.scale, False):

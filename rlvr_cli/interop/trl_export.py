@@ -39,6 +39,8 @@ def _objective(contract: Contract, out: Mapping) -> None:
     else:
         out.set("loss_type", LOSS_TYPE[o.aggregation], f"objective.aggregation: {o.aggregation}")
     a = o.advantage
+    if a.whiten is not None:
+        out.refuse("objective.advantage.whiten", "trl's GRPOTrainer never whitens (RLOOTrainer does)")
     if a.baseline != "group_mean":
         out.refuse("objective.advantage.baseline", f"{a.baseline}: trl's GRPOTrainer subtracts the group's mean")
     else:

@@ -27,7 +27,12 @@ def _objective(contract: Contract, out: Mapping) -> None:
             "objective.advantage",
             f"{o.advantage.baseline}/{o.advantage.scale}: {fixed} subtracts the others' mean and divides by no std",
         )
-    out.set("normalize_advantages", False, "objective.advantage.scale: none")
+    w = o.advantage.whiten
+    out.set("normalize_advantages", w is not None, "objective.advantage.whiten")
+    if w is not None and (w.std, w.epsilon) != ("sample", 1e-4):
+        out.refuse(
+            "objective.advantage.whiten", f"{w.std} std + {w.epsilon}: {fixed} whitens with the sample std + 1e-4"
+        )
     if o.aggregation != "seq_mean_token_mean":
         out.refuse("objective.aggregation", f"{o.aggregation}: {fixed} averages each answer's loss over answers")
     if o.ratio is not None and o.ratio.denominator == "engine":

@@ -1,6 +1,7 @@
 """TRL's RLOOConfig (1.16) → the contract. RLOOTrainer shares GRPOConfig's batch, sampling,
 optimizer and adapter options (trl_map reads them, with RLOOConfig's own defaults); its objective
-is fixed in code: the leave-one-out baseline with no std (`normalize_advantages` off), the
+is fixed in code: the leave-one-out baseline with no std (whitened over the batch with
+`normalize_advantages`), the
 answer's likelihood ratio clipped per answer and averaged over answers (`ratio.level:
 sequence_sum`, `seq_mean_token_mean`), and β times the answer's summed k1 KL subtracted from its
 reward. tests/interop checks this table against the installed RLOOConfig's defaults, and the
@@ -40,7 +41,6 @@ DEFAULTS: dict[str, Any] = {
 }
 NO_EQUIVALENT = {
     **{k: v for k, v in trl_map.NO_EQUIVALENT.items() if k in DEFAULTS},
-    "normalize_advantages": "the batch's std of the advantages, after subtracting their batch mean",
     "reward_clip_range": "rewards clipped to a range before the baseline",
 }
 
@@ -69,7 +69,12 @@ def import_config(
 def _objective(get: trl_map.Reader, out: Mapping, components: int) -> None:
     fixed = "trl RLOOTrainer (not an option)"
     out.set("objective.advantage.baseline", "leave_one_out", f"{fixed}: the mean of the group's other rewards")
-    out.set("objective.advantage.scale", "none", get.source("normalize_advantages"))
+    out.set("objective.advantage.scale", "none", f"{fixed}: no std")
+    if get("normalize_advantages"):
+        source = get.source("normalize_advantages")
+        out.set("objective.advantage.whiten.over", "batch", f"{source}: the whole batch's advantages")
+        out.set("objective.advantage.whiten.std", "sample", "trl nanstd divides by n − 1 (not an option)")
+        out.set("objective.advantage.whiten.epsilon", 1e-4, "trl adds 1e-4 to the std (not an option)")
     out.set("objective.aggregation", "seq_mean_token_mean", f"{fixed}: each answer's loss, averaged over answers")
     out.set("objective.ratio.level", "sequence_sum", f"{fixed}: exp of the answer's summed log-ratio")
     out.set("objective.ratio.denominator", "trainer_recomputed", "trl recomputes π_old with the trainer")

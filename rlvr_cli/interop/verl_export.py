@@ -55,6 +55,8 @@ def _adapter(contract: Contract, out: Mapping) -> None:
 def _objective(contract: Contract, out: Mapping) -> None:
     o = contract.objective
     a = o.advantage
+    if a.whiten is not None:
+        out.refuse("objective.advantage.whiten", "verl's grpo and rloo estimators never whiten over the batch")
     if a.baseline == "leave_one_out":
         out.set("algorithm.adv_estimator", "rloo_vectorized", "objective.advantage.baseline: leave_one_out")
         if a.scale != "none":

@@ -1,5 +1,5 @@
 """Advantages: how the rewards of a group become each sample's advantage, as docs/contract.md
-writes it (`objective.advantage`: baseline, scale, std, epsilon) — and the group outcomes the
+writes it (`objective.advantage`: baseline, scale, std, epsilon, whiten) — and the group outcomes the
 metrics count. train/objective.py re-exports these names."""
 
 from __future__ import annotations
@@ -21,8 +21,27 @@ def group_advantages(rewards: torch.Tensor, group_size: int, objective: Objectiv
     (`leave_one_out_std`: not divided where that std is 0), or by nothing (`none`); `epsilon`
     is added to the std. A NaN reward marks an excluded sample: it is left out of means and
     stds and gets A = 0. A group whose rewards are all equal gets exactly zero: epsilon
-    creates no signal.
+    creates no signal. Then `whiten` (TRL RLOOTrainer's normalize_advantages), where the
+    contract says it: over every non-excluded sample of the batch, A ← (A − their mean) /
+    (their std + whiten.epsilon); an excluded sample keeps A = 0.
     """
+    return whitened(_centered(rewards, group_size, objective), rewards, objective)
+
+
+def whitened(advantages: torch.Tensor, rewards: torch.Tensor, objective: Objective) -> torch.Tensor:
+    """`objective.advantage.whiten` over the batch `(N,)` (NaN rewards: excluded, kept at 0)."""
+    w = getattr(objective.advantage, "whiten", None)  # an advantage section written before the key: none
+    if w is None:
+        return advantages
+    valid = ~torch.isnan(rewards)
+    a = advantages.double()
+    centered = torch.where(valid, a - _masked_mean(a, valid), torch.zeros_like(a))
+    std = _std(centered.view(1, -1), valid.view(1, -1), w.std, dim=1).view(())
+    return (centered / (std + w.epsilon)).to(advantages.dtype)
+
+
+def _centered(rewards: torch.Tensor, group_size: int, objective: Objective) -> torch.Tensor:
+    """`group_advantages` before `whiten`."""
     adv = objective.advantage
     if rewards.ndim != 1 or rewards.numel() % group_size:
         raise ValueError(f"rewards must be (N,) with N a multiple of group_size={group_size}")
@@ -61,9 +80,9 @@ def hinted_advantages(
     if not subgroup or not bool(hinted.any()):
         return group_advantages(rewards, group_size, objective)
     nan = torch.full_like(rewards, float("nan"))
-    with_hint = group_advantages(torch.where(hinted, rewards, nan), group_size, objective)
-    without = group_advantages(torch.where(hinted, nan, rewards), group_size, objective)
-    return torch.where(hinted, with_hint, without)
+    with_hint = _centered(torch.where(hinted, rewards, nan), group_size, objective)
+    without = _centered(torch.where(hinted, nan, rewards), group_size, objective)
+    return whitened(torch.where(hinted, with_hint, without), rewards, objective)  # over the whole batch
 
 
 def _masked_mean(values: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:

@@ -77,7 +77,13 @@ def objective_words(c: Contract) -> list[str]:
     return [
         f"reward per {o.reward.unit} = {weights}{_unit_words(c)}",
         f"invalid verdicts (verifier_error, timeout, sandbox_error): {'excluded and recorded' if o.reward.on_invalid == 'exclude' else 'stop the run'}",
-        f"advantage = reward - {_BASELINE[adv.baseline]}, {_SCALE[adv.scale]}{std}; all-equal groups get 0",
+        f"advantage = reward - {_BASELINE[adv.baseline]}, {_SCALE[adv.scale]}{std}; all-equal groups get 0"
+        + (
+            f"; then whitened over the batch (minus the advantages' mean, ÷ their {adv.whiten.std} std + "
+            f"{adv.whiten.epsilon})"
+            if adv.whiten
+            else ""
+        ),
         clip,
         *off_policy_words(o),
         kl,

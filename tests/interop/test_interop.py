@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from rlvr_cli.contract.load import load
+from rlvr_cli.contract.models import Whiten
 from rlvr_cli.interop import export_files, trl_map, trl_rloo_map, verl_map
 from rlvr_cli.interop.common import flat
 from tests.conftest import copy_experiment, rlvr
@@ -62,8 +63,9 @@ def test_trls_rloo_defaults_table_is_the_installed_rlooconfigs() -> None:
 
 def test_an_rloo_config_imports_as_rloo_and_what_rloo_cannot_state_is_refused(exp: Path, tmp_path: Path) -> None:
     """`rlvr import trl --trainer rloo`: RLOOTrainer's fixed objective written out with where each
-    key came from; the imported contract validates; normalize_advantages (no equivalent) is
-    refused; a GRPOConfig-only option is listed as not read; a misspelt --trainer is a usage error."""
+    key came from; the imported contract validates; normalize_advantages is the batch whitening;
+    reward_clip_range (no equivalent) is refused; a GRPOConfig-only option is listed as not read;
+    a misspelt --trainer is a usage error."""
     config = write(tmp_path / "rloo.yaml", {"num_generations": 4, "per_device_train_batch_size": 8, "max_steps": 5})
     done = rlvr("import", "trl", config, "--trainer", "rloo", "--into", exp / CONTRACT)
     assert done.code == 0, done.stderr
@@ -75,9 +77,14 @@ def test_an_rloo_config_imports_as_rloo_and_what_rloo_cannot_state_is_refused(ex
     assert (contract.hyperparameters.group_size, contract.hyperparameters.prompts_per_step) == (4, 2)
     assert "trl --trainer rloo" in (exp / "rloo.rlvr.yaml").read_text()
     assert rlvr("validate", exp / "rloo.rlvr.yaml").code == 0
-    bad = write(tmp_path / "bad.yaml", {"normalize_advantages": True, "loss_type": "dapo"})
+    assert o.advantage.whiten is None
+    whiten = write(tmp_path / "whiten.yaml", {"num_generations": 4, "normalize_advantages": True})
+    assert rlvr("import", "trl", whiten, "--trainer", "rloo", "--into", exp / CONTRACT).code == 0
+    w = load(exp / "whiten.rlvr.yaml").objective.advantage.whiten
+    assert w is not None and (w.over, w.std, w.epsilon) == ("batch", "sample", 1e-4)
+    bad = write(tmp_path / "bad.yaml", {"reward_clip_range": [-1.0, 1.0], "loss_type": "dapo"})
     refused = rlvr("import", "trl", bad, "--trainer", "rloo", "--into", exp / CONTRACT)
-    assert refused.code == 1 and "normalize_advantages" in refused.stdout + refused.stderr
+    assert refused.code == 1 and "reward_clip_range" in refused.stdout + refused.stderr
     assert "loss_type" in refused.stderr, refused.stderr
     assert not (exp / "bad.rlvr.yaml").exists()
     wrong = rlvr("import", "trl", config, "--trainer", "ppo", "--into", exp / CONTRACT)
@@ -328,6 +335,16 @@ def test_a_contract_with_the_answers_likelihood_ratio_goes_to_trls_rloo_and_back
         objective = contract.objective.model_copy(update={part: changed})
         refused = export_files.mapping(contract.model_copy(update={"objective": objective}), "trl", 1).refused
         assert [d.key for d in refused] == [f"objective.{part}"], refused
+    for std, refusals in (("sample", []), ("population", ["objective.advantage.whiten"])):  # RLOOTrainer's: sample
+        whiten = Whiten(over="batch", std=std, epsilon=1e-4)
+        advantage = contract.objective.advantage.model_copy(update={"whiten": whiten})
+        whitened = contract.model_copy(
+            update={"objective": contract.objective.model_copy(update={"advantage": advantage})}
+        )
+        found = export_files.mapping(whitened, "trl", 1)
+        assert [d.key for d in found.refused] == refusals and found.values["normalize_advantages"] is True
+        for to in ("verl", "nemo-rl"):
+            assert "objective.advantage.whiten" in [d.key for d in export_files.mapping(whitened, to, 1).refused]
 
 
 def round_trip(exp: Path, to: str, tmp_path: Path) -> tuple:

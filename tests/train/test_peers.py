@@ -376,3 +376,33 @@ def test_an_imported_rloo_config_computes_rloo_trainers_loss(config: dict) -> No
         t = shared(seed)
         t = {**t, "old": t["logp"] + (t["old"] - t["logp"]) * 0.6}
         same(ours_on(t, objective), trl_rloo_loss(t, args))
+
+
+def test_whitening_over_the_batch_is_rlootrainers_normalize_advantages() -> None:
+    """`advantage: {baseline: leave_one_out, scale: none, whiten: {batch, sample, 1e-4}}` gives
+    the advantages RLOOTrainer computes with normalize_advantages (its lines, with TRL's own
+    nanstd; an unscorable completion is NaN there, excluded here): equal, and not the unwhitened
+    ones."""
+    pytest.importorskip("trl", reason="TRL is the peers extra (make install installs it)")
+    from trl.trainer.utils import nanstd
+
+    from rlvr_cli.train.advantages import group_advantages
+
+    g = torch.Generator().manual_seed(3)
+    rewards = torch.randint(0, 3, (6, 4), generator=g).double() + torch.rand(6, 4, generator=g, dtype=torch.float64)
+    rewards[1, 2] = rewards[4, 0] = float("nan")  # unscorable (every reward function returned None)
+    rewards[2] = 1.0  # a group whose rewards are all equal
+    counts = (~torch.isnan(rewards)).sum(dim=1, keepdim=True)  # RLOOTrainer's lines
+    baselines = (torch.nansum(rewards, dim=1, keepdim=True) - rewards) / (counts - 1)
+    theirs = rewards.view(-1) - baselines.view(-1)
+    theirs = torch.nan_to_num((theirs - torch.nanmean(theirs)) / (nanstd(theirs) + 1e-4), nan=0.0)
+    reward = {"unit": "response", "components": [{"name": "c", "weight": 1.0}], "on_invalid": "exclude"}
+    advantage = {"baseline": "leave_one_out", "scale": "none"}
+    common = {"reward": reward, "clip": {"low": 0.2, "high": 0.2}, "kl": {"coef": 0.0}, "aggregation": "token_mean"}
+    whiten = {"over": "batch", "std": "sample", "epsilon": 1e-4}
+    ours = group_advantages(
+        rewards.view(-1), 4, Objective.model_validate({**common, "advantage": {**advantage, "whiten": whiten}})
+    )
+    assert torch.allclose(ours, theirs, atol=1e-12), (ours, theirs)
+    plain = group_advantages(rewards.view(-1), 4, Objective.model_validate({**common, "advantage": advantage}))
+    assert not torch.allclose(plain, theirs, atol=1e-3)
