@@ -11,6 +11,7 @@ from typing import Annotated, Literal
 from pydantic import BeforeValidator, ConfigDict, Field, model_validator
 
 from rlvr_cli.contract.adapter import Adapter
+from rlvr_cli.contract.advantage_section import Advantage, Whiten
 from rlvr_cli.contract.batch_keys import MICRO_BATCH_SEQUENCES, MINI_BATCHES, SAMPLE_AHEAD
 from rlvr_cli.contract.data_section import Data
 from rlvr_cli.contract.length_keys import OVERLONG_PENALTY, DynamicSampling, OverlongPenalty, Packing
@@ -60,6 +61,7 @@ __all__ = [
     "RewardComponent",
     "Rule",
     "Waiver",
+    "Whiten",
 ]
 
 
@@ -190,31 +192,6 @@ class Environment(Section):
 
 
 # ── objective ─────────────────────────────────────────────────────────────────────────
-
-
-class Whiten(Section):
-    over: Literal["batch"] = Field(description="batch: every sample of the step's batch but excluded ones.")
-    std: Literal["population", "sample"] = Field(description="The advantages' std: ÷n or ÷(n−1).")
-    epsilon: float = Field(gt=0, description="Added to the std; > 0.")
-
-
-class Advantage(Section):
-    baseline: Literal["group_mean", "leave_one_out"] = Field(
-        description="What is subtracted from each reward: the mean reward of its group (group_mean), or the mean "
-        "of the group's other rewards (leave_one_out: RLOO)."
-    )
-    scale: Literal["group_std", "batch_std", "leave_one_out_std", "none"] = Field(
-        description="What the centred reward is divided by: the group's std, the batch's std, the std of the "
-        "group's other rewards (leave_one_out_std, with baseline leave_one_out: NeMo RL's; where it is 0 the "
-        "centred reward is not divided), or nothing (Dr. GRPO)."
-    )
-    std: Literal["population", "sample"] | None = Field(None, description="Required unless scale is none.")
-    epsilon: float | None = Field(None, gt=0, description="Added to the std; > 0.")
-    whiten: Whiten | None = Field(
-        None,
-        description="After the baseline and scale, over the whole batch: subtract the mean advantage, divide by "
-        "the advantages' std plus epsilon (TRL RLOOTrainer's normalize_advantages). Absent: not whitened.",
-    )
 
 
 class Clip(Section):

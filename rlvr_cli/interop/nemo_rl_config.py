@@ -40,6 +40,7 @@ DEFAULTS: dict[str, Any] = {
     f"{G}.use_dynamic_sampling": False,
     f"{G}.dynamic_sampling_max_gen_batches": 10,
     f"{G}.batch_multiplier": 1,
+    f"{G}.adv_estimator.minus_baseline": True,
     f"{G}.reward_shaping.enabled": False,
     f"{G}.reward_shaping.stop_properly_penalty_coef": None,
     f"{G}.reward_scaling.enabled": False,
@@ -230,7 +231,7 @@ KINDS: dict[str, str] = {
     **dict.fromkeys(
         (
             *(f"{G}.{k}" for k in ("num_prompts_per_step", "num_generations_per_prompt", "max_num_steps")),
-            *(f"{G}.{k}" for k in ("max_num_epochs", "seed", "dynamic_sampling_max_gen_batches", "batch_multiplier")),
+            *(f"{G}.{k}" for k in ("max_num_epochs", "seed", "dynamic_sampling_max_gen_batches")),
             f"{G}.reward_shaping.overlong_buffer_length",
             f"{G}.reward_shaping.max_response_length",
             *(f"{P}.{k}" for k in ("train_global_batch_size", "train_micro_batch_size", "max_total_sequence_length")),
@@ -245,6 +246,8 @@ KINDS: dict[str, str] = {
         (
             *(f"{G}.reward_scaling.{k}" for k in ("source_min", "source_max", "target_min", "target_max")),
             f"{G}.reward_shaping.overlong_buffer_penalty",
+            f"{G}.reward_shaping.stop_properly_penalty_coef",
+            f"{G}.batch_multiplier",  # NotRequired[float] in NeMo RL's GRPOConfig (ProRLv2's recipe: 1.5)
             *(
                 f"{L}.{k}"
                 for k in ("ratio_clip_min", "ratio_clip_max", "ratio_eps_min", "ratio_eps_max", "ratio_clip_c")

@@ -4,9 +4,12 @@ that compute the same objective), with every choice NeMo RL cannot express liste
 
 from __future__ import annotations
 
+from typing import Any
+
 from rlvr_cli.contract.models import Contract
 from rlvr_cli.interop.common import Mapping
 from rlvr_cli.interop.nemo_rl_map import MINI_BATCHES_DIFFER, G, L, P
+from rlvr_cli.interop.nemo_rl_reward import RFPP, RFPP_WHITEN
 
 #: where the recipe sits in a NeMo RL checkout, and the config it is written over
 RECIPE_DEFAULTS = "../../grpo_math_1B.yaml"
@@ -33,7 +36,8 @@ def export_config(contract: Contract) -> Mapping:
 def _advantage(contract: Contract, out: Mapping) -> None:
     a = contract.objective.advantage
     if a.whiten is not None:
-        out.refuse("objective.advantage.whiten", "NeMo RL's GRPO advantage is never whitened over the batch")
+        _reinforce_plus_plus(a, out)
+        return
     loo = a.baseline == "leave_one_out"
     fixed = {"group_std": not loo, "leave_one_out_std": loo, "none": True}
     if not fixed.get(a.scale, False):
@@ -49,6 +53,23 @@ def _advantage(contract: Contract, out: Mapping) -> None:
         out.refuse("objective.advantage.std", f"{a.std}: NeMo RL divides by the sample std (n − 1)")
     if normalize and a.epsilon != 1e-6:
         out.refuse("objective.advantage.epsilon", f"{a.epsilon}: NeMo RL adds 1e-6 to the std, not an option")
+
+
+def _reinforce_plus_plus(a: Any, out: Mapping) -> None:
+    """A whitened advantage is NeMo RL's REINFORCE++ with baseline, where it is that one exactly."""
+    out.set(f"{G}.adv_estimator.name", RFPP, "objective.advantage.whiten")
+    out.set(f"{G}.adv_estimator.minus_baseline", True, f"objective.advantage.baseline: {a.baseline}")
+    if (a.baseline, a.scale) != ("group_mean", "none"):
+        out.refuse(
+            "objective.advantage.whiten",
+            f"after baseline {a.baseline}, scale {a.scale}: NeMo RL whitens r − the group's mean alone ({RFPP})",
+        )
+    for key, value, _ in RFPP_WHITEN:
+        if getattr(a.whiten, key) != value:
+            out.refuse(
+                f"objective.advantage.whiten.{key}",
+                f"{getattr(a.whiten, key)}: NeMo RL's {RFPP} whitens with {key} {value} (not an option)",
+            )
 
 
 def _loss(contract: Contract, out: Mapping) -> None:
@@ -146,13 +167,11 @@ def _length(contract: Contract, out: Mapping) -> None:
     )
     out.set(f"{P}.generation.max_new_tokens", length.max_response_tokens, "length.max_response_tokens")
     out.set("data.max_input_seq_length", length.max_prompt_tokens, "length.max_prompt_tokens")
-    if length.on_truncated == "penalize":
-        out.refuse(
-            "length.on_truncated", "penalize: NeMo RL scales a truncated reward (stop_properly), not replaces it"
-        )
     out.set(f"{G}.overlong_filtering", length.on_truncated == "exclude", f"length.on_truncated: {length.on_truncated}")
     penalty = length.overlong_penalty
     out.set(f"{G}.reward_shaping.enabled", penalty is not None, "length.overlong_penalty")
+    if length.on_truncated == "penalize":
+        _stop_properly(contract, out)
     if penalty is not None:
         out.set(f"{G}.reward_shaping.overlong_buffer_length", penalty.buffer_tokens, "overlong_penalty.buffer_tokens")
         out.set(f"{G}.reward_shaping.overlong_buffer_penalty", penalty.factor, "overlong_penalty.factor")
@@ -164,6 +183,18 @@ def _length(contract: Contract, out: Mapping) -> None:
     if on:
         out.set(f"{G}.dynamic_sampling_max_gen_batches", sampling.max_rounds, "dynamic_sampling.max_rounds")
         out.set(f"{G}.batch_multiplier", 1, "one batch of prompts a round, as the contract")
+
+
+def _stop_properly(contract: Contract, out: Mapping) -> None:
+    """A truncated response rewarded 0 is NeMo RL's stop_properly_penalty_coef 0.0 (its reward × 0);
+    another reward, or beside the DAPO penalty (which stop_properly switches off), is not."""
+    length = contract.length
+    if length.truncation_penalty != 0 or length.overlong_penalty is not None:
+        why = "beside overlong_penalty" if length.truncation_penalty == 0 else f"reward {length.truncation_penalty}"
+        out.refuse("length.on_truncated", f"penalize, {why}: NeMo RL scales a truncated reward (stop_properly)")
+        return
+    out.set(f"{G}.reward_shaping.enabled", True, "length.on_truncated: penalize")
+    out.set(f"{G}.reward_shaping.stop_properly_penalty_coef", 0.0, "length.truncation_penalty: 0.0 (the reward × 0)")
 
 
 def _sampling(contract: Contract, out: Mapping) -> None:

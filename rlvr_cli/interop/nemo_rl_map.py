@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlvr_cli.interop import nemo_rl_config
+from rlvr_cli.interop import nemo_rl_config, nemo_rl_reward
 from rlvr_cli.interop.common import Mapping, plain
 from rlvr_cli.interop.nemo_rl_config import Reader
 
@@ -54,11 +54,11 @@ def import_config(
     for key in REQUIRED:
         if get(key) is None and key not in unresolved and key not in get.problems:
             out.refuse(key, "absent: NeMo RL requires it (give the whole config, or its defaults beside it)")
-    _advantage(get, out, weights)
+    nemo_rl_reward.advantage(get, out, weights)
     _loss(get, out)
     _batch(get, out, train_rows)
     _sampling(get, out)
-    _reward_shaping(get, out)
+    nemo_rl_reward.reward_shaping(get, out)
     _optimizer(get, out)
     for key, text in sorted(get.problems.items()):
         out.refuse(key, text)
@@ -78,46 +78,6 @@ REQUIRED = (
     f"{P}.optimizer.name",
     f"{P}.optimizer.kwargs.lr",
 )
-
-
-def _advantage(get: Reader, out: Mapping, weights: list[float]) -> None:
-    section = f"{G}.adv_estimator" if get.given(f"{G}.adv_estimator.name") else G
-    name = get(f"{G}.adv_estimator.name") if section != G else "grpo"
-    if name != "grpo":
-        out.refuse(f"{G}.adv_estimator.name", f"{name}: the contract's advantages are GRPO's group baselines")
-    loo, normalize = get(f"{section}.use_leave_one_out_baseline"), get(f"{section}.normalize_rewards")
-    source = get.source(f"{section}.use_leave_one_out_baseline")
-    out.set("objective.advantage.baseline", "leave_one_out" if loo else "group_mean", source)
-    scale = ("leave_one_out_std" if loo else "group_std") if normalize else "none"
-    out.set("objective.advantage.scale", scale, get.source(f"{section}.normalize_rewards"))
-    if normalize:
-        std_of = "the other rewards of the group" if loo else "the group"
-        out.set("objective.advantage.std", "sample", f"NeMo RL: the sample std (n − 1) of {std_of}, not an option")
-        out.set("objective.advantage.epsilon", 1e-6, "NeMo RL adds 1e-6 where the std is not 0, not an option")
-        out.bound(
-            "objective.advantage.epsilon", "NeMo RL releases before the 1e-6 divide by the std alone (1e-6 of it)"
-        )
-    if get(f"{G}.reward_scaling.enabled"):
-        _reward_scaling(get, out, weights)
-
-
-def _reward_scaling(get: Reader, out: Mapping, weights: list[float]) -> None:
-    """target_min + (r − source_min)·a, a = (target_max − target_min)/(source_max − source_min): the
-    shift changes no advantage (the baseline takes it away, the std does not see it), the slope is
-    the components' weights × a."""
-    s = f"{G}.reward_scaling"
-    lows, highs = (get(f"{s}.source_min"), get(f"{s}.target_min")), (get(f"{s}.source_max"), get(f"{s}.target_max"))
-    if None in (*lows, *highs) or highs[0] == lows[0]:
-        out.refuse(s, f"source [{lows[0]}, {highs[0]}] → target [{lows[1]}, {highs[1]}]: not an affine map")
-        return
-    slope = (highs[1] - lows[1]) / (highs[0] - lows[0])
-    if slope <= 0:
-        out.refuse(s, f"slope {slope:g}: a reward scaled so that worse is better")
-        return
-    shift = lows[1] - lows[0] * slope
-    out.set("objective.reward.weights", [w * slope for w in weights], f"the base's weights × {slope:g} ({s})")
-    if shift:
-        out.differs(s, f"NeMo RL adds {shift:g} to every reward: no advantage changes, the recorded rewards do")
 
 
 def _loss(get: Reader, out: Mapping) -> None:
@@ -236,32 +196,6 @@ def _batch(get: Reader, out: Mapping, train_rows: int) -> None:
             f"{G}.overlong_filtering",
             "true: NeMo RL releases whose advantage estimator takes no sample mask keep a filtered response in its "
             "group's baseline and std (only its loss is masked); on_truncated: exclude leaves it out of both",
-        )
-
-
-def _reward_shaping(get: Reader, out: Mapping) -> None:
-    s = f"{G}.reward_shaping"
-    if not get(f"{s}.enabled"):
-        return
-    if get(f"{s}.stop_properly_penalty_coef") is not None:
-        out.refuse(f"{s}.stop_properly_penalty_coef", f"{get(f'{s}.stop_properly_penalty_coef')}: a truncated "
-                   "response's reward scaled by it")  # fmt: skip
-        return
-    buffer, factor, limit = (
-        get(f"{s}.overlong_buffer_length"),
-        get(f"{s}.overlong_buffer_penalty"),
-        get(f"{s}.max_response_length"),
-    )
-    if None in (buffer, factor, limit):
-        out.refuse(s, "enabled without overlong_buffer_length, overlong_buffer_penalty and max_response_length")
-        return
-    out.set("length.overlong_penalty", {"buffer_tokens": int(buffer), "factor": float(factor)}, f"nemo-rl {s}")
-    budget = out.values.get("length.max_response_tokens")
-    if budget is not None and budget != limit:
-        out.differs(
-            f"{s}.max_response_length",
-            f"{limit}: NeMo RL's penalty starts at {limit} − {buffer} tokens, the contract's at max_response_tokens "
-            f"{budget} − {buffer}",
         )
 
 

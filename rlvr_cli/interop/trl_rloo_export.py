@@ -29,9 +29,11 @@ def _objective(contract: Contract, out: Mapping) -> None:
         )
     w = o.advantage.whiten
     out.set("normalize_advantages", w is not None, "objective.advantage.whiten")
-    if w is not None and (w.std, w.epsilon) != ("sample", 1e-4):
+    if w is not None and (w.over, w.std, w.epsilon, w.epsilon_use) != ("batch", "sample", 1e-4, "add_to_std"):
         out.refuse(
-            "objective.advantage.whiten", f"{w.std} std + {w.epsilon}: {fixed} whitens with the sample std + 1e-4"
+            "objective.advantage.whiten",
+            f"over {w.over}, {w.std} std, epsilon {w.epsilon} {w.epsilon_use}: {fixed} whitens over the batch's "
+            "answers, each once, ÷ (sample std + 1e-4)",
         )
     if o.aggregation != "seq_mean_token_mean":
         out.refuse("objective.aggregation", f"{o.aggregation}: {fixed} averages each answer's loss over answers")

@@ -75,6 +75,7 @@ def _objective(get: trl_map.Reader, out: Mapping, components: int) -> None:
         out.set("objective.advantage.whiten.over", "batch", f"{source}: the whole batch's advantages")
         out.set("objective.advantage.whiten.std", "sample", "trl nanstd divides by n − 1 (not an option)")
         out.set("objective.advantage.whiten.epsilon", 1e-4, "trl adds 1e-4 to the std (not an option)")
+        out.set("objective.advantage.whiten.epsilon_use", "add_to_std", "trl: ÷ (std + 1e-4) (not an option)")
     out.set("objective.aggregation", "seq_mean_token_mean", f"{fixed}: each answer's loss, averaged over answers")
     out.set("objective.ratio.level", "sequence_sum", f"{fixed}: exp of the answer's summed log-ratio")
     out.set("objective.ratio.denominator", "trainer_recomputed", "trl recomputes π_old with the trainer")

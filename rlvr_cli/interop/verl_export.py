@@ -3,11 +3,15 @@ choice verl cannot express listed (verl_map.py is the other direction)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from rlvr_cli.contract.models import Contract
 from rlvr_cli.interop.common import Mapping, check_std, float32_exact
 from rlvr_cli.interop.verl_map import (
     AGGREGATION,
     MINI_BATCHES_DIFFER,
+    RFPP_BASELINE,
+    RFPP_WHITEN,
     SCHEDULE_DIFFERS,
     A,
     C,
@@ -52,12 +56,29 @@ def _adapter(contract: Contract, out: Mapping) -> None:
         out.refuse("hyperparameters.adapter.path", "verl reads a starting adapter from lora_adapter_path: set it there")
 
 
+def _whitened(a: Any, out: Mapping) -> None:
+    """A whitened advantage is verl's REINFORCE++ with baseline, where it is that one exactly."""
+    out.set("algorithm.adv_estimator", RFPP_BASELINE, "objective.advantage.whiten")
+    if (a.baseline, a.scale) != ("group_mean", "none"):
+        out.refuse(
+            "objective.advantage.whiten",
+            f"after baseline {a.baseline}, scale {a.scale}: verl whitens r − the group's mean alone ({RFPP_BASELINE})",
+        )
+    for key, value, _ in RFPP_WHITEN:
+        if getattr(a.whiten, key) != value:
+            out.refuse(
+                f"objective.advantage.whiten.{key}",
+                f"{getattr(a.whiten, key)}: verl's {RFPP_BASELINE} whitens with {key} {value} (not an option)",
+            )
+    out.bound("objective.advantage.whiten", f"{RFPP_BASELINE}: verl divides its masked means by Σmask + 1e-8")
+
+
 def _objective(contract: Contract, out: Mapping) -> None:
     o = contract.objective
     a = o.advantage
     if a.whiten is not None:
-        out.refuse("objective.advantage.whiten", "verl's grpo and rloo estimators never whiten over the batch")
-    if a.baseline == "leave_one_out":
+        _whitened(a, out)
+    elif a.baseline == "leave_one_out":
         out.set("algorithm.adv_estimator", "rloo_vectorized", "objective.advantage.baseline: leave_one_out")
         if a.scale != "none":
             out.refuse("objective.advantage.scale", f"{a.scale}: verl's rloo divides by no std")

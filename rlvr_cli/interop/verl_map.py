@@ -47,6 +47,14 @@ MINI_BATCHES_DIFFER = (
 )
 SCHEDULE_DIFFERS = "verl moves the learning rate once a batch (after its {} optimizer steps), the contract at every one"
 GRPO, RLOO = ("grpo", "grpo_vectorized"), ("rloo", "rloo_vectorized")  # RLOO: r − the others' mean
+RFPP_BASELINE = "reinforce_plus_plus_baseline"  # r − the group's mean, whitened over the batch's tokens
+#: verl's masked_whiten as the contract's `whiten` (key, value, why): verl_export.py checks the same
+RFPP_WHITEN = (
+    ("over", "batch_tokens", "verl's masked_whiten: every response token of the batch"),
+    ("std", "sample", "verl's masked_var: unbiased, n − 1 over the tokens (not an option)"),
+    ("epsilon", 1e-8, "verl: rsqrt(variance + 1e-8) (not an option)"),
+    ("epsilon_use", "add_to_variance", "verl: rsqrt(variance + 1e-8) (not an option)"),
+)
 KL = {"kl": "k1", "k1": "k1", "mse": "k2", "k2": "k2", "low_var_kl": "k3", "k3": "k3"}
 
 
@@ -106,17 +114,20 @@ def _adapter(get: Reader, out: Mapping) -> None:
 
 def _advantage(get: Reader, out: Mapping, weights: list[float]) -> None:
     estimator = get("algorithm.adv_estimator")
-    if estimator not in (*GRPO, *RLOO):
-        out.refuse("algorithm.adv_estimator", f"{estimator}: not a group baseline (grpo, rloo)")
-    loo = estimator in RLOO
-    scaled = not loo and get("algorithm.norm_adv_by_std_in_grpo")
+    if estimator not in (*GRPO, *RLOO, RFPP_BASELINE):
+        out.refuse("algorithm.adv_estimator", f"{estimator}: not a group baseline (grpo, rloo, {RFPP_BASELINE})")
     source = get.source("algorithm.adv_estimator")
-    out.set("objective.advantage.baseline", "leave_one_out" if loo else "group_mean", source)
-    why = f"verl's {estimator} divides by no std" if loo else get.source("algorithm.norm_adv_by_std_in_grpo")
-    out.set("objective.advantage.scale", "group_std" if scaled else "none", why)
-    if scaled:
-        out.set("objective.advantage.std", "sample", "verl: torch.std, n − 1 (not an option)")
-        out.set("objective.advantage.epsilon", 1e-6, "verl adds 1e-6 to the std (not an option)")
+    if estimator == RFPP_BASELINE:
+        _whitened(out, source)
+    else:
+        loo = estimator in RLOO
+        scaled = not loo and get("algorithm.norm_adv_by_std_in_grpo")
+        out.set("objective.advantage.baseline", "leave_one_out" if loo else "group_mean", source)
+        why = f"verl's {estimator} divides by no std" if loo else get.source("algorithm.norm_adv_by_std_in_grpo")
+        out.set("objective.advantage.scale", "group_std" if scaled else "none", why)
+        if scaled:
+            out.set("objective.advantage.std", "sample", "verl: torch.std, n − 1 (not an option)")
+            out.set("objective.advantage.epsilon", 1e-6, "verl adds 1e-6 to the std (not an option)")
     if estimator.endswith("_vectorized"):
         out.bound("algorithm.adv_estimator", f"{estimator}: verl sums in float32, Σr² − (Σr)²/n for the variance")
     if not all(float32_exact(w) for w in weights):
@@ -125,6 +136,16 @@ def _advantage(get: Reader, out: Mapping, weights: list[float]) -> None:
             "verl keeps rewards as float32: a group whose rewards are all equal but not float32 numbers (weights "
             f"{weights}) gets advantages that are not exactly 0 (a group of 1.2: 0.106)",
         )
+
+
+def _whitened(out: Mapping, source: str) -> None:
+    """REINFORCE++ with baseline: r − the group's mean, then verl's masked_whiten over the batch's
+    response tokens (each answer's advantage on each of its tokens)."""
+    out.set("objective.advantage.baseline", "group_mean", source)
+    out.set("objective.advantage.scale", "none", f"verl's {RFPP_BASELINE} divides by no group std")
+    for key, value, why in RFPP_WHITEN:
+        out.set(f"objective.advantage.whiten.{key}", value, why)
+    out.bound("algorithm.adv_estimator", f"{RFPP_BASELINE}: verl divides its masked means by Σmask + 1e-8")
 
 
 def _loss(get: Reader, out: Mapping) -> None:

@@ -12,7 +12,9 @@ if TYPE_CHECKING:
     from rlvr_cli.contract.models import Objective
 
 
-def group_advantages(rewards: torch.Tensor, group_size: int, objective: Objective) -> torch.Tensor:
+def group_advantages(
+    rewards: torch.Tensor, group_size: int, objective: Objective, tokens: torch.Tensor | None = None
+) -> torch.Tensor:
     """Group-relative advantages for rewards `(N,)` ordered group by group.
 
     A = r - the mean of its group (`group_mean`) or of the group's other rewards
@@ -21,23 +23,42 @@ def group_advantages(rewards: torch.Tensor, group_size: int, objective: Objectiv
     (`leave_one_out_std`: not divided where that std is 0), or by nothing (`none`); `epsilon`
     is added to the std. A NaN reward marks an excluded sample: it is left out of means and
     stds and gets A = 0. A group whose rewards are all equal gets exactly zero: epsilon
-    creates no signal. Then `whiten` (TRL RLOOTrainer's normalize_advantages), where the
-    contract says it: over every non-excluded sample of the batch, A ← (A − their mean) /
-    (their std + whiten.epsilon); an excluded sample keeps A = 0.
+    creates no signal. Then `whiten`, where the contract says it: `whitened`. `tokens` `(N,)`:
+    each sample's trained tokens, which `whiten.over: batch_tokens` weighs it by.
     """
-    return whitened(_centered(rewards, group_size, objective), rewards, objective)
+    return whitened(_centered(rewards, group_size, objective), rewards, objective, tokens)
 
 
-def whitened(advantages: torch.Tensor, rewards: torch.Tensor, objective: Objective) -> torch.Tensor:
-    """`objective.advantage.whiten` over the batch `(N,)` (NaN rewards: excluded, kept at 0)."""
+def whitened(
+    advantages: torch.Tensor, rewards: torch.Tensor, objective: Objective, tokens: torch.Tensor | None = None
+) -> torch.Tensor:
+    """`objective.advantage.whiten` over the batch `(N,)`: over every non-excluded sample (NaN
+    reward: excluded, kept at 0), each counted once (`over: batch`, TRL RLOOTrainer's
+    normalize_advantages) or once per trained token (`batch_tokens`, REINFORCE++ with baseline:
+    `tokens` `(N,)` required), A ← (A − their mean) / their std, epsilon entering as
+    `epsilon_use` says: std + ε (TRL), √(variance + ε) (verl), √max(variance, ε) (NeMo RL)."""
     w = getattr(objective.advantage, "whiten", None)  # an advantage section written before the key: none
     if w is None:
         return advantages
     valid = ~torch.isnan(rewards)
-    a = advantages.double()
-    centered = torch.where(valid, a - _masked_mean(a, valid), torch.zeros_like(a))
-    std = _std(centered.view(1, -1), valid.view(1, -1), w.std, dim=1).view(())
-    return (centered / (std + w.epsilon)).to(advantages.dtype)
+    weight = valid.double()
+    if w.over == "batch_tokens":
+        if tokens is None:
+            raise ValueError("whiten.over: batch_tokens needs each sample's trained tokens")
+        weight = torch.where(valid, tokens.double(), torch.zeros_like(weight))
+    a, total = advantages.double(), weight.sum()
+    centered = torch.where(valid, a - (weight * a).sum() / total.clamp(min=1), torch.zeros_like(a))
+    variance = (weight * centered.pow(2)).sum() / (total - STD_KINDS[w.std]).clamp(min=1)
+    use = getattr(w, "epsilon_use", "add_to_std")
+    if use == "add_to_std":
+        scaled = centered / (variance.sqrt() + w.epsilon)
+    elif use == "add_to_variance":
+        scaled = centered * torch.rsqrt(variance + w.epsilon)
+    elif use == "variance_floor":
+        scaled = centered * torch.rsqrt(variance.clamp(min=w.epsilon))
+    else:
+        raise ValueError(f"unknown whiten.epsilon_use {use!r}")
+    return scaled.to(advantages.dtype)
 
 
 def _centered(rewards: torch.Tensor, group_size: int, objective: Objective) -> torch.Tensor:
@@ -71,18 +92,23 @@ def _centered(rewards: torch.Tensor, group_size: int, objective: Objective) -> t
 
 
 def hinted_advantages(
-    rewards: torch.Tensor, hinted: torch.Tensor, group_size: int, objective: Objective, subgroup: bool
+    rewards: torch.Tensor,
+    hinted: torch.Tensor,
+    group_size: int,
+    objective: Objective,
+    subgroup: bool,
+    tokens: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Advantages `(N,)` for rewards ordered group by group, with `hinted` `(N,)` bool (the
     samples shown a hint, `data.hints`): with `subgroup` (`hints.advantage: subgroup`), hinted
     and unhinted samples are each compared only with their own kind — the other kind is left
-    out as an excluded sample is; otherwise the whole group, as `group_advantages`."""
+    out as an excluded sample is; otherwise the whole group, as `group_advantages` (`tokens`: its)."""
     if not subgroup or not bool(hinted.any()):
-        return group_advantages(rewards, group_size, objective)
+        return group_advantages(rewards, group_size, objective, tokens)
     nan = torch.full_like(rewards, float("nan"))
     with_hint = _centered(torch.where(hinted, rewards, nan), group_size, objective)
     without = _centered(torch.where(hinted, nan, rewards), group_size, objective)
-    return whitened(torch.where(hinted, with_hint, without), rewards, objective)  # over the whole batch
+    return whitened(torch.where(hinted, with_hint, without), rewards, objective, tokens)  # over the whole batch
 
 
 def _masked_mean(values: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:

@@ -62,10 +62,16 @@ def units(contract: Any, flat: list[Sample]) -> tuple[list[Sample], list[Sample]
     return every, rows, owner
 
 
-def ragged_advantages(contract: Any, every: list[Sample], rewards: torch.Tensor, subgroup: bool) -> torch.Tensor:
+def ragged_advantages(
+    contract: Any, every: list[Sample], rewards: torch.Tensor, subgroup: bool, tokens: torch.Tensor
+) -> torch.Tensor:
     """Group-relative advantages `(N,)` of units whose groups hold any number of them (all ranks'
-    units under torchrun): each group padded to the widest with excluded entries."""
-    mine = [(s.group, s.index, s.session, r, s.hint is not None) for s, r in zip(every, rewards.tolist(), strict=True)]
+    units under torchrun): each group padded to the widest with excluded entries (`tokens` `(N,)`:
+    each unit's trained tokens, for `whiten.over: batch_tokens`)."""
+    mine = [
+        (s.group, s.index, s.session, r, s.hint is not None, n)
+        for s, r, n in zip(every, rewards.tolist(), tokens.tolist(), strict=True)
+    ]
     ordered = sorted(item for part in dist.gather(mine) for item in part) if dist.active() else sorted(mine)
     groups: dict[int, list[tuple[Any, ...]]] = {}
     for item in ordered:
@@ -73,20 +79,24 @@ def ragged_advantages(contract: Any, every: list[Sample], rewards: torch.Tensor,
     width = max((len(g) for g in groups.values()), default=1)
     padded: list[float] = []
     shown: list[bool] = []
+    counts: list[float] = []
     where: dict[tuple[int, int, int], int] = {}
     for members in groups.values():
-        for g, i, k, r, h in members:
+        for g, i, k, r, h, n in members:
             where[(g, i, k)] = len(padded)
             padded.append(r)
             shown.append(h)
+            counts.append(n)
         padded += [math.nan] * (width - len(members))
         shown += [False] * (width - len(members))
+        counts += [0.0] * (width - len(members))
     adv = obj.hinted_advantages(
         torch.tensor(padded, dtype=torch.float64),
         torch.tensor(shown, dtype=torch.bool),
         width,
         contract.objective,
         subgroup,
+        torch.tensor(counts, dtype=torch.float64),
     )
     return torch.tensor([float(adv[where[(s.group, s.index, s.session)]]) for s in every], dtype=torch.float64)
 

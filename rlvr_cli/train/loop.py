@@ -128,7 +128,8 @@ def train_step(
         fwd = update.Forward.of(setup, trained)
         ref = update.reference_logprobs(setup, fwd)
         rewards, old = update.rewards_with_kl(setup, flat, fwd, ref, owner)  # KL in the reward
-        adv = update.step_advantages(setup, flat, rewards, owner)  # advantages (and each row its unit's)
+        tokens = fwd.batch.response_mask.sum(dim=1)  # (B,): each trained row's tokens (whiten over batch_tokens)
+        adv = update.step_advantages(setup, flat, rewards, owner, tokens)  # advantages (and each row its unit's)
         credit.share(flat, trained, owner)
         old = importance.ratio_denominator(setup, state, trained, fwd, old)
         learned = update.optimizer_passes(setup, state, trained, adv, fwd, old, ref)  # update

@@ -34,6 +34,19 @@ def _kl_watched(c: Contract) -> bool:
     return ref is not None and not ref.is_none and any(r.metric == "kl" for r in c.monitoring.rules)
 
 
+def _whiten_words(w: Any) -> str:
+    """`objective.advantage.whiten` in the plan's words (empty: not whitened)."""
+    if w is None:
+        return ""
+    each = "each answer once per trained token" if w.over == "batch_tokens" else "each answer once"
+    divide = {
+        "add_to_std": f"÷ their {w.std} std + {w.epsilon}",
+        "add_to_variance": f"÷ √(their {w.std} variance + {w.epsilon})",
+        "variance_floor": f"÷ √max(their {w.std} variance, {w.epsilon})",
+    }[w.epsilon_use]
+    return f"; then whitened over the batch, {each} (minus the advantages' mean, {divide})"
+
+
 def _unit_words(c: Contract) -> str:
     """What one unit holds: an episode's sessions and which of them train, a set's members."""
     reward, sessions = c.objective.reward, c.environment.max_sessions or 1
@@ -78,12 +91,7 @@ def objective_words(c: Contract) -> list[str]:
         f"reward per {o.reward.unit} = {weights}{_unit_words(c)}",
         f"invalid verdicts (verifier_error, timeout, sandbox_error): {'excluded and recorded' if o.reward.on_invalid == 'exclude' else 'stop the run'}",
         f"advantage = reward - {_BASELINE[adv.baseline]}, {_SCALE[adv.scale]}{std}; all-equal groups get 0"
-        + (
-            f"; then whitened over the batch (minus the advantages' mean, ÷ their {adv.whiten.std} std + "
-            f"{adv.whiten.epsilon})"
-            if adv.whiten
-            else ""
-        ),
+        + _whiten_words(adv.whiten),
         clip,
         *off_policy_words(o),
         kl,

@@ -176,23 +176,33 @@ def rewards_with_kl(
     return rewards, old
 
 
-def step_advantages(setup: Setup, flat: list[Sample], rewards: torch.Tensor, owner: list[int]) -> torch.Tensor:
+def step_advantages(
+    setup: Setup, flat: list[Sample], rewards: torch.Tensor, owner: list[int], row_tokens: torch.Tensor | None = None
+) -> torch.Tensor:
     """Advantages over the whole (all-rank) batch of units, written into each unit (and the
-    sessions it trains) and returned for this rank's trained rows `(B,)` (`owner`: each row's unit)."""
+    sessions it trains) and returned for this rank's trained rows `(B,)` (`owner`: each row's unit;
+    `row_tokens` `(B,)`: each row's trained tokens, which `whiten.over: batch_tokens` weighs by)."""
     contract, subgroup = setup.contract, hints.subgroup(setup.contract)
     size = credit.unit_width(contract)
+    tokens = torch.zeros(len(flat), dtype=torch.float64)  # (N,): each unit's trained tokens
+    if row_tokens is not None and len(owner):
+        tokens.index_add_(0, torch.tensor(owner, dtype=torch.long), row_tokens.detach().double().cpu())
     if credit.several(flat):  # episodes of several sessions: groups of any width
-        adv = credit.ragged_advantages(contract, flat, rewards, subgroup).float()
+        adv = credit.ragged_advantages(contract, flat, rewards, subgroup, tokens).float()
     elif not dist.active():
         shown = torch.tensor([s.hint is not None for s in flat], dtype=torch.bool)
-        adv = obj.hinted_advantages(rewards, shown, size, contract.objective, subgroup).float()
+        adv = obj.hinted_advantages(rewards, shown, size, contract.objective, subgroup, tokens).float()
     else:
-        mine = [(s.group, s.index, r, s.hint is not None) for s, r in zip(flat, rewards.tolist(), strict=True)]
+        mine = [
+            (s.group, s.index, r, s.hint is not None, n)
+            for s, r, n in zip(flat, rewards.tolist(), tokens.tolist(), strict=True)
+        ]
         ordered = sorted(item for part in dist.gather(mine) for item in part)
-        position = {(g, i): k for k, (g, i, _, _) in enumerate(ordered)}
-        every_reward = torch.tensor([r for _, _, r, _ in ordered], dtype=torch.float64)
-        shown = torch.tensor([h for *_, h in ordered], dtype=torch.bool)
-        every = obj.hinted_advantages(every_reward, shown, size, contract.objective, subgroup)
+        position = {(g, i): k for k, (g, i, *_) in enumerate(ordered)}
+        every_reward = torch.tensor([r for _, _, r, _, _ in ordered], dtype=torch.float64)
+        shown = torch.tensor([h for _, _, _, h, _ in ordered], dtype=torch.bool)
+        every_tokens = torch.tensor([n for *_, n in ordered], dtype=torch.float64)
+        every = obj.hinted_advantages(every_reward, shown, size, contract.objective, subgroup, every_tokens)
         adv = torch.stack([every[position[(s.group, s.index)]] for s in flat]).float() if flat else torch.zeros(0)
     for s, a in zip(flat, adv.tolist(), strict=True):
         s.advantage = a

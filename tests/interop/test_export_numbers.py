@@ -47,6 +47,13 @@ VARIANTS = {
         (SCALE, "scale: none}"),
         (AGG, "aggregation: token_mean"),
     ],
+    "reinforce-pp-baseline": [  # verl's reinforce_plus_plus_baseline: masked_whiten over the batch's tokens
+        (
+            SCALE,
+            "scale: none, whiten: {over: batch_tokens, std: sample, epsilon: 1.0e-8, epsilon_use: add_to_variance}}",
+        ),
+        (AGG, "aggregation: token_mean"),
+    ],
     "gspo-tis": [
         (
             KL,
@@ -83,7 +90,8 @@ def tensors(seed: int) -> dict[str, torch.Tensor]:
 
 
 def ours(contract, t: dict[str, torch.Tensor]) -> tuple:
-    adv = group_advantages(torch.tensor(REWARDS, dtype=torch.float64), K, contract.objective)
+    tokens = t["mask"].sum(dim=1)  # each answer's trained tokens (whiten over batch_tokens weighs by them)
+    adv = group_advantages(torch.tensor(REWARDS, dtype=torch.float64), K, contract.objective, tokens)
     logp = t["logp"].clone().requires_grad_(True)
     engine = t["engine"] if contract.objective.corrects else None
     loss, _ = policy_loss(
@@ -138,18 +146,30 @@ def test_verls_code_under_the_export_computes_the_contract(variant: str, compute
     theirs = json.loads((computed / "answers.json").read_text())[variant]
     contract = load(computed / variant / "exp" / "experiment.rlvr.yaml")
     mine = [ours(contract, tensors(seed)) for seed in range(2)]
-    # verl adds 1e-8 to each answer's token count (stated as `exact within`): 1e-8 of each term
-    margin = 1e-8 if contract.objective.aggregation == "seq_mean_token_mean" else 1e-12
+    # verl adds 1e-8 to each answer's token count and to the batch's in masked_whiten (stated as
+    # `exact within`): 1e-8 of each term
+    whitened = contract.objective.advantage.whiten is not None
+    margin = 1e-8 if contract.objective.aggregation == "seq_mean_token_mean" or whitened else 1e-12
     for (adv, loss, grad), their in zip(mine, theirs[:-1], strict=True):
-        assert torch.allclose(adv, torch.tensor(their["advantages"], dtype=torch.float64), rtol=0, atol=1e-10)
+        assert torch.allclose(
+            adv, torch.tensor(their["advantages"], dtype=torch.float64), rtol=0, atol=max(margin, 1e-10)
+        )
         assert loss == pytest.approx(their["loss"], rel=1e-10, abs=margin), variant
         assert torch.allclose(grad, torch.tensor(their["grad"], dtype=torch.float64), rtol=1e-10, atol=margin)
     assert abs(mine[0][1] - mine[1][1]) > 1e-6  # two different cases, not one number twice
     other = "token_mean" if contract.objective.aggregation != "token_mean" else "seq_mean_token_sum"
     changed = contract.model_copy(update={"objective": contract.objective.model_copy(update={"aggregation": other})})
     assert ours(changed, tensors(0))[1] != pytest.approx(theirs[0]["loss"], rel=1e-6)  # the comparison can fail
+    if whitened:  # each answer counted once, not once per token: other advantages than verl's
+        once = contract.objective.advantage.whiten.model_copy(update={"over": "batch"})
+        advantage = contract.objective.advantage.model_copy(update={"whiten": once})
+        objective = contract.objective.model_copy(update={"advantage": advantage})
+        other = ours(contract.model_copy(update={"objective": objective}), tensors(0))[0]
+        assert not torch.allclose(other, torch.tensor(theirs[0]["advantages"], dtype=torch.float64), atol=1e-3)
     float32 = theirs[-1]["advantages"]
-    equal = group_advantages(torch.full((K * 3,), 1.2, dtype=torch.float64), K * 3, contract.objective)
+    equal = group_advantages(
+        torch.full((K * 3,), 1.2, dtype=torch.float64), K * 3, contract.objective, torch.ones(K * 3)
+    )
     assert bool((equal == 0).all())
     if contract.objective.advantage.scale != "none":
         assert max(abs(a) for a in float32) == pytest.approx(0.106, abs=0.001)  # docs/interop.md: 0.106, not 0

@@ -294,6 +294,47 @@ def test_verls_rloo_imports_as_the_leave_one_out_baseline_and_exports_back(exp: 
     assert refused.code == 1 and "no equivalent: objective.advantage.baseline: leave_one_out" in refused.stderr
 
 
+def test_verls_reinforce_plus_plus_baseline_imports_as_whitening_over_tokens_and_exports_back(
+    exp: Path, tmp_path: Path
+) -> None:
+    """REINFORCE++ with baseline: r − the group's mean, then verl's masked_whiten over every response
+    token of the batch (tests/interop/test_export_numbers.py computes it with verl's own code)."""
+    generated = VERL_SITE / "trainer" / "config" / "_generated_ppo_trainer.yaml"
+    base = ["actor_rollout_ref.rollout.n=4", "data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=8"]
+    base += ["actor_rollout_ref.rollout.name=vllm", "algorithm.adv_estimator=reinforce_plus_plus_baseline"]
+    out = exp / "rfpp.rlvr.yaml"
+    done = rlvr("import", "verl", generated, *base, "--into", exp / "experiment.rlvr.yaml", "--out", out)
+    assert done.code == 0, done.stderr
+    assert "exact within: algorithm.adv_estimator" in done.stderr
+    a = load(out).objective.advantage
+    assert (a.baseline, a.scale) == ("group_mean", "none")
+    assert a.whiten.model_dump() == {
+        "over": "batch_tokens", "std": "sample", "epsilon": 1e-8, "epsilon_use": "add_to_variance"
+    }  # fmt: skip
+    done = rlvr("export", out, "--to", "verl", "--out", tmp_path / "verl", "--allow-inexact")
+    assert done.code == 0, done.stderr
+    assert "adv_estimator: reinforce_plus_plus_baseline" in (tmp_path / "verl" / "rlvr.yaml").read_text()
+    contract = load(out)
+    for update, key in (
+        ({"epsilon_use": "add_to_std"}, "objective.advantage.whiten.epsilon_use"),
+        ({"over": "batch"}, "objective.advantage.whiten.over"),
+        ({"std": "population"}, "objective.advantage.whiten.std"),
+    ):
+        advantage = a.model_copy(update={"whiten": a.whiten.model_copy(update=update)})
+        changed = contract.model_copy(
+            update={"objective": contract.objective.model_copy(update={"advantage": advantage})}
+        )
+        assert [d.key for d in export_files.mapping(changed, "verl", 1).refused] == [key]
+    loo = contract.model_copy(
+        update={
+            "objective": contract.objective.model_copy(
+                update={"advantage": a.model_copy(update={"baseline": "leave_one_out"})}
+            )
+        }
+    )
+    assert [d.key for d in export_files.mapping(loo, "verl", 1).refused] == ["objective.advantage.whiten"]
+
+
 def test_export_refuses_what_the_peer_cannot_express() -> None:
     dapo = ROOT / "contracts" / "dapo-cpu.rlvr.yaml"
     for to in ("trl", "verl"):
@@ -336,7 +377,7 @@ def test_a_contract_with_the_answers_likelihood_ratio_goes_to_trls_rloo_and_back
         refused = export_files.mapping(contract.model_copy(update={"objective": objective}), "trl", 1).refused
         assert [d.key for d in refused] == [f"objective.{part}"], refused
     for std, refusals in (("sample", []), ("population", ["objective.advantage.whiten"])):  # RLOOTrainer's: sample
-        whiten = Whiten(over="batch", std=std, epsilon=1e-4)
+        whiten = Whiten(over="batch", std=std, epsilon=1e-4, epsilon_use="add_to_std")
         advantage = contract.objective.advantage.model_copy(update={"whiten": whiten})
         whitened = contract.model_copy(
             update={"objective": contract.objective.model_copy(update={"advantage": advantage})}

@@ -17,6 +17,7 @@ from tests.conftest import copy_experiment, rlvr
 CONFIGS = Path(__file__).with_name("nemo_rl") / "examples" / "configs"
 GRPO = CONFIGS / "grpo_math_1B.yaml"
 DAPO = CONFIGS / "recipes" / "llm" / "dapo-qwen2.5-7b.yaml"
+PRORL = CONFIGS / "prorlv2.yaml"
 QWEN_MATH = CONFIGS / "recipes" / "llm" / "grpo-qwen2.5-math-1.5b-instruct-1n8g-fsdp2tp1.v3.yaml"
 CONTRACT = "experiment.rlvr.yaml"
 LOG_BY = "length:\n  dynamic_sampling: {drop_uniform_groups: false, log_by: [difficulty]}\n"
@@ -90,14 +91,59 @@ def test_nemo_rls_dapo_recipe_imports_through_its_defaults_once_the_experiment_n
     assert "differs: grpo.reward_scaling: NeMo RL adds -1 to every reward" in stderr
 
 
+def nemo_rls_reinforce_plus_plus(rewards: torch.Tensor, groups: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """ReinforcePlusPlusAdvantageEstimator.compute_advantage's lines with minus_baseline and no KL in
+    the reward (NeMo RL nemo_rl/algorithms/advantage_estimator.py): r − its prompt's mean reward,
+    then normalised over every token the mask holds; each answer's advantage, read off a token."""
+    mean = torch.stack([rewards[groups == g].mean() for g in groups])
+    adv = (rewards - mean).unsqueeze(-1).expand(mask.shape)
+    adv_mean = (adv * mask).sum() / mask.sum()
+    adv_var = ((adv - adv_mean).pow(2) * mask).sum() / mask.sum()
+    return ((adv - adv_mean) * adv_var.clamp(min=1e-8).rsqrt())[:, 0]
+
+
+def test_nemo_rls_prorlv2_recipe_imports_as_reinforce_plus_plus_and_gives_its_advantages(exp: Path) -> None:
+    """NeMo RL's published ProRLv2 recipe (REINFORCE++ with baseline, stop-properly at 0.0, IcePop,
+    a batch_multiplier of 1.5): it imports, and its advantages are NeMo RL's — each answer
+    counted once per token, the population variance floored at 1e-8 — where counting each answer
+    once, or adding 1e-8 to the variance, gives other numbers."""
+    (exp / CONTRACT).write_text((exp / CONTRACT).read_text().replace("length:\n", LOG_BY, 1))
+    contract, stderr = imported(exp, PRORL)
+    a, length = contract.objective.advantage, contract.length
+    assert (a.baseline, a.scale) == ("group_mean", "none")
+    assert a.whiten.model_dump() == {
+        "over": "batch_tokens", "std": "population", "epsilon": 1e-8, "epsilon_use": "variance_floor"
+    }  # fmt: skip
+    assert (length.on_truncated, length.truncation_penalty, length.overlong_penalty) == ("penalize", 0.0, None)
+    assert contract.objective.correction.kind == "mis" and contract.objective.clip.high == 0.27
+    assert "differs: grpo.batch_multiplier: 1.5" in stderr
+    g = torch.Generator().manual_seed(5)
+    groups = torch.arange(4).repeat_interleave(4)
+    lengths = torch.randint(1, 9, (16,), generator=g)
+    mask = (torch.arange(8)[None, :] < lengths[:, None]).double()
+    for rewards in (
+        torch.randint(0, 2, (16,), generator=g).double() + 0.2 * torch.randint(0, 2, (16,), generator=g),
+        1.0 + 1e-5 * torch.rand(16, generator=g, dtype=torch.float64),  # a variance under 1e-8: the floor acts
+    ):
+        theirs = nemo_rls_reinforce_plus_plus(rewards, groups, mask)
+        ours = group_advantages(rewards, 4, contract.objective, mask.sum(dim=1))
+        assert torch.allclose(ours, theirs, rtol=0, atol=1e-12), (ours, theirs)
+        for other in ({"over": "batch"}, {"epsilon_use": "add_to_variance"}):
+            changed = contract.objective.model_copy(
+                update={"advantage": a.model_copy(update={"whiten": a.whiten.model_copy(update=other)})}
+            )
+            differs = not torch.allclose(group_advantages(rewards, 4, changed, mask.sum(dim=1)), theirs, atol=1e-6)
+            assert differs or (other == {"epsilon_use": "add_to_variance"} and rewards.var() > 1e-4), other
+
+
 def test_what_the_contract_cannot_state_is_refused_each_named(exp: Path) -> None:
-    overrides = ["grpo.adv_estimator.name=reinforce_plus_plus", "policy.megatron_cfg.enabled=true"]
+    overrides = ["grpo.adv_estimator.name=gdpo", "policy.megatron_cfg.enabled=true"]
     overrides += ["loss_fn.use_importance_sampling_correction=true", "policy.train_global_batch_size=500"]
     overrides += ["policy.optimizer.kwargs.lr=${nonsense:1}", "grpo.not_an_option=1", "grpo.async_grpo.enabled=true"]
     done = rlvr("import", "nemo-rl", GRPO, *overrides, "--into", exp / CONTRACT, "--out", exp / "x.rlvr.yaml")
     assert done.code == 1 and not (exp / "x.rlvr.yaml").exists()
     for needle in (
-        "no equivalent: grpo.adv_estimator.name: reinforce_plus_plus",
+        "no equivalent: grpo.adv_estimator.name: gdpo",
         "no equivalent: policy.megatron_cfg.enabled: true",
         "no equivalent: loss_fn.truncated_importance_sampling_type: null: untruncated weights",
         "no equivalent: policy.train_global_batch_size: 500 does not divide the step's 512 sequences",
@@ -218,7 +264,7 @@ def test_a_correction_the_contract_cannot_state_is_refused(exp: Path) -> None:
         assert done.code == 1 and needle in done.stderr, done.stderr
 
 
-@pytest.mark.parametrize("config", [GRPO, DAPO], ids=["grpo_math_1B", "dapo-qwen2.5-7b"])
+@pytest.mark.parametrize("config", [GRPO, DAPO, PRORL], ids=["grpo_math_1B", "dapo-qwen2.5-7b", "prorlv2"])
 def test_a_contract_exported_to_nemo_rl_imports_back_to_the_same_run(exp: Path, tmp_path: Path, config: Path) -> None:
     """Import NeMo RL's config, export the contract as a recipe over grpo_math_1B.yaml, put the
     recipe where NeMo RL's recipes live, import it again: the same objective, batches and lengths."""

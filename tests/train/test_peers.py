@@ -399,7 +399,7 @@ def test_whitening_over_the_batch_is_rlootrainers_normalize_advantages() -> None
     reward = {"unit": "response", "components": [{"name": "c", "weight": 1.0}], "on_invalid": "exclude"}
     advantage = {"baseline": "leave_one_out", "scale": "none"}
     common = {"reward": reward, "clip": {"low": 0.2, "high": 0.2}, "kl": {"coef": 0.0}, "aggregation": "token_mean"}
-    whiten = {"over": "batch", "std": "sample", "epsilon": 1e-4}
+    whiten = {"over": "batch", "std": "sample", "epsilon": 1e-4, "epsilon_use": "add_to_std"}
     ours = group_advantages(
         rewards.view(-1), 4, Objective.model_validate({**common, "advantage": {**advantage, "whiten": whiten}})
     )
