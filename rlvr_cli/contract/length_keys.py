@@ -1,6 +1,8 @@
 """Sections of `length` beside its limits: packing, dynamic sampling (DAPO's), and DAPO's soft
 overlong punishment (env/scoring.py applies it to the reward)."""
 
+from typing import Literal
+
 from pydantic import Field
 
 from rlvr_cli.contract.sections import Int, Section
@@ -18,6 +20,13 @@ class DynamicSampling(Section):
     max_rounds: Int = Field(1, ge=1, description="Sampling rounds per step at most.")
     log_by: list[str] | None = Field(
         None, description="Task fields acceptance rates are logged by (e.g. domain, difficulty)."
+    )
+    uniform_on: Literal["reward", "verifier_reward"] = Field(
+        "reward",
+        description="What must be equal across a group for it to be dropped: the reward the advantages use "
+        "(verl's filter_groups.metric: reward), or the verifier's weighted reward before length shaping — the "
+        "overlong penalty, a truncated response's penalty (it is then verified all the same) — as NeMo RL's "
+        "unshaped_total_reward and verl's score (RLV505).",
     )
 
 

@@ -129,6 +129,25 @@ def rlv502_dynamic_sampling_logs(c: Contract, _: Path) -> Iterator[Finding]:
 
 
 @rule
+def rlv505_uniform_on(c: Contract, _: Path) -> Iterator[Finding]:
+    ds, length = c.length.dynamic_sampling, c.length
+    if ds is None or ds.uniform_on != "verifier_reward":
+        return
+    if not ds.drop_uniform_groups:
+        why = "drop_uniform_groups is false: no group is dropped"
+    elif length.overlong_penalty is None and length.on_truncated != "penalize":
+        why = "no overlong_penalty and no truncation penalty: the verifier's reward is the reward"
+    else:
+        return
+    yield error(
+        "RLV505",
+        ("length", "dynamic_sampling", "uniform_on"),
+        f"uniform_on: verifier_reward changes nothing here ({why})",
+        suggestion="reward",
+    )
+
+
+@rule
 def rlv504_overlong_buffer(c: Contract, _: Path) -> Iterator[Finding]:
     overlong = c.length.overlong_penalty
     if overlong is not None and overlong.buffer_tokens > c.length.max_response_tokens:

@@ -45,6 +45,7 @@ class Sample:
     # ── the verdict ──
     verdict: Verdict | None = None
     reward: float = math.nan  # NaN: excluded from the objective
+    verifier_reward: float = math.nan  # Σ weight·component before length shaping (NaN: no valid verdict)
     verify_seconds: float = 0.0
     kept: bool = True  # also written by training (a uniform group)
     reason: str | None = None

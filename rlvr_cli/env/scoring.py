@@ -36,25 +36,42 @@ def weighted_reward(contract: Contract, verdict: Verdict) -> float:
 
 
 def needs_verdict(contract: Contract, sample: Sample) -> bool:
-    """Truncated responses are excluded or penalized without a verifier call (unless `keep`)."""
+    """Truncated responses are excluded or penalized without a verifier call (unless `keep`), except
+    that a penalized one is verified where dynamic sampling compares verifier rewards (its reward
+    stays the penalty: `apply_verdict`)."""
     length = contract.length
     if sample.finish == "length" and length.on_truncated != "keep":
         if length.on_truncated == "exclude":
             sample.kept, sample.reason = False, "truncated"
-        else:
-            sample.reward = float(length.truncation_penalty)  # type: ignore[arg-type]
-        return False
+            return False
+        sample.reward = float(length.truncation_penalty)  # type: ignore[arg-type]
+        return verifies_penalized(contract)
     return True
 
 
+def verifies_penalized(contract: Contract) -> bool:
+    """Whether a truncated response given its penalty is verified all the same: dynamic sampling
+    compares the verifier's rewards (`uniform_on: verifier_reward`) of a group's answers."""
+    ds = contract.length.dynamic_sampling
+    on = bool(ds and ds.drop_uniform_groups and ds.uniform_on == "verifier_reward")
+    return on and contract.objective.reward.unit != "set"  # a set with a truncated member: penalized whole
+
+
 def apply_verdict(contract: Contract, sample: Sample, verdict: Verdict, seconds: float) -> None:
-    """Reward from the verdict; an invalid verdict is excluded or stops the run."""
+    """Reward from the verdict; an invalid verdict is excluded or stops the run. A truncated
+    response given its penalty (verified only for dynamic sampling) keeps the penalty and no
+    verdict, as unverified: only its `verifier_reward` is read (NaN where the verdict is invalid)."""
     sample.verify_seconds = seconds
+    penalized = sample.finish == "length" and contract.length.on_truncated == "penalize"
     if verdict.valid:
         try:
-            sample.reward = weighted_reward(contract, verdict) + overlong_penalty(contract, sample)
+            sample.verifier_reward = weighted_reward(contract, verdict)
+            if not penalized:
+                sample.reward = sample.verifier_reward + overlong_penalty(contract, sample)
         except KeyError as missing:
             verdict = Verdict("verifier_error", detail=f"verdict lacks component {missing}")
+    if penalized:
+        return
     sample.verdict = verdict
     if not verdict.valid:
         if contract.objective.reward.on_invalid == "fail":

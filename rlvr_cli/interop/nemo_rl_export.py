@@ -183,6 +183,13 @@ def _length(contract: Contract, out: Mapping) -> None:
     if on:
         out.set(f"{G}.dynamic_sampling_max_gen_batches", sampling.max_rounds, "dynamic_sampling.max_rounds")
         out.set(f"{G}.batch_multiplier", 1, "one batch of prompts a round, as the contract")
+        shaped = length.overlong_penalty is not None or length.on_truncated == "penalize"
+        if shaped and sampling.uniform_on == "reward":
+            out.refuse(
+                "length.dynamic_sampling.uniform_on",
+                "reward: beside reward shaping NeMo RL's dynamic sampling compares the unshaped rewards "
+                "(uniform_on: verifier_reward)",
+            )
 
 
 def _stop_properly(contract: Contract, out: Mapping) -> None:

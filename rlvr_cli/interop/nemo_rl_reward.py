@@ -79,13 +79,27 @@ def _reward_scaling(get: Reader, out: Mapping, weights: list[float]) -> None:
 
 
 def reward_shaping(get: Reader, out: Mapping) -> None:
+    """The DAPO overlong penalty or the stop-properly factor; where one shapes the reward under
+    dynamic sampling, NeMo RL compares the unshaped rewards of a group (`unshaped_total_reward`)."""
     s = f"{G}.reward_shaping"
     if not get(f"{s}.enabled"):
         return
     coef = get(f"{s}.stop_properly_penalty_coef")
     if coef is not None:  # NeMo RL then ignores the overlong keys
         _stop_properly(get, out, coef)
-        return
+    else:
+        _overlong(get, out)
+    shaped = "length.overlong_penalty" in out.values or out.values.get("length.on_truncated") == "penalize"
+    if shaped and out.values.get("length.dynamic_sampling.drop_uniform_groups"):
+        out.set(
+            "length.dynamic_sampling.uniform_on",
+            "verifier_reward",
+            f"NeMo RL's dynamic sampling compares unshaped_total_reward, the reward before {s}",
+        )
+
+
+def _overlong(get: Reader, out: Mapping) -> None:
+    s = f"{G}.reward_shaping"
     buffer, factor, limit = (
         get(f"{s}.overlong_buffer_length"),
         get(f"{s}.overlong_buffer_penalty"),

@@ -24,6 +24,7 @@ DEFAULTS: dict[str, Any] = {
     "algorithm.kl_ctrl.kl_coef": 0.001,
     "algorithm.filter_groups.enable": False,
     "algorithm.filter_groups.max_num_gen_batches": 0,
+    "algorithm.filter_groups.metric": "reward",
     f"{C}.rollout_is": None,
     f"{C}.rollout_is_threshold": 2.0,
     f"{C}.rollout_rs": None,

@@ -20,6 +20,11 @@ from rlvr_cli.interop.verl_map import (
     aggregation_bounds,
 )
 
+#: `dynamic_sampling.uniform_on` → verl's filter_groups.metric (the v1 trainer's replay buffer reads it)
+FILTER_METRIC = {
+    "reward": ("reward", "rm_scores: the reward the advantages use"),
+    "verifier_reward": ("score", "the exported reward function's score, before any overlong penalty"),
+}
 LOSS_AGG = {v: k for k, v in AGGREGATION.items() if v != "constant_norm"}
 KL = {"k1": "kl", "k2": "mse", "k3": "low_var_kl"}
 #: a dual-clip constant no ratio reaches: verl clamps the log-ratio to ±20, e^20 ≈ 4.9e8
@@ -170,9 +175,11 @@ def _batch(contract: Contract, out: Mapping) -> None:
     ds = contract.length.dynamic_sampling
     if ds is not None and ds.drop_uniform_groups:
         out.set("algorithm.filter_groups.enable", True, "length.dynamic_sampling.drop_uniform_groups")
-        out.set("algorithm.filter_groups.metric", "acc", "the contract's reward (the reward function's acc)")
+        metric, why = FILTER_METRIC[ds.uniform_on]
+        out.set(
+            "algorithm.filter_groups.metric", metric, f"length.dynamic_sampling.uniform_on: {ds.uniform_on} ({why})"
+        )
         out.set("algorithm.filter_groups.max_num_gen_batches", ds.max_rounds, "length.dynamic_sampling.max_rounds")
-        out.differs("length.dynamic_sampling", "verl's DAPO trainer recipe reads filter_groups; main_ppo ignores it")
 
 
 def _sampling(contract: Contract, out: Mapping) -> None:

@@ -261,6 +261,25 @@ def _batch(get: Reader, out: Mapping, train_rows: int) -> None:
         out.set("length.dynamic_sampling.max_rounds", rounds if rounds > 0 else 10, "filter_groups.max_num_gen_batches")
         if rounds <= 0:
             out.differs("algorithm.filter_groups.max_num_gen_batches", "0 (unbounded in verl): max_rounds 10 here")
+        _filter_metric(get, out)
+
+
+def _filter_metric(get: Reader, out: Mapping) -> None:
+    """What verl's DAPO filter compares: `reward` (rm_scores, with the dapo manager's overlong
+    penalty) or a key of the reward function's result — its `score` (before that penalty), its `acc`."""
+    metric, key = get("algorithm.filter_groups.metric"), "algorithm.filter_groups.metric"
+    if metric not in ("reward", "score", "acc"):
+        out.refuse(key, f"{plain(metric)}: the contract compares the reward or the verifier's (reward, score, acc)")
+        return
+    shaped = "length.overlong_penalty" in out.values
+    on = "verifier_reward" if metric != "reward" and shaped else "reward"
+    out.set("length.dynamic_sampling.uniform_on", on, f"verl {key}: {metric}" + ("" if shaped else " (no shaping)"))
+    if metric == "acc":
+        out.differs(
+            key,
+            "acc: verl reads the reward function's own acc (its score where it returns a number); the contract "
+            "compares the verifier's weighted reward: the same groups where that reward is the accuracy",
+        )
 
 
 #: the dapo reward manager's soft overlong punishment: verl 0.9.1's reward kwargs, the DAPO recipe scripts' keys

@@ -97,20 +97,28 @@ def collect(setup: Setup, state: TrainState, rollout: Rollout, ahead: Any = None
         first += missing
         result.generated += samples
         result.rounds = round_ + 1
-        accept(hp.group_size, samples, tasks, drop, result)
+        accept(hp.group_size, samples, tasks, ds.uniform_on if drop else None, result)  # type: ignore[union-attr]
         if drop and round_ + 1 < ds.max_rounds:  # type: ignore[union-attr]
             accepted = int(dist.total(float(len(result.accepted))))  # under torchrun: every process's
     return result
 
 
-def accept(size: int, samples: list[Sample], tasks: list[dict[str, Any]], drop: bool, result: StepResult) -> None:
-    """Groups into the update; with dynamic sampling, all-equal groups are discarded (every
-    session of a group's episodes counted: under `reward.unit: session` each has its own reward)."""
-    rewards = torch.tensor([s.reward for s in samples], dtype=torch.float64).view(-1, size)
+def accept(
+    size: int, samples: list[Sample], tasks: list[dict[str, Any]], uniform_on: str | None, result: StepResult
+) -> None:
+    """Groups into the update; with dynamic sampling (`uniform_on`: what is compared, None: no
+    dynamic sampling), all-equal groups are discarded (every session of a group's episodes
+    counted: under `reward.unit: session` each has its own reward)."""
+    drop = uniform_on is not None
+
+    def value(s: Sample) -> float:
+        return s.verifier_reward if uniform_on == "verifier_reward" else s.reward
+
+    rewards = torch.tensor([value(s) for s in samples], dtype=torch.float64).view(-1, size)
     uniform = uniform_groups(rewards).tolist() if drop else [False] * len(tasks)  # (G,)
     if drop and any(s.sessions for s in samples):
         for g in range(len(tasks)):
-            every = torch.tensor([p.reward for s in samples[g * size : (g + 1) * size] for p in s.episode])
+            every = torch.tensor([value(p) for s in samples[g * size : (g + 1) * size] for p in s.episode])
             uniform[g] = bool(uniform_groups(every.view(1, -1).double())[0])
     for g, flat in enumerate(uniform):
         group = samples[g * size : (g + 1) * size]

@@ -34,6 +34,13 @@ def _kl_watched(c: Contract) -> bool:
     return ref is not None and not ref.is_none and any(r.metric == "kl" for r in c.monitoring.rules)
 
 
+#: `length.dynamic_sampling.uniform_on` in the plan's words
+_UNIFORM_ON = {
+    "reward": "rewards",
+    "verifier_reward": "verifier rewards (before length shaping; truncated answers verified too)",
+}
+
+
 def _whiten_words(w: Any) -> str:
     """`objective.advantage.whiten` in the plan's words (empty: not whitened)."""
     if w is None:
@@ -229,7 +236,7 @@ def build_plan(
         },
         "dynamic_sampling": None
         if not ds or not ds.drop_uniform_groups
-        else {"max_rounds": ds.max_rounds, "log_by": ds.log_by},
+        else {"max_rounds": ds.max_rounds, "log_by": ds.log_by, "uniform_on": ds.uniform_on},
         "steps": {"contract_max_steps": hp.max_steps, "this_run_max_steps": max_steps},
         "sampling": hp.sampling.model_dump(),
         "optimizer": hp.optimizer.model_dump(),
@@ -267,8 +274,9 @@ def plan_text(plan: dict[str, Any]) -> str:
     )
     if plan["dynamic_sampling"]:
         lines.append(
-            f"dynamic sampling: drop all-equal groups, up to {plan['dynamic_sampling']['max_rounds']} rounds, "
-            f"acceptance logged by {', '.join(plan['dynamic_sampling']['log_by'])}"
+            f"dynamic sampling: drop groups whose {_UNIFORM_ON[plan['dynamic_sampling']['uniform_on']]} are all "
+            f"equal, up to {plan['dynamic_sampling']['max_rounds']} rounds, acceptance logged by "
+            f"{', '.join(plan['dynamic_sampling']['log_by'])}"
         )
     st = plan["steps"]
     lines.append(

@@ -147,6 +147,16 @@ EXAMPLES: dict[str, tuple[list[tuple[str, str]], list[tuple[str, str, str]]]] = 
         ],
         [("RLV502", "error", "dynamic_sampling:")],
     ),
+    "RLV505-uniform-on-that-changes-nothing": (
+        [
+            (
+                '  stop_tokens: ["<|im_end|>"]\n',
+                '  stop_tokens: ["<|im_end|>"]\n  dynamic_sampling:\n    drop_uniform_groups: true\n'
+                "    log_by: [difficulty]\n    uniform_on: verifier_reward\n",
+            )
+        ],
+        [("RLV505", "error", "uniform_on: verifier_reward")],
+    ),
     "RLV503-packing-without-isolation": (
         [
             (

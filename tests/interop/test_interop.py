@@ -227,6 +227,29 @@ def test_a_dapo_run_imports_once_the_experiment_names_what_verls_config_cannot(e
     assert done.code == 0, done.stderr
     sampling = load(exp / "dapo.rlvr.yaml").length.dynamic_sampling
     assert (sampling.drop_uniform_groups, sampling.max_rounds, sampling.log_by) == (True, 3, ["difficulty"])
+    assert sampling.uniform_on == "reward"  # verl 0.9.1's default metric: rm_scores, the reward itself
+    # what the filter compares: the reward function's score or acc, before the dapo manager's overlong penalty
+    buffer = ["reward_model.reward_manager=dapo", "custom_reward_function.overlong_buffer.enable=True"]
+    buffer += [
+        "custom_reward_function.overlong_buffer.len=1",
+        "custom_reward_function.overlong_buffer.penalty_factor=1",
+    ]
+    for metric, shaped, uniform_on, said in (
+        ("reward", True, "reward", None),
+        ("score", True, "verifier_reward", None),
+        ("acc", True, "verifier_reward", "differs: algorithm.filter_groups.metric: acc"),
+        ("acc", False, "reward", "differs: algorithm.filter_groups.metric: acc"),
+        ("seq_reward", False, None, "no equivalent: algorithm.filter_groups.metric: seq_reward"),
+    ):
+        out = exp / f"{metric}-{shaped}.rlvr.yaml"
+        extra = [f"algorithm.filter_groups.metric={metric}", *(buffer if shaped else [])]
+        done = rlvr("import", "verl", config, *overrides, *extra, "--into", exp / CONTRACT, "--out", out)
+        assert (done.code == 0) == (uniform_on is not None), done.stderr
+        assert said is None or said in done.stderr, done.stderr
+        if uniform_on is not None:
+            assert load(out).length.dynamic_sampling.uniform_on == uniform_on, metric
+            exported = export_files.mapping(load(out), "verl", 1).values["algorithm.filter_groups.metric"]
+            assert exported == {"reward": "reward", "verifier_reward": "score"}[uniform_on]  # and back
 
 
 def test_the_peers_mini_batches_import_as_optimizer_steps_a_pass_and_export_back(exp: Path, tmp_path: Path) -> None:

@@ -85,6 +85,7 @@ def test_nemo_rls_dapo_recipe_imports_through_its_defaults_once_the_experiment_n
     assert [c.weight for c in o.reward.components] == [2.0, 0.4]  # reward_scaling [0, 1] → [-1, 1]: × 2
     assert (h.prompts_per_step, h.mini_batches, h.max_policy_lag, h.schedule.warmup_steps) == (512, 16, 15, 160)
     assert (length.dynamic_sampling.drop_uniform_groups, length.dynamic_sampling.max_rounds) == (True, 10)
+    assert length.dynamic_sampling.uniform_on == "verifier_reward"  # NeMo RL compares unshaped_total_reward
     assert length.overlong_penalty.model_dump() == {"buffer_tokens": 2048, "factor": 1.0}  # penalty from the base
     assert (length.max_prompt_tokens, length.max_response_tokens, h.optimizer.lr) == (2048, 16384, 1e-6)
     assert "differs: grpo.reward_shaping.max_response_length: 14336" in stderr
@@ -115,6 +116,14 @@ def test_nemo_rls_prorlv2_recipe_imports_as_reinforce_plus_plus_and_gives_its_ad
         "over": "batch_tokens", "std": "population", "epsilon": 1e-8, "epsilon_use": "variance_floor"
     }  # fmt: skip
     assert (length.on_truncated, length.truncation_penalty, length.overlong_penalty) == ("penalize", 0.0, None)
+    assert length.dynamic_sampling.uniform_on == "verifier_reward"  # truncated answers verified for the filter
+    from rlvr_cli.interop import export_files
+
+    shaped_reward = length.model_copy(
+        update={"dynamic_sampling": length.dynamic_sampling.model_copy(update={"uniform_on": "reward"})}
+    )
+    refused = export_files.mapping(contract.model_copy(update={"length": shaped_reward}), "nemo-rl", 1).refused
+    assert [d.key for d in refused] == ["length.dynamic_sampling.uniform_on"]  # NeMo RL compares unshaped rewards
     assert contract.objective.correction.kind == "mis" and contract.objective.clip.high == 0.27
     assert "differs: grpo.batch_multiplier: 1.5" in stderr
     g = torch.Generator().manual_seed(5)
