@@ -47,12 +47,38 @@ def torchrun(
     return subprocess.run(command, capture_output=True, text=True, timeout=600, env=launch)
 
 
+def whitened_as_one(run: Path) -> None:
+    """Each step's recorded advantages (every process's records) are its recorded rewards whitened
+    over the whole batch, each answer weighed by its recorded trained tokens."""
+    import pyarrow.parquet as pq
+
+    from rlvr_cli.contract.load import load
+    from rlvr_cli.train.advantages import group_advantages
+
+    objective = load(run.parent / "exp" / CONTRACT).objective
+    rows = [r for f in sorted((run / "records").glob("*.parquet")) for r in pq.read_table(f).to_pylist()]
+    for step in sorted({r["step"] for r in rows}):
+        mine = sorted((r for r in rows if r["step"] == step), key=lambda r: (r["group"], r["sample"]))
+        rewards = torch.tensor([r["reward"] for r in mine], dtype=torch.float64)
+        tokens = torch.tensor([sum(r["loss_mask"]) for r in mine], dtype=torch.float64)
+        recorded = torch.tensor([r["advantage"] for r in mine], dtype=torch.float64)
+        assert len(set(tokens.tolist())) > 1, "every answer as long: the weighing tells nothing apart"
+        torch.testing.assert_close(recorded, group_advantages(rewards, 8, objective, tokens), atol=1e-5, rtol=0)
+
+
 def metrics(run: Path) -> list[dict]:
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
 
 
 FSDP2 = "  precision: fp32\n  parallel: {strategy: fsdp2, activation_checkpointing: %s}\n"
 MINI = "  precision: fp32\n  mini_batches: 2\n"  # two optimizer steps a batch: groups 0, 2, … then 1, 3, …
+#: REINFORCE++ with baseline: the advantages whitened over every process's answers, weighed by their tokens
+WHITEN = "  precision: fp32\n  # advantage whitened over the batch's tokens\n"
+ADVANTAGE = "advantage: {baseline: group_mean, scale: group_std, std: sample, epsilon: 1.0e-4}"
+WHITENED = (
+    "advantage: {baseline: group_mean, scale: none, whiten: "
+    "{over: batch_tokens, std: sample, epsilon: 1.0e-8, epsilon_use: add_to_variance}}"
+)
 LORA = (
     "  precision: fp32\n  adapter: {kind: lora, rank: 4, alpha: 8, dropout: 0.0, target_modules: all-linear, "
     "bias: none, init: default}\n"
@@ -67,6 +93,10 @@ def experiment(scaffold: Path, folder: Path, aggregation: str, parallel: str | N
     text = text.replace("  holdout_every: 10\n", "  holdout_every: 10\n  layer_stats_every: 1\n")
     if parallel and "mini_batches" in parallel:  # its second mini-batch trains on rollouts one step old
         text = text.replace("max_policy_lag: 0", "max_policy_lag: 1")
+    if parallel == WHITEN:  # answers of several lengths: each weighs as many tokens as it trains
+        assert ADVANTAGE in text
+        text = text.replace(ADVANTAGE, WHITENED).replace("max_response_tokens: 2", "max_response_tokens: 5")
+        text = text.replace('response_length_mean, when: "> 2"', 'response_length_mean, when: "> 5"')
     contract.write_text(text.replace("  precision: fp32\n", parallel or "  precision: fp32\n"))
     return contract
 
@@ -96,6 +126,8 @@ def one_process(scaffold: Path, factory: pytest.TempPathFactory, aggregation: st
     run, ddp or fsdp2, equals it; so does a run resumed with another number of processes."""
     if parallel and "mini_batches" in parallel:
         parallel = MINI
+    elif parallel == WHITEN:
+        pass
     elif parallel and "adapter" in parallel:
         parallel = LORA
     elif parallel and "activation_checkpointing: true" in parallel:
@@ -122,6 +154,7 @@ def two_processes(scaffold: Path, factory: pytest.TempPathFactory, aggregation: 
         ("token_mean", LORA),
         ("seq_mean_token_mean", LORA + "  parallel: {strategy: fsdp2}\n"),
         ("token_mean", MINI),
+        ("token_mean", WHITEN),
         (
             "seq_mean_token_mean",
             MINI + "  parallel: {strategy: fsdp2, reshard_after_forward: false, accumulate_whole_gradients: true}\n",
@@ -137,6 +170,7 @@ def two_processes(scaffold: Path, factory: pytest.TempPathFactory, aggregation: 
         "ddp-lora-token_mean",
         "fsdp2-lora-seq_mean_token_mean",
         "ddp-mini-batches-token_mean",
+        "ddp-whitened-over-tokens-token_mean",
         "fsdp2-kept-gathered-whole-gradients-mini-batches-seq_mean_token_mean",
     ],
 )
@@ -162,6 +196,8 @@ def test_two_processes_equal_one(
         assert len(layers) == 4 and layers == {k for k in y if k.startswith("layer_")}  # 2 layers, both signals
         for key in layers:  # a layer's gradient norm is over every shard, its RMS over every process's tokens
             assert x[key] == pytest.approx(y[key], rel=1e-4), key
+    if parallel == WHITEN:  # every process's answers, each weighed by its own tokens, as rlvr_cli computes them
+        whitened_as_one(two)
     for row in metrics(two):  # where the time went across processes
         assert row["time_collectives_s"] > 0 and row["rank_lag_s"] >= 0 and row["slowest_rank"] in (0.0, 1.0)
         assert 0 < row["mfu"] < 1
