@@ -148,6 +148,21 @@ def rlv505_uniform_on(c: Contract, _: Path) -> Iterator[Finding]:
 
 
 @rule
+def rlv506_uniform_on_unstated(c: Contract, _: Path) -> Iterator[Finding]:
+    ds, length = c.length.dynamic_sampling, c.length
+    shaped = length.overlong_penalty is not None or length.on_truncated == "penalize"
+    if ds is not None and ds.drop_uniform_groups and shaped and "uniform_on" not in ds.model_fields_set:
+        yield warning(
+            "RLV506",
+            ("length", "dynamic_sampling"),
+            "beside length shaping, which rewards must be all equal to drop a group is a choice the peers make "
+            "differently (NeMo RL: before shaping; verl: its filter_groups.metric); it is the shaped reward here: "
+            "write uniform_on",
+            suggestion="uniform_on: reward",
+        )
+
+
+@rule
 def rlv504_overlong_buffer(c: Contract, _: Path) -> Iterator[Finding]:
     overlong = c.length.overlong_penalty
     if overlong is not None and overlong.buffer_tokens > c.length.max_response_tokens:

@@ -157,6 +157,16 @@ EXAMPLES: dict[str, tuple[list[tuple[str, str]], list[tuple[str, str, str]]]] = 
         ],
         [("RLV505", "error", "uniform_on: verifier_reward")],
     ),
+    "RLV506-uniform-on-unstated-beside-shaping": (
+        [
+            (
+                '  stop_tokens: ["<|im_end|>"]\n',
+                '  stop_tokens: ["<|im_end|>"]\n  overlong_penalty: {buffer_tokens: 256, factor: 1.0}\n'
+                "  dynamic_sampling: {drop_uniform_groups: true, log_by: [difficulty]}\n",
+            )
+        ],
+        [("RLV506", "warning", "dynamic_sampling:")],
+    ),
     "RLV503-packing-without-isolation": (
         [
             (
