@@ -65,6 +65,23 @@ class Mapping:
         return [d for d in self.differences if d.kind == "differs"]
 
 
+def check_reinforce_plus_plus(out: Mapping, advantage: Any, peer: str, estimator: str, fixed: tuple) -> None:
+    """A whitened advantage is the peer's REINFORCE++ with baseline where it is that one exactly:
+    r − the group's mean, whitened as `fixed` ((key, value, why), …) says; anything else refused."""
+    if (advantage.baseline, advantage.scale) != ("group_mean", "none"):
+        out.refuse(
+            "objective.advantage.whiten",
+            f"after baseline {advantage.baseline}, scale {advantage.scale}: {peer} whitens r − the group's mean "
+            f"alone ({estimator})",
+        )
+    for key, value, _ in fixed:
+        if getattr(advantage.whiten, key) != value:
+            out.refuse(
+                f"objective.advantage.whiten.{key}",
+                f"{getattr(advantage.whiten, key)}: {peer}'s {estimator} whitens with {key} {value} (not an option)",
+            )
+
+
 def check_std(out: Mapping, advantage: Any, peer: str, epsilon: float) -> None:
     """Both peers divide by the sample std plus a fixed epsilon: anything else has no equivalent."""
     if advantage.scale == "none":

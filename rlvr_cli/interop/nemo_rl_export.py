@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from rlvr_cli.contract.models import Contract
-from rlvr_cli.interop.common import Mapping
+from rlvr_cli.interop.common import Mapping, check_reinforce_plus_plus
 from rlvr_cli.interop.nemo_rl_map import MINI_BATCHES_DIFFER, G, L, P
 from rlvr_cli.interop.nemo_rl_reward import RFPP, RFPP_WHITEN
 
@@ -59,17 +59,7 @@ def _reinforce_plus_plus(a: Any, out: Mapping) -> None:
     """A whitened advantage is NeMo RL's REINFORCE++ with baseline, where it is that one exactly."""
     out.set(f"{G}.adv_estimator.name", RFPP, "objective.advantage.whiten")
     out.set(f"{G}.adv_estimator.minus_baseline", True, f"objective.advantage.baseline: {a.baseline}")
-    if (a.baseline, a.scale) != ("group_mean", "none"):
-        out.refuse(
-            "objective.advantage.whiten",
-            f"after baseline {a.baseline}, scale {a.scale}: NeMo RL whitens r − the group's mean alone ({RFPP})",
-        )
-    for key, value, _ in RFPP_WHITEN:
-        if getattr(a.whiten, key) != value:
-            out.refuse(
-                f"objective.advantage.whiten.{key}",
-                f"{getattr(a.whiten, key)}: NeMo RL's {RFPP} whitens with {key} {value} (not an option)",
-            )
+    check_reinforce_plus_plus(out, a, "NeMo RL", RFPP, RFPP_WHITEN)
 
 
 def _loss(contract: Contract, out: Mapping) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from rlvr_cli.contract.models import Contract
-from rlvr_cli.interop.common import Mapping, check_std, float32_exact
+from rlvr_cli.interop.common import Mapping, check_reinforce_plus_plus, check_std, float32_exact
 from rlvr_cli.interop.verl_map import (
     AGGREGATION,
     MINI_BATCHES_DIFFER,
@@ -64,17 +64,7 @@ def _adapter(contract: Contract, out: Mapping) -> None:
 def _whitened(a: Any, out: Mapping) -> None:
     """A whitened advantage is verl's REINFORCE++ with baseline, where it is that one exactly."""
     out.set("algorithm.adv_estimator", RFPP_BASELINE, "objective.advantage.whiten")
-    if (a.baseline, a.scale) != ("group_mean", "none"):
-        out.refuse(
-            "objective.advantage.whiten",
-            f"after baseline {a.baseline}, scale {a.scale}: verl whitens r − the group's mean alone ({RFPP_BASELINE})",
-        )
-    for key, value, _ in RFPP_WHITEN:
-        if getattr(a.whiten, key) != value:
-            out.refuse(
-                f"objective.advantage.whiten.{key}",
-                f"{getattr(a.whiten, key)}: verl's {RFPP_BASELINE} whitens with {key} {value} (not an option)",
-            )
+    check_reinforce_plus_plus(out, a, "verl", RFPP_BASELINE, RFPP_WHITEN)
     out.bound("objective.advantage.whiten", f"{RFPP_BASELINE}: verl divides its masked means by Σmask + 1e-8")
 
 
