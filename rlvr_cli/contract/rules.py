@@ -75,6 +75,9 @@ def conditional_keys(c: Contract, _: Path) -> Iterator[Finding]:
         for key in ("estimator", "placement"):
             if getattr(kl, key) is None:
                 yield _required(("objective", "kl"), key, "kl.coef > 0")
+    if kl.weight not in (None, "none") and not (kl.coef > 0 and kl.placement == "loss"):
+        yield error("RLV003", ("objective", "kl", "weight"), "weighs the KL term of the loss: only with kl.coef > 0 "
+                    "and placement loss")  # fmt: skip
     for path, message in off_policy.findings(c.objective, c.hyperparameters):
         yield error("RLV003", path, message)
     for code, path, message in serving.findings(c.hyperparameters):

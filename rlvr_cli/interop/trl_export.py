@@ -54,7 +54,10 @@ def _objective(contract: Contract, out: Mapping) -> None:
         out.refuse("objective.clip.dual", f"{o.clip.dual}: trl has no dual clip (its delta caps every ratio)")
     out.set("beta", o.kl.coef, "objective.kl.coef")
     if o.kl.coef > 0:
-        out.set("use_bias_correction_kl", False, "the contract's k3 is not multiplied by the ratio")
+        weight = o.kl.weight or "none"
+        out.set("use_bias_correction_kl", weight == "ratio", f"objective.kl.weight: {weight}")
+        if weight == "score_function":
+            out.refuse("objective.kl.weight", "score_function: trl multiplies the KL by the ratio or by nothing")
         if o.kl.estimator != "k3":
             out.refuse("objective.kl.estimator", f"{o.kl.estimator}: trl's KL is k3")
         if o.kl.placement != "loss":

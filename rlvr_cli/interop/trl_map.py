@@ -277,12 +277,8 @@ def _kl(get: Reader, out: Mapping) -> None:
     if beta > 0:
         out.set("objective.kl.estimator", "k3", "trl: k3 (not an option)")
         out.set("objective.kl.placement", "loss", "trl: in the loss (not an option)")
-        if get("use_bias_correction_kl"):
-            out.differs(
-                "use_bias_correction_kl",
-                "true (default): trl multiplies k3 by the ratio π_θ/π_old (the value equals the contract's k3 "
-                "on-policy, the gradient adds k3·∇log π_θ)",
-            )
+        if get("use_bias_correction_kl"):  # false: no weight (what an absent kl.weight means)
+            out.set("objective.kl.weight", "ratio", get.source("use_bias_correction_kl") + ": k3 × π_θ/π_old")
     coef = get("entropy_coef")
     out.set("objective.entropy_coef", coef, get.source("entropy_coef"))
     if coef > 0 and get("loss_type") != "dapo":

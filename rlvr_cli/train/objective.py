@@ -264,7 +264,7 @@ def policy_loss(
         kl_tok = kl_estimate(logp, ref_logp, kl.estimator or "k3")  # (B, T)
         kl_sum = float((kl_tok.detach() * m).sum())
         if kl.coef > 0 and kl.placement == "loss":
-            loss = loss + kl.coef * agg(kl_tok)
+            loss = loss + kl.coef * agg(kl_weighted(kl_tok, getattr(kl, "weight", None), logp, old_logp, mask, level))
     if entropy is not None:
         entropy_sum = float((entropy.detach() * m).sum())
         if objective.entropy_coef > 0:
@@ -280,6 +280,34 @@ def policy_loss(
         **_weight_stats(weights, old_logp, engine_logp, mask, objective.correction),
     )
     return loss, stats
+
+
+def kl_weighted(
+    kl_tok: torch.Tensor,
+    weight: str | None,
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    mask: torch.Tensor,
+    level: str,
+) -> torch.Tensor:
+    """`objective.kl.weight` on the per-token KL `(B, T)`: none; × `ratio`, the objective's
+    π_θ/π_old at its level with its gradient (per answer: exp of the mean or sum of its trained
+    tokens' log-ratios, broadcast — TRL's use_bias_correction_kl, whose gradient reaches every
+    token of the answer); × exp(log π_θ − sg(log π_θ)) (`score_function`: value 1, gradient
+    KL·∇log π_θ added)."""
+    if weight in (None, "none"):
+        return kl_tok
+    if weight == "ratio":
+        if level == "token":
+            return kl_tok * ratio(logp, old_logp)
+        m = mask.to(logp.dtype)
+        log_s = ((logp - old_logp) * m).sum(dim=1)  # (B,)
+        if level == "sequence":
+            log_s = log_s / m.sum(dim=1).clamp(min=1.0)
+        return kl_tok * torch.exp(log_s)[:, None]
+    if weight == "score_function":
+        return kl_tok * torch.exp(logp - logp.detach())
+    raise ValueError(f"unknown kl.weight {weight!r}")
 
 
 def _weight_stats(

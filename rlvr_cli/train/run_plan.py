@@ -34,6 +34,11 @@ def _kl_watched(c: Contract) -> bool:
     return ref is not None and not ref.is_none and any(r.metric == "kl" for r in c.monitoring.rules)
 
 
+#: `objective.kl.weight` in the plan's words
+_KL_WEIGHT = {
+    "ratio": ", each token's KL × the ratio π_θ/π_old (its gradient kept)",
+    "score_function": ", each token's KL × exp(log π_θ − sg(log π_θ)) (value 1, adds KL·∇log π_θ)",
+}
 #: `length.dynamic_sampling.uniform_on` in the plan's words
 _UNIFORM_ON = {
     "reward": "rewards",
@@ -79,6 +84,7 @@ def objective_words(c: Contract) -> list[str]:
         else (
             f"KL to the frozen reference, β = {o.kl.coef}, estimator {o.kl.estimator}, "
             + ("added to the loss" if o.kl.placement == "loss" else "subtracted from each response's reward")
+            + _KL_WEIGHT.get(o.kl.weight or "none", "")
         )
     )
     weights = " + ".join(f"{w.weight}·{w.name}" for w in o.reward.components)

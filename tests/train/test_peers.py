@@ -54,6 +54,7 @@ def shared(seed: int = 0) -> dict[str, torch.Tensor]:
         "engine": logp + (torch.rand(B, T, generator=g, dtype=torch.float64) - 0.5) * 1.2,
         "adv": torch.randn(B, generator=g, dtype=torch.float64),
         "mask": (torch.arange(T)[None, :] < lengths[:, None]).double(),
+        "ref": logp + (torch.rand(B, T, generator=g, dtype=torch.float64) - 0.5) * 0.6,
     }
 
 
@@ -64,9 +65,12 @@ def trl_loss(
     weights: torch.Tensor | None,
     args: Any = None,
     accumulate: int = 1,
+    beta: float = 0.0,
+    bias_correction: bool = False,
 ) -> tuple:
     """TRL's `_compute_loss` on the shared tensors: its loss and d loss / d logp; `args` (a
-    GRPOConfig) gives the clip range, else 0.2 / 0.28."""
+    GRPOConfig) gives the clip range, else 0.2 / 0.28; `beta` its KL (k3 to `ref`), multiplied by
+    the ratio with `bias_correction` (use_bias_correction_kl)."""
     pytest.importorskip("trl", reason="TRL is the peers extra (make install installs it)")
     from accelerate import Accelerator
     from trl.trainer.grpo_trainer import GRPOTrainer
@@ -77,11 +81,11 @@ def trl_loss(
         top_entropy_quantile=1.0,
         off_policy_mask_threshold=None,
         importance_sampling_level=level,
-        beta=0.0,
+        beta=beta,
         loss_type=loss_type,
         epsilon_low=args.epsilon if args else 0.2,
         epsilon_high=(args.epsilon_high or args.epsilon) if args else 0.28,
-        args=SimpleNamespace(delta=None, use_bias_correction_kl=False, steps_per_generation=1),
+        args=SimpleNamespace(delta=None, use_bias_correction_kl=bias_correction, steps_per_generation=1),
         use_vllm=weights is not None,
         vllm_importance_sampling_correction=weights is not None,
         model=SimpleNamespace(training=True),
@@ -104,6 +108,8 @@ def trl_loss(
     }
     if weights is not None:
         inputs["importance_sampling_ratio"] = weights
+    if beta:
+        inputs["ref_per_token_logps"] = t["ref"]
     loss = GRPOTrainer._compute_loss(trainer, None, inputs)
     loss.backward()
     return float(loss.detach()), logp.grad
@@ -155,6 +161,35 @@ def test_importance_weights_enter_the_loss_as_trls_do(correction: Correction) ->
         same(rlvr_loss(t, "token_mean", "token", correction), theirs)
         unweighted = trl_loss(t, "dapo", "token", None)
         assert abs(theirs[0] - unweighted[0]) > 1e-6  # the weights change the number
+
+
+@pytest.mark.parametrize("loss_type", ["dapo", "grpo"])
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_the_kl_weighed_by_the_ratio_is_trls_bias_corrected_kl(loss_type: str, level: str) -> None:
+    """`kl: {coef, estimator: k3, placement: loss, weight: ratio}` is GRPOTrainer's KL with
+    use_bias_correction_kl (its 1.16 default): k3 × π_θ/π_old at the ratio's level, the
+    gradient through both; `weight: none` is TRL's without it, and the two differ."""
+    objective = {
+        "reward": {"unit": "response", "components": [{"name": "c", "weight": 1.0}], "on_invalid": "exclude"},
+        "advantage": {"baseline": "group_mean", "scale": "none"},
+        "clip": {"low": 0.2, "high": 0.28},
+        "aggregation": LOSS_TYPES[loss_type],
+        "ratio": {"level": level, "denominator": "trainer_recomputed"},
+    }
+    for seed in range(2):
+        t = shared(seed)
+        found = {}
+        for weight, corrected in (("ratio", True), ("none", False)):
+            kl = {"coef": 0.04, "estimator": "k3", "placement": "loss", "weight": weight}
+            logp = t["logp"].clone().requires_grad_(True)
+            loss, _ = policy_loss(
+                logp, t["old"], t["ref"], t["adv"], t["mask"], Objective.model_validate({**objective, "kl": kl}),
+                max_response_tokens=T,
+            )  # fmt: skip
+            loss.backward()
+            found[weight] = (float(loss.detach()), logp.grad)
+            same(found[weight], trl_loss(t, loss_type, level, None, beta=0.04, bias_correction=corrected))
+        assert not torch.allclose(found["ratio"][1], found["none"][1], atol=1e-6)  # the weight changes the gradient
 
 
 def test_the_comparison_can_fail() -> None:
@@ -225,6 +260,8 @@ IMPORTED = [
     {"loss_type": "grpo", "epsilon_high": 0.28},
     {"loss_type": "dr_grpo", "scale_rewards": "none", "importance_sampling_level": "sequence"},
     {"loss_type": "bnpo", "epsilon": 0.1, "epsilon_high": 0.3},
+    {"beta": 0.04},  # k3 in the loss, × the ratio (use_bias_correction_kl, 1.16's default)
+    {"beta": 0.04, "use_bias_correction_kl": False, "importance_sampling_level": "sequence"},
 ]
 
 
@@ -240,12 +277,13 @@ def imported_objective(mapping: Any) -> Objective:
 def ours_on(t: dict[str, torch.Tensor], objective: Objective) -> tuple:
     """rlvr's loss and d loss / d logp under `objective` on the shared tensors."""
     logp = t["logp"].clone().requires_grad_(True)
-    loss, _ = policy_loss(logp, t["old"], None, t["adv"], t["mask"], objective, max_response_tokens=T)
+    ref = t["ref"] if objective.kl.coef > 0 else None
+    loss, _ = policy_loss(logp, t["old"], ref, t["adv"], t["mask"], objective, max_response_tokens=T)
     loss.backward()
     return float(loss.detach()), logp.grad
 
 
-@pytest.mark.parametrize("config", IMPORTED, ids=lambda c: c.get("loss_type", "defaults"))
+@pytest.mark.parametrize("config", IMPORTED, ids=lambda c: "-".join(f"{k}={v}" for k, v in c.items()) or "defaults")
 def test_an_imported_trl_config_computes_trls_loss(config: dict) -> None:
     trl = pytest.importorskip("trl", reason="TRL is the peers extra (make install installs it)")
     from rlvr_cli.interop.trl_map import import_config
@@ -254,7 +292,10 @@ def test_an_imported_trl_config_computes_trls_loss(config: dict) -> None:
     objective = imported_objective(import_config(config, train_rows=16, processes=1, components=1, policy="p"))
     for seed in range(2):
         t = shared(seed)
-        theirs = trl_loss(t, args.loss_type, args.importance_sampling_level, None, args)
+        theirs = trl_loss(
+            t, args.loss_type, args.importance_sampling_level, None, args, beta=args.beta,
+            bias_correction=args.use_bias_correction_kl,
+        )  # fmt: skip
         same(ours_on(t, objective), theirs)
 
 
@@ -264,6 +305,8 @@ EXPORTED = {
     "dapo": {"aggregation": "token_mean", "clip": {"low": 0.2, "high": 0.28}},
     "dr_grpo": {"aggregation": "constant_norm", "advantage": {"baseline": "group_mean", "scale": "none"}},
     "gspo": {"ratio": {"level": "sequence", "denominator": "trainer_recomputed"}},
+    "kl-by-ratio": {"kl": {"coef": 0.04, "estimator": "k3", "placement": "loss", "weight": "ratio"}},
+    "kl": {"kl": {"coef": 0.04, "estimator": "k3", "placement": "loss"}},
 }
 
 
@@ -283,10 +326,11 @@ def test_an_exported_contract_computes_the_same_loss_in_trl(name: str) -> None:
     args = trl.GRPOConfig(output_dir="/tmp/unused", use_cpu=True, **{**mapping.values, "bf16": False})
     for seed in range(2):
         t = shared(seed)
-        logp = t["logp"].clone().requires_grad_(True)
-        loss, _ = policy_loss(logp, t["old"], None, t["adv"], t["mask"], objective, max_response_tokens=T)
-        loss.backward()
-        same((float(loss.detach()), logp.grad), trl_loss(t, args.loss_type, args.importance_sampling_level, None, args))
+        theirs = trl_loss(
+            t, args.loss_type, args.importance_sampling_level, None, args, beta=args.beta,
+            bias_correction=args.use_bias_correction_kl,
+        )  # fmt: skip
+        same(ours_on(t, objective), theirs)
 
 
 def test_trls_bnpo_over_micro_batches_differs_as_stated() -> None:
