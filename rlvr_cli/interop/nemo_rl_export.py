@@ -86,6 +86,14 @@ def _loss(contract: Contract, out: Mapping) -> None:
         out.set(f"{L}.reference_policy_kl_type", o.kl.estimator, "objective.kl.estimator")
         if o.kl.placement != "loss":
             out.refuse("objective.kl.placement", f"{o.kl.placement}: NeMo RL's GRPO adds the KL to the loss")
+        if o.kl.weight == "ratio":
+            out.refuse("objective.kl.weight", "ratio: NeMo RL never multiplies its KL by the ratio")
+        elif o.kl.weight == "score_function":
+            out.differs(
+                "objective.kl.weight",
+                "score_function: NeMo RL's newest releases weigh the KL so; earlier ones take the estimator's own "
+                "gradient",
+            )
         out.bound("loss_fn.kl_input_clamp_value", "NeMo RL clamps the log-ratio to ±20 and the KL to ±10 (defaults)")
     for key in ("use_on_policy_kl_approximation", "use_kl_in_reward", "force_on_policy_ratio", "use_cispo"):
         out.set(f"{L}.{key}", False, "the contract's loss")

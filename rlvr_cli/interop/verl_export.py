@@ -134,6 +134,8 @@ def _kl(contract: Contract, out: Mapping) -> None:
     if kl.placement == "loss":
         out.set(f"{A}.kl_loss_coef", kl.coef, "objective.kl.coef")
         out.set(f"{A}.kl_loss_type", KL[kl.estimator], "objective.kl.estimator")
+        if kl.weight not in (None, "none"):
+            out.refuse("objective.kl.weight", f"{kl.weight}: verl's KL loss is the estimator's own, never weighted")
     else:
         out.set("algorithm.kl_ctrl.type", "fixed", "objective.kl.coef")
         out.set("algorithm.kl_ctrl.kl_coef", kl.coef, "objective.kl.coef")

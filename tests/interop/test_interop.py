@@ -756,3 +756,20 @@ def test_a_value_of_the_wrong_kind_is_refused_by_name_never_a_crash(
         return
     assert done.code == 1 and needle in done.stderr, done.stderr
     assert "internal error" not in done.stderr and not (exp / "x.rlvr.yaml").exists()
+
+
+def test_a_kl_weighed_by_the_ratio_exports_only_where_the_peer_weighs_it() -> None:
+    """`kl.weight: ratio` is TRL's use_bias_correction_kl; verl's and NeMo RL's KL losses are never
+    multiplied by the ratio (refused), and NeMo RL's score-function weight is said to be release-bound."""
+    contract = load(ROOT / "contracts" / "grpo-cpu.rlvr.yaml")
+    for weight in ("ratio", "score_function", None):
+        kl = contract.objective.kl.model_copy(update={"weight": weight})
+        weighed = contract.model_copy(update={"objective": contract.objective.model_copy(update={"kl": kl})})
+        found = {to: export_files.mapping(weighed, to, 1) for to in ("trl", "verl", "nemo-rl")}
+        refused = {to: [d.key for d in m.refused if d.key == "objective.kl.weight"] for to, m in found.items()}
+        assert found["trl"].values["use_bias_correction_kl"] is (weight == "ratio")
+        assert refused == {"trl": ["objective.kl.weight"] if weight == "score_function" else [],
+                           "verl": ["objective.kl.weight"] if weight else [],
+                           "nemo-rl": ["objective.kl.weight"] if weight == "ratio" else []}  # fmt: skip
+        said = [d.key for d in found["nemo-rl"].inexact]
+        assert ("objective.kl.weight" in said) == (weight == "score_function")
