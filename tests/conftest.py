@@ -119,7 +119,9 @@ def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, build: Calla
     other one in the session: for expensive inputs that tests copy before they change them."""
     import fcntl
 
-    root = tmp_path_factory.getbasetemp().parent  # the xdist workers' common parent
+    base = tmp_path_factory.getbasetemp()
+    # the xdist workers' common parent; without xdist that parent outlives the session, so its own folder
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
     target, done = root / name, root / f"{name}.done"
     with open(root / f"{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

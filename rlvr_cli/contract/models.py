@@ -195,9 +195,15 @@ class Environment(Section):
 
 
 class Clip(Section):
-    low: float = Field(description="Ratio kept above 1 - low; in (0, 1).")
-    high: float = Field(description="Ratio kept below 1 + high; in (0, 1); > low is clip-higher.")
-    dual: float | None = Field(None, gt=1, description="Dual-clip constant c > 1.")
+    low: float = Field(description="Ratio kept above 1 - low; in (0, 1) (cispo: (0, 1], 1 is no lower bound).")
+    high: float = Field(description="Ratio kept below 1 + high; in (0, 1), > low is clip-higher (cispo: any > 0).")
+    dual: float | None = Field(None, gt=1, description="Dual-clip constant c > 1 (ppo only).")
+    kind: Literal["ppo", "cispo"] | None = Field(
+        None,
+        description="ppo (absent: ppo): max(−A·ρ, −A·clip(ρ)) per token. cispo (MiniMax-M1's CISPO): −sg(clip(ρ))·A·"
+        "log π_θ — the clipped ratio weighs the log-likelihood's gradient, no token loses its gradient (per-token "
+        "ratio only).",
+    )
 
 
 class KL(Section):

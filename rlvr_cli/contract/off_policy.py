@@ -49,7 +49,11 @@ class Correction(Section):
 def findings(objective: Any, hyperparameters: Any) -> Iterator[tuple[tuple[str, ...], str]]:
     """(path, message) of each RLV003 the off-policy keys make: keys the kind does not read,
     keys it needs, and a ratio the run cannot leave unsaid."""
-    ratio, correction = objective.ratio, objective.correction
+    ratio, correction, clip = objective.ratio, objective.correction, objective.clip
+    if clip.kind == "cispo" and clip.dual is not None:
+        yield ("objective", "clip", "dual"), "cispo has no dual clip: its loss is −sg(clip(ρ))·A·log π_θ"
+    if clip.kind == "cispo" and ratio is not None and ratio.level != "token":
+        yield ("objective", "ratio", "level"), f"{ratio.level}: cispo weighs each token by its own ratio"
     where = ("objective", "correction")
     if correction is not None:
         reads = {"none": (), "tis": ("level", "cap"), "mis": ("level", "low", "high")}[correction.kind]

@@ -165,11 +165,13 @@ def rlv207_leave_one_out_std_needs_its_baseline(c: Contract, _: Path) -> Iterato
 @rule
 def rlv202_clip_range(c: Contract, _: Path) -> Iterator[Finding]:
     clip = c.objective.clip
-    for key in ("low", "high"):
+    cispo = clip.kind == "cispo"  # a weight's range: down to no lower bound (low 1), any upper one
+    for key, within in (("low", "(0, 1]" if cispo else "(0, 1)"), ("high", "(0, ∞)" if cispo else "(0, 1)")):
         value = getattr(clip, key)
-        if not 0 < value < 1:
-            yield error("RLV202", ("objective", "clip", key), f"clip.{key} is {value}; it must be in (0, 1)")
-    if clip.high < clip.low:
+        top_ok = (value <= 1 if key == "low" else True) if cispo else value < 1
+        if not (value > 0 and top_ok):
+            yield error("RLV202", ("objective", "clip", key), f"clip.{key} is {value}; it must be in {within}")
+    if clip.high < clip.low and not cispo:
         yield error(
             "RLV202",
             ("objective", "clip", "high"),

@@ -95,8 +95,9 @@ def _loss(contract: Contract, out: Mapping) -> None:
                 "gradient",
             )
         out.bound("loss_fn.kl_input_clamp_value", "NeMo RL clamps the log-ratio to ±20 and the KL to ±10 (defaults)")
-    for key in ("use_on_policy_kl_approximation", "use_kl_in_reward", "force_on_policy_ratio", "use_cispo"):
+    for key in ("use_on_policy_kl_approximation", "use_kl_in_reward", "force_on_policy_ratio"):
         out.set(f"{L}.{key}", False, "the contract's loss")
+    out.set(f"{L}.use_cispo", o.clip.kind == "cispo", f"objective.clip.kind: {o.clip.kind or 'ppo'}")
     _correction(contract, out)
 
 

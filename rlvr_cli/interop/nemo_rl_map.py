@@ -30,7 +30,6 @@ MINI_BATCHES_DIFFER = (
 #: NeMo RL options with no equivalent, refused when set (their defaults are off)
 UNMAPPED = (
     (f"{L}.disable_ppo_ratio", "REINFORCE without the ratio"),
-    (f"{L}.use_cispo", "CISPO's clipped importance weight"),
     (f"{L}.force_on_policy_ratio", "a ratio forced to 1"),
     (f"{L}.use_on_policy_kl_approximation", "a KL weighted by the ratio"),
     (f"{L}.use_kl_in_reward", "the KL in the reward (Reinforce++)"),
@@ -94,6 +93,8 @@ def _loss(get: Reader, out: Mapping) -> None:
     out.set("objective.clip.high", get(high) if get(high) is not None else 0.2, get.source(high))
     if get(f"{L}.ratio_clip_c") is not None:
         out.set("objective.clip.dual", float(get(f"{L}.ratio_clip_c")), get.source(f"{L}.ratio_clip_c"))
+    if get(f"{L}.use_cispo"):  # −sg(clip(ρ))·A·log π per token (NeMo RL refuses dual clip and sequence ratios)
+        out.set("objective.clip.kind", "cispo", get.source(f"{L}.use_cispo"))
     sequence = get(f"{L}.sequence_level_importance_ratios")
     out.set(
         "objective.ratio.level",

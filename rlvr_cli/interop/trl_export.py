@@ -32,6 +32,17 @@ def trainer(contract: Contract) -> str:
     return "rloo" if ratio is not None and ratio.level == "sequence_sum" else "grpo"
 
 
+def _cispo(contract: Contract, out: Mapping) -> None:
+    """trl's cispo: the weight's cap epsilon_high = 1 + high, no floor, per-token ratios, token_mean."""
+    clip = contract.objective.clip
+    out.set("loss_type", "cispo", "objective.clip.kind: cispo")
+    out.set("epsilon_high", round(1 + clip.high, 12), "objective.clip.high: the weight's cap, 1 + high")
+    if clip.low != 1:
+        out.refuse("objective.clip.low", f"{clip.low}: trl's cispo weight has no floor (low 1)")
+    if contract.objective.aggregation != "token_mean":
+        out.refuse("objective.aggregation", f"{contract.objective.aggregation}: trl's cispo loss is token_mean")
+
+
 def _objective(contract: Contract, out: Mapping) -> None:
     o = contract.objective
     if o.aggregation not in LOSS_TYPE:
@@ -48,8 +59,11 @@ def _objective(contract: Contract, out: Mapping) -> None:
             "scale_rewards", {"group_std": "group", "batch_std": "batch", "none": "none"}[a.scale], "advantage.scale"
         )
         check_std(out, a, "trl", 1e-4)
-    out.set("epsilon", o.clip.low, "objective.clip.low")
-    out.set("epsilon_high", o.clip.high, "objective.clip.high")
+    if o.clip.kind == "cispo":
+        _cispo(contract, out)
+    else:
+        out.set("epsilon", o.clip.low, "objective.clip.low")
+        out.set("epsilon_high", o.clip.high, "objective.clip.high")
     if o.clip.dual is not None:
         out.refuse("objective.clip.dual", f"{o.clip.dual}: trl has no dual clip (its delta caps every ratio)")
     out.set("beta", o.kl.coef, "objective.kl.coef")

@@ -82,7 +82,8 @@ PEFT_DEFAULTS: dict[str, Any] = {
 }
 
 #: TRL's loss_type → the contract's aggregation of the same number (tests/train/test_peers.py)
-AGGREGATION = {"grpo": "seq_mean_token_mean", "bnpo": "token_mean", "dapo": "token_mean", "dr_grpo": "constant_norm"}
+AGGREGATION = {**dict.fromkeys(("bnpo", "dapo", "cispo"), "token_mean"), "grpo": "seq_mean_token_mean"}
+AGGREGATION["dr_grpo"] = "constant_norm"
 #: what trl computes otherwise, said on import and on export
 MINI_BATCHES_DIFFER = (
     "trl shuffles a generation's completions before cutting it into steps_per_generation parts, so a group "
@@ -230,9 +231,7 @@ def _mini_batches(get: Reader, out: Mapping, accumulate: int) -> int:
 def _objective(get: Reader, out: Mapping, components: int) -> None:
     loss_type = get("loss_type")
     if loss_type not in AGGREGATION:
-        out.refuse(
-            "loss_type", f"{loss_type}: not a clipped-ratio loss the contract states (grpo, bnpo, dapo, dr_grpo)"
-        )
+        out.refuse("loss_type", f"{loss_type}: not a loss the contract states (grpo, bnpo, dapo, dr_grpo, cispo)")
     else:
         out.set("objective.aggregation", AGGREGATION[loss_type], get.source("loss_type"))
         if loss_type == "bnpo" and get("gradient_accumulation_steps") > 1:
@@ -253,8 +252,11 @@ def _objective(get: Reader, out: Mapping, components: int) -> None:
         out.set("objective.advantage.std", "sample", "trl nanstd divides by n − 1 (not an option)")
         out.set("objective.advantage.epsilon", 1e-4, "trl adds 1e-4 to the std (not an option)")
     low, high = get("epsilon"), get("epsilon_high")
-    out.set("objective.clip.low", low, get.source("epsilon"))
-    out.set("objective.clip.high", low if high is None else high, get.source("epsilon_high") + " (null: epsilon)")
+    if loss_type == "cispo":
+        _cispo(get, out, low if high is None else high)
+    else:
+        out.set("objective.clip.low", low, get.source("epsilon"))
+        out.set("objective.clip.high", low if high is None else high, get.source("epsilon_high") + " (null: epsilon)")
     out.set("objective.ratio.level", get("importance_sampling_level"), get.source("importance_sampling_level"))
     out.set("objective.ratio.denominator", "trainer_recomputed", "trl recomputes π_old with the trainer")
     _kl(get, out)
@@ -269,6 +271,18 @@ def _objective(get: Reader, out: Mapping, components: int) -> None:
         out.comments["objective.reward.weights"] = (
             f"trl reward_weights: null ({VERSION} default: 1.0 for each reward function); the contract's weights kept"
         )
+
+
+def _cispo(get: Reader, out: Mapping, cap: float) -> None:
+    """trl's cispo weighs each token's log-likelihood by sg(min(ρ, epsilon_high)): the contract's
+    cispo clip with no floor (low 1) and 1 + high = epsilon_high (epsilon is not read)."""
+    out.set("objective.clip.kind", "cispo", get.source("loss_type"))
+    out.set("objective.clip.low", 1.0, "trl's cispo: no floor on the weight (epsilon is not read)")
+    if cap <= 1:
+        out.refuse("epsilon_high", f"{cap}: trl's cispo caps the weight at epsilon_high, below every ratio of 1")
+    out.set("objective.clip.high", round(cap - 1, 12), get.source("epsilon_high") + ": the weight's cap, 1 + high")
+    if get("importance_sampling_level") != "token":
+        out.refuse("importance_sampling_level", "sequence: the contract's cispo weighs each token by its own ratio")
 
 
 def _kl(get: Reader, out: Mapping) -> None:

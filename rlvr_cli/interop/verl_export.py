@@ -96,12 +96,13 @@ def _objective(contract: Contract, out: Mapping) -> None:
     level = o.ratio.level if o.ratio else "token"
     if level == "sequence_sum":
         out.refuse("objective.ratio.level", "sequence_sum: verl's sequence ratio (gspo) is the tokens' mean")
-    out.set(f"{A}.policy_loss.loss_mode", "gspo" if level == "sequence" else "vanilla", "objective.ratio.level")
+    mode = "cispo" if o.clip.kind == "cispo" else "gspo" if level == "sequence" else "vanilla"
+    out.set(f"{A}.policy_loss.loss_mode", mode, "objective.clip.kind, objective.ratio.level")
     out.set(f"{A}.clip_ratio_low", o.clip.low, "objective.clip.low")
     out.set(f"{A}.clip_ratio_high", o.clip.high, "objective.clip.high")
     if level == "sequence" and o.clip.dual is not None:
         out.refuse("objective.clip.dual", "verl's GSPO loss never dual-clips")
-    if level == "token":
+    if level == "token" and mode == "vanilla":
         dual = o.clip.dual if o.clip.dual is not None else NO_DUAL
         out.set(f"{A}.clip_ratio_c", dual, "objective.clip.dual (absent: a constant no ratio reaches)")
     if o.aggregation == "constant_norm":

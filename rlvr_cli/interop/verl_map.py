@@ -150,8 +150,10 @@ def _whitened(out: Mapping, source: str) -> None:
 
 def _loss(get: Reader, out: Mapping) -> None:
     mode = get(f"{A}.policy_loss.loss_mode")
-    if mode not in ("vanilla", "gspo"):
-        out.refuse(f"{A}.policy_loss.loss_mode", f"{mode}: the contract's loss is the clipped ratio (vanilla, gspo)")
+    if mode not in ("vanilla", "gspo", "cispo"):
+        out.refuse(f"{A}.policy_loss.loss_mode", f"{mode}: not a loss the contract states (vanilla, gspo, cispo)")
+    if mode == "cispo":  # −sg(clip(ρ))·A·log π per token; clip_ratio_c is not read
+        out.set("objective.clip.kind", "cispo", get.source(f"{A}.policy_loss.loss_mode"))
     low = get(f"{A}.clip_ratio_low") if get(f"{A}.clip_ratio_low") is not None else get(f"{A}.clip_ratio")
     high = get(f"{A}.clip_ratio_high") if get(f"{A}.clip_ratio_high") is not None else get(f"{A}.clip_ratio")
     out.set("objective.clip.low", low, get.source(f"{A}.clip_ratio_low"))

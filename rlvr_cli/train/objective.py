@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -103,6 +103,20 @@ def clipped_surrogate(
         was_clipped = was_clipped | ((adv < 0) & (loss > bound))
         loss = torch.where(adv < 0, dual_loss, loss)
     return loss, was_clipped
+
+
+def surrogate(
+    ratio_: torch.Tensor, logp: torch.Tensor, adv: torch.Tensor, clip: Any
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The policy term per token `(B, T)` and where the clip acted, as `objective.clip.kind` says:
+    PPO's (`clipped_surrogate`), or CISPO's (Chen et al. 2025, MiniMax-M1,
+    https://arxiv.org/abs/2506.13585): ℓ = −sg(clip(r, 1−low, 1+high))·A·log π_θ — the clipped
+    ratio only weighs each token's log-likelihood gradient, which no token loses (TRL's, verl's and
+    NeMo RL's cispo)."""
+    if getattr(clip, "kind", None) != "cispo":
+        return clipped_surrogate(ratio_, adv, clip.low, clip.high, clip.dual)
+    weight = torch.clamp(ratio_.detach(), 1.0 - clip.low, 1.0 + clip.high)  # (B, T)
+    return -weight * adv[:, None] * logp, weight != ratio_.detach()
 
 
 def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str) -> torch.Tensor:
@@ -255,7 +269,7 @@ def policy_loss(
 
     level = objective.ratio.level if objective.ratio is not None else "token"
     r = importance_ratio(logp, old_logp, mask, level)  # (B, T)
-    per_token, was_clipped = clipped_surrogate(r, advantages, clip.low, clip.high, clip.dual)
+    per_token, was_clipped = surrogate(r, logp, advantages, clip)
     weights = None if engine_logp is None else correction_weights(old_logp, engine_logp, mask, objective.correction)
     loss = pg_loss = agg(per_token if weights is None else per_token * weights)
     m = mask.to(logp.dtype)

@@ -76,6 +76,10 @@ def objective_words(c: Contract) -> list[str]:
     adv = o.advantage
     std = f" ({adv.std} std, + epsilon {adv.epsilon})" if adv.scale != "none" else ""
     clip = f"ratio clipped to [1 - {o.clip.low}, 1 + {o.clip.high}]"
+    if o.clip.kind == "cispo":
+        clip = (
+            f"CISPO: each token's −A·log π weighted by sg(its ratio clipped to [1 - {o.clip.low}, 1 + {o.clip.high}])"
+        )
     if o.clip.dual:
         clip += f", dual clip c = {o.clip.dual} for negative advantages"
     kl = (

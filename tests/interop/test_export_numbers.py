@@ -54,6 +54,11 @@ VARIANTS = {
         ),
         (AGG, "aggregation: token_mean"),
     ],
+    "cispo": [  # verl's cispo: −sg(clip(ρ, 1 − low, 1 + high))·A·log π, no dual clip
+        (CLIP, "clip: {low: 0.2, high: 0.1, kind: cispo}"),
+        (AGG, "aggregation: token_mean"),
+        (KL, "kl: {coef: 0.0}"),
+    ],
     "gspo-tis": [
         (
             KL,

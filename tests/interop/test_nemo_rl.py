@@ -358,3 +358,37 @@ def test_a_self_contained_recipe_with_stop_token_ids_imports_and_says_where_it_s
     assert (h.group_size, h.prompts_per_step, h.max_steps, h.seed, h.schedule.warmup_steps) == (16, 32, 1, 42, 50)
     assert contract.objective.advantage.baseline == "leave_one_out"
     assert "differs: policy.generation.stop_token_ids: [151645]: NeMo RL also ends a response there" in stderr
+
+
+def test_nemo_rls_cispo_imports_as_the_contracts_and_gives_its_loss(exp: Path, tmp_path: Path) -> None:
+    """`loss_fn.use_cispo` (the ratio's bounds as NeMo RL's recipes set them: min 1.0, no floor)
+    is `clip.kind: cispo`: ClippedPGLossFn's lines, −A·sg(clamp(ρ, 1 − min, 1 + max))·log π
+    averaged over the batch's tokens, give rlvr's loss and gradient; it exports back."""
+    from rlvr_cli.interop import export_files
+    from rlvr_cli.train.objective import policy_loss
+
+    overrides = ("loss_fn.use_cispo=true", "loss_fn.ratio_clip_min=1.0", "loss_fn.ratio_clip_max=0.1")
+    contract, _ = imported(exp, GRPO, *overrides, "loss_fn.reference_policy_kl_penalty=0")
+    clip = contract.objective.clip
+    assert (clip.kind, clip.low, clip.high, clip.dual, contract.objective.aggregation) == (
+        "cispo", 1.0, 0.1, None, "token_mean"
+    )  # fmt: skip
+    g = torch.Generator().manual_seed(2)
+    logp = -torch.rand(6, 5, generator=g, dtype=torch.float64) * 2
+    old = logp + (torch.rand(6, 5, generator=g, dtype=torch.float64) - 0.5) * 0.8
+    adv = torch.randn(6, 1, generator=g, dtype=torch.float64)
+    mask = (torch.arange(5)[None, :] < torch.tensor([5, 3, 4, 1, 5, 2])[:, None]).double()
+    theirs_logp = logp.clone().requires_grad_(True)
+    ratios_clamped = (theirs_logp - old).exp().clamp(1.0 - 1.0, 1.0 + 0.1)
+    theirs = ((-adv * ratios_clamped.detach() * theirs_logp) * mask).sum() / mask.sum()  # NeMo RL's lines
+    theirs.backward()
+    ours_logp = logp.clone().requires_grad_(True)
+    ours, _ = policy_loss(ours_logp, old, None, adv[:, 0], mask, contract.objective, max_response_tokens=5)
+    ours.backward()
+    assert float(ours) == pytest.approx(float(theirs), abs=1e-12)
+    assert torch.allclose(ours_logp.grad, theirs_logp.grad, atol=1e-12)
+    assert bool(((logp - old).exp()[mask.bool()] > 1.1).any())  # the cap acts
+    values = export_files.mapping(contract, "nemo-rl", 1).values
+    assert (values["loss_fn.use_cispo"], values["loss_fn.ratio_clip_min"], values["loss_fn.ratio_clip_max"]) == (
+        True, 1.0, 0.1
+    )  # fmt: skip

@@ -192,6 +192,30 @@ def test_the_kl_weighed_by_the_ratio_is_trls_bias_corrected_kl(loss_type: str, l
         assert not torch.allclose(found["ratio"][1], found["none"][1], atol=1e-6)  # the weight changes the gradient
 
 
+def test_cispo_is_trls_cispo_loss() -> None:
+    """`clip: {kind: cispo, low: 1.0, high: h}` is GRPOTrainer's loss_type cispo with epsilon_high
+    1 + h (TRL caps the weight at epsilon_high itself, with no floor): −sg(min(ρ, 1+h))·A·log π,
+    token_mean; the loss and gradient equal TRL's, the cap acts on some tokens, and PPO's clip
+    with the same range gives another gradient."""
+    from rlvr_cli.train.objective import importance_ratio
+
+    objective = {
+        "reward": {"unit": "response", "components": [{"name": "c", "weight": 1.0}], "on_invalid": "exclude"},
+        "advantage": {"baseline": "group_mean", "scale": "none"},
+        "kl": {"coef": 0.0},
+        "aggregation": "token_mean",
+    }
+    cispo = Objective.model_validate({**objective, "clip": {"low": 1.0, "high": 0.1, "kind": "cispo"}})
+    ppo = Objective.model_validate({**objective, "clip": {"low": 0.2, "high": 0.1}})
+    args = SimpleNamespace(epsilon=0.2, epsilon_high=1.1)
+    for seed in range(3):
+        t = shared(seed)
+        theirs = trl_loss(t, "cispo", "token", None, args)
+        same(ours_on(t, cispo), theirs)
+        assert bool((importance_ratio(t["logp"], t["old"], t["mask"], "token")[t["mask"].bool()] > 1.1).any())
+        assert not torch.allclose(ours_on(t, ppo)[1], theirs[1], atol=1e-6)
+
+
 def test_the_comparison_can_fail() -> None:
     """Other old log-probs on TRL's side (other ratios): another number."""
     t = shared(0)
@@ -260,6 +284,7 @@ IMPORTED = [
     {"loss_type": "grpo", "epsilon_high": 0.28},
     {"loss_type": "dr_grpo", "scale_rewards": "none", "importance_sampling_level": "sequence"},
     {"loss_type": "bnpo", "epsilon": 0.1, "epsilon_high": 0.3},
+    {"loss_type": "cispo", "epsilon_high": 1.1},  # the weight capped at 1.1, no floor
     {"beta": 0.04},  # k3 in the loss, × the ratio (use_bias_correction_kl, 1.16's default)
     {"beta": 0.04, "use_bias_correction_kl": False, "importance_sampling_level": "sequence"},
 ]
@@ -305,6 +330,7 @@ EXPORTED = {
     "dapo": {"aggregation": "token_mean", "clip": {"low": 0.2, "high": 0.28}},
     "dr_grpo": {"aggregation": "constant_norm", "advantage": {"baseline": "group_mean", "scale": "none"}},
     "gspo": {"ratio": {"level": "sequence", "denominator": "trainer_recomputed"}},
+    "cispo": {"clip": {"low": 1.0, "high": 0.1, "kind": "cispo"}, "aggregation": "token_mean"},
     "kl-by-ratio": {"kl": {"coef": 0.04, "estimator": "k3", "placement": "loss", "weight": "ratio"}},
     "kl": {"kl": {"coef": 0.04, "estimator": "k3", "placement": "loss"}},
 }
