@@ -64,8 +64,10 @@ def _objective(contract: Contract, out: Mapping) -> None:
     else:
         out.set("epsilon", o.clip.low, "objective.clip.low")
         out.set("epsilon_high", o.clip.high, "objective.clip.high")
-    if o.clip.dual is not None:
-        out.refuse("objective.clip.dual", f"{o.clip.dual}: trl has no dual clip (its delta caps every ratio)")
+    if o.clip.dual is not None:  # trl's two-sided clipping is the dual clip where δ > 1 + high (trl_map._delta)
+        out.set("delta", o.clip.dual, "objective.clip.dual")
+        if o.clip.dual <= 1 + o.clip.high:
+            out.refuse("objective.clip.dual", f"{o.clip.dual}: trl's delta equals a dual clip above 1 + high only")
     out.set("beta", o.kl.coef, "objective.kl.coef")
     if o.kl.coef > 0:
         weight = o.kl.weight or "none"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from rlvr_cli.interop import peft_map
+from rlvr_cli.interop import peft_map, trl_clip
 from rlvr_cli.interop.common import Mapping, kind_of, plain, typed
 
 VERSION = "1.16"
@@ -92,7 +92,6 @@ MINI_BATCHES_DIFFER = (
 SCALE = {"group": "group_std", "batch": "batch_std", "none": "none", True: "group_std", False: "none"}
 #: options that, set away from their default, have no equivalent in the contract
 NO_EQUIVALENT = {
-    "delta": "two-sided clipping caps the ratio of negative-advantage tokens; the contract has dual clip only",
     "min_p": "min-p sampling",
     "generation_kwargs": "extra generation arguments",
     "top_entropy_quantile": "training only on the highest-entropy tokens",
@@ -251,12 +250,7 @@ def _objective(get: Reader, out: Mapping, components: int) -> None:
     if scale != "none":
         out.set("objective.advantage.std", "sample", "trl nanstd divides by n − 1 (not an option)")
         out.set("objective.advantage.epsilon", 1e-4, "trl adds 1e-4 to the std (not an option)")
-    low, high = get("epsilon"), get("epsilon_high")
-    if loss_type == "cispo":
-        _cispo(get, out, low if high is None else high)
-    else:
-        out.set("objective.clip.low", low, get.source("epsilon"))
-        out.set("objective.clip.high", low if high is None else high, get.source("epsilon_high") + " (null: epsilon)")
+    trl_clip.clip(get, out, loss_type)
     out.set("objective.ratio.level", get("importance_sampling_level"), get.source("importance_sampling_level"))
     out.set("objective.ratio.denominator", "trainer_recomputed", "trl recomputes π_old with the trainer")
     _kl(get, out)
@@ -271,18 +265,6 @@ def _objective(get: Reader, out: Mapping, components: int) -> None:
         out.comments["objective.reward.weights"] = (
             f"trl reward_weights: null ({VERSION} default: 1.0 for each reward function); the contract's weights kept"
         )
-
-
-def _cispo(get: Reader, out: Mapping, cap: float) -> None:
-    """trl's cispo weighs each token's log-likelihood by sg(min(ρ, epsilon_high)): the contract's
-    cispo clip with no floor (low 1) and 1 + high = epsilon_high (epsilon is not read)."""
-    out.set("objective.clip.kind", "cispo", get.source("loss_type"))
-    out.set("objective.clip.low", 1.0, "trl's cispo: no floor on the weight (epsilon is not read)")
-    if cap <= 1:
-        out.refuse("epsilon_high", f"{cap}: trl's cispo caps the weight at epsilon_high, below every ratio of 1")
-    out.set("objective.clip.high", round(cap - 1, 12), get.source("epsilon_high") + ": the weight's cap, 1 + high")
-    if get("importance_sampling_level") != "token":
-        out.refuse("importance_sampling_level", "sequence: the contract's cispo weighs each token by its own ratio")
 
 
 def _kl(get: Reader, out: Mapping) -> None:

@@ -171,5 +171,6 @@ def credit(contract: Any, sample: Sample, own: list[tuple[Verdict, float]], epis
         else:
             verdict = episode
             part.verdict, part.reward, part.verify_seconds = sample.verdict, sample.reward, sample.verify_seconds
+            part.verifier_reward = sample.verifier_reward  # what dynamic sampling may compare (uniform_on)
             part.kept, part.reason = sample.kept, sample.reason
         part.transcript["verdict"] = verdict.as_json()  # type: ignore[index]

@@ -156,7 +156,7 @@ def test_a_trl_config_s_choices_land_in_the_contract(exp: Path) -> None:
 
 
 def test_what_the_contract_cannot_state_is_refused_and_nothing_written(exp: Path) -> None:
-    config = {"loss_type": "sapo", "delta": 4.0, "top_entropy_quantile": 0.2, "steps_per_generation": 3}
+    config = {"loss_type": "sapo", "delta": 1.1, "top_entropy_quantile": 0.2, "steps_per_generation": 3}
     config["gradient_accumulation_steps"] = 2  # 3 parts of a generation: not whole optimizer steps
     done = rlvr("import", "trl", write(exp / "bad.yaml", config), "--into", exp)
     assert done.code == 1

@@ -85,7 +85,9 @@ def trl_loss(
         loss_type=loss_type,
         epsilon_low=args.epsilon if args else 0.2,
         epsilon_high=(args.epsilon_high or args.epsilon) if args else 0.28,
-        args=SimpleNamespace(delta=None, use_bias_correction_kl=bias_correction, steps_per_generation=1),
+        args=SimpleNamespace(
+            delta=getattr(args, "delta", None), use_bias_correction_kl=bias_correction, steps_per_generation=1
+        ),
         use_vllm=weights is not None,
         vllm_importance_sampling_correction=weights is not None,
         model=SimpleNamespace(training=True),
@@ -216,6 +218,26 @@ def test_cispo_is_trls_cispo_loss() -> None:
         assert not torch.allclose(ours_on(t, ppo)[1], theirs[1], atol=1e-6)
 
 
+def test_trls_two_sided_clipping_is_the_dual_clip_above_the_clip_and_refused_below() -> None:
+    """TRL's delta caps ρ before PPO's min: the dual clip c = δ wherever δ > 1 + epsilon_high (the
+    cap acts on these tensors: TRL's number moves with it); at or below, the import refuses it."""
+    trl = pytest.importorskip("trl", reason="TRL is the peers extra (make install installs it)")
+    from rlvr_cli.interop.trl_map import import_config
+
+    args = trl.GRPOConfig(output_dir="/tmp/unused", use_cpu=True, bf16=False, delta=1.05, epsilon_high=0.02)
+    objective = imported_objective(import_config({"delta": 1.05, "epsilon_high": 0.02}, train_rows=16, processes=1,
+                                                 components=1, policy="p"))  # fmt: skip
+    assert objective.clip.dual == 1.05
+    for seed in range(2):
+        t = shared(seed)
+        theirs = trl_loss(t, "dapo", "token", None, args)
+        same(ours_on(t, objective), theirs)
+        uncapped = trl_loss(t, "dapo", "token", None, SimpleNamespace(epsilon=0.2, epsilon_high=0.02))
+        assert not torch.allclose(uncapped[1], theirs[1], atol=1e-6)  # δ acts here
+    refused = import_config({"delta": 1.2, "epsilon_high": 0.28}, train_rows=16, processes=1, components=1, policy="p")
+    assert [d.key for d in refused.refused] == ["delta"]
+
+
 def test_the_comparison_can_fail() -> None:
     """Other old log-probs on TRL's side (other ratios): another number."""
     t = shared(0)
@@ -285,6 +307,7 @@ IMPORTED = [
     {"loss_type": "dr_grpo", "scale_rewards": "none", "importance_sampling_level": "sequence"},
     {"loss_type": "bnpo", "epsilon": 0.1, "epsilon_high": 0.3},
     {"loss_type": "cispo", "epsilon_high": 1.1},  # the weight capped at 1.1, no floor
+    {"delta": 1.05, "epsilon_high": 0.02},  # two-sided clipping: the dual clip (δ > 1 + epsilon_high)
     {"beta": 0.04},  # k3 in the loss, × the ratio (use_bias_correction_kl, 1.16's default)
     {"beta": 0.04, "use_bias_correction_kl": False, "importance_sampling_level": "sequence"},
 ]
@@ -331,6 +354,7 @@ EXPORTED = {
     "dr_grpo": {"aggregation": "constant_norm", "advantage": {"baseline": "group_mean", "scale": "none"}},
     "gspo": {"ratio": {"level": "sequence", "denominator": "trainer_recomputed"}},
     "cispo": {"clip": {"low": 1.0, "high": 0.1, "kind": "cispo"}, "aggregation": "token_mean"},
+    "dual": {"clip": {"low": 0.2, "high": 0.02, "dual": 1.05}, "aggregation": "token_mean"},
     "kl-by-ratio": {"kl": {"coef": 0.04, "estimator": "k3", "placement": "loss", "weight": "ratio"}},
     "kl": {"kl": {"coef": 0.04, "estimator": "k3", "placement": "loss"}},
 }

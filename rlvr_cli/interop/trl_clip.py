@@ -1,0 +1,45 @@
+"""TRL 1.16's clip options as the contract's `objective.clip`: epsilon and epsilon_high, the
+two-sided clipping `delta` (the dual clip), and loss_type cispo's cap (trl_map.py reads the rest)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlvr_cli.interop.common import Mapping
+
+
+def clip(get: Any, out: Mapping, loss_type: str) -> None:
+    """`get`: trl_map's Reader over the config."""
+    low, high = get("epsilon"), get("epsilon_high")
+    high = low if high is None else high
+    if loss_type == "cispo":
+        _cispo(get, out, high)
+        return
+    out.set("objective.clip.low", low, get.source("epsilon"))
+    out.set("objective.clip.high", high, get.source("epsilon_high") + " (null: epsilon)")
+    _delta(get, out, high)
+
+
+def _delta(get: Any, out: Mapping, high: float) -> None:
+    """trl's two-sided clipping caps ρ at delta before the min: for A < 0 the loss is −A·max(min(ρ, δ),
+    clip(ρ)), the dual clip's −A·min(max(ρ, clip(ρ)), δ) wherever δ > 1 + high (above it, for A > 0,
+    the clip already acts); at or below 1 + high it is another loss."""
+    delta = get("delta")
+    if delta is None:
+        return
+    if delta <= 1 + high:
+        out.refuse("delta", f"{delta}: at or below 1 + epsilon_high it caps what the clip keeps, not a dual clip")
+    else:
+        out.set("objective.clip.dual", float(delta), get.source("delta") + ": two-sided clipping, the dual clip")
+
+
+def _cispo(get: Any, out: Mapping, cap: float) -> None:
+    """trl's cispo weighs each token's log-likelihood by sg(min(ρ, epsilon_high)): the contract's
+    cispo clip with no floor (low 1) and 1 + high = epsilon_high (epsilon is not read)."""
+    out.set("objective.clip.kind", "cispo", get.source("loss_type"))
+    out.set("objective.clip.low", 1.0, "trl's cispo: no floor on the weight (epsilon is not read)")
+    if cap <= 1:
+        out.refuse("epsilon_high", f"{cap}: trl's cispo caps the weight at epsilon_high, below every ratio of 1")
+    out.set("objective.clip.high", round(cap - 1, 12), get.source("epsilon_high") + ": the weight's cap, 1 + high")
+    if get("importance_sampling_level") != "token":
+        out.refuse("importance_sampling_level", "sequence: the contract's cispo weighs each token by its own ratio")
