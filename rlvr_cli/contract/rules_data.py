@@ -131,10 +131,12 @@ def rlv502_dynamic_sampling_logs(c: Contract, _: Path) -> Iterator[Finding]:
 @rule
 def rlv505_uniform_on(c: Contract, _: Path) -> Iterator[Finding]:
     ds, length = c.length.dynamic_sampling, c.length
-    if ds is None or ds.uniform_on != "verifier_reward":
+    if ds is None or "uniform_on" not in ds.model_fields_set:
         return
     if not ds.drop_uniform_groups:
         why = "drop_uniform_groups is false: no group is dropped"
+    elif ds.uniform_on == "reward":
+        return
     elif length.overlong_penalty is None and length.on_truncated != "penalize":
         why = "no overlong_penalty and no truncation penalty: the verifier's reward is the reward"
     else:
@@ -142,8 +144,8 @@ def rlv505_uniform_on(c: Contract, _: Path) -> Iterator[Finding]:
     yield error(
         "RLV505",
         ("length", "dynamic_sampling", "uniform_on"),
-        f"uniform_on: verifier_reward changes nothing here ({why})",
-        suggestion="reward",
+        f"uniform_on: {ds.uniform_on} changes nothing here ({why})",
+        suggestion="reward" if ds.drop_uniform_groups else None,
     )
 
 

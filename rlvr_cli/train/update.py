@@ -177,7 +177,7 @@ def rewards_with_kl(
 
 
 def step_advantages(
-    setup: Setup, flat: list[Sample], rewards: torch.Tensor, owner: list[int], row_tokens: torch.Tensor | None = None
+    setup: Setup, flat: list[Sample], rewards: torch.Tensor, owner: list[int], row_tokens: torch.Tensor
 ) -> torch.Tensor:
     """Advantages over the whole (all-rank) batch of units, written into each unit (and the
     sessions it trains) and returned for this rank's trained rows `(B,)` (`owner`: each row's unit;
@@ -185,7 +185,7 @@ def step_advantages(
     contract, subgroup = setup.contract, hints.subgroup(setup.contract)
     size = credit.unit_width(contract)
     tokens = torch.zeros(len(flat), dtype=torch.float64)  # (N,): each unit's trained tokens
-    if row_tokens is not None and len(owner):
+    if len(owner):
         tokens.index_add_(0, torch.tensor(owner, dtype=torch.long), row_tokens.detach().double().cpu())
     if credit.several(flat):  # episodes of several sessions: groups of any width
         adv = credit.ragged_advantages(contract, flat, rewards, subgroup, tokens).float()

@@ -172,7 +172,8 @@ def test_credit_decides_which_sessions_train_and_with_what_advantage(
     every, trained, owner = credits.units(setup.contract, samples)
     assert len(trained) == rows
     rewards = torch.tensor([s.reward if s.kept else math.nan for s in every], dtype=torch.float64)
-    adv = update.step_advantages(SimpleNamespace(contract=setup.contract, device="cpu"), every, rewards, owner)
+    tokens = torch.tensor([float(sum(r.mask)) for r in trained])
+    adv = update.step_advantages(SimpleNamespace(contract=setup.contract, device="cpu"), every, rewards, owner, tokens)
     if advantages is not None:
         assert adv.tolist() == pytest.approx(advantages, abs=1e-5)
     else:  # rewards 0.5, 2.0 (one episode's two sessions) and 0.0 (the other's one)

@@ -59,6 +59,12 @@ def test_verifier_reward_that_changes_nothing_is_refused(single_turn: Path, tmp_
     assert done.code == 1 and "RLV505" in done.stdout and "no overlong_penalty and no truncation penalty" in done.stdout
     exp = experiment(single_turn, tmp_path / "shaped", "verifier_reward")
     assert rlvr("validate", exp / "experiment.rlvr.yaml").code == 0
+    path = exp / "experiment.rlvr.yaml"  # no group dropped: either value changes nothing
+    path.write_text(path.read_text().replace("drop_uniform_groups: true", "drop_uniform_groups: false"))
+    for value in ("verifier_reward", "reward"):
+        path.write_text(path.read_text().replace("uniform_on: verifier_reward", f"uniform_on: {value}"))
+        done = rlvr("validate", path)
+        assert done.code == 1 and f"uniform_on: {value} changes nothing" in done.stdout, done.stdout
 
 
 @pytest.mark.parametrize("uniform_on", ["verifier_reward", "reward"])
