@@ -46,6 +46,10 @@ NEEDS: dict[str, tuple[Callable[[Contract], bool], str]] = {  # what a run needs
         lambda c: bool(c.monitoring.reference_answers and c.monitoring.holdout_every),
         "needs reference responses on holdout steps (monitoring.reference_answers and holdout_every)",
     ),
+    "clip": (
+        lambda c: c.objective.clip.kind != "sapo",
+        "has nothing to count under clip.kind sapo: its soft gate clips nothing",
+    ),
     "sample_ahead": (lambda c: c.hyperparameters.sample_ahead, "needs sampling ahead (hyperparameters.sample_ahead)"),
     "correction": (lambda c: c.objective.corrects, "needs an importance correction (objective.correction: tis or mis)"),
     "served": (

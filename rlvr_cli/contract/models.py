@@ -13,6 +13,7 @@ from pydantic import BeforeValidator, ConfigDict, Field, model_validator
 from rlvr_cli.contract.adapter import Adapter
 from rlvr_cli.contract.advantage_section import Advantage, Whiten
 from rlvr_cli.contract.batch_keys import MICRO_BATCH_SEQUENCES, MINI_BATCHES, SAMPLE_AHEAD
+from rlvr_cli.contract.clip_section import Clip
 from rlvr_cli.contract.data_section import Data
 from rlvr_cli.contract.length_keys import OVERLONG_PENALTY, DynamicSampling, OverlongPenalty, Packing
 from rlvr_cli.contract.off_policy import Correction, Ratio
@@ -192,18 +193,6 @@ class Environment(Section):
 
 
 # ── objective ─────────────────────────────────────────────────────────────────────────
-
-
-class Clip(Section):
-    low: float = Field(description="Ratio kept above 1 - low; in (0, 1) (cispo: (0, 1], 1 is no lower bound).")
-    high: float = Field(description="Ratio kept below 1 + high; in (0, 1), > low is clip-higher (cispo: any > 0).")
-    dual: float | None = Field(None, gt=1, description="Dual-clip constant c > 1 (ppo only).")
-    kind: Literal["ppo", "cispo"] | None = Field(
-        None,
-        description="ppo (absent: ppo): max(−A·ρ, −A·clip(ρ)) per token. cispo (MiniMax-M1's CISPO): −sg(clip(ρ))·A·"
-        "log π_θ — the clipped ratio weighs the log-likelihood's gradient, no token loses its gradient (per-token "
-        "ratio only).",
-    )
 
 
 class KL(Section):

@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from rlvr_cli.contract import clip_section
 from rlvr_cli.contract.sections import Section
 
 
@@ -49,11 +50,8 @@ class Correction(Section):
 def findings(objective: Any, hyperparameters: Any) -> Iterator[tuple[tuple[str, ...], str]]:
     """(path, message) of each RLV003 the off-policy keys make: keys the kind does not read,
     keys it needs, and a ratio the run cannot leave unsaid."""
-    ratio, correction, clip = objective.ratio, objective.correction, objective.clip
-    if clip.kind == "cispo" and clip.dual is not None:
-        yield ("objective", "clip", "dual"), "cispo has no dual clip: its loss is −sg(clip(ρ))·A·log π_θ"
-    if clip.kind == "cispo" and ratio is not None and ratio.level != "token":
-        yield ("objective", "ratio", "level"), f"{ratio.level}: cispo weighs each token by its own ratio"
+    ratio, correction = objective.ratio, objective.correction
+    yield from clip_section.findings(objective.clip, ratio)
     where = ("objective", "correction")
     if correction is not None:
         reads = {"none": (), "tis": ("level", "cap"), "mis": ("level", "low", "high")}[correction.kind]

@@ -34,6 +34,13 @@ CONDITIONS: dict[str, list[dict[str, Any]]] = {
         },
         _when("kind", {"const": "tool_use"}, "server", "max_steps"),
     ],
+    "Clip": [
+        {
+            "if": {"required": ["kind"], "properties": {"kind": {"const": "sapo"}}},
+            "then": _present("temperature"),
+            "else": _present("low", "high"),
+        }
+    ],
     "Advantage": [_when("scale", {"enum": ["group_std", "batch_std", "leave_one_out_std"]}, "std", "epsilon")],
     "Correction": [
         _when("kind", {"const": "tis"}, "level", "cap"),

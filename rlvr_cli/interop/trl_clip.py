@@ -1,5 +1,6 @@
 """TRL 1.16's clip options as the contract's `objective.clip`: epsilon and epsilon_high, the
-two-sided clipping `delta` (the dual clip), and loss_type cispo's cap (trl_map.py reads the rest)."""
+two-sided clipping `delta` (the dual clip), loss_type cispo's cap and sapo's temperatures (trl_map.py reads
+the rest)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ def clip(get: Any, out: Mapping, loss_type: str) -> None:
     high = low if high is None else high
     if loss_type == "cispo":
         _cispo(get, out, high)
+        return
+    if loss_type == "sapo":
+        _sapo(get, out)
         return
     out.set("objective.clip.low", low, get.source("epsilon"))
     out.set("objective.clip.high", high, get.source("epsilon_high") + " (null: epsilon)")
@@ -43,3 +47,14 @@ def _cispo(get: Any, out: Mapping, cap: float) -> None:
     out.set("objective.clip.high", round(cap - 1, 12), get.source("epsilon_high") + ": the weight's cap, 1 + high")
     if get("importance_sampling_level") != "token":
         out.refuse("importance_sampling_level", "sequence: the contract's cispo weighs each token by its own ratio")
+
+
+def _sapo(get: Any, out: Mapping) -> None:
+    """trl's sapo gates each token's −A·ρ by σ(τ(ρ − 1))·4/τ, τ sapo_temperature_pos where A > 0 and
+    sapo_temperature_neg elsewhere: the contract's sapo clip (epsilon, epsilon_high and delta are
+    not read by trl's sapo loss; a delta set beside it is a key that changes nothing)."""
+    out.set("objective.clip.kind", "sapo", get.source("loss_type"))
+    out.set("objective.clip.temperature.positive", get("sapo_temperature_pos"), get.source("sapo_temperature_pos"))
+    out.set("objective.clip.temperature.negative", get("sapo_temperature_neg"), get.source("sapo_temperature_neg"))
+    if get("delta") is not None:
+        out.refuse("delta", f"{get('delta')}: trl's sapo loss does not read delta (it would change nothing)")

@@ -43,6 +43,17 @@ def _cispo(contract: Contract, out: Mapping) -> None:
         out.refuse("objective.aggregation", f"{contract.objective.aggregation}: trl's cispo loss is token_mean")
 
 
+def _sapo(contract: Contract, out: Mapping) -> None:
+    """trl's sapo: the gate's temperatures, each answer's token mean averaged (grpo's aggregation)."""
+    tau = contract.objective.clip.temperature
+    assert tau is not None  # RLV003: sapo requires it
+    out.set("loss_type", "sapo", "objective.clip.kind: sapo")
+    out.set("sapo_temperature_pos", tau.positive, "objective.clip.temperature.positive")
+    out.set("sapo_temperature_neg", tau.negative, "objective.clip.temperature.negative")
+    if contract.objective.aggregation != "seq_mean_token_mean":
+        out.refuse("objective.aggregation", f"{contract.objective.aggregation}: trl's sapo loss is seq_mean_token_mean")
+
+
 def _objective(contract: Contract, out: Mapping) -> None:
     o = contract.objective
     if o.aggregation not in LOSS_TYPE:
@@ -61,6 +72,8 @@ def _objective(contract: Contract, out: Mapping) -> None:
         check_std(out, a, "trl", 1e-4)
     if o.clip.kind == "cispo":
         _cispo(contract, out)
+    elif o.clip.kind == "sapo":
+        _sapo(contract, out)
     else:
         out.set("epsilon", o.clip.low, "objective.clip.low")
         out.set("epsilon_high", o.clip.high, "objective.clip.high")

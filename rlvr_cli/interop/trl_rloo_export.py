@@ -39,6 +39,8 @@ def _objective(contract: Contract, out: Mapping) -> None:
         out.refuse("objective.aggregation", f"{o.aggregation}: {fixed} averages each answer's loss over answers")
     if o.ratio is not None and o.ratio.denominator == "engine":
         out.refuse("objective.ratio.denominator", f"engine: {fixed} divides by its own recomputed log-probs")
+    if o.clip.kind not in (None, "ppo"):
+        out.refuse("objective.clip.kind", f"{o.clip.kind}: {fixed} clips PPO's way")
     out.set("epsilon", o.clip.low, "objective.clip.low")
     out.set("epsilon_high", o.clip.high, "objective.clip.high")
     if o.clip.dual is not None:

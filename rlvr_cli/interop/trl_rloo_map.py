@@ -22,6 +22,8 @@ GRPO_ONLY = (
     "vllm_importance_sampling_clip_max",
     "use_bias_correction_kl",
     "delta",
+    "sapo_temperature_pos",
+    "sapo_temperature_neg",
     "importance_sampling_level",
     "loss_type",
     "scale_rewards",

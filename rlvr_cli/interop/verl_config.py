@@ -36,6 +36,8 @@ DEFAULTS: dict[str, Any] = {
     f"{A}.clip_ratio_low": 0.2,
     f"{A}.clip_ratio_high": 0.2,
     f"{A}.clip_ratio_c": 3.0,
+    f"{A}.tau_pos": 1.0,
+    f"{A}.tau_neg": 1.05,
     f"{A}.policy_loss.loss_mode": "vanilla",
     f"{A}.loss_agg_mode": "token-mean",
     f"{A}.loss_scale_factor": None,

@@ -96,10 +96,13 @@ def _objective(contract: Contract, out: Mapping) -> None:
     level = o.ratio.level if o.ratio else "token"
     if level == "sequence_sum":
         out.refuse("objective.ratio.level", "sequence_sum: verl's sequence ratio (gspo) is the tokens' mean")
-    mode = "cispo" if o.clip.kind == "cispo" else "gspo" if level == "sequence" else "vanilla"
+    mode = o.clip.kind if o.clip.kind in ("cispo", "sapo") else "gspo" if level == "sequence" else "vanilla"
     out.set(f"{A}.policy_loss.loss_mode", mode, "objective.clip.kind, objective.ratio.level")
-    out.set(f"{A}.clip_ratio_low", o.clip.low, "objective.clip.low")
-    out.set(f"{A}.clip_ratio_high", o.clip.high, "objective.clip.high")
+    if mode == "sapo":
+        _sapo(contract, out, level)
+    else:
+        out.set(f"{A}.clip_ratio_low", o.clip.low, "objective.clip.low")
+        out.set(f"{A}.clip_ratio_high", o.clip.high, "objective.clip.high")
     if level == "sequence" and o.clip.dual is not None:
         out.refuse("objective.clip.dual", "verl's GSPO loss never dual-clips")
     if level == "token" and mode == "vanilla":
@@ -123,6 +126,19 @@ def _objective(contract: Contract, out: Mapping) -> None:
         out.set(f"{C}.rollout_is", None, "objective.correction: none")
     out.set(f"{A}.entropy_coeff", o.entropy_coef, "objective.entropy_coef")
     out.bound("log-ratio", "verl clamps log π_θ − log π_old to ±20 (exact while the ratio stays in e^±20)")
+
+
+def _sapo(contract: Contract, out: Mapping, level: str) -> None:
+    """verl's sapo: the gate's temperatures, per-token ratios, and seq-mean-token-mean — which verl's
+    sapo loss takes whatever loss_agg_mode says (its KL loss and entropy bonus follow loss_agg_mode)."""
+    tau, o = contract.objective.clip.temperature, contract.objective
+    assert tau is not None  # RLV003: sapo requires it
+    out.set(f"{A}.tau_pos", tau.positive, "objective.clip.temperature.positive")
+    out.set(f"{A}.tau_neg", tau.negative, "objective.clip.temperature.negative")
+    if level != "token":
+        out.refuse("objective.ratio.level", f"{level}: verl's sapo gates each token's own ratio")
+    if o.aggregation != "seq_mean_token_mean":
+        out.refuse("objective.aggregation", f"{o.aggregation}: verl's sapo loss is seq_mean_token_mean")
 
 
 def _kl(contract: Contract, out: Mapping) -> None:

@@ -150,25 +150,30 @@ def _whitened(out: Mapping, source: str) -> None:
 
 def _loss(get: Reader, out: Mapping) -> None:
     mode = get(f"{A}.policy_loss.loss_mode")
-    if mode not in ("vanilla", "gspo", "cispo"):
-        out.refuse(f"{A}.policy_loss.loss_mode", f"{mode}: not a loss the contract states (vanilla, gspo, cispo)")
-    if mode == "cispo":  # −sg(clip(ρ))·A·log π per token; clip_ratio_c is not read
-        out.set("objective.clip.kind", "cispo", get.source(f"{A}.policy_loss.loss_mode"))
-    low = get(f"{A}.clip_ratio_low") if get(f"{A}.clip_ratio_low") is not None else get(f"{A}.clip_ratio")
-    high = get(f"{A}.clip_ratio_high") if get(f"{A}.clip_ratio_high") is not None else get(f"{A}.clip_ratio")
-    out.set("objective.clip.low", low, get.source(f"{A}.clip_ratio_low"))
-    out.set("objective.clip.high", high, get.source(f"{A}.clip_ratio_high"))
+    if mode not in ("vanilla", "gspo", "cispo", "sapo"):
+        out.refuse(f"{A}.policy_loss.loss_mode", f"{mode}: not a loss the contract states (vanilla, gspo, cispo, sapo)")
+    if mode in ("cispo", "sapo"):  # cispo: −sg(clip(ρ))·A·log π per token; clip_ratio_c is not read
+        out.set("objective.clip.kind", mode, get.source(f"{A}.policy_loss.loss_mode"))
+    if mode == "sapo":  # −A·σ(τ(ρ − 1))·4/τ per token; no clip_ratio is read
+        for key, tau in (("positive", "tau_pos"), ("negative", "tau_neg")):
+            out.set(f"objective.clip.temperature.{key}", get(f"{A}.{tau}"), get.source(f"{A}.{tau}"))
+    else:
+        low = get(f"{A}.clip_ratio_low") if get(f"{A}.clip_ratio_low") is not None else get(f"{A}.clip_ratio")
+        high = get(f"{A}.clip_ratio_high") if get(f"{A}.clip_ratio_high") is not None else get(f"{A}.clip_ratio")
+        out.set("objective.clip.low", low, get.source(f"{A}.clip_ratio_low"))
+        out.set("objective.clip.high", high, get.source(f"{A}.clip_ratio_high"))
     if mode == "vanilla":
         out.set("objective.clip.dual", get(f"{A}.clip_ratio_c"), get.source(f"{A}.clip_ratio_c") + ": always on")
     level = "sequence" if mode == "gspo" else "token"
     out.set("objective.ratio.level", level, get.source(f"{A}.policy_loss.loss_mode"))
     bypass = get(f"{C}.bypass_mode")
     out.set("objective.ratio.denominator", "engine" if bypass else "trainer_recomputed", get.source(f"{C}.bypass_mode"))
-    agg = get(f"{A}.loss_agg_mode")
+    agg = get(f"{A}.loss_agg_mode") if mode != "sapo" else _sapo_aggregation(get, out)
     if agg not in AGGREGATION:
         out.refuse(f"{A}.loss_agg_mode", f"{agg}: not an aggregation the contract states")
     else:
-        out.set("objective.aggregation", AGGREGATION[agg], get.source(f"{A}.loss_agg_mode"))
+        why = "verl's sapo loss: seq-mean-token-mean, whatever loss_agg_mode" if mode == "sapo" else None
+        out.set("objective.aggregation", AGGREGATION[agg], why or get.source(f"{A}.loss_agg_mode"))
     if agg == "seq-mean-token-sum-norm":
         factor, budget = get(f"{A}.loss_scale_factor"), get("data.max_response_length")
         if factor != budget:
@@ -184,6 +189,23 @@ def _loss(get: Reader, out: Mapping) -> None:
         out.differs("trainer.use_v1", "false: the legacy worker takes each micro-batch's own token mean")
     out.bound("log-ratio", "verl clamps log π_θ − log π_old to ±20 (exact while the ratio stays in e^±20)")
     _correction(get, out)
+
+
+def _sapo_aggregation(get: Reader, out: Mapping) -> str:
+    """verl's sapo loss takes seq-mean-token-mean whatever loss_agg_mode says, while its KL loss and
+    entropy bonus follow loss_agg_mode: one aggregation for every term only where they agree."""
+    agg, terms = get(f"{A}.loss_agg_mode"), []
+    if get(f"{A}.use_kl_loss"):
+        terms.append("its KL loss")
+    if get(f"{A}.entropy_coeff"):
+        terms.append("its entropy bonus")
+    if agg != "seq-mean-token-mean" and terms:
+        out.refuse(
+            f"{A}.loss_agg_mode",
+            f"{agg}: verl's sapo aggregates the policy loss seq-mean-token-mean but {' and '.join(terms)} {agg} "
+            "(the contract aggregates every term one way)",
+        )
+    return "seq-mean-token-mean"
 
 
 def _correction(get: Reader, out: Mapping) -> None:

@@ -47,6 +47,8 @@ def merged(base: dict[str, Any], mapping: Mapping) -> dict[str, Any]:
     correction = values.get("objective.correction.kind")
     if correction is not None:
         out["objective"].pop("correction", None)  # the peer's correction replaces the base's whole
+    if any(path.startswith("objective.clip.") for path in values):
+        out["objective"].pop("clip", None)  # the peer's clip replaces the base's whole (its kind, range or gate)
     if values.get("hyperparameters.sampling.engine") not in ("vllm", "sglang"):
         out["hyperparameters"].get("sampling", {}).pop("server", None)
     if "hyperparameters.adapter" in values and values["hyperparameters.adapter"] is None:

@@ -109,14 +109,27 @@ def surrogate(
     ratio_: torch.Tensor, logp: torch.Tensor, adv: torch.Tensor, clip: Any
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The policy term per token `(B, T)` and where the clip acted, as `objective.clip.kind` says:
-    PPO's (`clipped_surrogate`), or CISPO's (Chen et al. 2025, MiniMax-M1,
+    PPO's (`clipped_surrogate`); CISPO's (Chen et al. 2025, MiniMax-M1,
     https://arxiv.org/abs/2506.13585): ℓ = −sg(clip(r, 1−low, 1+high))·A·log π_θ — the clipped
     ratio only weighs each token's log-likelihood gradient, which no token loses (TRL's, verl's and
-    NeMo RL's cispo)."""
-    if getattr(clip, "kind", None) != "cispo":
+    NeMo RL's cispo); or SAPO's (Gao et al. 2025, https://arxiv.org/abs/2511.20347):
+    ℓ = −A·σ(τ(r − 1))·4/τ, τ by the sign of A (`soft_gate`), where nothing is clipped."""
+    kind = getattr(clip, "kind", None)
+    if kind == "sapo":
+        return -soft_gate(ratio_, adv, clip.temperature) * adv[:, None], torch.zeros_like(ratio_, dtype=torch.bool)
+    if kind != "cispo":
         return clipped_surrogate(ratio_, adv, clip.low, clip.high, clip.dual)
     weight = torch.clamp(ratio_.detach(), 1.0 - clip.low, 1.0 + clip.high)  # (B, T)
     return -weight * adv[:, None] * logp, weight != ratio_.detach()
+
+
+def soft_gate(ratio_: torch.Tensor, adv: torch.Tensor, temperature: Any) -> torch.Tensor:
+    """SAPO's gate f(r) = σ(τ(r − 1))·4/τ `(B, T)`, τ = temperature.positive where A > 0 and
+    temperature.negative elsewhere (TRL's and verl's `advantages > 0`). f(1) = 2/τ and f'(1) = 1:
+    on-policy its gradient is the policy gradient's; off-policy f' = 4σ(1 − σ) fades the token's
+    gradient smoothly instead of cutting it at a clip edge."""
+    tau = torch.where(adv > 0, temperature.positive, temperature.negative).to(ratio_.dtype)[:, None]  # (B, 1)
+    return torch.sigmoid(tau * (ratio_ - 1.0)) * 4.0 / tau
 
 
 def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str) -> torch.Tensor:

@@ -80,6 +80,9 @@ def objective_words(c: Contract) -> list[str]:
         clip = (
             f"CISPO: each token's −A·log π weighted by sg(its ratio clipped to [1 - {o.clip.low}, 1 + {o.clip.high}])"
         )
+    elif o.clip.kind == "sapo" and o.clip.temperature is not None:
+        tau = o.clip.temperature
+        clip = f"SAPO: no clip, each token's −A·ρ softly gated, σ(τ(ρ − 1))·4/τ, τ = {tau.positive} (A > 0), {tau.negative}"
     if o.clip.dual:
         clip += f", dual clip c = {o.clip.dual} for negative advantages"
     kl = (

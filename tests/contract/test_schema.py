@@ -96,6 +96,7 @@ JSON_SCHEMA_KEYWORDS = {
     "not",
     "if",
     "then",
+    "else",
     "enum",
     "const",
     "default",

@@ -71,6 +71,10 @@ EXAMPLES: dict[str, tuple[list[tuple[str, str]], list[tuple[str, str, str]]]] = 
         [("std: population, ", "")],
         [("RLV201", "error", "advantage:")],
     ),
+    "RLV003-sapo-with-a-clip-range": (  # sapo's soft gate replaces the clip: low and high would change nothing
+        [("  clip: {low: 0.2, high: 0.28}\n", "  clip:\n    kind: sapo\n    low: 0.2\n    high: 0.28\n")],
+        [("RLV003", "error", "  clip:\n"), ("RLV003", "error", "low: 0.2"), ("RLV003", "error", "high: 0.28")],
+    ),
     "RLV202-clip-high-below-low": (
         [("high: 0.28", "high: 0.1")],
         [("RLV202", "error", "high: 0.1")],

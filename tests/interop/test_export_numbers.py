@@ -59,6 +59,7 @@ VARIANTS = {
         (AGG, "aggregation: token_mean"),
         (KL, "kl: {coef: 0.0}"),
     ],
+    "sapo": [(CLIP, "clip: {kind: sapo, temperature: {positive: 1.0, negative: 1.05}}")],  # verl's sapo, its KL
     "gspo-tis": [
         (
             KL,
@@ -155,6 +156,9 @@ def test_verls_code_under_the_export_computes_the_contract(variant: str, compute
     # `exact within`): 1e-8 of each term
     whitened = contract.objective.advantage.whiten is not None
     margin = 1e-8 if contract.objective.aggregation == "seq_mean_token_mean" or whitened else 1e-12
+    tau = contract.objective.clip.temperature
+    if tau is not None:  # sapo's per-token loss is A times a gate of up to 4/τ, and so is verl's 1e-8 of it
+        margin *= 4 / min(tau.positive, tau.negative)
     for (adv, loss, grad), their in zip(mine, theirs[:-1], strict=True):
         assert torch.allclose(
             adv, torch.tensor(their["advantages"], dtype=torch.float64), rtol=0, atol=max(margin, 1e-10)

@@ -156,7 +156,7 @@ def test_a_trl_config_s_choices_land_in_the_contract(exp: Path) -> None:
 
 
 def test_what_the_contract_cannot_state_is_refused_and_nothing_written(exp: Path) -> None:
-    config = {"loss_type": "sapo", "delta": 1.1, "top_entropy_quantile": 0.2, "steps_per_generation": 3}
+    config = {"loss_type": "vespo", "delta": 1.1, "top_entropy_quantile": 0.2, "steps_per_generation": 3}
     config["gradient_accumulation_steps"] = 2  # 3 parts of a generation: not whole optimizer steps
     done = rlvr("import", "trl", write(exp / "bad.yaml", config), "--into", exp)
     assert done.code == 1
@@ -356,6 +356,47 @@ def test_verls_reinforce_plus_plus_baseline_imports_as_whitening_over_tokens_and
         }
     )
     assert [d.key for d in export_files.mapping(loo, "verl", 1).refused] == ["objective.advantage.whiten"]
+
+
+@pytest.mark.skipif(VERL_SITE is None, reason="verl's environment .venv-verl is built by make install")
+def test_verls_sapo_imports_as_the_soft_gate_and_exports_back(exp: Path, tmp_path: Path) -> None:
+    """verl's loss_mode sapo: the gate's tau_pos/tau_neg, seq-mean-token-mean whatever loss_agg_mode
+    says (tests/interop/test_export_numbers.py computes the export with verl's own code); where its
+    KL loss follows another loss_agg_mode, one aggregation cannot state both: refused."""
+    generated = VERL_SITE / "trainer" / "config" / "_generated_ppo_trainer.yaml"
+    base = ["actor_rollout_ref.rollout.n=4", "data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=8"]
+    base += ["actor_rollout_ref.rollout.name=vllm", "algorithm.adv_estimator=grpo"]
+    base += ["actor_rollout_ref.actor.policy_loss.loss_mode=sapo"]
+    base += ["actor_rollout_ref.actor.tau_pos=0.9", "actor_rollout_ref.actor.tau_neg=1.6"]
+    out = exp / "sapo.rlvr.yaml"
+    done = rlvr("import", "verl", generated, *base, "--into", exp / CONTRACT, "--out", out)
+    assert done.code == 0, done.stderr
+    o = load(out).objective
+    assert (o.clip.kind, o.clip.low, o.clip.high, o.clip.dual) == ("sapo", None, None, None)
+    assert (o.clip.temperature.positive, o.clip.temperature.negative) == (0.9, 1.6)
+    assert o.aggregation == "seq_mean_token_mean"  # verl's default loss_agg_mode is token-mean: sapo does not read it
+    assert rlvr("validate", out).code == 0
+    done = rlvr("export", out, "--to", "verl", "--out", tmp_path / "verl", "--allow-inexact")
+    assert done.code == 0, done.stderr
+    written = yaml.safe_load((tmp_path / "verl" / "rlvr.yaml").read_text())["actor_rollout_ref"]["actor"]
+    assert (written["policy_loss"]["loss_mode"], written["tau_pos"], written["tau_neg"]) == ("sapo", 0.9, 1.6)
+    assert "clip_ratio_low" not in written and written["loss_agg_mode"] == "seq-mean-token-mean"
+    kl = ["actor_rollout_ref.actor.use_kl_loss=true"]
+    done = rlvr("import", "verl", generated, *base, *kl, "--into", exp / CONTRACT, "--out", exp / "kl.rlvr.yaml")
+    assert done.code == 1 and "no equivalent: actor_rollout_ref.actor.loss_agg_mode" in done.stderr, done.stderr
+    agreed = [*kl, "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean"]
+    done = rlvr("import", "verl", generated, *base, *agreed, "--into", exp / CONTRACT, "--out", exp / "kl.rlvr.yaml")
+    assert done.code == 0, done.stderr
+    contract = load(out)
+    for update, key in (({"aggregation": "token_mean"}, "objective.aggregation"),):
+        changed = contract.model_copy(update={"objective": contract.objective.model_copy(update=update)})
+        assert [d.key for d in export_files.mapping(changed, "verl", 1).refused] == [key]
+    assert [d.key for d in export_files.mapping(contract, "nemo-rl", 1).refused] == ["objective.clip.kind"]
+    vanilla = [b for b in base if "loss_mode" not in b]  # a PPO config imported over the sapo contract
+    done = rlvr("import", "verl", generated, *vanilla, "--into", out, "--out", exp / "ppo.rlvr.yaml")
+    assert done.code == 0, done.stderr
+    clip = load(exp / "ppo.rlvr.yaml").objective.clip
+    assert (clip.kind, clip.temperature, clip.low, clip.high) == (None, None, 0.2, 0.2)  # the peer's clip, whole
 
 
 def test_export_refuses_what_the_peer_cannot_express() -> None:

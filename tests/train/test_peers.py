@@ -86,7 +86,11 @@ def trl_loss(
         epsilon_low=args.epsilon if args else 0.2,
         epsilon_high=(args.epsilon_high or args.epsilon) if args else 0.28,
         args=SimpleNamespace(
-            delta=getattr(args, "delta", None), use_bias_correction_kl=bias_correction, steps_per_generation=1
+            delta=getattr(args, "delta", None),
+            use_bias_correction_kl=bias_correction,
+            steps_per_generation=1,
+            sapo_temperature_pos=getattr(args, "sapo_temperature_pos", 1.0),
+            sapo_temperature_neg=getattr(args, "sapo_temperature_neg", 1.05),
         ),
         use_vllm=weights is not None,
         vllm_importance_sampling_correction=weights is not None,
@@ -218,6 +222,34 @@ def test_cispo_is_trls_cispo_loss() -> None:
         assert not torch.allclose(ours_on(t, ppo)[1], theirs[1], atol=1e-6)
 
 
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_sapo_is_trls_sapo_loss(level: str) -> None:
+    """`clip: {kind: sapo, temperature: {positive, negative}}` is GRPOTrainer's loss_type sapo with
+    sapo_temperature_pos/neg: −A·σ(τ(ρ − 1))·4/τ per token, each answer's token mean averaged; the
+    loss and gradient equal TRL's at either ratio level (rlvr's per-answer ratio in GSPO's token
+    form, TRL's broadcast), and other temperatures or PPO's clip give another gradient."""
+    objective = {
+        "reward": {"unit": "response", "components": [{"name": "c", "weight": 1.0}], "on_invalid": "exclude"},
+        "advantage": {"baseline": "group_mean", "scale": "none"},
+        "kl": {"coef": 0.0},
+        "aggregation": "seq_mean_token_mean",
+        "ratio": {"level": level, "denominator": "trainer_recomputed"},
+    }
+    tau = {"positive": 1.5, "negative": 3.0}
+    sapo = Objective.model_validate({**objective, "clip": {"kind": "sapo", "temperature": tau}})
+    swapped = Objective.model_validate(
+        {**objective, "clip": {"kind": "sapo", "temperature": {"positive": 3.0, "negative": 1.5}}}
+    )
+    ppo = Objective.model_validate({**objective, "clip": {"low": 0.2, "high": 0.28}})
+    args = SimpleNamespace(epsilon=0.2, epsilon_high=0.28, sapo_temperature_pos=1.5, sapo_temperature_neg=3.0)
+    for seed in range(3):
+        t = shared(seed)
+        theirs = trl_loss(t, "sapo", level, None, args)
+        same(ours_on(t, sapo), theirs)
+        assert not torch.allclose(ours_on(t, swapped)[1], theirs[1], atol=1e-6)
+        assert not torch.allclose(ours_on(t, ppo)[1], theirs[1], atol=1e-6)
+
+
 def test_trls_two_sided_clipping_is_the_dual_clip_above_the_clip_and_refused_below() -> None:
     """TRL's delta caps ρ before PPO's min: the dual clip c = δ wherever δ > 1 + epsilon_high (the
     cap acts on these tensors: TRL's number moves with it); at or below, the import refuses it."""
@@ -307,6 +339,8 @@ IMPORTED = [
     {"loss_type": "dr_grpo", "scale_rewards": "none", "importance_sampling_level": "sequence"},
     {"loss_type": "bnpo", "epsilon": 0.1, "epsilon_high": 0.3},
     {"loss_type": "cispo", "epsilon_high": 1.1},  # the weight capped at 1.1, no floor
+    {"loss_type": "sapo", "sapo_temperature_pos": 0.8, "sapo_temperature_neg": 2.5},  # the soft gate
+    {"loss_type": "sapo", "importance_sampling_level": "sequence", "beta": 0.04},
     {"delta": 1.05, "epsilon_high": 0.02},  # two-sided clipping: the dual clip (δ > 1 + epsilon_high)
     {"beta": 0.04},  # k3 in the loss, × the ratio (use_bias_correction_kl, 1.16's default)
     {"beta": 0.04, "use_bias_correction_kl": False, "importance_sampling_level": "sequence"},
@@ -354,6 +388,7 @@ EXPORTED = {
     "dr_grpo": {"aggregation": "constant_norm", "advantage": {"baseline": "group_mean", "scale": "none"}},
     "gspo": {"ratio": {"level": "sequence", "denominator": "trainer_recomputed"}},
     "cispo": {"clip": {"low": 1.0, "high": 0.1, "kind": "cispo"}, "aggregation": "token_mean"},
+    "sapo": {"clip": {"kind": "sapo", "temperature": {"positive": 0.8, "negative": 2.5}}},
     "dual": {"clip": {"low": 0.2, "high": 0.02, "dual": 1.05}, "aggregation": "token_mean"},
     "kl-by-ratio": {"kl": {"coef": 0.04, "estimator": "k3", "placement": "loss", "weight": "ratio"}},
     "kl": {"kl": {"coef": 0.04, "estimator": "k3", "placement": "loss"}},
