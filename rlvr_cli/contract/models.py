@@ -15,6 +15,7 @@ from rlvr_cli.contract.advantage_section import Advantage, Whiten
 from rlvr_cli.contract.batch_keys import MICRO_BATCH_SEQUENCES, MINI_BATCHES, SAMPLE_AHEAD
 from rlvr_cli.contract.clip_section import Clip
 from rlvr_cli.contract.data_section import Data
+from rlvr_cli.contract.kl_section import KL
 from rlvr_cli.contract.length_keys import OVERLONG_PENALTY, DynamicSampling, OverlongPenalty, Packing
 from rlvr_cli.contract.off_policy import Correction, Ratio
 from rlvr_cli.contract.operations import (
@@ -193,19 +194,6 @@ class Environment(Section):
 
 
 # ── objective ─────────────────────────────────────────────────────────────────────────
-
-
-class KL(Section):
-    coef: float = Field(ge=0, description="β ≥ 0.")
-    estimator: Literal["k1", "k2", "k3"] | None = Field(None, description="Required when coef > 0.")
-    placement: Literal["loss", "reward"] | None = Field(None, description="Required when coef > 0.")
-    weight: Literal["none", "ratio", "score_function"] | None = Field(
-        None,
-        description="With placement loss, what each token's KL is multiplied by: nothing (none; absent: none), the "
-        "objective's ratio π_θ/π_old at its level, its gradient kept (ratio: TRL's use_bias_correction_kl, "
-        "DeepSeek-V3.2's unbiased KL), or exp(log π_θ − sg(log π_θ)), value 1, adding KL·∇log π_θ "
-        "(score_function: NeMo RL's newest).",
-    )
 
 
 class Objective(Section):

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rlvr_cli.contract import off_policy, serving
+from rlvr_cli.contract import kl_section, off_policy, serving
 from rlvr_cli.contract.diagnostics import Finding, error, warning
 from rlvr_cli.contract.metric_needs import unavailable_metric
 from rlvr_cli.contract.models import CHECKPOINT_PARTS, Contract, ModelRef, ReferenceRef
@@ -71,13 +71,8 @@ def conditional_keys(c: Contract, _: Path) -> Iterator[Finding]:
                 yield error("RLV003", ("environment", key), "is about tool results: only for kind tool_use")
     if adv.scale != "none" and adv.epsilon is None:
         yield _required(("objective", "advantage"), "epsilon", f"scale is {adv.scale}")
-    if kl.coef > 0:
-        for key in ("estimator", "placement"):
-            if getattr(kl, key) is None:
-                yield _required(("objective", "kl"), key, "kl.coef > 0")
-    if kl.weight not in (None, "none") and not (kl.coef > 0 and kl.placement == "loss"):
-        yield error("RLV003", ("objective", "kl", "weight"), "weighs the KL term of the loss: only with kl.coef > 0 "
-                    "and placement loss")  # fmt: skip
+    for path, key, message in kl_section.findings(kl):
+        yield _required(path, key, message) if key else error("RLV003", path, message)
     for path, message in off_policy.findings(c.objective, c.hyperparameters):
         yield error("RLV003", path, message)
     for code, path, message in serving.findings(c.hyperparameters):

@@ -88,6 +88,8 @@ def _loss(contract: Contract, out: Mapping) -> None:
         out.set(f"{L}.reference_policy_kl_type", o.kl.estimator, "objective.kl.estimator")
         if o.kl.placement != "loss":
             out.refuse("objective.kl.placement", f"{o.kl.placement}: NeMo RL's GRPO adds the KL to the loss")
+        if o.kl.gradient == "k2":
+            out.refuse("objective.kl.gradient", "k2: NeMo RL's KL has its estimator's own gradient")
         if o.kl.weight == "ratio":
             out.refuse("objective.kl.weight", "ratio: NeMo RL never multiplies its KL by the ratio")
         elif o.kl.weight == "score_function":

@@ -87,6 +87,8 @@ def _objective(contract: Contract, out: Mapping) -> None:
         out.set("use_bias_correction_kl", weight == "ratio", f"objective.kl.weight: {weight}")
         if weight == "score_function":
             out.refuse("objective.kl.weight", "score_function: trl multiplies the KL by the ratio or by nothing")
+        if o.kl.gradient == "k2":
+            out.refuse("objective.kl.gradient", "k2: trl's KL has k3's own gradient")
         if o.kl.estimator != "k3":
             out.refuse("objective.kl.estimator", f"{o.kl.estimator}: trl's KL is k3")
         if o.kl.placement != "loss":

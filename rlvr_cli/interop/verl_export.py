@@ -150,7 +150,8 @@ def _kl(contract: Contract, out: Mapping) -> None:
         return
     if kl.placement == "loss":
         out.set(f"{A}.kl_loss_coef", kl.coef, "objective.kl.coef")
-        out.set(f"{A}.kl_loss_type", KL[kl.estimator], "objective.kl.estimator")
+        straight = "+" if kl.gradient == "k2" else ""  # verl's straight-through: k2's gradient
+        out.set(f"{A}.kl_loss_type", KL[kl.estimator] + straight, "objective.kl.estimator, objective.kl.gradient")
         if kl.weight not in (None, "none"):
             out.refuse("objective.kl.weight", f"{kl.weight}: verl's KL loss is the estimator's own, never weighted")
     else:

@@ -235,9 +235,12 @@ def _kl(get: Reader, out: Mapping) -> None:
     else:
         coef_key = f"{A}.kl_loss_coef" if in_loss else "algorithm.kl_ctrl.kl_coef"
         kind_key = f"{A}.kl_loss_type" if in_loss else "algorithm.kl_penalty"
-        kind = get(kind_key)
+        given = get(kind_key)
+        kind = given[:-1] if isinstance(given, str) and given.endswith("+") else given  # k3+: k2's gradient
         out.set("objective.kl.coef", get(coef_key), get.source(coef_key))
         out.set("objective.kl.placement", "loss" if in_loss else "reward", get.source(f"{A}.use_kl_loss"))
+        if kind != given and in_loss and KL.get(kind) in ("k1", "k3"):
+            out.set("objective.kl.gradient", "k2", get.source(kind_key) + ": the value of its estimator, k2's gradient")
         if kind not in KL:
             out.refuse(kind_key, f"{kind}: the contract's estimators are k1, k2, k3")
         else:

@@ -47,15 +47,14 @@ def merged(base: dict[str, Any], mapping: Mapping) -> dict[str, Any]:
     correction = values.get("objective.correction.kind")
     if correction is not None:
         out["objective"].pop("correction", None)  # the peer's correction replaces the base's whole
-    if any(path.startswith("objective.clip.") for path in values):
-        out["objective"].pop("clip", None)  # the peer's clip replaces the base's whole (its kind, range or gate)
+    for part in ("clip", "kl"):  # the peer's replaces the base's whole: no kind, weight or gradient of the base's
+        if any(path.startswith(f"objective.{part}.") for path in values):
+            out["objective"].pop(part, None)
     if values.get("hyperparameters.sampling.engine") not in ("vllm", "sglang"):
         out["hyperparameters"].get("sampling", {}).pop("server", None)
     if "hyperparameters.adapter" in values and values["hyperparameters.adapter"] is None:
         values.pop("hyperparameters.adapter")  # the peer trains every weight: no adapter from the base either
         out["hyperparameters"].pop("adapter", None)
-    if values.get("objective.kl.coef") == 0:
-        out["objective"]["kl"] = {}
     if values.get("objective.advantage.scale") == "none":
         out["objective"].get("advantage", {}).pop("std", None)
         out["objective"].get("advantage", {}).pop("epsilon", None)

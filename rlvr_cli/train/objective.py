@@ -291,6 +291,7 @@ def policy_loss(
         kl_tok = kl_estimate(logp, ref_logp, kl.estimator or "k3")  # (B, T)
         kl_sum = float((kl_tok.detach() * m).sum())
         if kl.coef > 0 and kl.placement == "loss":
+            kl_tok = kl_with_gradient(kl_tok, logp, ref_logp, getattr(kl, "gradient", None))
             loss = loss + kl.coef * agg(kl_weighted(kl_tok, getattr(kl, "weight", None), logp, old_logp, mask, level))
     if entropy is not None:
         entropy_sum = float((entropy.detach() * m).sum())
@@ -307,6 +308,21 @@ def policy_loss(
         **_weight_stats(weights, old_logp, engine_logp, mask, objective.correction),
     )
     return loss, stats
+
+
+def kl_with_gradient(
+    kl_tok: torch.Tensor, logp: torch.Tensor, ref_logp: torch.Tensor, gradient: str | None
+) -> torch.Tensor:
+    """`objective.kl.gradient` on the per-token KL `(B, T)`: the estimator's own gradient (absent,
+    `estimator`), or k2's with the estimator's value — k2 − sg(k2) + sg(KL), straight-through
+    (verl's `k1+`, `k3+`): for samples of π_θ, k2's gradient (log r)·∇log π_θ is the KL's in
+    expectation, where k1's and k3's are not."""
+    if gradient in (None, "estimator"):
+        return kl_tok
+    if gradient != "k2":
+        raise ValueError(f"unknown kl.gradient {gradient!r}")
+    k2 = KL_ESTIMATORS["k2"](logp - ref_logp)
+    return k2 - k2.detach() + kl_tok.detach()
 
 
 def kl_weighted(

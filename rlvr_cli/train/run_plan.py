@@ -92,6 +92,7 @@ def objective_words(c: Contract) -> list[str]:
             f"KL to the frozen reference, β = {o.kl.coef}, estimator {o.kl.estimator}, "
             + ("added to the loss" if o.kl.placement == "loss" else "subtracted from each response's reward")
             + _KL_WEIGHT.get(o.kl.weight or "none", "")
+            + (", with k2's gradient (straight-through)" if o.kl.gradient == "k2" else "")
         )
     )
     weights = " + ".join(f"{w.weight}·{w.name}" for w in o.reward.components)

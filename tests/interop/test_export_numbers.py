@@ -59,6 +59,7 @@ VARIANTS = {
         (AGG, "aggregation: token_mean"),
         (KL, "kl: {coef: 0.0}"),
     ],
+    "k3-straight-through": [(KL, "kl: {coef: 0.05, estimator: k3, placement: loss, gradient: k2}")],  # verl's k3+
     "sapo": [(CLIP, "clip: {kind: sapo, temperature: {positive: 1.0, negative: 1.05}}")],  # verl's sapo, its KL
     "gspo-tis": [
         (
