@@ -291,8 +291,7 @@ def policy_loss(
         kl_tok = kl_estimate(logp, ref_logp, kl.estimator or "k3")  # (B, T)
         kl_sum = float((kl_tok.detach() * m).sum())
         if kl.coef > 0 and kl.placement == "loss":
-            kl_tok = kl_with_gradient(kl_tok, logp, ref_logp, getattr(kl, "gradient", None))
-            loss = loss + kl.coef * agg(kl_weighted(kl_tok, getattr(kl, "weight", None), logp, old_logp, mask, level))
+            loss = loss + kl.coef * agg(kl_in_loss(kl_tok, kl, logp, old_logp, ref_logp, mask, level))
     if entropy is not None:
         entropy_sum = float((entropy.detach() * m).sum())
         if objective.entropy_coef > 0:
@@ -308,6 +307,21 @@ def policy_loss(
         **_weight_stats(weights, old_logp, engine_logp, mask, objective.correction),
     )
     return loss, stats
+
+
+def kl_in_loss(
+    kl_tok: torch.Tensor,
+    kl: Any,
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    ref_logp: torch.Tensor,
+    mask: torch.Tensor,
+    level: str,
+) -> torch.Tensor:
+    """Each token's KL as the loss takes it `(B, T)`: with the gradient `kl.gradient` names, then
+    multiplied by `kl.weight`."""
+    kl_tok = kl_with_gradient(kl_tok, logp, ref_logp, getattr(kl, "gradient", None))
+    return kl_weighted(kl_tok, getattr(kl, "weight", None), logp, old_logp, mask, level)
 
 
 def kl_with_gradient(
