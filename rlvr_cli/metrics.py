@@ -57,6 +57,10 @@ class StepMetrics:
     overflow_count: float | None = _m(
         "optimizer passes the fp16 loss scaler skipped this step because gradients overflowed", needs="fp16"
     )
+    off_policy_masked_share: float | None = _m(
+        "share of trained tokens in answers the off-policy mask dropped (objective.off_policy_mask)",
+        needs="off_policy_mask",
+    )
     policy_lag: float | None = _m("optimizer steps between the weights that sampled and the weights updated")
     is_weight_mean: float | None = _m(
         "mean importance weight on the trained tokens (objective.correction): w = π_old / π_engine, exp(Σ over the "

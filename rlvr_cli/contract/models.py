@@ -17,7 +17,7 @@ from rlvr_cli.contract.clip_section import Clip
 from rlvr_cli.contract.data_section import Data
 from rlvr_cli.contract.kl_section import KL
 from rlvr_cli.contract.length_keys import OVERLONG_PENALTY, DynamicSampling, OverlongPenalty, Packing
-from rlvr_cli.contract.off_policy import Correction, Ratio
+from rlvr_cli.contract.off_policy import Correction, OffPolicyMask, Ratio
 from rlvr_cli.contract.operations import (
     Acceptance,
     Budget,
@@ -215,6 +215,11 @@ class Objective(Section):
     )
     correction: Correction | None = Field(
         None, description="Importance weights for the engine/trainer mismatch: none, tis or mis. Absent: none."
+    )
+    off_policy_mask: OffPolicyMask | None = Field(
+        None,
+        description="Off-policy sequence masking (DeepSeek-V3.2's OPSM): answers with A < 0 whose policy drifted "
+        "past a threshold train nothing. Absent: none.",
     )
 
     @property

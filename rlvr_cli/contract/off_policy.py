@@ -47,11 +47,35 @@ class Correction(Section):
     high: float | None = Field(None, gt=0, description="mis: weights above it mask their tokens (answers) out.")
 
 
+class OffPolicyMask(Section):
+    """DeepSeek-V3.2's off-policy sequence masking (OPSM): an answer with a negative advantage whose
+    policy has drifted too far from the one that drew it trains nothing."""
+
+    threshold: float = Field(
+        ge=0,
+        description="δ ≥ 0: an answer with A < 0 whose mean over its trained tokens of log π_x − log π_θ (π_θ the "
+        "current policy, no gradient) exceeds δ contributes no policy loss; its tokens still count in the "
+        "aggregation (TRL off_policy_mask_threshold).",
+    )
+    against: Literal["engine", "old"] = Field(
+        description="π_x: engine, the log-probs the sampling engine reported (TRL with vLLM); old, the ratio's "
+        "denominator π_old (TRL without vLLM: exactly π_θ on a batch's first optimizer step, so the mask then acts "
+        "only from the second)."
+    )
+
+
 def findings(objective: Any, hyperparameters: Any) -> Iterator[tuple[tuple[str, ...], str]]:
     """(path, message) of each RLV003 the off-policy keys make: keys the kind does not read,
     keys it needs, and a ratio the run cannot leave unsaid."""
     ratio, correction = objective.ratio, objective.correction
     yield from clip_section.findings(objective.clip, ratio)
+    mask, steps = objective.off_policy_mask, hyperparameters.updates_per_batch * hyperparameters.mini_batches
+    if mask is not None and mask.against == "old" and steps == 1 and (ratio is None or ratio.denominator != "engine"):
+        yield (
+            ("objective", "off_policy_mask", "against"),
+            "old: π_old is the policy of the batch's only optimizer step, so no answer would ever be masked (use "
+            "engine, or several optimizer steps on a batch)",
+        )
     where = ("objective", "correction")
     if correction is not None:
         reads = {"none": (), "tis": ("level", "cap"), "mis": ("level", "low", "high")}[correction.kind]

@@ -106,6 +106,8 @@ def _loss(contract: Contract, out: Mapping) -> None:
 
 
 def _correction(contract: Contract, out: Mapping) -> None:
+    if contract.objective.off_policy_mask is not None:
+        out.refuse("objective.off_policy_mask", "NeMo RL has no off-policy sequence masking")
     c = contract.objective.correction
     on = c is not None and c.kind != "none"
     out.set(f"{L}.use_importance_sampling_correction", on, f"objective.correction.kind: {c.kind if c else 'none'}")

@@ -1,6 +1,6 @@
 """TRL 1.16's clip options as the contract's `objective.clip`: epsilon and epsilon_high, the
-two-sided clipping `delta` (the dual clip), loss_type cispo's cap and sapo's temperatures (trl_map.py reads
-the rest)."""
+two-sided clipping `delta` (the dual clip), loss_type cispo's cap and sapo's temperatures, and its
+off-policy sequence masking (trl_map.py reads the rest)."""
 
 from __future__ import annotations
 
@@ -58,3 +58,27 @@ def _sapo(get: Any, out: Mapping) -> None:
     out.set("objective.clip.temperature.negative", get("sapo_temperature_neg"), get.source("sapo_temperature_neg"))
     if get("delta") is not None:
         out.refuse("delta", f"{get('delta')}: trl's sapo loss does not read delta (it would change nothing)")
+
+
+def off_policy_mask(get: Any, out: Mapping) -> None:
+    """trl's off_policy_mask_threshold δ (DeepSeek-V3.2's OPSM): an answer with A < 0 whose mean of
+    log π_x − log π_θ exceeds δ loses its policy loss, π_x vLLM's log-probs with use_vllm, else the
+    old ones — which on a generation's only optimizer step are π_θ's own, so nothing is masked."""
+    delta = get("off_policy_mask_threshold")
+    if delta is None:
+        return
+    if delta < 0:
+        out.refuse("off_policy_mask_threshold", f"{delta}: below 0 it masks every answer with A < 0 on-policy")
+        return
+    against = "engine" if get("use_vllm") else "old"
+    steps = out.values.get("hyperparameters.updates_per_batch", 1) * out.values.get("hyperparameters.mini_batches", 1)
+    if against == "old" and steps == 1:
+        where = "objective.ratio.denominator"  # said beside the old log-probs the mask would compare
+        out.comments[where] = (
+            f"{out.comments.get(where, '')}; off_policy_mask_threshold {delta} not imported: on a generation's "
+            "only optimizer step trl's mask compares π_θ with itself and drops nothing"
+        ).lstrip("; ")
+        return
+    out.set("objective.off_policy_mask.threshold", float(delta), get.source("off_policy_mask_threshold"))
+    why = "trl: vLLM's log-probs (use_vllm)" if against == "engine" else "trl: the old log-probs (no vLLM)"
+    out.set("objective.off_policy_mask.against", against, why)

@@ -169,7 +169,23 @@ def sampling(contract: Contract, out: Mapping) -> None:
             out.set("vllm_server_base_url", s.server.url, "sampling.server.url")
 
 
+def _off_policy_mask(contract: Contract, out: Mapping) -> None:
+    """trl's off_policy_mask_threshold compares π_θ with vLLM's log-probs under use_vllm, with the old
+    ones otherwise: the contract's `against` must be the one the exported sampler makes it."""
+    mask = contract.objective.off_policy_mask
+    if mask is None:
+        return
+    out.set("off_policy_mask_threshold", mask.threshold, "objective.off_policy_mask.threshold")
+    vllm = contract.hyperparameters.sampling.engine == "vllm"
+    if mask.against != ("engine" if vllm else "old"):
+        out.refuse(
+            "objective.off_policy_mask.against",
+            f"{mask.against}: trl's mask compares π_θ with the {'vLLM' if vllm else 'old'} log-probs here",
+        )
+
+
 def _correction(contract: Contract, out: Mapping) -> None:
+    _off_policy_mask(contract, out)
     c = contract.objective.correction
     corrects = contract.objective.corrects
     if contract.hyperparameters.sampling.engine == "vllm":

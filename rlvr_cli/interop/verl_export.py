@@ -117,6 +117,8 @@ def _objective(contract: Contract, out: Mapping) -> None:
     for difference in aggregation_bounds(o.aggregation):
         out.bound(*difference)
     out.set(f"{C}.bypass_mode", bool(o.ratio and o.ratio.denominator == "engine"), "objective.ratio.denominator")
+    if o.off_policy_mask is not None:
+        out.refuse("objective.off_policy_mask", "verl has no off-policy sequence masking")
     c = o.correction
     if c is not None and c.kind != "none":
         out.set(f"{C}.rollout_is", c.level, "objective.correction.level")

@@ -15,7 +15,17 @@ from rlvr_cli.interop.common import Mapping, nested
 #: the contract's sections an import writes (the others are the base contract's, untouched)
 SECTIONS = ("objective", "hyperparameters", "length")
 ORDER = {
-    "objective": ("reward", "advantage", "clip", "kl", "entropy_coef", "aggregation", "ratio", "correction"),
+    "objective": (
+        "reward",
+        "advantage",
+        "clip",
+        "kl",
+        "entropy_coef",
+        "aggregation",
+        "ratio",
+        "correction",
+        "off_policy_mask",
+    ),
     "hyperparameters": (
         "group_size",
         "prompts_per_step",
@@ -47,6 +57,7 @@ def merged(base: dict[str, Any], mapping: Mapping) -> dict[str, Any]:
     correction = values.get("objective.correction.kind")
     if correction is not None:
         out["objective"].pop("correction", None)  # the peer's correction replaces the base's whole
+    out["objective"].pop("off_policy_mask", None)  # the peer's config says whether it masks (its values add it back)
     for part in ("clip", "kl"):  # the peer's replaces the base's whole: no kind, weight or gradient of the base's
         if any(path.startswith(f"objective.{part}.") for path in values):
             out["objective"].pop(part, None)

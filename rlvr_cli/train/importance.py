@@ -33,8 +33,9 @@ def ratio_denominator(
 
 def engine_logprobs(setup: Setup, trained: list[Sample], fwd: Forward) -> torch.Tensor | None:
     """`(B, T)` the sampling engine's log-probs, which the importance correction weighs the
-    trainer's against (None without a correction)."""
-    if not setup.contract.objective.corrects:
+    trainer's against and the off-policy mask may measure the drift from (None where neither does)."""
+    o = setup.contract.objective
+    if not (o.corrects or (o.off_policy_mask is not None and o.off_policy_mask.against == "engine")):
         return None
     return sampled_logprobs(trained, fwd.batch.response_mask).to(setup.device)
 

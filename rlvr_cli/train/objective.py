@@ -7,6 +7,7 @@ T response tokens; `mask` is the loss mask (1 on trained tokens).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -21,6 +22,15 @@ from rlvr_cli.train.advantages import (  # noqa: F401  (the objective's names, a
     group_outcomes,
     hinted_advantages,
     uniform_groups,
+)
+from rlvr_cli.train.kl_term import (  # noqa: F401  (the objective's names, as docs/contract.md says)
+    KL_ESTIMATORS,
+    KL_PLACEMENTS,
+    kl_estimate,
+    kl_in_loss,
+    kl_weighted,
+    kl_with_gradient,
+    sequence_kl,
 )
 
 if TYPE_CHECKING:
@@ -132,25 +142,6 @@ def soft_gate(ratio_: torch.Tensor, adv: torch.Tensor, temperature: Any) -> torc
     return torch.sigmoid(tau * (ratio_ - 1.0)) * 4.0 / tau
 
 
-def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str) -> torch.Tensor:
-    """Per-token estimate of KL(π_θ ‖ π_ref) from samples of π_θ (Schulman, "Approximating KL
-    divergence", http://joschu.net/blog/kl-approx.html): k1 = log r, k2 = ½(log r)², k3 =
-    (1/r) - 1 + log r, with r = π_θ/π_ref."""
-    if estimator not in KL_ESTIMATORS:
-        raise ValueError(f"unknown KL estimator {estimator!r}")
-    return KL_ESTIMATORS[estimator](logp - ref_logp)  # (B, T)
-
-
-#: `objective.kl.estimator` → the per-token estimate from log r = log π_θ − log π_ref
-KL_ESTIMATORS = {
-    "k1": lambda log_r: log_r,
-    "k2": lambda log_r: 0.5 * log_r.pow(2),
-    "k3": lambda log_r: torch.exp(-log_r) - 1.0 + log_r,
-}
-#: `objective.kl.placement`: where β·KL enters (train/update.py `rewards_with_kl`, `policy_loss`)
-KL_PLACEMENTS = ("loss", "reward")
-
-
 # ── aggregation ───────────────────────────────────────────────────────────────────────
 
 
@@ -228,6 +219,7 @@ class LossStats:
     pg_loss: float
     weight_sum: float = 0.0  # the importance weights on the trained tokens (objective.correction)
     weight_cut: float = 0.0  # trained tokens whose weight the correction truncated or masked
+    masked: float = 0.0  # trained tokens of answers the off-policy mask dropped
 
     @classmethod
     def empty(cls) -> LossStats:
@@ -244,6 +236,7 @@ class LossStats:
             self.pg_loss + other.pg_loss,
             self.weight_sum + other.weight_sum,
             self.weight_cut + other.weight_cut,
+            self.masked + other.masked,
         )
 
 
@@ -268,23 +261,19 @@ def policy_loss(
     verl place them the same way). KL enters the loss only with `kl.placement: loss` (with
     `reward` it was subtracted from the rewards before advantages: train/update.py
     `rewards_with_kl`)."""
-    clip, kl = objective.clip, objective.kl
+    kl = objective.kl
 
-    def agg(per_token: torch.Tensor) -> torch.Tensor:  # every term is aggregated the same way
-        return aggregate(
-            per_token,
-            mask,
-            objective.aggregation,
-            max_response_tokens=max_response_tokens,
-            total_tokens=total_tokens,
-            total_sequences=total_sequences,
-        )
+    agg = functools.partial(  # every term is aggregated the same way
+        aggregate, mask=mask, how=objective.aggregation, max_response_tokens=max_response_tokens,
+        total_tokens=total_tokens, total_sequences=total_sequences,
+    )  # fmt: skip
 
     level = objective.ratio.level if objective.ratio is not None else "token"
     r = importance_ratio(logp, old_logp, mask, level)  # (B, T)
-    per_token, was_clipped = surrogate(r, logp, advantages, clip)
+    per_token, was_clipped = surrogate(r, logp, advantages, objective.clip)
     weights = None if engine_logp is None else correction_weights(old_logp, engine_logp, mask, objective.correction)
-    loss = pg_loss = agg(per_token if weights is None else per_token * weights)
+    keep = off_policy_keep(logp, old_logp, engine_logp, advantages, mask, getattr(objective, "off_policy_mask", None))
+    loss = pg_loss = agg(_times(per_token, weights, keep))
     m = mask.to(logp.dtype)
     kl_sum = entropy_sum = 0.0
     if ref_logp is not None:  # measured whenever a reference is given; in the loss only with a penalty
@@ -305,66 +294,38 @@ def policy_loss(
         entropy_sum=entropy_sum,
         pg_loss=float(pg_loss.detach()),
         **_weight_stats(weights, old_logp, engine_logp, mask, objective.correction),
+        masked=0.0 if keep is None else float(((1 - keep) * m).sum()),
     )
     return loss, stats
 
 
-def kl_in_loss(
-    kl_tok: torch.Tensor,
-    kl: Any,
+def _times(per_token: torch.Tensor, *factors: torch.Tensor | None) -> torch.Tensor:
+    """The policy term per token × each factor given (the correction's weights, the mask)."""
+    for factor in factors:
+        per_token = per_token if factor is None else per_token * factor
+    return per_token
+
+
+def off_policy_keep(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
-    ref_logp: torch.Tensor,
+    engine_logp: torch.Tensor | None,
+    adv: torch.Tensor,
     mask: torch.Tensor,
-    level: str,
-) -> torch.Tensor:
-    """Each token's KL as the loss takes it `(B, T)`: with the gradient `kl.gradient` names, then
-    multiplied by `kl.weight`."""
-    kl_tok = kl_with_gradient(kl_tok, logp, ref_logp, getattr(kl, "gradient", None))
-    return kl_weighted(kl_tok, getattr(kl, "weight", None), logp, old_logp, mask, level)
-
-
-def kl_with_gradient(
-    kl_tok: torch.Tensor, logp: torch.Tensor, ref_logp: torch.Tensor, gradient: str | None
-) -> torch.Tensor:
-    """`objective.kl.gradient` on the per-token KL `(B, T)`: the estimator's own gradient (absent,
-    `estimator`), or k2's with the estimator's value — k2 − sg(k2) + sg(KL), straight-through
-    (verl's `k1+`, `k3+`): for samples of π_θ, k2's gradient (log r)·∇log π_θ is the KL's in
-    expectation, where k1's and k3's are not."""
-    if gradient in (None, "estimator"):
-        return kl_tok
-    if gradient != "k2":
-        raise ValueError(f"unknown kl.gradient {gradient!r}")
-    k2 = KL_ESTIMATORS["k2"](logp - ref_logp)
-    return k2 - k2.detach() + kl_tok.detach()
-
-
-def kl_weighted(
-    kl_tok: torch.Tensor,
-    weight: str | None,
-    logp: torch.Tensor,
-    old_logp: torch.Tensor,
-    mask: torch.Tensor,
-    level: str,
-) -> torch.Tensor:
-    """`objective.kl.weight` on the per-token KL `(B, T)`: none; × `ratio`, the objective's
-    π_θ/π_old at its level with its gradient (per answer: exp of the mean or sum of its trained
-    tokens' log-ratios, broadcast — TRL's use_bias_correction_kl, whose gradient reaches every
-    token of the answer); × exp(log π_θ − sg(log π_θ)) (`score_function`: value 1, gradient
-    KL·∇log π_θ added)."""
-    if weight in (None, "none"):
-        return kl_tok
-    if weight == "ratio":
-        if level == "token":
-            return kl_tok * ratio(logp, old_logp)
-        m = mask.to(logp.dtype)
-        log_s = ((logp - old_logp) * m).sum(dim=1)  # (B,)
-        if level == "sequence":
-            log_s = log_s / m.sum(dim=1).clamp(min=1.0)
-        return kl_tok * torch.exp(log_s)[:, None]
-    if weight == "score_function":
-        return kl_tok * torch.exp(logp - logp.detach())
-    raise ValueError(f"unknown kl.weight {weight!r}")
+    off_policy_mask: Any,
+) -> torch.Tensor | None:
+    """`objective.off_policy_mask` (DeepSeek-V3.2's off-policy sequence masking): `(B, 1)` 0 for an
+    answer with A < 0 whose mean over its trained tokens of log π_x − log π_θ (π_θ detached; π_x the
+    engine's or the old log-probs, as `against` says) exceeds the threshold, 1 elsewhere — TRL's
+    `get_off_policy_mask`; None without the key."""
+    if off_policy_mask is None:
+        return None
+    if off_policy_mask.against == "engine" and engine_logp is None:
+        raise ValueError("off_policy_mask against engine needs the engine's log-probs")
+    drawn = engine_logp if off_policy_mask.against == "engine" else old_logp
+    m = mask.to(logp.dtype)
+    drift = ((drawn - logp.detach()) * m).sum(dim=1) / m.sum(dim=1).clamp(min=1.0)  # (B,)
+    return ((adv >= 0) | (drift <= off_policy_mask.threshold)).to(logp.dtype)[:, None]
 
 
 def _weight_stats(
@@ -386,8 +347,3 @@ def _weight_stats(
         assert raw is not None
         cut = trained & (raw > weights)
     return {"weight_sum": float((weights * mask.to(weights.dtype)).sum()), "weight_cut": float(cut.sum())}
-
-
-def sequence_kl(logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor, estimator: str) -> torch.Tensor:
-    """`(B,)` summed per-token KL of each response, for `kl.placement: reward`."""
-    return (kl_estimate(logp, ref_logp, estimator) * mask.to(logp.dtype)).sum(dim=1)

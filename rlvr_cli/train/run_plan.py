@@ -138,14 +138,19 @@ def off_policy_words(o: Any) -> list[str]:
             "engine": "the log-probs the sampling engine reported",
         }[ratio.denominator]
         words = f"ratio {level}, over {over}"
+    mask = o.off_policy_mask
+    masking = [] if mask is None else [
+        f"off-policy sequence masking: an answer with A < 0 whose mean log π_{mask.against} − log π_θ exceeds "
+        f"{mask.threshold} trains no policy loss"
+    ]  # fmt: skip
     if correction is None or correction.kind == "none":
-        return [words, "no importance correction for the engine's log-probs"]
+        return [words, "no importance correction for the engine's log-probs", *masking]
     w = "w = π_old/π_engine per token" if correction.level == "token" else "w = Π over each answer of π_old/π_engine"
     if correction.kind == "tis":
         how = f"truncated importance sampling: each token's loss × min(w, {correction.cap}), {w}"
     else:
         how = f"masked importance sampling: each token's loss × w, 0 outside [{correction.low}, {correction.high}], {w}"
-    return [words, how]
+    return [words, how, *masking]
 
 
 def artifacts(c: Contract) -> dict[str, Any]:

@@ -22,6 +22,7 @@ def global_stats(stats: obj.LossStats) -> obj.LossStats:
         dist.total(stats.pg_loss),
         dist.total(stats.weight_sum),
         dist.total(stats.weight_cut),
+        dist.total(stats.masked),
     )
 
 
@@ -40,4 +41,5 @@ def update_metrics(
         "grad_norm": grad_norm,
         "lr": setup.scheduler.get_last_lr()[0],
         **correction_metrics(setup.contract, stats.weight_sum, stats.weight_cut, tokens),
+        **({"off_policy_masked_share": stats.masked / tokens} if setup.contract.objective.off_policy_mask else {}),
     }

@@ -67,6 +67,7 @@ def trl_loss(
     accumulate: int = 1,
     beta: float = 0.0,
     bias_correction: bool = False,
+    sampled: torch.Tensor | None = None,
 ) -> tuple:
     """TRL's `_compute_loss` on the shared tensors: its loss and d loss / d logp; `args` (a
     GRPOConfig) gives the clip range, else 0.2 / 0.28; `beta` its KL (k3 to `ref`), multiplied by
@@ -79,7 +80,8 @@ def trl_loss(
     trainer: Any = SimpleNamespace(
         _get_per_token_logps_and_entropies=lambda *a, **k: (logp, torch.zeros_like(logp), None),
         top_entropy_quantile=1.0,
-        off_policy_mask_threshold=None,
+        off_policy_mask_threshold=getattr(args, "off_policy_mask_threshold", None),
+        get_off_policy_mask=GRPOTrainer.get_off_policy_mask,  # a static method: TRL's own
         importance_sampling_level=level,
         beta=beta,
         loss_type=loss_type,
@@ -114,6 +116,8 @@ def trl_loss(
     }
     if weights is not None:
         inputs["importance_sampling_ratio"] = weights
+    if sampled is not None:  # vLLM's log-probs, which trl's off-policy mask compares with π_θ
+        inputs["sampling_per_token_logps"] = sampled
     if beta:
         inputs["ref_per_token_logps"] = t["ref"]
     loss = GRPOTrainer._compute_loss(trainer, None, inputs)
@@ -250,6 +254,41 @@ def test_sapo_is_trls_sapo_loss(level: str) -> None:
         assert not torch.allclose(ours_on(t, ppo)[1], theirs[1], atol=1e-6)
 
 
+@pytest.mark.parametrize("against", ["engine", "old"])
+def test_the_off_policy_mask_is_trls(against: str) -> None:
+    """`off_policy_mask: {threshold: δ, against}` is TRL's off_policy_mask_threshold (DeepSeek-V3.2's
+    OPSM): an answer with A < 0 whose mean log π_x − log π_θ exceeds δ loses its policy loss, π_x
+    vLLM's log-probs (`sampling_per_token_logps`) or the old ones; here some answers are masked,
+    some with A < 0 kept, and the loss differs from the unmasked one."""
+    from rlvr_cli.train.objective import off_policy_keep
+
+    objective = {
+        "reward": {"unit": "response", "components": [{"name": "c", "weight": 1.0}], "on_invalid": "exclude"},
+        "advantage": {"baseline": "group_mean", "scale": "none"},
+        "clip": {"low": 0.2, "high": 0.28},
+        "kl": {"coef": 0.04, "estimator": "k3", "placement": "loss"},
+        "aggregation": "token_mean",
+    }
+    masked = Objective.model_validate({**objective, "off_policy_mask": {"threshold": 0.02, "against": against}})
+    args = SimpleNamespace(epsilon=0.2, epsilon_high=0.28, off_policy_mask_threshold=0.02)
+    told = 0
+    for seed in range(4):
+        t = shared(seed)
+        sampled = t["engine"] if against == "engine" else None
+        logp = t["logp"].clone().requires_grad_(True)
+        loss, _ = policy_loss(logp, t["old"], t["ref"], t["adv"], t["mask"], masked, max_response_tokens=T,
+                              engine_logp=t["engine"])  # fmt: skip
+        loss.backward()
+        theirs = trl_loss(t, "dapo", "token", None, args, beta=0.04, sampled=sampled)
+        same((float(loss.detach()), logp.grad), theirs)
+        keep = off_policy_keep(t["logp"], t["old"], t["engine"], t["adv"], t["mask"], masked.off_policy_mask)
+        negative = t["adv"] < 0
+        told += bool((keep[negative] == 0).any()) and bool((keep[negative] == 1).any())
+        unmasked = trl_loss(t, "dapo", "token", None, SimpleNamespace(epsilon=0.2, epsilon_high=0.28), beta=0.04)
+        assert (theirs[0] != pytest.approx(unmasked[0], abs=1e-9)) == bool((keep == 0).any())
+    assert told, "no case masked some answers with A < 0 and kept others"
+
+
 def test_trls_two_sided_clipping_is_the_dual_clip_above_the_clip_and_refused_below() -> None:
     """TRL's delta caps ρ before PPO's min: the dual clip c = δ wherever δ > 1 + epsilon_high (the
     cap acts on these tensors: TRL's number moves with it); at or below, the import refuses it."""
@@ -341,6 +380,7 @@ IMPORTED = [
     {"loss_type": "cispo", "epsilon_high": 1.1},  # the weight capped at 1.1, no floor
     {"loss_type": "sapo", "sapo_temperature_pos": 0.8, "sapo_temperature_neg": 2.5},  # the soft gate
     {"loss_type": "sapo", "importance_sampling_level": "sequence", "beta": 0.04},
+    {"off_policy_mask_threshold": 0.02, "num_iterations": 2},  # OPSM against the old log-probs
     {"delta": 1.05, "epsilon_high": 0.02},  # two-sided clipping: the dual clip (δ > 1 + epsilon_high)
     {"beta": 0.04},  # k3 in the loss, × the ratio (use_bias_correction_kl, 1.16's default)
     {"beta": 0.04, "use_bias_correction_kl": False, "importance_sampling_level": "sequence"},
