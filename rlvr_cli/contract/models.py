@@ -196,6 +196,16 @@ class Environment(Section):
 # ── objective ─────────────────────────────────────────────────────────────────────────
 
 
+class EntropyMask(Section):
+    top: float = Field(
+        gt=0,
+        lt=1,
+        description="The share in (0, 1) of each optimizer step's trained tokens, by the policy's entropy at that "
+        "step, whose policy loss trains: tokens below the batch's (1 − top)-quantile of entropy (linear "
+        "interpolation) contribute none, and still count in the aggregation (TRL top_entropy_quantile).",
+    )
+
+
 class Objective(Section):
     """The loss, term by term."""
 
@@ -215,6 +225,11 @@ class Objective(Section):
     )
     correction: Correction | None = Field(
         None, description="Importance weights for the engine/trainer mismatch: none, tis or mis. Absent: none."
+    )
+    entropy_mask: EntropyMask | None = Field(
+        None,
+        description="Train the policy loss on the highest-entropy tokens only (Wang et al. 2025, 'Beyond the 80/20 "
+        "rule': the forking tokens). Absent: every trained token.",
     )
     off_policy_mask: OffPolicyMask | None = Field(
         None,

@@ -1,6 +1,6 @@
 """TRL 1.16's clip options as the contract's `objective.clip`: epsilon and epsilon_high, the
-two-sided clipping `delta` (the dual clip), loss_type cispo's cap and sapo's temperatures, and its
-off-policy sequence masking (trl_map.py reads the rest)."""
+two-sided clipping `delta` (the dual clip), loss_type cispo's cap and sapo's temperatures, and the
+tokens and answers it masks out of the policy loss (trl_map.py reads the rest)."""
 
 from __future__ import annotations
 
@@ -82,3 +82,27 @@ def off_policy_mask(get: Any, out: Mapping) -> None:
     out.set("objective.off_policy_mask.threshold", float(delta), get.source("off_policy_mask_threshold"))
     why = "trl: vLLM's log-probs (use_vllm)" if against == "engine" else "trl: the old log-probs (no vLLM)"
     out.set("objective.off_policy_mask.against", against, why)
+
+
+#: what trl's entropy mask computes otherwise, said on import and on export
+ENTROPY_QUANTILE_DIFFERS = (
+    "trl takes the entropy quantile over each micro-batch of per_device_train_batch_size answers (gathered across "
+    "processes); the contract over the optimizer step's whole batch: the same tokens only with "
+    "gradient_accumulation_steps 1"
+)
+
+
+def entropy_mask(get: Any, out: Mapping) -> None:
+    """trl's top_entropy_quantile q < 1: the policy loss of the tokens at or above the q-quantile of
+    the micro-batch's entropies (1.0: every token)."""
+    q = get("top_entropy_quantile")
+    if q >= 1:
+        return
+    if q <= 0:
+        out.refuse("top_entropy_quantile", f"{q}: the contract's entropy mask trains a share in (0, 1)")
+        return
+    out.set("objective.entropy_mask.top", float(q), get.source("top_entropy_quantile"))
+    if get("gradient_accumulation_steps") > 1:
+        out.differs("top_entropy_quantile", ENTROPY_QUANTILE_DIFFERS)
+    if get("entropy_coef") > 0:
+        out.differs("top_entropy_quantile", "trl's entropy bonus acts on the masked tokens too; the contract's on all")

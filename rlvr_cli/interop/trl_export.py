@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 from rlvr_cli.contract.models import Contract
+from rlvr_cli.interop import trl_clip
 from rlvr_cli.interop.common import Mapping, check_std
 from rlvr_cli.interop.trl_map import AGGREGATION, MINI_BATCHES_DIFFER
 
@@ -184,8 +185,20 @@ def _off_policy_mask(contract: Contract, out: Mapping) -> None:
         )
 
 
+def _entropy_mask(contract: Contract, out: Mapping) -> None:
+    o = contract.objective
+    out.set("top_entropy_quantile", o.entropy_mask.top if o.entropy_mask else 1.0, "objective.entropy_mask")
+    if o.entropy_mask and out.values.get("gradient_accumulation_steps", 1) > 1:
+        out.differs("objective.entropy_mask", trl_clip.ENTROPY_QUANTILE_DIFFERS)
+    if o.entropy_mask and o.entropy_coef > 0:
+        out.differs(
+            "objective.entropy_mask", "trl's entropy bonus acts on the masked tokens too; the contract's on all"
+        )
+
+
 def _correction(contract: Contract, out: Mapping) -> None:
     _off_policy_mask(contract, out)
+    _entropy_mask(contract, out)
     c = contract.objective.correction
     corrects = contract.objective.corrects
     if contract.hyperparameters.sampling.engine == "vllm":

@@ -97,7 +97,6 @@ SCALE = {"group": "group_std", "batch": "batch_std", "none": "none", True: "grou
 NO_EQUIVALENT = {
     "min_p": "min-p sampling",
     "generation_kwargs": "extra generation arguments",
-    "top_entropy_quantile": "training only on the highest-entropy tokens",
     "use_adaptive_entropy": "an adaptive entropy coefficient",
     "sync_ref_model": "a reference model synced to the policy (the contract's reference is frozen)",
 }
@@ -258,6 +257,7 @@ def _objective(get: Reader, out: Mapping, components: int) -> None:
     _kl(get, out)
     _correction(get, out)
     trl_clip.off_policy_mask(get, out)
+    trl_clip.entropy_mask(get, out)
     weights = get("reward_weights")
     if weights is not None:
         if len(weights) != components:

@@ -68,9 +68,17 @@ def _whitened(a: Any, out: Mapping) -> None:
     out.bound("objective.advantage.whiten", f"{RFPP_BASELINE}: verl divides its masked means by Σmask + 1e-8")
 
 
+def _masks(o: Any, out: Mapping) -> None:
+    if o.entropy_mask is not None:
+        out.refuse("objective.entropy_mask", "verl has no entropy mask of the policy loss")
+    if o.off_policy_mask is not None:
+        out.refuse("objective.off_policy_mask", "verl has no off-policy sequence masking")
+
+
 def _objective(contract: Contract, out: Mapping) -> None:
     o = contract.objective
     a = o.advantage
+    _masks(o, out)
     if a.whiten is not None:
         _whitened(a, out)
     elif a.baseline == "leave_one_out":
@@ -117,8 +125,6 @@ def _objective(contract: Contract, out: Mapping) -> None:
     for difference in aggregation_bounds(o.aggregation):
         out.bound(*difference)
     out.set(f"{C}.bypass_mode", bool(o.ratio and o.ratio.denominator == "engine"), "objective.ratio.denominator")
-    if o.off_policy_mask is not None:
-        out.refuse("objective.off_policy_mask", "verl has no off-policy sequence masking")
     c = o.correction
     if c is not None and c.kind != "none":
         out.set(f"{C}.rollout_is", c.level, "objective.correction.level")

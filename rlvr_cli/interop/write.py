@@ -25,6 +25,7 @@ ORDER = {
         "ratio",
         "correction",
         "off_policy_mask",
+        "entropy_mask",
     ),
     "hyperparameters": (
         "group_size",
@@ -57,7 +58,8 @@ def merged(base: dict[str, Any], mapping: Mapping) -> dict[str, Any]:
     correction = values.get("objective.correction.kind")
     if correction is not None:
         out["objective"].pop("correction", None)  # the peer's correction replaces the base's whole
-    out["objective"].pop("off_policy_mask", None)  # the peer's config says whether it masks (its values add it back)
+    for part in ("off_policy_mask", "entropy_mask"):  # the peer's config says whether it masks (its values add it back)
+        out["objective"].pop(part, None)
     for part in ("clip", "kl"):  # the peer's replaces the base's whole: no kind, weight or gradient of the base's
         if any(path.startswith(f"objective.{part}.") for path in values):
             out["objective"].pop(part, None)

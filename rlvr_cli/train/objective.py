@@ -253,14 +253,15 @@ def policy_loss(
     total_sequences: float | None = None,
     entropy: torch.Tensor | None = None,
     engine_logp: torch.Tensor | None = None,
+    token_keep: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, LossStats]:
     """The contract's loss for one (micro-)batch: `logp`, `old_logp`, `ref_logp`, `mask`,
     `entropy`, `engine_logp` (what the sampling engine reported) are `(B, T)`, `advantages`
     `(B,)`. The ratio is per token or per answer (`objective.ratio.level`); the correction's
-    weights multiply the clipped surrogate of each token (not the KL or entropy terms: TRL and
-    verl place them the same way). KL enters the loss only with `kl.placement: loss` (with
-    `reward` it was subtracted from the rewards before advantages: train/update.py
-    `rewards_with_kl`)."""
+    weights, the off-policy mask and `token_keep` (the entropy mask's `(B, T)` 0/1) multiply the
+    policy term of each token (not the KL or entropy terms: TRL and verl place them the same way).
+    KL enters the loss only with `kl.placement: loss` (with `reward` it was subtracted from the
+    rewards before advantages: train/update.py `rewards_with_kl`)."""
     kl = objective.kl
 
     agg = functools.partial(  # every term is aggregated the same way
@@ -273,7 +274,7 @@ def policy_loss(
     per_token, was_clipped = surrogate(r, logp, advantages, objective.clip)
     weights = None if engine_logp is None else correction_weights(old_logp, engine_logp, mask, objective.correction)
     keep = off_policy_keep(logp, old_logp, engine_logp, advantages, mask, getattr(objective, "off_policy_mask", None))
-    loss = pg_loss = agg(_times(per_token, weights, keep))
+    loss = pg_loss = agg(_times(per_token, weights, keep, token_keep))
     m = mask.to(logp.dtype)
     kl_sum = entropy_sum = 0.0
     if ref_logp is not None:  # measured whenever a reference is given; in the loss only with a penalty

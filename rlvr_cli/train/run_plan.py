@@ -115,6 +115,14 @@ def objective_words(c: Contract) -> list[str]:
         + _whiten_words(adv.whiten),
         clip,
         *off_policy_words(o),
+        *(
+            [
+                f"policy loss on the top {o.entropy_mask.top} of each optimizer step's trained tokens by entropy "
+                "(a forward without gradient at each optimizer step finds the threshold)"
+            ]
+            if o.entropy_mask
+            else []
+        ),
         kl,
         f"entropy bonus {o.entropy_coef}" if o.entropy_coef else "no entropy bonus",
         f"aggregation {_AGGREGATION[o.aggregation]}",

@@ -8,131 +8,24 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-from dataclasses import dataclass
-from typing import Any
 
 import torch
 
 from rlvr_cli.contract.models import Contract
-from rlvr_cli.engine.forward import Batch, make_batch, token_logprobs
-from rlvr_cli.engine.packed import PackedBatch, packed_logprobs
 from rlvr_cli.engine.precision import autocast
-from rlvr_cli.engine.prefix import pays, prefix_logprobs, why_not_prefix
-from rlvr_cli.engine.shared import shared_prompt_logprobs, shares_prompts
 from rlvr_cli.env.sample import Sample
 from rlvr_cli.rollout import hints
 from rlvr_cli.train import credit, lora
 from rlvr_cli.train import distributed as dist
 from rlvr_cli.train import objective as obj
+from rlvr_cli.train.entropy_mask import entropy_keep
+from rlvr_cli.train.forward_pass import Forward, forward_description  # noqa: F401  (update.Forward, as ever)
 from rlvr_cli.train.importance import engine_logprobs
 from rlvr_cli.train.layer_stats import LayerWatch, unseen
 from rlvr_cli.train.setup import Setup
-from rlvr_cli.train.sharding import Lockstep, before_backward, is_sharded, whole_for_pass
+from rlvr_cli.train.sharding import before_backward, is_sharded
 from rlvr_cli.train.state import TrainState
 from rlvr_cli.train.update_metrics import global_stats, update_metrics
-
-
-@dataclass
-class Forward:
-    """One rectangle for all kept samples, and the row indices of each micro-batch. With
-    `length.packing` each micro-batch's sequences run packed (engine/packed.py) instead."""
-
-    batch: Batch
-    parts: list[torch.Tensor]
-    samples: list[Sample] | None = None  # kept for packing or right padding; None: the left-padded rectangle
-    pad_id: int = 0
-    packing: bool = False  # several sequences per row; otherwise one per row, padded on the right
-    compute: torch.dtype | None = None  # mixed precision: the autocast dtype of every forward
-    lockstep: Lockstep | None = None  # a sharded policy: empty rounds up to `rounds` (train/sharding.py)
-    rounds: int = 0  # micro-batches of the process that has the most
-    parallel: Any = None  # sharded: the contract's `parallel` (what stays gathered or whole during a pass)
-
-    @classmethod
-    def of(cls, setup: Setup, samples: list[Sample]) -> Forward:
-        fwd = cls._of(setup, samples)
-        if is_sharded(setup.policy):  # every process runs as many forwards as the busiest one
-            fwd.lockstep = Lockstep(setup.renderer.pad_id, setup.device)
-            fwd.rounds = int(dist.maximum(float(len(fwd.parts))))
-            fwd.parallel = setup.contract.hyperparameters.strategy
-        return fwd
-
-    @classmethod
-    def _of(cls, setup: Setup, samples: list[Sample]) -> Forward:
-        if not samples:  # a rank with nothing to train this step still joins every collective
-            empty = Batch(
-                torch.zeros(0, 1, dtype=torch.long), torch.zeros(0, 1, dtype=torch.long), 1, torch.zeros(0, 0)
-            )
-            return cls(empty, [])
-        batch = make_batch(
-            [s.prompt_ids for s in samples],
-            [s.response_ids for s in samples],
-            [s.mask for s in samples],
-            setup.renderer.pad_id,
-        ).to(setup.device)
-        size = setup.contract.hyperparameters.micro_batch_sequences or len(samples)
-        length = setup.contract.length
-        packing = bool(length.packing and length.packing.enabled)
-        by_row = samples if packing or length.padding_side == "right" else None
-        parts = list(torch.arange(len(samples)).split(size))
-        return cls(batch, parts, by_row, setup.renderer.pad_id, packing, setup.compute)
-
-    def rows(self, index: torch.Tensor) -> Batch:
-        b = self.batch
-        return Batch(b.input_ids[index], b.attention_mask[index], b.prompt_width, b.response_mask[index])
-
-    def forward(
-        self, model: object, part: torch.Tensor, temperature: float, with_entropy: bool = False
-    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-        """Log-probs `(b, T)` (and entropy) of one micro-batch's responses, and their loss mask."""
-        with autocast(self.compute, self.batch.input_ids.device.type):
-            return self._forward(model, part, temperature, with_entropy)
-
-    def _forward(
-        self, model: object, part: torch.Tensor, temperature: float, with_entropy: bool
-    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-        mb = self.rows(part)
-        if self.samples is None:
-            forward = token_logprobs
-            if shares_prompts(model, mb):
-                forward = shared_prompt_logprobs
-            elif why_not_prefix(model) is None and pays(mb):  # sharded, checkpointing, GPT-2: one row per group
-                forward = prefix_logprobs
-            logp, entropy = forward(model, mb, temperature, with_entropy=with_entropy)
-            return logp, entropy, mb.response_mask
-        chosen = [self.samples[i] for i in part.tolist()]
-        width = self.batch.response_mask.shape[1]
-        packed = PackedBatch.of(
-            [s.prompt_ids for s in chosen],
-            [s.response_ids for s in chosen],
-            [s.mask for s in chosen],
-            self.pad_id,
-            width,
-            not self.packing,
-        )
-        logp, entropy = packed_logprobs(model, packed, temperature, with_entropy=with_entropy)
-        return logp, entropy, mb.response_mask
-
-    @torch.no_grad()
-    def logprobs(self, model: object, temperature: float) -> torch.Tensor:
-        after = self.parallel is None or self.parallel.reshard_after_forward
-        with whole_for_pass(model, after):  # sharded: one gather a unit for every micro-batch
-            rows = [self.forward(model, part, temperature)[0] for part in self.parts]
-            for _ in range(self.empty_rounds):
-                with autocast(self.compute, self.batch.input_ids.device.type):
-                    self.lockstep.forward(model)  # type: ignore[union-attr]
-        return torch.cat(rows) if rows else torch.zeros(0, self.batch.response_mask.shape[1])  # (B, T)
-
-    @property
-    def empty_rounds(self) -> int:
-        return max(self.rounds - len(self.parts), 0) if self.lockstep is not None else 0
-
-
-def forward_description(setup: Setup) -> str:
-    """What computes the update's log-probs (the plan says it)."""
-    from rlvr_cli.engine.shared import describe
-
-    length = setup.contract.length
-    return describe(setup.policy, length.padding_side, bool(length.packing and length.packing.enabled))
 
 
 @torch.no_grad()
@@ -281,7 +174,8 @@ def optimizer_passes(
             totals = normalisers(setup.contract, dist.total(float(fwd.batch.response_mask[rows].sum())), sequences)
             setup.optimizer.zero_grad(set_to_none=True)
             with lora.dropout_on(setup.peft_model), watch if first else contextlib.nullcontext():
-                st, part_loss, bad = _backward(setup, state, mini, (olds[j], engines[j]), ref, adv, totals)
+                keeps = entropy_keep(setup, mini)  # the entropy mask, from the weights this step starts from
+                st, part_loss, bad = _backward(setup, state, mini, (olds[j], engines[j], keeps), ref, adv, totals)
             stats, loss_sum = stats.add(st), loss_sum + part_loss / len(minis)
             if not is_sharded(setup.policy):  # FSDP2 sums them itself, each process keeping its shard
                 dist.sum_gradients(setup.policy, hp.dtypes.reduce)  # every rank now holds the whole batch's gradient
@@ -337,15 +231,16 @@ def _backward(
     setup: Setup,
     state: TrainState,
     fwd: Forward,
-    denominators: tuple[list[torch.Tensor | None], list[torch.Tensor | None]],
+    denominators: tuple[list[torch.Tensor | None], list[torch.Tensor | None], list[torch.Tensor] | None],
     ref: torch.Tensor | None,
     adv: torch.Tensor,
     totals: dict[str, float],
 ) -> tuple[obj.LossStats, float, float]:
     """One pass of forward + backward over every micro-batch; gradients accumulate. The old
-    log-probs of each micro-batch (filled by the first pass where None) and the engine's."""
+    log-probs of each micro-batch (filled by the first pass where None), the engine's, and which
+    tokens the entropy mask trains."""
     c = setup.contract
-    olds, engines = denominators
+    olds, engines, keeps = denominators
     stats, loss_sum, bad = obj.LossStats.empty(), 0.0, 0.0
     backwards = len(fwd.parts) + fwd.empty_rounds
     for i, part in enumerate(fwd.parts):
@@ -366,6 +261,7 @@ def _backward(
             max_response_tokens=c.length.max_response_tokens,
             entropy=entropy,
             engine_logp=engines[i],
+            token_keep=None if keeps is None else keeps[i],
             **totals,
         )
         loss = setup.fault.poison(loss, state.step)

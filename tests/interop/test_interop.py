@@ -156,11 +156,11 @@ def test_a_trl_config_s_choices_land_in_the_contract(exp: Path) -> None:
 
 
 def test_what_the_contract_cannot_state_is_refused_and_nothing_written(exp: Path) -> None:
-    config = {"loss_type": "vespo", "delta": 1.1, "top_entropy_quantile": 0.2, "steps_per_generation": 3}
+    config = {"loss_type": "vespo", "delta": 1.1, "use_adaptive_entropy": True, "steps_per_generation": 3}
     config["gradient_accumulation_steps"] = 2  # 3 parts of a generation: not whole optimizer steps
     done = rlvr("import", "trl", write(exp / "bad.yaml", config), "--into", exp)
     assert done.code == 1
-    for key in ("loss_type", "delta", "top_entropy_quantile", "steps_per_generation"):
+    for key in ("loss_type", "delta", "use_adaptive_entropy", "steps_per_generation"):
         assert f"no equivalent: {key}" in done.stderr, key
     assert not (exp / "bad.rlvr.yaml").exists()
     assert "Traceback" not in done.stderr

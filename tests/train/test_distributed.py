@@ -79,6 +79,8 @@ WHITENED = (
     "advantage: {baseline: group_mean, scale: none, whiten: "
     "{over: batch_tokens, std: sample, epsilon: 1.0e-8, epsilon_use: add_to_variance}}"
 )
+#: the entropy mask: its threshold the quantile of every process's tokens
+ENTROPY = "  precision: fp32\n  # the policy loss on the top 0.2 of the step's tokens by entropy\n"
 LORA = (
     "  precision: fp32\n  adapter: {kind: lora, rank: 4, alpha: 8, dropout: 0.0, target_modules: all-linear, "
     "bias: none, init: default}\n"
@@ -96,6 +98,12 @@ def experiment(scaffold: Path, folder: Path, aggregation: str, parallel: str | N
     if parallel == WHITEN:  # answers of several lengths: each weighs as many tokens as it trains
         assert ADVANTAGE in text
         text = text.replace(ADVANTAGE, WHITENED).replace("max_response_tokens: 2", "max_response_tokens: 5")
+        text = text.replace('response_length_mean, when: "> 2"', 'response_length_mean, when: "> 5"')
+    if parallel == ENTROPY:  # answers of several tokens, some above the threshold and some below
+        text = text.replace(
+            f"aggregation: {aggregation}\n", f"aggregation: {aggregation}\n  entropy_mask: {{top: 0.2}}\n"
+        )
+        text = text.replace("max_response_tokens: 2", "max_response_tokens: 5")
         text = text.replace('response_length_mean, when: "> 2"', 'response_length_mean, when: "> 5"')
     contract.write_text(text.replace("  precision: fp32\n", parallel or "  precision: fp32\n"))
     return contract
@@ -126,7 +134,7 @@ def one_process(scaffold: Path, factory: pytest.TempPathFactory, aggregation: st
     run, ddp or fsdp2, equals it; so does a run resumed with another number of processes."""
     if parallel and "mini_batches" in parallel:
         parallel = MINI
-    elif parallel == WHITEN:
+    elif parallel in (WHITEN, ENTROPY):
         pass
     elif parallel and "adapter" in parallel:
         parallel = LORA
@@ -155,6 +163,7 @@ def two_processes(scaffold: Path, factory: pytest.TempPathFactory, aggregation: 
         ("seq_mean_token_mean", LORA + "  parallel: {strategy: fsdp2}\n"),
         ("token_mean", MINI),
         ("token_mean", WHITEN),
+        ("seq_mean_token_mean", ENTROPY),
         (
             "seq_mean_token_mean",
             MINI + "  parallel: {strategy: fsdp2, reshard_after_forward: false, accumulate_whole_gradients: true}\n",
@@ -171,6 +180,7 @@ def two_processes(scaffold: Path, factory: pytest.TempPathFactory, aggregation: 
         "fsdp2-lora-seq_mean_token_mean",
         "ddp-mini-batches-token_mean",
         "ddp-whitened-over-tokens-token_mean",
+        "ddp-entropy-mask-seq_mean_token_mean",
         "fsdp2-kept-gathered-whole-gradients-mini-batches-seq_mean_token_mean",
     ],
 )

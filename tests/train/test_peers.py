@@ -78,8 +78,9 @@ def trl_loss(
 
     logp = t["logp"].clone().requires_grad_(True)
     trainer: Any = SimpleNamespace(
-        _get_per_token_logps_and_entropies=lambda *a, **k: (logp, torch.zeros_like(logp), None),
-        top_entropy_quantile=1.0,
+        _get_per_token_logps_and_entropies=lambda *a, **k: (logp, t.get("entropy", torch.zeros_like(logp)), None),
+        top_entropy_quantile=getattr(args, "top_entropy_quantile", 1.0),
+        get_high_entropy_mask=lambda *a: GRPOTrainer.get_high_entropy_mask(trainer, *a),
         off_policy_mask_threshold=getattr(args, "off_policy_mask_threshold", None),
         get_off_policy_mask=GRPOTrainer.get_off_policy_mask,  # a static method: TRL's own
         importance_sampling_level=level,
@@ -287,6 +288,44 @@ def test_the_off_policy_mask_is_trls(against: str) -> None:
         unmasked = trl_loss(t, "dapo", "token", None, SimpleNamespace(epsilon=0.2, epsilon_high=0.28), beta=0.04)
         assert (theirs[0] != pytest.approx(unmasked[0], abs=1e-9)) == bool((keep == 0).any())
     assert told, "no case masked some answers with A < 0 and kept others"
+
+
+@pytest.mark.parametrize("top", [0.2, 0.5, 0.8])
+def test_the_entropy_mask_is_trls_top_entropy_quantile(top: float) -> None:
+    """`entropy_mask: {top: q}` is TRL's top_entropy_quantile q on a batch TRL takes whole (one
+    micro-batch): the policy loss of the tokens at or above the (1 − q)-quantile of the trained
+    tokens' entropies, the KL term on every token; cutting the batch in two for memory leaves
+    rlvr's threshold the batch's (train/entropy_mask.py), and the loss the same."""
+    from rlvr_cli.train.entropy_mask import keep_top
+
+    objective = {
+        "reward": {"unit": "response", "components": [{"name": "c", "weight": 1.0}], "on_invalid": "exclude"},
+        "advantage": {"baseline": "group_mean", "scale": "none"},
+        "clip": {"low": 0.2, "high": 0.28},
+        "kl": {"coef": 0.04, "estimator": "k3", "placement": "loss"},
+        "aggregation": "token_mean",
+        "entropy_mask": {"top": top},
+    }
+    masked = Objective.model_validate(objective)
+    args = SimpleNamespace(epsilon=0.2, epsilon_high=0.28, top_entropy_quantile=top)
+    for seed in range(3):
+        t = shared(seed)
+        t["entropy"] = torch.rand(B, T, generator=torch.Generator().manual_seed(seed + 7), dtype=torch.float64) * 3
+        theirs = trl_loss(t, "dapo", "token", None, args, beta=0.04)
+        halves = [slice(0, B // 2), slice(B // 2, B)]
+        keeps = keep_top([t["entropy"][h] for h in halves], [t["mask"][h] for h in halves], top)
+        logp = t["logp"].clone().requires_grad_(True)
+        loss = sum(
+            policy_loss(logp[h], t["old"][h], t["ref"][h], t["adv"][h], t["mask"][h], masked, max_response_tokens=T,
+                        total_tokens=float(t["mask"].sum()), total_sequences=B, token_keep=k)[0]
+            for h, k in zip(halves, keeps, strict=True)
+        )  # fmt: skip
+        loss.backward()
+        same((float(loss.detach()), logp.grad), theirs)
+        kept = torch.cat(keeps)[t["mask"].bool()]
+        assert 0 < float(kept.mean()) < 1  # some tokens masked, some kept
+        unmasked = trl_loss(t, "dapo", "token", None, SimpleNamespace(epsilon=0.2, epsilon_high=0.28), beta=0.04)
+        assert not torch.allclose(unmasked[1], theirs[1], atol=1e-6)
 
 
 def test_trls_two_sided_clipping_is_the_dual_clip_above_the_clip_and_refused_below() -> None:
