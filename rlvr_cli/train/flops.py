@@ -13,7 +13,8 @@ Model FLOPs are what the objective needs, not what an implementation happens to 
 - a step: sampling (one forward of every group generated, dynamic-sampling rounds included),
   the update (forward and backward of the groups trained, 3 forwards, per optimizer pass; with
   an adapter the frozen weights need no weight gradient: 2 forwards plus the adapter's share),
-  and the reference's forward over the trained groups when the run measures KL.
+  and the reference's forward over the trained groups when the run measures KL (with
+  `objective.entropy_mask`, one more forward of the trained groups per pass).
 
 MFU = step model FLOPs / (step_seconds × peak), the peak measured once when the run starts: the
 best of a few square matrix products in the compute dtype on the training device.
@@ -99,11 +100,14 @@ def groups(samples: list[Any]) -> list[tuple[int, list[int]]]:
     return list(out.values())
 
 
-def step_flops(shape: Shape, generated: list[Any], trained: list[Any], passes: int, reference: bool) -> float:
+def step_flops(
+    shape: Shape, generated: list[Any], trained: list[Any], passes: int, reference: bool, entropy_mask: bool = False
+) -> float:
+    """`entropy_mask`: one more forward of the trained groups a pass (the mask's threshold)."""
     sampling = sum(shape.group(p, r) for p, r in groups(generated))
-    update = sum(shape.training(p, r) for p, r in groups(trained)) * passes
-    ref = sum(shape.group(p, r) for p, r in groups(trained)) if reference else 0.0
-    return sampling + update + ref
+    forward = sum(shape.group(p, r) for p, r in groups(trained))
+    update = (sum(shape.training(p, r) for p, r in groups(trained)) + forward * entropy_mask) * passes
+    return sampling + update + (forward if reference else 0.0)
 
 
 def measured_peak(device: torch.device, dtype: torch.dtype, enough_s: float = 0.02, top: int | None = None) -> float:

@@ -238,7 +238,10 @@ def _step_time(run: Run, metrics: StepMetrics, generated: list[Sample], wall: fl
     metrics.tokens_per_s = sum(len(s.response_ids) for s in every) / max(wall, 1e-9)
     if run.peak:
         trained, hp = [s for s in every if s.kept], run.contract.hyperparameters
-        done = flops.step_flops(run.shape, every, trained, hp.updates_per_batch, run.setup.reference is not None)
+        done = flops.step_flops(
+            run.shape, every, trained, hp.updates_per_batch, run.setup.reference is not None,
+            run.setup.contract.objective.entropy_mask is not None,
+        )  # fmt: skip
         metrics.step_tflop = done / 1e12
         metrics.mfu = done / (max(wall, 1e-9) * run.peak * run.setup.world)
 

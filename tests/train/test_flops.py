@@ -57,6 +57,9 @@ def test_a_step_counts_sampling_every_group_and_training_the_kept_ones() -> None
     want = shape.group(4, [2, 3]) + shape.group(6, [1, 1]) + 2 * shape.training(4, [2, 3]) + shape.group(4, [2, 3])
     assert step_flops(shape, generated, trained, passes=2, reference=True) == want
     assert step_flops(shape, generated, [], passes=2, reference=True) == shape.group(4, [2, 3]) + shape.group(6, [1, 1])
+    # the entropy mask's threshold: one more forward of the trained groups at each pass
+    masked = step_flops(shape, generated, trained, passes=2, reference=True, entropy_mask=True)
+    assert masked == want + 2 * shape.group(4, [2, 3])
 
 
 def test_the_measured_peak_is_a_plausible_rate() -> None:
