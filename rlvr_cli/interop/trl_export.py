@@ -11,7 +11,12 @@ from rlvr_cli.interop import trl_clip
 from rlvr_cli.interop.common import Mapping, check_std
 from rlvr_cli.interop.trl_map import AGGREGATION, MINI_BATCHES_DIFFER
 
-LOSS_TYPE = {"token_mean": "dapo", "seq_mean_token_mean": "grpo", "constant_norm": "dr_grpo"}
+LOSS_TYPE = {
+    "token_mean": "dapo",
+    "seq_mean_token_mean": "grpo",
+    "constant_norm": "dr_grpo",
+    "seq_mean_token_sum": "luspo",
+}
 assert all(AGGREGATION[v] == k for k, v in LOSS_TYPE.items())
 
 

@@ -86,6 +86,7 @@ PEFT_DEFAULTS: dict[str, Any] = {
 #: TRL's loss_type → the contract's aggregation of the same number (tests/train/test_peers.py)
 AGGREGATION = {**dict.fromkeys(("bnpo", "dapo", "cispo"), "token_mean"), "grpo": "seq_mean_token_mean"}
 AGGREGATION["sapo"] = "seq_mean_token_mean"  # each answer's token mean, then the batch's mean, as grpo
+AGGREGATION["luspo"] = "seq_mean_token_sum"  # each answer's token sum, then the batch's mean (LUSPO)
 AGGREGATION["dr_grpo"] = "constant_norm"
 #: what trl computes otherwise, said on import and on export
 MINI_BATCHES_DIFFER = (
@@ -231,7 +232,9 @@ def _mini_batches(get: Reader, out: Mapping, accumulate: int) -> int:
 def _objective(get: Reader, out: Mapping, components: int) -> None:
     loss_type = get("loss_type")
     if loss_type not in AGGREGATION:
-        out.refuse("loss_type", f"{loss_type}: not a loss the contract states (grpo, bnpo, dapo, dr_grpo, cispo, sapo)")
+        out.refuse(
+            "loss_type", f"{loss_type}: not a loss the contract states (grpo, bnpo, dapo, dr_grpo, cispo, sapo, luspo)"
+        )
     else:
         out.set("objective.aggregation", AGGREGATION[loss_type], get.source("loss_type"))
         if loss_type == "bnpo" and get("gradient_accumulation_steps") > 1:

@@ -42,6 +42,7 @@ CORRECTIONS = [
 B, P, T = 6, 3, 5
 #: TRL's loss_type → the contract's aggregation that is the same number
 LOSS_TYPES = {"grpo": "seq_mean_token_mean", "bnpo": "token_mean", "dapo": "token_mean", "dr_grpo": "constant_norm"}
+LOSS_TYPES["luspo"] = "seq_mean_token_sum"  # LUSPO: each answer's summed token loss, averaged over answers
 
 
 def shared(seed: int = 0) -> dict[str, torch.Tensor]:
@@ -420,6 +421,7 @@ IMPORTED = [
     {"loss_type": "sapo", "sapo_temperature_pos": 0.8, "sapo_temperature_neg": 2.5},  # the soft gate
     {"loss_type": "sapo", "importance_sampling_level": "sequence", "beta": 0.04},
     {"off_policy_mask_threshold": 0.02, "num_iterations": 2},  # OPSM against the old log-probs
+    {"loss_type": "luspo", "importance_sampling_level": "sequence", "gradient_accumulation_steps": 2},
     {"delta": 1.05, "epsilon_high": 0.02},  # two-sided clipping: the dual clip (δ > 1 + epsilon_high)
     {"beta": 0.04},  # k3 in the loss, × the ratio (use_bias_correction_kl, 1.16's default)
     {"beta": 0.04, "use_bias_correction_kl": False, "importance_sampling_level": "sequence"},
@@ -468,6 +470,7 @@ EXPORTED = {
     "gspo": {"ratio": {"level": "sequence", "denominator": "trainer_recomputed"}},
     "cispo": {"clip": {"low": 1.0, "high": 0.1, "kind": "cispo"}, "aggregation": "token_mean"},
     "sapo": {"clip": {"kind": "sapo", "temperature": {"positive": 0.8, "negative": 2.5}}},
+    "luspo": {"aggregation": "seq_mean_token_sum", "ratio": {"level": "sequence", "denominator": "trainer_recomputed"}},
     "dual": {"clip": {"low": 0.2, "high": 0.02, "dual": 1.05}, "aggregation": "token_mean"},
     "kl-by-ratio": {"kl": {"coef": 0.04, "estimator": "k3", "placement": "loss", "weight": "ratio"}},
     "kl": {"kl": {"coef": 0.04, "estimator": "k3", "placement": "loss"}},
@@ -521,6 +524,28 @@ def test_trls_bnpo_over_micro_batches_differs_as_stated() -> None:
     theirs = sum(trl_loss(h, "bnpo", "token", None, accumulate=2)[0] for h in halves)
     assert theirs == pytest.approx((ours(halves[0]) + ours(halves[1])) / 2, rel=1e-12)  # the stated relation
     assert theirs != pytest.approx(ours(t), rel=1e-6)  # and not the batch's token_mean (the halves' counts differ)
+
+
+def test_trls_luspo_over_micro_batches_is_the_batchs_seq_mean_token_sum() -> None:
+    """TRL's luspo averages each micro-batch's summed answer losses and divides by the accumulation
+    steps: with micro-batches of one size (TRL's per_device_train_batch_size) that is the whole
+    batch's seq_mean_token_sum, whatever the accumulation."""
+    t = shared(1)
+    halves = [{k: v[i : i + B // 2] for k, v in t.items()} for i in (0, B // 2)]
+    objective = Objective.model_validate(
+        {
+            "reward": {"unit": "response", "components": [{"name": "c", "weight": 1.0}], "on_invalid": "exclude"},
+            "advantage": {"baseline": "group_mean", "scale": "none"},
+            "clip": {"low": 0.2, "high": 0.28},
+            "kl": {"coef": 0.0},
+            "aggregation": "seq_mean_token_sum",
+            "ratio": {"level": "sequence", "denominator": "trainer_recomputed"},
+        }
+    )
+    theirs = sum(trl_loss(h, "luspo", "sequence", None, accumulate=2)[0] for h in halves)
+    loss, _ = policy_loss(t["logp"], t["old"], None, t["adv"], t["mask"], objective, max_response_tokens=T)
+    assert theirs == pytest.approx(float(loss), rel=1e-12)
+    assert theirs != pytest.approx(trl_loss(t, "grpo", "sequence", None)[0], rel=1e-6)  # not grpo's mean
 
 
 def trl_rloo_loss(t: dict[str, torch.Tensor], args: Any = None) -> tuple:
