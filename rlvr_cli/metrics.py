@@ -57,6 +57,10 @@ class StepMetrics:
     overflow_count: float | None = _m(
         "optimizer passes the fp16 loss scaler skipped this step because gradients overflowed", needs="fp16"
     )
+    rejected_share: float | None = _m(
+        "share of the step's trained tokens objective.rejection took out of the loss (engine/trainer mismatch)",
+        needs="rejection",
+    )
     off_policy_masked_share: float | None = _m(
         "share of trained tokens in answers the off-policy mask dropped (objective.off_policy_mask)",
         needs="off_policy_mask",

@@ -50,6 +50,7 @@ NEEDS: dict[str, tuple[Callable[[Contract], bool], str]] = {  # what a run needs
         lambda c: c.objective.clip.kind != "sapo",
         "has nothing to count under clip.kind sapo: its soft gate clips nothing",
     ),
+    "rejection": (lambda c: bool(c.objective.rejection), "needs objective.rejection"),
     "off_policy_mask": (lambda c: c.objective.off_policy_mask is not None, "needs objective.off_policy_mask"),
     "sample_ahead": (lambda c: c.hyperparameters.sample_ahead, "needs sampling ahead (hyperparameters.sample_ahead)"),
     "correction": (lambda c: c.objective.corrects, "needs an importance correction (objective.correction: tis or mis)"),

@@ -28,6 +28,7 @@ from rlvr_cli.contract.operations import (
     Rule,
     Waiver,
 )
+from rlvr_cli.contract.rejection_section import Rejection
 from rlvr_cli.contract.reward_section import Reward, RewardComponent
 from rlvr_cli.contract.scale import Parallel, Precision, PrecisionValue, precision_of
 from rlvr_cli.contract.sections import (
@@ -230,6 +231,11 @@ class Objective(Section):
         None,
         description="Train the policy loss on the highest-entropy tokens only (Wang et al. 2025, 'Beyond the 80/20 "
         "rule': the forking tokens). Absent: every trained token.",
+    )
+    rejection: list[Rejection] | None = Field(
+        None,
+        description="Tokens or answers whose engine/trainer divergence is out of bounds leave the loss (verl's "
+        "rollout rejection sampling); every criterion must keep a token. Absent: none.",
     )
     off_policy_mask: OffPolicyMask | None = Field(
         None,

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from rlvr_cli.contract import clip_section
+from rlvr_cli.contract import clip_section, rejection_section
 from rlvr_cli.contract.sections import Section
 
 
@@ -69,6 +69,7 @@ def findings(objective: Any, hyperparameters: Any) -> Iterator[tuple[tuple[str, 
     keys it needs, and a ratio the run cannot leave unsaid."""
     ratio, correction = objective.ratio, objective.correction
     yield from clip_section.findings(objective.clip, ratio)
+    yield from rejection_section.findings(objective)
     mask, steps = objective.off_policy_mask, hyperparameters.updates_per_batch * hyperparameters.mini_batches
     if mask is not None and mask.against == "old" and steps == 1 and (ratio is None or ratio.denominator != "engine"):
         yield (

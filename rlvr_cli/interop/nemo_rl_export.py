@@ -106,6 +106,8 @@ def _loss(contract: Contract, out: Mapping) -> None:
 
 
 def _correction(contract: Contract, out: Mapping) -> None:
+    if contract.objective.rejection:
+        out.refuse("objective.rejection", "NeMo RL has no rejection by the engine/trainer divergence of this form")
     if contract.objective.entropy_mask is not None:
         out.refuse("objective.entropy_mask", "NeMo RL has no entropy mask of the policy loss")
     if contract.objective.off_policy_mask is not None:

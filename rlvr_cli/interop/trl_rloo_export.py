@@ -50,6 +50,8 @@ def _objective(contract: Contract, out: Mapping) -> None:
         out.refuse("objective.kl", f"{o.kl.estimator} in the {o.kl.placement}: {fixed}'s KL is k1 in the reward")
     if o.entropy_coef > 0:
         out.refuse("objective.entropy_coef", f"{o.entropy_coef}: {fixed} has no entropy bonus")
+    if o.rejection:
+        out.refuse("objective.rejection", f"{fixed} rejects nothing by the engine/trainer divergence")
     if o.entropy_mask is not None:
         out.refuse("objective.entropy_mask", f"{fixed} has no entropy mask of the policy loss")
     if o.off_policy_mask is not None:

@@ -28,6 +28,7 @@ DEFAULTS: dict[str, Any] = {
     f"{C}.rollout_is": None,
     f"{C}.rollout_is_threshold": 2.0,
     f"{C}.rollout_rs": None,
+    f"{C}.rollout_rs_threshold": None,
     f"{C}.bypass_mode": False,
     f"{A}.use_kl_loss": False,
     f"{A}.kl_loss_coef": 0.001,

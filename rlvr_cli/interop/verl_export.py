@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from rlvr_cli.contract.models import Contract
+from rlvr_cli.interop import verl_rejection
 from rlvr_cli.interop.common import Mapping, check_reinforce_plus_plus, check_std, float32_exact
 from rlvr_cli.interop.verl_map import (
     AGGREGATION,
@@ -69,6 +70,8 @@ def _whitened(a: Any, out: Mapping) -> None:
 
 
 def _masks(o: Any, out: Mapping) -> None:
+    """What leaves the loss before it: verl's rejection sampling; the masks verl does not have."""
+    verl_rejection.export(o.rejection, out)
     if o.entropy_mask is not None:
         out.refuse("objective.entropy_mask", "verl has no entropy mask of the policy loss")
     if o.off_policy_mask is not None:

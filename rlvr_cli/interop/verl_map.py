@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rlvr_cli.interop import verl_rejection
 from rlvr_cli.interop.common import Mapping, float32_exact, plain
 from rlvr_cli.interop.verl_config import (  # noqa: F401  (DEFAULTS, settings, VERSION: read here by commands and tests)
     DEFAULTS,
@@ -211,7 +212,7 @@ def _sapo_aggregation(get: Reader, out: Mapping) -> str:
 def _correction(get: Reader, out: Mapping) -> None:
     level, threshold = get(f"{C}.rollout_is"), get(f"{C}.rollout_is_threshold")
     if get(f"{C}.rollout_rs"):
-        out.refuse(f"{C}.rollout_rs", f"{get(f'{C}.rollout_rs')}: rejection sampling by the rollout's log-probs")
+        verl_rejection.rejection(get, out)
     if not level:
         out.set("objective.correction.kind", "none", get.source(f"{C}.rollout_is"))
         return

@@ -24,6 +24,7 @@ ORDER = {
         "aggregation",
         "ratio",
         "correction",
+        "rejection",
         "off_policy_mask",
         "entropy_mask",
     ),
@@ -58,7 +59,11 @@ def merged(base: dict[str, Any], mapping: Mapping) -> dict[str, Any]:
     correction = values.get("objective.correction.kind")
     if correction is not None:
         out["objective"].pop("correction", None)  # the peer's correction replaces the base's whole
-    for part in ("off_policy_mask", "entropy_mask"):  # the peer's config says whether it masks (its values add it back)
+    for part in (
+        "off_policy_mask",
+        "entropy_mask",
+        "rejection",
+    ):  # the peer's config says whether it masks (its values add it back)
         out["objective"].pop(part, None)
     for part in ("clip", "kl"):  # the peer's replaces the base's whole: no kind, weight or gradient of the base's
         if any(path.startswith(f"objective.{part}.") for path in values):

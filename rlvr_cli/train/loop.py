@@ -38,6 +38,7 @@ from rlvr_cli.train import (
     overlap,
     peak_memory,
     reference_nll,
+    rejection,
     tracking,
     update,
 )
@@ -128,11 +129,12 @@ def train_step(
         fwd = update.Forward.of(setup, trained)
         ref = update.reference_logprobs(setup, fwd)
         rewards, old = update.rewards_with_kl(setup, flat, fwd, ref, owner)  # KL in the reward
+        old, rejected = rejection.reject(setup, trained, fwd, old)  # rejected tokens leave the loss mask
         tokens = fwd.batch.response_mask.sum(dim=1)  # (B,): each trained row's tokens (whiten over batch_tokens)
         adv = update.step_advantages(setup, flat, rewards, owner, tokens)  # advantages (and each row its unit's)
         credit.share(flat, trained, owner)
         old = importance.ratio_denominator(setup, state, trained, fwd, old)
-        learned = update.optimizer_passes(setup, state, trained, adv, fwd, old, ref)  # update
+        learned = {**update.optimizer_passes(setup, state, trained, adv, fwd, old, ref), **rejected}  # update
     if ahead is not None:
         ahead.before_sync()
     setup.engine.sync(setup.policy, state.optimizer_steps)  # nothing samples from older weights

@@ -147,7 +147,12 @@ def off_policy_words(o: Any) -> list[str]:
         }[ratio.denominator]
         words = f"ratio {level}, over {over}"
     mask = o.off_policy_mask
-    masking = [] if mask is None else [
+    rejecting = [
+        "rejected before the update (verl's rollout rejection sampling), log ρ = log π_engine − log π_old: "
+        + "; ".join(_rejection_words(c) for c in o.rejection)
+    ] if o.rejection else []  # fmt: skip
+    masking = [*rejecting] if mask is None else [
+        *rejecting,
         f"off-policy sequence masking: an answer with A < 0 whose mean log π_{mask.against} − log π_θ exceeds "
         f"{mask.threshold} trains no policy loss"
     ]  # fmt: skip
@@ -159,6 +164,14 @@ def off_policy_words(o: Any) -> list[str]:
     else:
         how = f"masked importance sampling: each token's loss × w, 0 outside [{correction.low}, {correction.high}], {w}"
     return [words, how, *masking]
+
+
+def _rejection_words(c: Any) -> str:
+    value = {"k1": "log ρ", "k2": "½(log ρ)²", "k3": "exp(−log ρ) − 1 + log ρ"}[c.estimator]
+    over = {"token": "a token whose", "sequence_sum": "an answer whose summed", "sequence_mean": "an answer whose mean",
+            "sequence_max": "an answer whose largest"}[c.over]  # fmt: skip
+    bounds = f"outside [log {c.low}, log {c.high}]" if c.estimator == "k1" else f"above {c.high}"
+    return f"{over} {value} is {bounds}"
 
 
 def artifacts(c: Contract) -> dict[str, Any]:

@@ -399,6 +399,33 @@ def test_verls_sapo_imports_as_the_soft_gate_and_exports_back(exp: Path, tmp_pat
     assert (clip.kind, clip.temperature, clip.low, clip.high) == (None, None, 0.2, 0.2)  # the peer's clip, whole
 
 
+@pytest.mark.skipif(VERL_SITE is None, reason="verl's environment .venv-verl is built by make install")
+def test_verls_rejection_sampling_imports_as_rejection_and_exports_back(exp: Path, tmp_path: Path) -> None:
+    """verl's rollout_rs options (tests/train/test_rejection.py: the masks against verl's own function)."""
+    generated = VERL_SITE / "trainer" / "config" / "_generated_ppo_trainer.yaml"
+    base = ["actor_rollout_ref.rollout.n=4", "data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=8"]
+    base += ["actor_rollout_ref.rollout.name=vllm", "algorithm.adv_estimator=grpo"]
+    base += ["algorithm.rollout_correction.rollout_rs='token_k1,seq_mean_k3'"]
+    base += ["algorithm.rollout_correction.rollout_rs_threshold='0.5_2.0,0.01'"]
+    out = exp / "rs.rlvr.yaml"
+    done = rlvr("import", "verl", generated, *base, "--into", exp / CONTRACT, "--out", out)
+    assert done.code == 0, done.stderr
+    rejection = [c.model_dump() for c in load(out).objective.rejection]
+    assert rejection == [
+        {"estimator": "k1", "over": "token", "low": 0.5, "high": 2.0},
+        {"estimator": "k3", "over": "sequence_mean", "low": None, "high": 0.01},
+    ]
+    done = rlvr("export", out, "--to", "verl", "--out", tmp_path / "verl", "--allow-inexact")
+    assert done.code == 0, done.stderr
+    written = yaml.safe_load((tmp_path / "verl" / "rlvr.yaml").read_text())["algorithm"]["rollout_correction"]
+    assert (written["rollout_rs"], written["rollout_rs_threshold"]) == ("token_k1,seq_mean_k3", "0.5_2.0,0.01")
+    for to in ("trl", "nemo-rl"):
+        assert "objective.rejection" in [d.key for d in export_files.mapping(load(out), to, 1).refused]
+    bypass = ["algorithm.rollout_correction.bypass_mode=true"]  # verl then rejects in the loss, against π_θ
+    done = rlvr("import", "verl", generated, *base, *bypass, "--into", exp / CONTRACT, "--out", exp / "b.rlvr.yaml")
+    assert done.code == 1 and "no equivalent: algorithm.rollout_correction.rollout_rs" in done.stderr, done.stderr
+
+
 def test_export_refuses_what_the_peer_cannot_express() -> None:
     dapo = ROOT / "contracts" / "dapo-cpu.rlvr.yaml"
     for to in ("trl", "verl"):

@@ -102,8 +102,9 @@ def test_every_contract_metric_is_logged(learned: tuple[Path, object]) -> None:
     rows = metrics(run_dir)
     keys = set().union(*rows)
     # tests/train/test_hints.py, test_precision.py, test_overlap.py, test_holdout_nll.py, test_distributed.py,
-    # test_engine_weights.py, tests/engine/test_served_run.py
+    # test_engine_weights.py, tests/engine/test_served_run.py, test_off_policy_mask.py, test_rejection.py
     elsewhere = ("hints", "fp16", "sample_ahead", "reference_answers", "torchrun", "correction", "served")
+    elsewhere += ("off_policy_mask", "rejection")
     missing = [m.name for m in METRICS if m.name not in keys and m.needs not in elsewhere]
     assert missing == []  # holdout metrics appear on holdout steps
     assert not any(m.name in keys for m in METRICS if m.needs in elsewhere)  # no hints, no fp16: none of theirs
