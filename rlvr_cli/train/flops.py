@@ -170,11 +170,14 @@ def planned(
     reference: bool,
     kl_in_reward: bool,
     mini_batches: int = 1,
+    entropy_mask: bool = False,
+    rejection: bool = False,
 ) -> str:
     """`rlvr plan`'s compute line: a step's model FLOPs at most (every prompt and response at
     its maximum length), split as `step_flops` counts them, and the forwards that pay for them."""
     one = shape.group(prompt, [response] * group) * prompts  # one forward of every group
-    sampling, update, ref = one, shape.training(prompt, [response] * group) * prompts * passes, one * reference
+    sampling, ref = one, one * reference
+    update = (shape.training(prompt, [response] * group) * prompts + one * entropy_mask) * passes
     backward = "the adapter's weight gradients" if shape.adapter else "backward"
     extra = (
         "; the policy's log-probs once before the update, the KL being in the reward (counted in no term)"
@@ -182,8 +185,12 @@ def planned(
         else "; the policy's log-probs once before the update, mini-batch j stepping after j others (counted in no "
         "term)"
         if mini_batches > 1
+        else "; the policy's log-probs once before the update, for the rejection (counted in no term)"
+        if rejection
         else ""
     )
+    if entropy_mask:
+        extra += "; the update counts one more forward of the trained groups a pass: the entropy mask's threshold"
     minis = f" of {mini_batches} mini-batches" if mini_batches > 1 else ""
     denominator = "computed before the update" if mini_batches > 1 else "the first pass's own"
     return (

@@ -388,6 +388,8 @@ def compute_line(contract: Contract, shape: Layout) -> str:
         reference_pass(contract),
         kl.coef > 0 and kl.placement == "reward",
         hp.mini_batches,
+        contract.objective.entropy_mask is not None,
+        bool(contract.objective.rejection),
     )
 
 

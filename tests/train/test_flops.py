@@ -106,3 +106,20 @@ def test_a_child_session_is_counted_with_its_own_prompt() -> None:
 
     parts = [session(0, 0, 4, 2), session(1, 0, 4, 3), session(0, 1, 9, 5), session(1, 1, 7, 1)]
     assert groups(parts) == [(4, [2, 3]), (9, [5]), (7, [1])]
+
+
+def test_the_plans_compute_line_counts_the_entropy_masks_forward_and_names_the_rejections() -> None:
+    from rlvr_cli.train.flops import planned
+
+    shape = Shape(multiplying=10**9, layers=8, attention_width=512)
+    plain = planned(shape, 4, 8, 100, 200, passes=2, reference=False, kl_in_reward=False)
+    masked = planned(shape, 4, 8, 100, 200, passes=2, reference=False, kl_in_reward=False, entropy_mask=True)
+    one = shape.group(100, [200] * 8) * 4
+
+    def total(line: str) -> float:
+        return float(line.split("tokens): ")[1].split(" TFLOP")[0].replace(",", ""))
+
+    assert total(masked) == pytest.approx(total(plain) + 2 * one / 1e12, rel=1e-2)
+    assert "entropy mask's threshold" in masked and "entropy mask" not in plain
+    rejecting = planned(shape, 4, 8, 100, 200, passes=2, reference=False, kl_in_reward=False, rejection=True)
+    assert "for the rejection" in rejecting and "rejection" not in plain
