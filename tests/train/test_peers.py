@@ -43,6 +43,11 @@ B, P, T = 6, 3, 5
 #: TRL's loss_type → the contract's aggregation that is the same number
 LOSS_TYPES = {"grpo": "seq_mean_token_mean", "bnpo": "token_mean", "dapo": "token_mean", "dr_grpo": "constant_norm"}
 LOSS_TYPES["luspo"] = "seq_mean_token_sum"  # LUSPO: each answer's summed token loss, averaged over answers
+#: an objective's reward and advantage the loss tests share (one component, group-centred, no scale)
+PLAIN = {
+    "reward": {"unit": "response", "components": [{"name": "c", "weight": 1.0}], "on_invalid": "exclude"},
+    "advantage": {"baseline": "group_mean", "scale": "none"},
+}
 
 
 def shared(seed: int = 0) -> dict[str, torch.Tensor]:
@@ -132,8 +137,7 @@ def rlvr_loss(
 ) -> tuple:
     objective = Objective.model_validate(
         {
-            "reward": {"unit": "response", "components": [{"name": "c", "weight": 1.0}], "on_invalid": "exclude"},
-            "advantage": {"baseline": "group_mean", "scale": "none"},
+            **PLAIN,
             "clip": {"low": 0.2, "high": 0.28, "dual": dual},
             "kl": {"coef": 0.0},
             "aggregation": aggregation,
@@ -182,8 +186,7 @@ def test_the_kl_weighed_by_the_ratio_is_trls_bias_corrected_kl(loss_type: str, l
     use_bias_correction_kl (its 1.16 default): k3 × π_θ/π_old at the ratio's level, the
     gradient through both; `weight: none` is TRL's without it, and the two differ."""
     objective = {
-        "reward": {"unit": "response", "components": [{"name": "c", "weight": 1.0}], "on_invalid": "exclude"},
-        "advantage": {"baseline": "group_mean", "scale": "none"},
+        **PLAIN,
         "clip": {"low": 0.2, "high": 0.28},
         "aggregation": LOSS_TYPES[loss_type],
         "ratio": {"level": level, "denominator": "trainer_recomputed"},
@@ -212,8 +215,7 @@ def test_cispo_is_trls_cispo_loss() -> None:
     from rlvr_cli.train.objective import importance_ratio
 
     objective = {
-        "reward": {"unit": "response", "components": [{"name": "c", "weight": 1.0}], "on_invalid": "exclude"},
-        "advantage": {"baseline": "group_mean", "scale": "none"},
+        **PLAIN,
         "kl": {"coef": 0.0},
         "aggregation": "token_mean",
     }
@@ -235,8 +237,7 @@ def test_sapo_is_trls_sapo_loss(level: str) -> None:
     loss and gradient equal TRL's at either ratio level (rlvr's per-answer ratio in GSPO's token
     form, TRL's broadcast), and other temperatures or PPO's clip give another gradient."""
     objective = {
-        "reward": {"unit": "response", "components": [{"name": "c", "weight": 1.0}], "on_invalid": "exclude"},
-        "advantage": {"baseline": "group_mean", "scale": "none"},
+        **PLAIN,
         "kl": {"coef": 0.0},
         "aggregation": "seq_mean_token_mean",
         "ratio": {"level": level, "denominator": "trainer_recomputed"},
@@ -265,8 +266,7 @@ def test_the_off_policy_mask_is_trls(against: str) -> None:
     from rlvr_cli.train.objective import off_policy_keep
 
     objective = {
-        "reward": {"unit": "response", "components": [{"name": "c", "weight": 1.0}], "on_invalid": "exclude"},
-        "advantage": {"baseline": "group_mean", "scale": "none"},
+        **PLAIN,
         "clip": {"low": 0.2, "high": 0.28},
         "kl": {"coef": 0.04, "estimator": "k3", "placement": "loss"},
         "aggregation": "token_mean",
@@ -300,8 +300,7 @@ def test_the_entropy_mask_is_trls_top_entropy_quantile(top: float) -> None:
     from rlvr_cli.train.entropy_mask import keep_top
 
     objective = {
-        "reward": {"unit": "response", "components": [{"name": "c", "weight": 1.0}], "on_invalid": "exclude"},
-        "advantage": {"baseline": "group_mean", "scale": "none"},
+        **PLAIN,
         "clip": {"low": 0.2, "high": 0.28},
         "kl": {"coef": 0.04, "estimator": "k3", "placement": "loss"},
         "aggregation": "token_mean",
@@ -507,8 +506,7 @@ def test_trls_bnpo_over_micro_batches_differs_as_stated() -> None:
     halves = [{k: v[i : i + B // 2] for k, v in t.items()} for i in (0, B // 2)]
     objective = Objective.model_validate(
         {
-            "reward": {"unit": "response", "components": [{"name": "c", "weight": 1.0}], "on_invalid": "exclude"},
-            "advantage": {"baseline": "group_mean", "scale": "none"},
+            **PLAIN,
             "clip": {"low": 0.2, "high": 0.28},
             "kl": {"coef": 0.0},
             "aggregation": "token_mean",
@@ -534,8 +532,7 @@ def test_trls_luspo_over_micro_batches_is_the_batchs_seq_mean_token_sum() -> Non
     halves = [{k: v[i : i + B // 2] for k, v in t.items()} for i in (0, B // 2)]
     objective = Objective.model_validate(
         {
-            "reward": {"unit": "response", "components": [{"name": "c", "weight": 1.0}], "on_invalid": "exclude"},
-            "advantage": {"baseline": "group_mean", "scale": "none"},
+            **PLAIN,
             "clip": {"low": 0.2, "high": 0.28},
             "kl": {"coef": 0.0},
             "aggregation": "seq_mean_token_sum",
