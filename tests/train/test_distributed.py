@@ -81,6 +81,7 @@ WHITENED = (
 )
 #: the entropy mask: its threshold the quantile of every process's tokens
 ENTROPY = "  precision: fp32\n  # the policy loss on the top 0.2 of the step's tokens by entropy\n"
+ENTROPY_FSDP2 = ENTROPY + "  parallel: {strategy: fsdp2}\n"  # its forward without gradient, sharded
 LORA = (
     "  precision: fp32\n  adapter: {kind: lora, rank: 4, alpha: 8, dropout: 0.0, target_modules: all-linear, "
     "bias: none, init: default}\n"
@@ -99,7 +100,7 @@ def experiment(scaffold: Path, folder: Path, aggregation: str, parallel: str | N
         assert ADVANTAGE in text
         text = text.replace(ADVANTAGE, WHITENED).replace("max_response_tokens: 2", "max_response_tokens: 5")
         text = text.replace('response_length_mean, when: "> 2"', 'response_length_mean, when: "> 5"')
-    if parallel == ENTROPY:  # answers of several tokens, some above the threshold and some below
+    if parallel and "by entropy" in parallel:  # answers of several tokens, some above the threshold and some below
         text = text.replace(
             f"aggregation: {aggregation}\n", f"aggregation: {aggregation}\n  entropy_mask: {{top: 0.2}}\n"
         )
@@ -134,8 +135,10 @@ def one_process(scaffold: Path, factory: pytest.TempPathFactory, aggregation: st
     run, ddp or fsdp2, equals it; so does a run resumed with another number of processes."""
     if parallel and "mini_batches" in parallel:
         parallel = MINI
-    elif parallel in (WHITEN, ENTROPY):
+    elif parallel == WHITEN:
         pass
+    elif parallel and "by entropy" in parallel:
+        parallel = ENTROPY
     elif parallel and "adapter" in parallel:
         parallel = LORA
     elif parallel and "activation_checkpointing: true" in parallel:
@@ -164,6 +167,7 @@ def two_processes(scaffold: Path, factory: pytest.TempPathFactory, aggregation: 
         ("token_mean", MINI),
         ("token_mean", WHITEN),
         ("seq_mean_token_mean", ENTROPY),
+        ("seq_mean_token_mean", ENTROPY_FSDP2),
         (
             "seq_mean_token_mean",
             MINI + "  parallel: {strategy: fsdp2, reshard_after_forward: false, accumulate_whole_gradients: true}\n",
@@ -181,6 +185,7 @@ def two_processes(scaffold: Path, factory: pytest.TempPathFactory, aggregation: 
         "ddp-mini-batches-token_mean",
         "ddp-whitened-over-tokens-token_mean",
         "ddp-entropy-mask-seq_mean_token_mean",
+        "fsdp2-entropy-mask-seq_mean_token_mean",
         "fsdp2-kept-gathered-whole-gradients-mini-batches-seq_mean_token_mean",
     ],
 )
