@@ -53,6 +53,7 @@ class Sample:
     old_logp: list[float] = field(default_factory=list)
     advantage: float = 0.0
     lag: int | None = None  # optimizer steps between those weights and the last ones it trained (None: untrained)
+    sampled: list[int] | None = None  # the loss mask before objective.rejection took tokens out (None: it took none)
 
     @property
     def answer(self) -> str:

@@ -68,7 +68,8 @@ def engine_mismatch(result: StepResult) -> dict[str, float]:
     for s in (part for sample in result.generated for part in sample.episode):
         if s.revision != result.revision or (s.kept and lagged) or not s.sampling_logp or not s.old_logp:
             continue
-        mask = s.mask or [1] * len(s.response_ids)  # sampled tokens only: a tool result inserted was never sampled
+        mask = s.sampled or s.mask or [1] * len(s.response_ids)  # sampled tokens only (a tool result never was),
+        # rejected ones included: objective.rejection took them out for their mismatch
         d = [e - t for e, t, m in zip(s.sampling_logp, s.old_logp, mask, strict=False) if m]
         diffs += d
         per_sequence.append(sum(d))

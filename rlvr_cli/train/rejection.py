@@ -51,7 +51,8 @@ def reject(
     keep = keep_mask(old, engine, mask, criteria)
     fwd.batch.response_mask = mask * keep.to(mask.dtype)
     for row, sample in enumerate(samples):
-        kept = keep[row, : len(sample.mask)].tolist()
-        sample.mask = [int(m and k) for m, k in zip(sample.mask, kept, strict=True)]
+        kept = [int(m and k) for m, k in zip(sample.mask, keep[row, : len(sample.mask)].tolist(), strict=True)]
+        if kept != sample.mask:  # recorded as trained no more; the engine-mismatch metrics still see every token
+            sample.sampled, sample.mask = sample.mask, kept
     before, after = dist.total(float(mask.sum())), dist.total(float(fwd.batch.response_mask.sum()))
     return old, {"rejected_share": (before - after) / max(before, 1.0)}

@@ -145,3 +145,22 @@ def test_where_it_could_never_act_it_is_refused(single_turn: Path, tmp_path: Pat
         exp = copy_experiment(single_turn, tmp_path / f"e{i}", edits)
         done = rlvr("validate", exp / "experiment.rlvr.yaml")
         assert ("error[RLV003] objective.rejection" in done.stdout) == refused, (rejection, ratio, done.stdout)
+
+
+def test_the_engine_mismatch_metrics_still_see_the_rejected_tokens(single_turn: Path, tmp_path: Path) -> None:
+    """On-policy the lean sampler's and the trainer's log-probs differ by float rounding: a bound
+    below it rejects tokens, and the step's engine-mismatch metrics — what a user watches to set
+    such a bound — are the same as without the rejection (the tokens it took out are the most
+    different ones)."""
+    recomputed = "  ratio: {level: token, denominator: trainer_recomputed}\n  aggregation: "
+    found = {}
+    for name, extra in (("plain", ""), ("rejecting", "  rejection: [{estimator: k2, over: token, high: 1.0e-16}]\n")):
+        edits = [("  aggregation: ", recomputed), ("  entropy_coef: 0.0\n", f"  entropy_coef: 0.0\n{extra}")]
+        exp = copy_experiment(single_turn, tmp_path / name, edits)
+        run = tmp_path / f"run-{name}"
+        done = rlvr("train", exp / "experiment.rlvr.yaml", "--max-steps", "1", "--run-dir", run, timeout=600)
+        assert done.code == 0, done.stderr[-3000:]
+        found[name] = next(json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines())
+    assert found["rejecting"]["rejected_share"] > 0
+    for key in ("engine_logprob_diff_max", "engine_logprob_diff_mean"):
+        assert found["rejecting"][key] == pytest.approx(found["plain"][key], rel=0.05), key
