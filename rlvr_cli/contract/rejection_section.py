@@ -35,11 +35,17 @@ def findings(objective: Any) -> Iterator[tuple[tuple[str, ...], str]]:
     if not criteria:
         yield ("objective", "rejection"), "an empty list rejects nothing: drop the key"
     ratio = objective.ratio
-    if criteria and (ratio is None or ratio.denominator != "trainer_recomputed"):
+    if criteria and ratio is None:
         yield (
             ("objective", "rejection"),
-            "compares the engine's log-probs with π_old: needs ratio.denominator trainer_recomputed (with engine, "
-            "π_old is the engine's own and nothing would ever be rejected)",
+            "compares the engine's log-probs with the trainer's π_old: write objective.ratio with denominator "
+            "trainer_recomputed",
+        )
+    elif criteria and ratio.denominator != "trainer_recomputed":
+        yield (
+            ("objective", "rejection"),
+            "compares the engine's log-probs with the trainer's π_old: needs ratio.denominator trainer_recomputed "
+            "(with engine, π_old is the engine's own and nothing would ever be rejected)",
         )
     for i, c in enumerate(criteria):
         where = ("objective", "rejection", i)
