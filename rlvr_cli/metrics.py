@@ -47,7 +47,8 @@ class StepMetrics:
     kl: float | None = _m("mean per-token KL to the reference", needs="reference")
     entropy: float | None = _m("mean per-token entropy of the policy")
     clip_fraction: float | None = _m(
-        "share of trained tokens whose ratio was clipped (0 under clip.kind sapo: nothing is clipped)", needs="clip"
+        "share of trained tokens whose ratio was clipped (0 under clip.kind sapo or vespo: nothing is clipped)",
+        needs="clip",
     )
     ratio_max: float | None = _m("largest importance ratio of the step")
     grad_norm: float | None = _m("gradient norm before clipping")

@@ -47,8 +47,8 @@ NEEDS: dict[str, tuple[Callable[[Contract], bool], str]] = {  # what a run needs
         "needs reference responses on holdout steps (monitoring.reference_answers and holdout_every)",
     ),
     "clip": (
-        lambda c: c.objective.clip.kind != "sapo",
-        "has nothing to count under clip.kind sapo: its soft gate clips nothing",
+        lambda c: c.objective.clip.kind not in ("sapo", "vespo"),
+        "has nothing to count under clip.kind sapo or vespo: they clip nothing",
     ),
     "rejection": (lambda c: bool(c.objective.rejection), "needs objective.rejection"),
     "off_policy_mask": (lambda c: c.objective.off_policy_mask is not None, "needs objective.off_policy_mask"),

@@ -35,11 +35,12 @@ CONDITIONS: dict[str, list[dict[str, Any]]] = {
         _when("kind", {"const": "tool_use"}, "server", "max_steps"),
     ],
     "Clip": [
+        _when("kind", {"const": "sapo"}, "temperature"),
+        _when("kind", {"const": "vespo"}, "gamma"),
         {
-            "if": {"required": ["kind"], "properties": {"kind": {"const": "sapo"}}},
-            "then": _present("temperature"),
+            "if": {"required": ["kind"], "properties": {"kind": {"enum": ["sapo", "vespo"]}}},
             "else": _present("low", "high"),
-        }
+        },
     ],
     "Advantage": [_when("scale", {"enum": ["group_std", "batch_std", "leave_one_out_std"]}, "std", "epsilon")],
     "Correction": [

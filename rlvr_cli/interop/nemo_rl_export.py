@@ -64,8 +64,8 @@ def _reinforce_plus_plus(a: Any, out: Mapping) -> None:
 
 def _loss(contract: Contract, out: Mapping) -> None:
     o = contract.objective
-    if o.clip.kind == "sapo":
-        out.refuse("objective.clip.kind", "sapo: NeMo RL's losses clip the ratio (PPO's or CISPO's way)")
+    if o.clip.kind in ("sapo", "vespo"):
+        out.refuse("objective.clip.kind", f"{o.clip.kind}: NeMo RL's losses clip the ratio (PPO's or CISPO's way)")
     out.set(f"{L}.ratio_clip_min", o.clip.low, "objective.clip.low")
     out.set(f"{L}.ratio_clip_max", o.clip.high, "objective.clip.high")
     out.set(f"{L}.ratio_clip_c", o.clip.dual, "objective.clip.dual")

@@ -19,6 +19,9 @@ def clip(get: Any, out: Mapping, loss_type: str) -> None:
     if loss_type == "sapo":
         _sapo(get, out)
         return
+    if loss_type == "vespo":
+        _vespo(get, out)
+        return
     out.set("objective.clip.low", low, get.source("epsilon"))
     out.set("objective.clip.high", high, get.source("epsilon_high") + " (null: epsilon)")
     _delta(get, out, high)
@@ -106,3 +109,24 @@ def entropy_mask(get: Any, out: Mapping) -> None:
         out.differs("top_entropy_quantile", ENTROPY_QUANTILE_DIFFERS)
     if get("entropy_coef") > 0:
         out.differs("top_entropy_quantile", "trl's entropy bonus acts on the masked tokens too; the contract's on all")
+
+
+def _vespo(get: Any, out: Mapping) -> None:
+    """trl's vespo weighs each token's −A·log π by sg(φ(w)), w the answer's likelihood ratio (the sum
+    of its log-ratios, whatever importance_sampling_level says): the contract's vespo with
+    `ratio.level: sequence_sum`. What trl folds into w or weighs by its token ratio has no
+    equivalent: vLLM's importance weights, the bias-corrected KL."""
+    out.set("objective.clip.kind", "vespo", get.source("loss_type"))
+    for sign, short in (("positive", "pos"), ("negative", "neg")):
+        for key, name in (("shape", "k"), ("rate", "lambda")):
+            value = get(f"vespo_{name}_{short}")
+            if key == "rate":
+                value = max(value, 1e-4)  # trl clamps λ at 1e-4
+            out.set(f"objective.clip.gamma.{sign}.{key}", value, get.source(f"vespo_{name}_{short}"))
+    out.set("objective.ratio.level", "sequence_sum", "trl's vespo: w = exp(Σ log π_θ − log π_old) of each answer")
+    if get("delta") is not None:
+        out.refuse("delta", f"{get('delta')}: trl's vespo loss does not read delta (it would change nothing)")
+    if get("beta") > 0 and get("use_bias_correction_kl"):
+        out.refuse("use_bias_correction_kl", "true: trl weighs vespo's KL by the token ratio, not the answer's")
+    if get("use_vllm") and get("vllm_importance_sampling_correction"):
+        out.refuse("vllm_importance_sampling_correction", "true: trl's vespo folds vLLM's weights into w")

@@ -34,8 +34,8 @@ def export_config(contract: Contract, processes: int = 1) -> Mapping:
 def trainer(contract: Contract) -> str:
     """Which TRL trainer computes the contract's ratio: RLOOTrainer takes the answer's likelihood
     ratio (`sequence_sum`), GRPOTrainer the others."""
-    ratio = contract.objective.ratio
-    return "rloo" if ratio is not None and ratio.level == "sequence_sum" else "grpo"
+    ratio, vespo = contract.objective.ratio, contract.objective.clip.kind == "vespo"  # vespo: GRPOTrainer's
+    return "rloo" if ratio is not None and ratio.level == "sequence_sum" and not vespo else "grpo"
 
 
 def _cispo(contract: Contract, out: Mapping) -> None:
@@ -60,6 +60,24 @@ def _sapo(contract: Contract, out: Mapping) -> None:
         out.refuse("objective.aggregation", f"{contract.objective.aggregation}: trl's sapo loss is seq_mean_token_mean")
 
 
+def _vespo(contract: Contract, out: Mapping) -> None:
+    """trl's vespo: the gamma weight's k and λ; token_mean; no KL weighed by a ratio (trl's would be
+    the token ratio) and no vLLM weights (trl folds them into w)."""
+    o = contract.objective
+    g = o.clip.gamma
+    assert g is not None  # RLV003: vespo requires it
+    out.set("loss_type", "vespo", "objective.clip.kind: vespo")
+    for sign, short in ((g.positive, "pos"), (g.negative, "neg")):
+        out.set(f"vespo_k_{short}", sign.shape, f"objective.clip.gamma ({short}).shape")
+        out.set(f"vespo_lambda_{short}", sign.rate, f"objective.clip.gamma ({short}).rate")
+    if o.aggregation != "token_mean":
+        out.refuse("objective.aggregation", f"{o.aggregation}: trl's vespo loss is token_mean")
+    if o.kl.weight == "ratio":
+        out.refuse("objective.kl.weight", "ratio: trl would weigh vespo's KL by the token ratio")
+    if o.corrects:
+        out.refuse("objective.correction", "trl's vespo folds vLLM's weights into w instead")
+
+
 def _objective(contract: Contract, out: Mapping) -> None:
     o = contract.objective
     if o.aggregation not in LOSS_TYPE:
@@ -80,6 +98,8 @@ def _objective(contract: Contract, out: Mapping) -> None:
         _cispo(contract, out)
     elif o.clip.kind == "sapo":
         _sapo(contract, out)
+    elif o.clip.kind == "vespo":
+        _vespo(contract, out)
     else:
         out.set("epsilon", o.clip.low, "objective.clip.low")
         out.set("epsilon_high", o.clip.high, "objective.clip.high")
@@ -104,7 +124,8 @@ def _objective(contract: Contract, out: Mapping) -> None:
         out.differs(
             "objective.entropy_coef", "trl's bonus is each micro-batch's token mean, not the loss's aggregation"
         )
-    out.set("importance_sampling_level", o.ratio.level if o.ratio else "token", "objective.ratio.level")
+    level = "token" if o.clip.kind == "vespo" else o.ratio.level if o.ratio else "token"  # vespo: φ reads the sum
+    out.set("importance_sampling_level", level, "objective.ratio.level")
     if o.ratio is not None and o.ratio.denominator == "engine":
         out.refuse("objective.ratio.denominator", "engine: trl divides by its own recomputed log-probs")
     reward(contract, out, "its tokens still count in the loss's denominator")

@@ -57,6 +57,10 @@ DEFAULTS: dict[str, Any] = {
     "delta": None,
     "sapo_temperature_pos": 1.0,
     "sapo_temperature_neg": 1.05,
+    "vespo_k_pos": 2.0,
+    "vespo_lambda_pos": 3.0,
+    "vespo_k_neg": 3.0,
+    "vespo_lambda_neg": 2.0,
     "importance_sampling_level": "token",
     "loss_type": "dapo",
     "scale_rewards": "group",
@@ -87,6 +91,7 @@ PEFT_DEFAULTS: dict[str, Any] = {
 AGGREGATION = {**dict.fromkeys(("bnpo", "dapo", "cispo"), "token_mean"), "grpo": "seq_mean_token_mean"}
 AGGREGATION["sapo"] = "seq_mean_token_mean"  # each answer's token mean, then the batch's mean, as grpo
 AGGREGATION["luspo"] = "seq_mean_token_sum"  # each answer's token sum, then the batch's mean (LUSPO)
+AGGREGATION["vespo"] = "token_mean"  # trl normalises vespo's loss as dapo's
 AGGREGATION["dr_grpo"] = "constant_norm"
 #: what trl computes otherwise, said on import and on export
 MINI_BATCHES_DIFFER = (
@@ -233,7 +238,8 @@ def _objective(get: Reader, out: Mapping, components: int) -> None:
     loss_type = get("loss_type")
     if loss_type not in AGGREGATION:
         out.refuse(
-            "loss_type", f"{loss_type}: not a loss the contract states (grpo, bnpo, dapo, dr_grpo, cispo, sapo, luspo)"
+            "loss_type",
+            f"{loss_type}: not a loss the contract states (grpo, bnpo, dapo, dr_grpo, cispo, sapo, luspo, vespo)",
         )
     else:
         out.set("objective.aggregation", AGGREGATION[loss_type], get.source("loss_type"))
@@ -255,7 +261,8 @@ def _objective(get: Reader, out: Mapping, components: int) -> None:
         out.set("objective.advantage.std", "sample", "trl nanstd divides by n − 1 (not an option)")
         out.set("objective.advantage.epsilon", 1e-4, "trl adds 1e-4 to the std (not an option)")
     trl_clip.clip(get, out, loss_type)
-    out.set("objective.ratio.level", get("importance_sampling_level"), get.source("importance_sampling_level"))
+    if loss_type != "vespo":  # vespo's ratio is the answer's likelihood ratio (trl_clip)
+        out.set("objective.ratio.level", get("importance_sampling_level"), get.source("importance_sampling_level"))
     out.set("objective.ratio.denominator", "trainer_recomputed", "trl recomputes π_old with the trainer")
     _kl(get, out)
     _correction(get, out)

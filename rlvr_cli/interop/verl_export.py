@@ -72,6 +72,8 @@ def _whitened(a: Any, out: Mapping) -> None:
 def _masks(o: Any, out: Mapping) -> None:
     """What leaves the loss before it: verl's rejection sampling; the masks verl does not have."""
     verl_rejection.export(o.rejection, out)
+    if o.clip.kind == "vespo":
+        out.refuse("objective.clip.kind", "vespo: verl has no gamma-weighted loss")
     if o.entropy_mask is not None:
         out.refuse("objective.entropy_mask", "verl has no entropy mask of the policy loss")
     if o.off_policy_mask is not None:

@@ -122,15 +122,33 @@ def surrogate(
     PPO's (`clipped_surrogate`); CISPO's (Chen et al. 2025, MiniMax-M1,
     https://arxiv.org/abs/2506.13585): ℓ = −sg(clip(r, 1−low, 1+high))·A·log π_θ — the clipped
     ratio only weighs each token's log-likelihood gradient, which no token loses (TRL's, verl's and
-    NeMo RL's cispo); or SAPO's (Gao et al. 2025, https://arxiv.org/abs/2511.20347):
-    ℓ = −A·σ(τ(r − 1))·4/τ, τ by the sign of A (`soft_gate`), where nothing is clipped."""
+    NeMo RL's cispo); SAPO's (Gao et al. 2025, https://arxiv.org/abs/2511.20347):
+    ℓ = −A·σ(τ(r − 1))·4/τ, τ by the sign of A (`soft_gate`); or VESPO's: ℓ = −sg(φ(w))·A·log π_θ
+    (`gamma_weight`, w the answer's likelihood ratio) — where nothing is clipped."""
     kind = getattr(clip, "kind", None)
+    if kind == "vespo":
+        return -gamma_weight(ratio_, adv, clip.gamma)[:, None] * adv[:, None] * logp, torch.zeros_like(
+            ratio_, dtype=torch.bool
+        )
     if kind == "sapo":
         return -soft_gate(ratio_, adv, clip.temperature) * adv[:, None], torch.zeros_like(ratio_, dtype=torch.bool)
     if kind != "cispo":
         return clipped_surrogate(ratio_, adv, clip.low, clip.high, clip.dual)
     weight = torch.clamp(ratio_.detach(), 1.0 - clip.low, 1.0 + clip.high)  # (B, T)
     return -weight * adv[:, None] * logp, weight != ratio_.detach()
+
+
+def gamma_weight(ratio_: torch.Tensor, adv: torch.Tensor, gamma: Any) -> torch.Tensor:
+    """VESPO's weight `(B,)`, no gradient: φ(w) = e^λ · w^k · e^(−λw) of each answer's likelihood
+    ratio w (the `sequence_sum` ratio, every token of the answer carrying it), log w bounded to
+    [log 1e-8, 20] first; k, λ from `gamma.positive` where A ≥ 0, `gamma.negative` elsewhere
+    (TRL's `get_gamma_weights`; a non-finite φ counts as 0)."""
+    log_w = torch.log(ratio_.detach()[:, 0]).clamp(math.log(1e-8), 20.0)  # (B,)
+    positive = adv >= 0
+    k = torch.where(positive, gamma.positive.shape, gamma.negative.shape).to(log_w.dtype)
+    rate = torch.where(positive, gamma.positive.rate, gamma.negative.rate).to(log_w.dtype)
+    phi = torch.exp(rate + k * log_w - rate * torch.exp(log_w))
+    return phi.nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)
 
 
 def soft_gate(ratio_: torch.Tensor, adv: torch.Tensor, temperature: Any) -> torch.Tensor:

@@ -9,6 +9,7 @@ from typing import Any
 from rlvr_cli.contract import hub
 from rlvr_cli.contract.models import Contract
 from rlvr_cli.files import sha256_file
+from rlvr_cli.train.objective_words import clip_words, off_policy_words
 
 _BASELINE = {"group_mean": "group mean", "leave_one_out": "mean of the group's other rewards (leave-one-out)"}
 _SCALE = {
@@ -75,16 +76,7 @@ def objective_words(c: Contract) -> list[str]:
     o, length = c.objective, c.length
     adv = o.advantage
     std = f" ({adv.std} std, + epsilon {adv.epsilon})" if adv.scale != "none" else ""
-    clip = f"ratio clipped to [1 - {o.clip.low}, 1 + {o.clip.high}]"
-    if o.clip.kind == "cispo":
-        clip = (
-            f"CISPO: each token's −A·log π weighted by sg(its ratio clipped to [1 - {o.clip.low}, 1 + {o.clip.high}])"
-        )
-    elif o.clip.kind == "sapo" and o.clip.temperature is not None:
-        tau = o.clip.temperature
-        clip = f"SAPO: no clip, each token's −A·ρ softly gated, σ(τ(ρ − 1))·4/τ, τ = {tau.positive} (A > 0), {tau.negative}"
-    if o.clip.dual:
-        clip += f", dual clip c = {o.clip.dual} for negative advantages"
+    clip = clip_words(o.clip)
     kl = (
         ("no KL term" + (" (KL to the reference measured with k3 for the monitoring rules)" if _kl_watched(c) else ""))
         if o.kl.coef == 0
@@ -128,50 +120,6 @@ def objective_words(c: Contract) -> list[str]:
         f"aggregation {_AGGREGATION[o.aggregation]}",
         f"responses that hit {length.max_response_tokens} tokens are {truncated}",
     ]
-
-
-def off_policy_words(o: Any) -> list[str]:
-    """The ratio's level and denominator, and the importance correction, in words."""
-    ratio, correction = o.ratio, o.correction
-    if ratio is None:
-        words = "ratio per token over the trainer's own log-probs (samples drawn ahead: the engine's)"
-    else:
-        level = {
-            "token": "per token",
-            "sequence": "per answer, exp(mean over its tokens of log π/π_old) (GSPO)",
-            "sequence_sum": "per answer, exp(sum over its tokens of log π/π_old): the answer's likelihood ratio",
-        }[ratio.level]
-        over = {
-            "trainer_recomputed": "the trainer's log-probs under the weights the update starts from",
-            "engine": "the log-probs the sampling engine reported",
-        }[ratio.denominator]
-        words = f"ratio {level}, over {over}"
-    mask = o.off_policy_mask
-    rejecting = [
-        "rejected before the update (verl's rollout rejection sampling), log ρ = log π_engine − log π_old: "
-        + "; ".join(_rejection_words(c) for c in o.rejection)
-    ] if o.rejection else []  # fmt: skip
-    masking = [*rejecting] if mask is None else [
-        *rejecting,
-        f"off-policy sequence masking: an answer with A < 0 whose mean log π_{mask.against} − log π_θ exceeds "
-        f"{mask.threshold} trains no policy loss"
-    ]  # fmt: skip
-    if correction is None or correction.kind == "none":
-        return [words, "no importance correction for the engine's log-probs", *masking]
-    w = "w = π_old/π_engine per token" if correction.level == "token" else "w = Π over each answer of π_old/π_engine"
-    if correction.kind == "tis":
-        how = f"truncated importance sampling: each token's loss × min(w, {correction.cap}), {w}"
-    else:
-        how = f"masked importance sampling: each token's loss × w, 0 outside [{correction.low}, {correction.high}], {w}"
-    return [words, how, *masking]
-
-
-def _rejection_words(c: Any) -> str:
-    value = {"k1": "log ρ", "k2": "½(log ρ)²", "k3": "exp(−log ρ) − 1 + log ρ"}[c.estimator]
-    over = {"token": "a token whose", "sequence_sum": "an answer whose summed", "sequence_mean": "an answer whose mean",
-            "sequence_max": "an answer whose largest"}[c.over]  # fmt: skip
-    bounds = f"outside [log {c.low}, log {c.high}]" if c.estimator == "k1" else f"above {c.high}"
-    return f"{over} {value} is {bounds}"
 
 
 def artifacts(c: Contract) -> dict[str, Any]:

@@ -156,7 +156,7 @@ def test_a_trl_config_s_choices_land_in_the_contract(exp: Path) -> None:
 
 
 def test_what_the_contract_cannot_state_is_refused_and_nothing_written(exp: Path) -> None:
-    config = {"loss_type": "vespo", "delta": 1.1, "use_adaptive_entropy": True, "steps_per_generation": 3}
+    config = {"loss_type": "gspo", "delta": 1.1, "use_adaptive_entropy": True, "steps_per_generation": 3}
     config["gradient_accumulation_steps"] = 2  # 3 parts of a generation: not whole optimizer steps
     done = rlvr("import", "trl", write(exp / "bad.yaml", config), "--into", exp)
     assert done.code == 1

@@ -43,6 +43,7 @@ B, P, T = 6, 3, 5
 #: TRL's loss_type → the contract's aggregation that is the same number
 LOSS_TYPES = {"grpo": "seq_mean_token_mean", "bnpo": "token_mean", "dapo": "token_mean", "dr_grpo": "constant_norm"}
 LOSS_TYPES["luspo"] = "seq_mean_token_sum"  # LUSPO: each answer's summed token loss, averaged over answers
+VESPO_DEFAULTS = {"vespo_k_pos": 2.0, "vespo_lambda_pos": 3.0, "vespo_k_neg": 3.0, "vespo_lambda_neg": 2.0}
 #: an objective's reward and advantage the loss tests share (one component, group-centred, no scale)
 PLAIN = {
     "reward": {"unit": "response", "components": [{"name": "c", "weight": 1.0}], "on_invalid": "exclude"},
@@ -100,7 +101,9 @@ def trl_loss(
             steps_per_generation=1,
             sapo_temperature_pos=getattr(args, "sapo_temperature_pos", 1.0),
             sapo_temperature_neg=getattr(args, "sapo_temperature_neg", 1.05),
+            **{k: getattr(args, k, v) for k, v in VESPO_DEFAULTS.items()},
         ),
+        get_gamma_weights=GRPOTrainer.get_gamma_weights,  # a static method: TRL's own
         use_vllm=weights is not None,
         vllm_importance_sampling_correction=weights is not None,
         model=SimpleNamespace(training=True),
@@ -328,6 +331,26 @@ def test_the_entropy_mask_is_trls_top_entropy_quantile(top: float) -> None:
         assert not torch.allclose(unmasked[1], theirs[1], atol=1e-6)
 
 
+def test_vespo_is_trls_vespo_loss() -> None:
+    """`clip: {kind: vespo, gamma}` with `ratio.level: sequence_sum` is GRPOTrainer's loss_type vespo:
+    −sg(φ(w))·A·log π per token, φ(w) = e^λ·w^k·e^(−λw) of the answer's likelihood ratio, k and λ by
+    the sign of A (≥ 0: positive), token_mean; other k and λ give another gradient."""
+    gamma = {"positive": {"shape": 1.5, "rate": 2.5}, "negative": {"shape": 2.5, "rate": 1.5}}
+    base = {**PLAIN, "kl": {"coef": 0.0}, "aggregation": "token_mean",
+            "ratio": {"level": "sequence_sum", "denominator": "trainer_recomputed"}}  # fmt: skip
+    vespo = Objective.model_validate({**base, "clip": {"kind": "vespo", "gamma": gamma}})
+    swapped = Objective.model_validate(
+        {**base, "clip": {"kind": "vespo", "gamma": {"positive": gamma["negative"], "negative": gamma["positive"]}}}
+    )
+    args = SimpleNamespace(epsilon=0.2, epsilon_high=0.28, vespo_k_pos=1.5, vespo_lambda_pos=2.5, vespo_k_neg=2.5,
+                           vespo_lambda_neg=1.5)  # fmt: skip
+    for seed in range(3):
+        t = shared(seed)
+        theirs = trl_loss(t, "vespo", "token", None, args)
+        same(ours_on(t, vespo), theirs)
+        assert not torch.allclose(ours_on(t, swapped)[1], theirs[1], atol=1e-6)
+
+
 def test_trls_two_sided_clipping_is_the_dual_clip_above_the_clip_and_refused_below() -> None:
     """TRL's delta caps ρ before PPO's min: the dual clip c = δ wherever δ > 1 + epsilon_high (the
     cap acts on these tensors: TRL's number moves with it); at or below, the import refuses it."""
@@ -421,6 +444,7 @@ IMPORTED = [
     {"loss_type": "sapo", "importance_sampling_level": "sequence", "beta": 0.04},
     {"off_policy_mask_threshold": 0.02, "num_iterations": 2},  # OPSM against the old log-probs
     {"loss_type": "luspo", "importance_sampling_level": "sequence", "gradient_accumulation_steps": 2},
+    {"loss_type": "vespo", "vespo_k_neg": 4.0, "beta": 0.04, "use_bias_correction_kl": False},
     {"delta": 1.05, "epsilon_high": 0.02},  # two-sided clipping: the dual clip (δ > 1 + epsilon_high)
     {"beta": 0.04},  # k3 in the loss, × the ratio (use_bias_correction_kl, 1.16's default)
     {"beta": 0.04, "use_bias_correction_kl": False, "importance_sampling_level": "sequence"},
@@ -470,6 +494,14 @@ EXPORTED = {
     "cispo": {"clip": {"low": 1.0, "high": 0.1, "kind": "cispo"}, "aggregation": "token_mean"},
     "sapo": {"clip": {"kind": "sapo", "temperature": {"positive": 0.8, "negative": 2.5}}},
     "luspo": {"aggregation": "seq_mean_token_sum", "ratio": {"level": "sequence", "denominator": "trainer_recomputed"}},
+    "vespo": {
+        "clip": {
+            "kind": "vespo",
+            "gamma": {"positive": {"shape": 2.0, "rate": 3.0}, "negative": {"shape": 1.0, "rate": 0.5}},
+        },
+        "aggregation": "token_mean",
+        "ratio": {"level": "sequence_sum", "denominator": "trainer_recomputed"},
+    },
     "dual": {"clip": {"low": 0.2, "high": 0.02, "dual": 1.05}, "aggregation": "token_mean"},
     "kl-by-ratio": {"kl": {"coef": 0.04, "estimator": "k3", "placement": "loss", "weight": "ratio"}},
     "kl": {"kl": {"coef": 0.04, "estimator": "k3", "placement": "loss"}},
