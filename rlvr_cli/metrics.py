@@ -79,14 +79,18 @@ class StepMetrics:
     )
     # ── the engine against the trainer (samples drawn this step, the same weights on both sides) ──
     engine_logprob_diff_mean: float | None = _m(
-        "mean |engine − trainer| log-prob of the sampled tokens under the weights that sampled them"
+        "mean |engine − trainer| log-prob of the sampled tokens under the weights that sampled them",
+        needs="same_weights",
     )
-    engine_logprob_diff_max: float | None = _m("largest |engine − trainer| log-prob of a sampled token")
+    engine_logprob_diff_max: float | None = _m(
+        "largest |engine − trainer| log-prob of a sampled token", needs="same_weights"
+    )
     engine_kl: float | None = _m(
-        "sequence-level KL estimate of the engine from the trainer: mean over samples of Σ (engine − trainer) log-prob"
+        "sequence-level KL estimate of the engine from the trainer: mean over samples of Σ (engine − trainer) log-prob",
+        needs="same_weights",
     )
     engine_mismatch_share: float | None = _m(
-        "share of sampled tokens whose engine and trainer log-probs differ by more than 0.1 nats"
+        "share of sampled tokens whose engine and trainer log-probs differ by more than 0.1 nats", needs="same_weights"
     )
     # ── throughput and budget ──
     time_generate_s: float | None = _m("seconds spent sampling")

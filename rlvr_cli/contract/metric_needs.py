@@ -52,6 +52,12 @@ NEEDS: dict[str, tuple[Callable[[Contract], bool], str]] = {  # what a run needs
     ),
     "rejection": (lambda c: bool(c.objective.rejection), "needs objective.rejection"),
     "off_policy_mask": (lambda c: c.objective.off_policy_mask is not None, "needs objective.off_policy_mask"),
+    "same_weights": (
+        lambda c: not c.hyperparameters.sample_ahead,
+        "compares the engine with the trainer under the weights that sampled: with hyperparameters.sample_ahead "
+        "every step after the first trains samples drawn by older weights, so it is measured on the first step only "
+        "(watch policy_lag, or a correction's is_weight_mean and is_cut_share)",
+    ),
     "sample_ahead": (lambda c: c.hyperparameters.sample_ahead, "needs sampling ahead (hyperparameters.sample_ahead)"),
     "correction": (lambda c: c.objective.corrects, "needs an importance correction (objective.correction: tis or mis)"),
     "served": (

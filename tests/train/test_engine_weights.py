@@ -112,3 +112,22 @@ def test_the_ratio_denominator_and_a_masked_correction_act_on_a_drifting_engine(
     drifted = _metrics(_train(experiment, "stale", "stale_engine"))
     assert "is_cut_share" not in drifted[0]  # no correction asked for
     assert drifted[0]["ratio_max"] < 1.001 and max(r["ratio_max"] for r in drifted[1:]) > 1.1, drifted
+
+
+def test_a_rule_on_the_engine_mismatch_is_refused_where_it_could_act_on_the_first_step_only(
+    single_turn: Path, tmp_path: Path
+) -> None:
+    """Sampled ahead, every step after the first trains what older weights drew: the engine's and
+    the trainer's log-probs are then of different weights and the run does not compare them, so a
+    rule watching the comparison would watch one step (RLV604); sampling with the current weights,
+    the same rule is valid."""
+    rule = "    - {name: engine-drift, metric: engine_kl, when: '> 0.01', window: 1, action: pause, owner: a}\n"
+    ahead = [
+        ("max_policy_lag: 0", "max_policy_lag: 1\n  sample_ahead: true"),
+        ("  aggregation: ", TRAINER + "  aggregation: "),
+    ]
+    for i, (edits, refused) in enumerate((([], False), (ahead, True))):
+        experiment = copy_experiment(single_turn, tmp_path / f"e{i}", [*edits, ("  rules:\n", "  rules:\n" + rule)])
+        done = rlvr("validate", experiment / CONTRACT)
+        assert ("error[RLV604]" in done.stdout and "first step only" in done.stdout) == refused, done.stdout
+        assert done.code == int(refused), done.stdout
