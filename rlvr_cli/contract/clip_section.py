@@ -1,5 +1,5 @@
 """`objective.clip`: the trust region of the ratio ρ = π_θ / π_old — PPO's clip, CISPO's clipped
-weight, or SAPO's soft gate (docs/contract.md, "Objective"); train/objective.py `surrogate`
+weight, SAPO's soft gate or VESPO's gamma weight (docs/contract.md, "Objective"); train/objective.py `surrogate`
 computes each."""
 
 from collections.abc import Iterator
@@ -36,7 +36,7 @@ class Clip(Section):
     low: float | None = Field(
         None,
         description="Ratio kept above 1 - low; in (0, 1) (cispo: (0, 1], 1 is no lower bound). Required unless kind "
-        "is sapo.",
+        "is sapo or vespo.",
     )
     high: float | None = Field(
         None,

@@ -160,7 +160,7 @@ def rlv207_leave_one_out_std_needs_its_baseline(c: Contract, _: Path) -> Iterato
 @rule
 def rlv202_clip_range(c: Contract, _: Path) -> Iterator[Finding]:
     clip = c.objective.clip
-    if clip.kind == "sapo" or clip.low is None or clip.high is None:  # no range (sapo), or RLV003's
+    if clip.kind in ("sapo", "vespo") or clip.low is None or clip.high is None:  # no range, or RLV003's
         return
     cispo = clip.kind == "cispo"  # a weight's range: down to no lower bound (low 1), any upper one
     for key, within in (("low", "(0, 1]" if cispo else "(0, 1)"), ("high", "(0, ∞)" if cispo else "(0, 1)")):

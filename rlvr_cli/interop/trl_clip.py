@@ -1,6 +1,6 @@
 """TRL 1.16's clip options as the contract's `objective.clip`: epsilon and epsilon_high, the
-two-sided clipping `delta` (the dual clip), loss_type cispo's cap and sapo's temperatures, and the
-tokens and answers it masks out of the policy loss (trl_map.py reads the rest)."""
+two-sided clipping `delta` (the dual clip), loss_type cispo's cap, sapo's temperatures and vespo's
+gamma weight, and the tokens and answers it masks out of the policy loss (trl_map.py reads the rest)."""
 
 from __future__ import annotations
 
@@ -16,11 +16,10 @@ def clip(get: Any, out: Mapping, loss_type: str) -> None:
     if loss_type == "cispo":
         _cispo(get, out, high)
         return
-    if loss_type == "sapo":
-        _sapo(get, out)
-        return
-    if loss_type == "vespo":
-        _vespo(get, out)
+    if loss_type in ("sapo", "vespo"):  # no clip: epsilon, epsilon_high and delta are not read
+        (_sapo if loss_type == "sapo" else _vespo)(get, out)
+        if get("delta") is not None:
+            out.refuse("delta", f"{get('delta')}: trl's {loss_type} loss does not read delta (it would change nothing)")
         return
     out.set("objective.clip.low", low, get.source("epsilon"))
     out.set("objective.clip.high", high, get.source("epsilon_high") + " (null: epsilon)")
@@ -54,13 +53,10 @@ def _cispo(get: Any, out: Mapping, cap: float) -> None:
 
 def _sapo(get: Any, out: Mapping) -> None:
     """trl's sapo gates each token's −A·ρ by σ(τ(ρ − 1))·4/τ, τ sapo_temperature_pos where A > 0 and
-    sapo_temperature_neg elsewhere: the contract's sapo clip (epsilon, epsilon_high and delta are
-    not read by trl's sapo loss; a delta set beside it is a key that changes nothing)."""
+    sapo_temperature_neg elsewhere: the contract's sapo clip."""
     out.set("objective.clip.kind", "sapo", get.source("loss_type"))
     out.set("objective.clip.temperature.positive", get("sapo_temperature_pos"), get.source("sapo_temperature_pos"))
     out.set("objective.clip.temperature.negative", get("sapo_temperature_neg"), get.source("sapo_temperature_neg"))
-    if get("delta") is not None:
-        out.refuse("delta", f"{get('delta')}: trl's sapo loss does not read delta (it would change nothing)")
 
 
 def off_policy_mask(get: Any, out: Mapping) -> None:
@@ -124,8 +120,6 @@ def _vespo(get: Any, out: Mapping) -> None:
                 value = max(value, 1e-4)  # trl clamps λ at 1e-4
             out.set(f"objective.clip.gamma.{sign}.{key}", value, get.source(f"vespo_{name}_{short}"))
     out.set("objective.ratio.level", "sequence_sum", "trl's vespo: w = exp(Σ log π_θ − log π_old) of each answer")
-    if get("delta") is not None:
-        out.refuse("delta", f"{get('delta')}: trl's vespo loss does not read delta (it would change nothing)")
     if get("beta") > 0 and get("use_bias_correction_kl"):
         out.refuse("use_bias_correction_kl", "true: trl weighs vespo's KL by the token ratio, not the answer's")
     if get("use_vllm") and get("vllm_importance_sampling_correction"):

@@ -213,8 +213,6 @@ def _off_policy_mask(contract: Contract, out: Mapping) -> None:
 
 def _entropy_mask(contract: Contract, out: Mapping) -> None:
     o = contract.objective
-    if o.rejection:
-        out.refuse("objective.rejection", "trl rejects nothing by the engine/trainer divergence")
     out.set("top_entropy_quantile", o.entropy_mask.top if o.entropy_mask else 1.0, "objective.entropy_mask")
     if o.entropy_mask and out.values.get("gradient_accumulation_steps", 1) > 1:
         out.differs("objective.entropy_mask", trl_clip.ENTROPY_QUANTILE_DIFFERS)
@@ -227,6 +225,8 @@ def _entropy_mask(contract: Contract, out: Mapping) -> None:
 def _correction(contract: Contract, out: Mapping) -> None:
     _off_policy_mask(contract, out)
     _entropy_mask(contract, out)
+    if contract.objective.rejection:
+        out.refuse("objective.rejection", "trl rejects nothing by the engine/trainer divergence")
     c = contract.objective.correction
     corrects = contract.objective.corrects
     if contract.hyperparameters.sampling.engine == "vllm":

@@ -88,11 +88,12 @@ PEFT_DEFAULTS: dict[str, Any] = {
 }
 
 #: TRL's loss_type → the contract's aggregation of the same number (tests/train/test_peers.py)
-AGGREGATION = {**dict.fromkeys(("bnpo", "dapo", "cispo"), "token_mean"), "grpo": "seq_mean_token_mean"}
-AGGREGATION["sapo"] = "seq_mean_token_mean"  # each answer's token mean, then the batch's mean, as grpo
-AGGREGATION["luspo"] = "seq_mean_token_sum"  # each answer's token sum, then the batch's mean (LUSPO)
-AGGREGATION["vespo"] = "token_mean"  # trl normalises vespo's loss as dapo's
-AGGREGATION["dr_grpo"] = "constant_norm"
+AGGREGATION = {
+    **dict.fromkeys(("bnpo", "dapo", "cispo", "vespo"), "token_mean"),  # trl normalises cispo's and vespo's as dapo's
+    **dict.fromkeys(("grpo", "sapo"), "seq_mean_token_mean"),  # each answer's token mean, then the batch's mean
+    "luspo": "seq_mean_token_sum",  # each answer's token sum, then the batch's mean (LUSPO)
+    "dr_grpo": "constant_norm",
+}
 #: what trl computes otherwise, said on import and on export
 MINI_BATCHES_DIFFER = (
     "trl shuffles a generation's completions before cutting it into steps_per_generation parts, so a group "

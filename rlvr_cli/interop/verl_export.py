@@ -72,12 +72,17 @@ def _whitened(a: Any, out: Mapping) -> None:
 def _masks(o: Any, out: Mapping) -> None:
     """What leaves the loss before it: verl's rejection sampling; the masks verl does not have."""
     verl_rejection.export(o.rejection, out)
-    if o.clip.kind == "vespo":
-        out.refuse("objective.clip.kind", "vespo: verl has no gamma-weighted loss")
     if o.entropy_mask is not None:
         out.refuse("objective.entropy_mask", "verl has no entropy mask of the policy loss")
     if o.off_policy_mask is not None:
         out.refuse("objective.off_policy_mask", "verl has no off-policy sequence masking")
+
+
+def _loss_mode(kind: str | None, level: str, out: Mapping) -> str:
+    """verl's policy_loss.loss_mode for the clip's kind and the ratio's level."""
+    if kind == "vespo":
+        out.refuse("objective.clip.kind", "vespo: verl has no gamma-weighted loss")
+    return kind if kind in ("cispo", "sapo") else "gspo" if level == "sequence" else "vanilla"
 
 
 def _objective(contract: Contract, out: Mapping) -> None:
@@ -109,7 +114,7 @@ def _objective(contract: Contract, out: Mapping) -> None:
     level = o.ratio.level if o.ratio else "token"
     if level == "sequence_sum":
         out.refuse("objective.ratio.level", "sequence_sum: verl's sequence ratio (gspo) is the tokens' mean")
-    mode = o.clip.kind if o.clip.kind in ("cispo", "sapo") else "gspo" if level == "sequence" else "vanilla"
+    mode = _loss_mode(o.clip.kind, level, out)
     out.set(f"{A}.policy_loss.loss_mode", mode, "objective.clip.kind, objective.ratio.level")
     if mode == "sapo":
         _sapo(contract, out, level)

@@ -14,6 +14,8 @@ from rlvr_cli.interop.common import Mapping, nested
 
 #: the contract's sections an import writes (the others are the base contract's, untouched)
 SECTIONS = ("objective", "hyperparameters", "length")
+#: the objective's parts every import states whole: the base contract's never survive beside the peer's
+REPLACED = ("clip", "kl", "correction", "rejection", "off_policy_mask", "entropy_mask")
 ORDER = {
     "objective": (
         "reward",
@@ -56,18 +58,8 @@ def merged(base: dict[str, Any], mapping: Mapping) -> dict[str, Any]:
     values = dict(mapping.values)
     weights = values.pop("objective.reward.weights", None)
     out = {name: copy.deepcopy(base.get(name) or {}) for name in SECTIONS}
-    correction = values.get("objective.correction.kind")
-    if correction is not None:
-        out["objective"].pop("correction", None)  # the peer's correction replaces the base's whole
-    for part in (
-        "off_policy_mask",
-        "entropy_mask",
-        "rejection",
-    ):  # the peer's config says whether it masks (its values add it back)
+    for part in REPLACED:  # the peer's config states each whole (a mask it lacks: none), never merged with the base's
         out["objective"].pop(part, None)
-    for part in ("clip", "kl"):  # the peer's replaces the base's whole: no kind, weight or gradient of the base's
-        if any(path.startswith(f"objective.{part}.") for path in values):
-            out["objective"].pop(part, None)
     if values.get("hyperparameters.sampling.engine") not in ("vllm", "sglang"):
         out["hyperparameters"].get("sampling", {}).pop("server", None)
     if "hyperparameters.adapter" in values and values["hyperparameters.adapter"] is None:

@@ -100,26 +100,25 @@ class Forward:
         logp, entropy = packed_logprobs(model, packed, temperature, with_entropy=with_entropy)
         return logp, entropy, mb.response_mask
 
-    @torch.no_grad()
     def logprobs(self, model: object, temperature: float) -> torch.Tensor:
-        after = self.parallel is None or self.parallel.reshard_after_forward
-        with whole_for_pass(model, after):  # sharded: one gather a unit for every micro-batch
-            rows = [self.forward(model, part, temperature)[0] for part in self.parts]
-            for _ in range(self.empty_rounds):
-                with autocast(self.compute, self.batch.input_ids.device.type):
-                    self.lockstep.forward(model)  # type: ignore[union-attr]
+        """Every micro-batch's log-probs `(B, T)` under `model`, no gradient."""
+        rows = [logp for logp, _ in self._every_part(model, temperature, with_entropy=False)]
         return torch.cat(rows) if rows else torch.zeros(0, self.batch.response_mask.shape[1])  # (B, T)
 
-    @torch.no_grad()
     def entropies(self, model: object, temperature: float) -> list[torch.Tensor]:
         """Each micro-batch's per-token entropies `(b, T)` under `model`, no gradient."""
+        return [entropy for _, entropy in self._every_part(model, temperature, with_entropy=True)]  # type: ignore[misc]
+
+    @torch.no_grad()
+    def _every_part(self, model: object, temperature: float, with_entropy: bool) -> list[tuple]:
+        """(log-probs, entropy or None) of each micro-batch, and the empty rounds of a sharded policy."""
         after = self.parallel is None or self.parallel.reshard_after_forward
-        with whole_for_pass(model, after):
-            rows = [self.forward(model, part, temperature, with_entropy=True)[1] for part in self.parts]
+        with whole_for_pass(model, after):  # sharded: one gather a unit for every micro-batch
+            rows = [self.forward(model, part, temperature, with_entropy)[:2] for part in self.parts]
             for _ in range(self.empty_rounds):
                 with autocast(self.compute, self.batch.input_ids.device.type):
                     self.lockstep.forward(model)  # type: ignore[union-attr]
-        return rows  # type: ignore[return-value]
+        return rows
 
     @property
     def empty_rounds(self) -> int:
