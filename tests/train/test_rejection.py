@@ -66,7 +66,11 @@ def tensors(seed: int) -> dict[str, torch.Tensor]:
     return {
         "old": old,
         "engine": old + (torch.rand(B, T, generator=g, dtype=torch.float64) - 0.5) * 0.6,
-        "mask": (torch.arange(T)[None, :] < lengths[:, None]).double(),
+        # a tool result inside some answers (tool_use): tokens the engine never sampled, out of the mask
+        "mask": (
+            (torch.arange(T)[None, :] < lengths[:, None])
+            & ~((torch.arange(T) == 2) & (torch.arange(B) % 3 == 0)[:, None])
+        ).double(),
     }
 
 
